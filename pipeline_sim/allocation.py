@@ -1,0 +1,92 @@
+"""Bandwidth sharing between transfers (docs/model.md sections 3.1 and 3.2).
+
+Two steps: each sending GPU picks its *sending set* from its ready transfers
+(exclusive tier, else shared priorities, else the priority-0 layer), then all
+sending sets share the links by one weighted max-min fair allocation under egress
+(1 per GPU) and ingress (``ingress_capacity`` per GPU) limits.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+#: Two levels closer than this (relative) saturate together in progressive filling.
+_LEVEL_TOLERANCE = 1e-12
+
+
+def exclusive_key(tier_rank: int, ready: float, index: int, kind_order: int) -> tuple[int, float, int, int]:
+    """Sort key of a transfer with an exclusive tier; the lowest key sends.
+
+    Lower means more important: tier ('a' = 0 first), then earliest ready time
+    (rounded to 9 decimals so that float noise cannot reorder simultaneous
+    transfers), then lowest micro-batch or sync index, then kind order
+    ``fwd_prop < grad_prop < grad_sync``.
+    """
+    return (tier_rank, round(ready, 9), index, kind_order)
+
+
+def max_min_fair_rates(senders: Sequence[int], receivers: Sequence[int | None],
+                       weights: Sequence[float], ingress_capacity: float) -> list[float]:
+    """Weighted max-min fair rates of flows, by progressive filling.
+
+    Flow ``i`` leaves GPU ``senders[i]`` (egress capacity 1) and enters GPU
+    ``receivers[i]`` (ingress capacity ``ingress_capacity``; ``None`` for traffic
+    leaving the modelled GPUs). Every unfrozen flow's rate rises as
+    ``weights[i] x level``; when a capacity is reached its flows freeze.
+    Weights must be positive.
+    """
+    count = len(weights)
+    members: dict[tuple[int, int], list[int]] = {}
+    capacity: dict[tuple[int, int], float] = {}
+    for i in range(count):
+        egress = (0, senders[i])
+        members.setdefault(egress, []).append(i)
+        capacity[egress] = 1.0
+        if receivers[i] is not None:
+            ingress = (1, receivers[i])
+            members.setdefault(ingress, []).append(i)
+            capacity[ingress] = ingress_capacity
+    rates = [0.0] * count
+    frozen = [False] * count
+    open_constraints = sorted(members)
+    while open_constraints:
+        levels = []
+        for key in open_constraints:
+            used = 0.0
+            weight = 0.0
+            for i in members[key]:
+                if frozen[i]:
+                    used += rates[i]
+                else:
+                    weight += weights[i]
+            levels.append((max(capacity[key] - used, 0.0) / weight, key))
+        lowest = min(level for level, _ in levels)
+        for level, key in levels:
+            if level <= lowest * (1.0 + _LEVEL_TOLERANCE):
+                for i in members[key]:
+                    if not frozen[i]:
+                        rates[i] = weights[i] * lowest
+                        frozen[i] = True
+        open_constraints = [key for key in open_constraints if not all(frozen[i] for i in members[key])]
+    return rates
+
+
+def egress_only_feasible(receivers: Sequence[int | None], shares: Sequence[float], ingress_capacity: float) -> bool:
+    """Whether the sender-only shares already respect every ingress limit.
+
+    When they do, they *are* the max-min fair allocation (no ingress limit is ever
+    reached before the egress limits freeze every flow), so filling can be skipped.
+    """
+    if ingress_capacity >= 2.0:  # two incoming flows of at most 1 each can never exceed it
+        return True
+    inflow: dict[int, float] = {}
+    for receiver, share in zip(receivers, shares):
+        if receiver is not None:
+            inflow[receiver] = inflow.get(receiver, 0.0) + share
+    limit = ingress_capacity * (1.0 + _LEVEL_TOLERANCE)
+    return all(total <= limit for total in inflow.values())
+
+
+def is_throttled(rate: float, share: float) -> bool:
+    """A transfer is throttled when its rate is below its sender-only share."""
+    return rate < share * (1.0 - 1e-9)

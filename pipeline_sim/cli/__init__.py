@@ -1,0 +1,1 @@
+"""Command-line layer: parses, validates, reports. The library below it never prints."""

@@ -1,0 +1,60 @@
+"""What every command shares: one-line errors, the plotting backend, output paths."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Callable, Sequence
+
+
+class UserError(Exception):
+    """A mistake in the user's input; reported as one line, exit status 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors are one line, not usage plus message."""
+
+    def error(self, message: str):  # noqa: D102 - argparse's hook
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def run_command(prog: str, body: Callable[[], int]) -> int:
+    """Run a command's body, turning user mistakes and interrupts into one line and an exit status."""
+    try:
+        return body()
+    except (UserError, ValueError) as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:
+        where = f"{error.filename}: " if error.filename else ""
+        print(f"{prog}: error: {where}{error.strerror or error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"\n{prog}: interrupted", file=sys.stderr)
+        return 130
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
+    return value
+
+
+def use_display(no_show: bool) -> bool:
+    """Choose the matplotlib backend before pyplot is imported; True when a window may be shown."""
+    import matplotlib
+
+    has_display = sys.platform in ("darwin", "win32") or bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+    show = has_display and not no_show
+    if not show:
+        matplotlib.use("Agg")
+    return show
+
+
+def script_name(argv0: Sequence[str] | str) -> str:
+    return os.path.basename(argv0 if isinstance(argv0, str) else argv0[0])

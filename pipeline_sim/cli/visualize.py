@@ -1,0 +1,146 @@
+"""The single-run visualizers: one simulation, drawn as a Gantt chart, optionally a trace."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from ..engine import simulate
+from ..files import atomic_output
+from ..model import COMM_KINDS, EnvParams, ParameterError, Policy
+from ..trace import chrome_trace
+from .common import Parser, UserError, run_command, use_display
+
+#: The flag that sets each library parameter, for error messages.
+FLAGS = {
+    "n": "-n/--num_groups", "num_gpus": "--num-gpus", "sync_freq": "--sync-freq", "fwd_len": "--fwd-len",
+    "bwd_len": "--bwd-len", "prop_len": "--prop-len", "sync_base_len": "--sync-base-len",
+    "fwd_impact": "--fwd-impact", "bwd_impact": "--bwd-impact", "ingress_capacity": "--ingress-capacity",
+    "priorities": "--priority", "exclusive_tiers": "--exclusive",
+}
+
+_DESCRIPTIONS = {
+    "single_channel": "per GPU a compute row and one communication row, where concurrent transfers "
+                      "stack by their bandwidth shares over time",
+    "dual_channel": "per GPU a compute row and two communication rows: pipeline transfers "
+                    "(fwd_prop, grad_prop) and grad_sync, each stacked by bandwidth share",
+}
+
+
+def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers: Mapping[str, str]) -> Parser:
+    defaults = EnvParams()
+    policy = Policy(priorities=priorities, exclusive_tiers=tiers).label
+    parser = Parser(
+        prog=prog,
+        description=f"Simulate one 1F1B training iteration and draw it as a Gantt chart: {_DESCRIPTIONS[layout]}. "
+                    f"Times are model units (1.0 = one forward at full speed by default).",
+        epilog=f"Default policy: {policy} (DEFAULT_PRIORITIES / DEFAULT_EXCLUSIVE_TIERS at the top of this "
+               f"script). Kinds: {', '.join(COMM_KINDS)}. Example: {prog} -n 8 --num-gpus 4 "
+               f"--exclusive grad_sync=a --show-throttling --show-completion-time --no-show")
+    env = parser.add_argument_group("environment (see docs/model.md)")
+    env.add_argument("-n", "--num_groups", type=int, default=defaults.n, metavar="N",
+                     help="micro-batches per iteration (default %(default)s)")
+    env.add_argument("--num-gpus", type=int, default=defaults.num_gpus, help="pipeline stages (default %(default)s)")
+    env.add_argument("--sync-freq", type=int, default=defaults.sync_freq,
+                     help="a grad_sync follows every SYNC_FREQ-th backward (default %(default)s)")
+    for name, text in (("fwd_len", "work of one forward"), ("bwd_len", "work of one backward"),
+                       ("prop_len", "work of one activation or gradient transfer"),
+                       ("sync_base_len", "work of one grad_sync"),
+                       ("fwd_impact", "slowdown of forwards by grad_sync traffic, in [0, 1)"),
+                       ("bwd_impact", "slowdown of backwards by grad_sync traffic, in [0, 1)"),
+                       ("ingress_capacity", "receive capacity of each GPU, in links")):
+        env.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(defaults, name),
+                         help=f"{text} (default %(default)s)")
+    env.add_argument("--sync-solo-w", type=float, default=None, metavar="W",
+                     help="accepted for compatibility with older command lines; has no effect")
+    pol = parser.add_argument_group("communication policy")
+    pol.add_argument("--priority", action="append", default=[], metavar="KIND=VALUE",
+                     help="shared priority in [0, 1] of a transfer kind (repeatable; replaces the defaults)")
+    pol.add_argument("--exclusive", action="append", default=[], metavar="KIND=TIER",
+                     help="exclusive tier letter of a kind, 'a' highest (repeatable; replaces the defaults)")
+    out = parser.add_argument_group("output")
+    out.add_argument("--output", type=Path, default=None,
+                     help=f"PNG to write (default outputs/gantt/gantt_{layout}_n<N>_gpus<P>.png)")
+    out.add_argument("--trace", type=Path, default=None, metavar="FILE.json",
+                     help="also write a Chrome/Perfetto trace (one process per GPU, one thread per channel)")
+    out.add_argument("--no-show", action="store_true", help="save only, never open a window")
+    out.add_argument("--show-throttling", action="store_true",
+                     help="outline in red the transfers that a receiver's ingress limit held back")
+    out.add_argument("--show-completion-time", action="store_true",
+                     help="draw the completion time as a labelled red dashed line")
+    return parser
+
+
+def _pairs(items: Sequence[str], flag: str) -> dict[str, str]:
+    pairs = {}
+    for item in items:
+        kind, sep, value = item.partition("=")
+        if not sep or kind not in COMM_KINDS:
+            raise UserError(f"{flag} {item!r}: expected KIND=VALUE with KIND one of {', '.join(COMM_KINDS)}")
+        pairs[kind] = value
+    return pairs
+
+
+def _policy(args, priorities: Mapping[str, float], tiers: Mapping[str, str]) -> Policy:
+    if args.priority or args.exclusive:
+        priorities, tiers = {}, {}
+        for kind, value in _pairs(args.priority, "--priority").items():
+            try:
+                priorities[kind] = float(value)
+            except ValueError:
+                raise UserError(f"--priority {kind}={value!r}: the priority must be a number in [0, 1]") from None
+        tiers = _pairs(args.exclusive, "--exclusive")
+    return Policy(priorities=priorities, exclusive_tiers=tiers)
+
+
+def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
+         default_priorities: Mapping[str, float], default_exclusive_tiers: Mapping[str, str]) -> int:
+    args = build_parser(prog, layout, default_priorities, default_exclusive_tiers).parse_args(argv)
+
+    def body() -> int:
+        try:
+            params = EnvParams(n=args.num_groups, num_gpus=args.num_gpus, sync_freq=args.sync_freq,
+                               fwd_len=args.fwd_len, bwd_len=args.bwd_len, prop_len=args.prop_len,
+                               sync_base_len=args.sync_base_len, fwd_impact=args.fwd_impact,
+                               bwd_impact=args.bwd_impact, ingress_capacity=args.ingress_capacity)
+            policy = _policy(args, default_priorities, default_exclusive_tiers)
+        except ParameterError as error:
+            flag = FLAGS.get(error.name.split("[")[0], error.name)
+            raise UserError(f"{flag}: {error}") from None
+        schedule = simulate(params, policy)
+
+        show = use_display(args.no_show)
+        import matplotlib.pyplot as plt
+
+        from ..plotting.gantt import LAYOUTS, gantt_title, plot_gantt
+
+        rows = params.num_gpus * (len(LAYOUTS[layout]) + 0.5)
+        width = min(max(12.0, schedule.completion_time * 0.22), 40.0)
+        fig, ax = plt.subplots(figsize=(width, 1.2 + 0.42 * rows), layout="constrained")
+        plot_gantt(ax, schedule, layout=layout, show_throttling=args.show_throttling,
+                   show_completion_time=args.show_completion_time)
+        ax.set_title(gantt_title(schedule), fontsize=9, loc="left")
+        output = args.output or Path("outputs/gantt") / f"gantt_{layout}_n{params.n}_gpus{params.num_gpus}.png"
+        with atomic_output(output) as temporary:
+            fig.savefig(temporary, dpi=130, format="png")
+        print(f"completion time {schedule.completion_time:.6g} (ideal {params.ideal_time:.6g}); chart: {output}")
+        if args.trace:
+            with atomic_output(args.trace) as temporary:
+                temporary.write_text(json.dumps(chrome_trace(schedule)))
+            print(f"trace: {args.trace}")
+        if show:
+            plt.show()
+        plt.close(fig)
+        return 0
+
+    return run_command(prog, body)
+
+
+def script_main(layout: str, default_priorities: Mapping[str, float],
+                default_exclusive_tiers: Mapping[str, str]) -> int:
+    from .common import script_name
+
+    return main(sys.argv[1:], layout=layout, prog=script_name(sys.argv[0]), default_priorities=default_priorities,
+                default_exclusive_tiers=default_exclusive_tiers)

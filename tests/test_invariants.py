@@ -1,0 +1,106 @@
+"""The validator over many random environments and policies, and the validator's own teeth."""
+
+import copy
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pipeline_sim import COMM_KINDS, EnvParams, Policy, TaskKind, simulate
+from pipeline_sim.metrics import schedule_metrics
+from pipeline_sim.validate import validate_schedule
+
+
+def random_case(rng: random.Random) -> tuple[EnvParams, Policy]:
+    params = EnvParams(
+        n=rng.randint(1, 10), num_gpus=rng.randint(1, 6), sync_freq=rng.randint(1, 4),
+        fwd_len=rng.choice([0.5, 1.0, rng.uniform(0.1, 3)]), bwd_len=rng.choice([1.0, 2.0, rng.uniform(0.1, 4)]),
+        prop_len=rng.choice([0.0, 0.5, 1.0, rng.uniform(0, 3)]), sync_base_len=rng.choice([0.0, 2.0, rng.uniform(0, 5)]),
+        fwd_impact=rng.choice([0.0, 0.2, rng.uniform(0, 0.99)]), bwd_impact=rng.choice([0.0, 0.2, rng.uniform(0, 0.99)]),
+        ingress_capacity=rng.choice([0.5, 1.0, 1.5, 2.0, rng.uniform(0.1, 3)]))
+    priorities, tiers = {}, {}
+    for kind in COMM_KINDS:
+        choice = rng.random()
+        if choice < 0.3:
+            tiers[kind] = rng.choice("abc")
+        elif choice < 0.45:
+            priorities[kind] = 0.0
+        elif choice < 0.9:
+            priorities[kind] = round(rng.random(), 2)
+    return params, Policy(priorities=priorities, exclusive_tiers=tiers)
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_random_schedules_are_valid(seed):
+    params, policy = random_case(random.Random(seed))
+    schedule = simulate(params, policy)
+    assert validate_schedule(schedule) == [], (params, policy)
+    assert schedule.completion_time >= params.ideal_time * (1 - 1e-9)
+    metrics = schedule_metrics(schedule)
+    assert all(0.0 <= b < 1.0 for b in metrics.bubble_fraction)
+    assert metrics.throttled_time >= 0.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(n=st.integers(1, 6), p=st.integers(1, 5), sync_freq=st.integers(1, 3),
+       prop=st.sampled_from([0.0, 0.3, 1.0, 2.5]), sync=st.sampled_from([0.0, 1.0, 3.0]),
+       impact=st.floats(0, 0.9), ingress=st.sampled_from([0.25, 1.0, 2.0]),
+       tiers=st.dictionaries(st.sampled_from(COMM_KINDS), st.sampled_from("ab")),
+       priorities=st.dictionaries(st.sampled_from(COMM_KINDS), st.sampled_from([0.0, 0.1, 0.5, 1.0])))
+def test_hypothesis_schedules_are_valid_and_deterministic(n, p, sync_freq, prop, sync, impact, ingress, tiers,
+                                                          priorities):
+    params = EnvParams(n=n, num_gpus=p, sync_freq=sync_freq, prop_len=prop, sync_base_len=sync,
+                       fwd_impact=impact, bwd_impact=impact, ingress_capacity=ingress)
+    policy = Policy(priorities=priorities, exclusive_tiers=tiers)
+    first, second = simulate(params, policy), simulate(params, policy)
+    assert validate_schedule(first) == []
+    assert [(t.id, t.start, t.end, t.segments) for t in first.tasks] == \
+           [(t.id, t.start, t.end, t.segments) for t in second.tasks]
+
+
+def test_more_bandwidth_never_hurts_with_one_stage():
+    # With one GPU there is no ingress coupling: a faster sync can only help.
+    slow = simulate(EnvParams(num_gpus=1, sync_base_len=3.0), Policy())
+    fast = simulate(EnvParams(num_gpus=1, sync_base_len=1.0), Policy())
+    assert fast.completion_time < slow.completion_time
+
+
+@pytest.fixture
+def good():
+    return simulate(EnvParams(n=4, num_gpus=3), Policy(priorities={"fwd_prop": 0.5}))
+
+
+def test_validator_catches_a_late_dependency(good):
+    broken = copy.deepcopy(good)
+    fwd = broken.task(TaskKind.FORWARD, 1, 2)
+    fwd.start -= 0.5
+    assert any("1F2" in error for error in validate_schedule(broken))
+
+
+def test_validator_catches_missing_work(good):
+    broken = copy.deepcopy(good)
+    prop = broken.task(TaskKind.FWD_PROP, 0, 1)
+    t0, t1, rate = prop.segments[-1]
+    prop.segments[-1] = (t0, t1, rate / 2)
+    assert any("work done" in error for error in validate_schedule(broken))
+
+
+def test_validator_catches_egress_overload(good):
+    broken = copy.deepcopy(good)
+    for task in broken.tasks:
+        if task.gpu == 0 and not task.kind.is_compute:
+            task.segments = [(t0, t1, 1.0) for t0, t1, _ in task.segments]
+    assert any("egress" in error or "work done" in error for error in validate_schedule(broken))
+
+
+def test_validator_catches_a_missing_task(good):
+    broken = copy.deepcopy(good)
+    broken.tasks.pop()
+    assert "task set is wrong" in validate_schedule(broken)[0]
+
+
+def test_validator_catches_a_wrong_completion_time(good):
+    broken = copy.deepcopy(good)
+    broken.completion_time += 1.0
+    assert any("completion time" in error for error in validate_schedule(broken))

@@ -1,0 +1,108 @@
+"""Parameters, policies, task ids and the 1F1B order."""
+
+import pytest
+
+from pipeline_sim import EnvParams, ParameterError, Policy, TaskId, TaskKind, calculate_full_pipeline_schedule
+from pipeline_sim.metrics import schedule_metrics
+from pipeline_sim.model import one_f_one_b_order, sync_points
+
+
+@pytest.mark.parametrize("name, value, fragment", [
+    ("n", 0, "n = 0: must be an integer >= 1"),
+    ("n", 2.5, "n = 2.5"),
+    ("num_gpus", True, "num_gpus = True"),
+    ("sync_freq", -1, "sync_freq = -1"),
+    ("fwd_len", 0.0, "fwd_len = 0.0: must be a finite number > 0"),
+    ("bwd_len", float("nan"), "bwd_len = nan"),
+    ("prop_len", -0.1, "prop_len = -0.1: must be a finite number >= 0"),
+    ("sync_base_len", float("inf"), "sync_base_len = inf"),
+    ("fwd_impact", 1.0, "fwd_impact = 1.0: must be a finite number with 0 <= x < 1"),
+    ("bwd_impact", -0.2, "bwd_impact = -0.2"),
+    ("ingress_capacity", 0, "ingress_capacity = 0"),
+])
+def test_invalid_parameters_name_the_field_value_and_range(name, value, fragment):
+    with pytest.raises(ValueError, match=None) as info:
+        calculate_full_pipeline_schedule(**{name: value})
+    assert fragment in str(info.value)
+    assert info.value.name == name
+
+
+@pytest.mark.parametrize("kwargs, fragment", [
+    ({"priorities": {"fwd_prop": 1.5}}, "priorities[fwd_prop] = 1.5: must be a number in [0, 1]"),
+    ({"priorities": {"activations": 0.5}}, "unknown kind; allowed kinds: fwd_prop, grad_prop, grad_sync"),
+    ({"exclusive_tiers": {"grad_sync": "9"}}, "exclusive_tiers[grad_sync] = '9': must be one letter"),
+    ({"exclusive_tiers": {"grad_sync": "A"}}, "exclusive_tiers[grad_sync] = 'A'"),
+])
+def test_invalid_policies(kwargs, fragment):
+    with pytest.raises(ParameterError) as info:
+        calculate_full_pipeline_schedule(**kwargs)
+    assert fragment in str(info.value)
+
+
+def test_arguments_are_keyword_only_with_model_defaults():
+    with pytest.raises(TypeError):
+        calculate_full_pipeline_schedule(8)
+    s = calculate_full_pipeline_schedule()
+    assert s.params == EnvParams(n=8, num_gpus=4, sync_freq=1, fwd_len=1.0, bwd_len=2.0, prop_len=1.0,
+                                 sync_base_len=2.0, fwd_impact=0.2, bwd_impact=0.2, ingress_capacity=1.0)
+    assert len(s.tasks) == 4 * 8 * 2 + 3 * 8 * 2 + 4 * 8
+
+
+def test_issue_api_example():
+    s = calculate_full_pipeline_schedule(
+        n=8, num_gpus=4, sync_freq=1, fwd_len=1.0, bwd_len=2.0, prop_len=1.0, sync_base_len=2.0, fwd_impact=0.2,
+        bwd_impact=0.2, ingress_capacity=1.0, priorities={"fwd_prop": 0.5, "grad_prop": 0.3, "grad_sync": 0.2},
+        exclusive_tiers={"grad_sync": "a"})
+    assert isinstance(s.completion_time, float)
+    kinds = {t.kind for t in s.tasks}
+    assert kinds == {"forward", "backward", "fwd_prop", "grad_prop", "grad_sync"}
+    for t in s.tasks:
+        assert isinstance(t.gpu, int) and isinstance(t.index, int) and isinstance(t.throttled, bool)
+        assert t.ready <= t.start <= t.end
+        assert all(len(segment) == 3 for segment in t.segments)
+    assert s.policy.label == "S | F0.5 G0.3"
+
+
+def test_task_kind_compares_to_strings():
+    assert TaskKind.FORWARD == "forward" and TaskKind("grad_sync") is TaskKind.GRAD_SYNC
+
+
+@pytest.mark.parametrize("text", ["2F0", "0B11", "3FP2", "1GP0", "0GS3"])
+def test_task_id_text_round_trips(text):
+    assert str(TaskId.parse(text)) == text
+
+
+def test_task_id_rejects_garbage():
+    with pytest.raises(ValueError, match="is not of the form"):
+        TaskId.parse("F2")
+
+
+def test_one_f_one_b_order():
+    codes = lambda stage, n, p: " ".join(f"{k.code}{m}" for k, m in one_f_one_b_order(stage, n, p))  # noqa: E731
+    assert codes(0, 4, 3) == "F0 F1 F2 B0 F3 B1 B2 B3"
+    assert codes(1, 4, 3) == "F0 F1 B0 F2 B1 F3 B2 B3"
+    assert codes(2, 4, 3) == "F0 B0 F1 B1 F2 B2 F3 B3"
+    assert codes(0, 2, 4) == "F0 F1 B0 B1"  # fewer micro-batches than warm-up slots
+
+
+def test_sync_points():
+    assert sync_points(8, 1) == list(range(8))
+    assert sync_points(8, 4) == [3, 7]
+    assert sync_points(7, 3) == [2, 5, 6]
+    assert sync_points(2, 5) == [1]
+
+
+def test_policy_labels_and_precedence():
+    assert Policy().label == "F1 G1 S1"
+    assert Policy(exclusive_tiers={"grad_sync": "a", "fwd_prop": "b", "grad_prop": "b"}).label == "S>F=G"
+    both = Policy(priorities={"grad_sync": 0.2}, exclusive_tiers={"grad_sync": "a"})
+    assert both.tier("grad_sync") == "a" and both.label == "S | F1 G1"
+
+
+def test_metrics():
+    s = calculate_full_pipeline_schedule(num_gpus=2, n=1, fwd_len=1, bwd_len=1, prop_len=1, sync_base_len=0)
+    m = schedule_metrics(s)
+    assert m.completion_time == 6 and m.ideal_time == 4 and m.slowdown == 1.5
+    assert m.busy_time == (2.0, 2.0)
+    assert m.bubble_fraction == pytest.approx((4 / 6, 4 / 6))
+    assert m.throttled_time == 0 and m.throttled_transfers == 0

@@ -1,0 +1,86 @@
+"""Both visualizer scripts run as a user runs them."""
+
+import importlib
+
+import pytest
+
+from conftest import assert_one_line_error, assert_png_drawn, run_script
+
+SCRIPTS = ["schedule_visualizer_single_channel.py", "schedule_visualizer_duel_channel.py"]
+
+
+def test_both_scripts_export_the_same_core():
+    single = importlib.import_module("schedule_visualizer_single_channel")
+    dual = importlib.import_module("schedule_visualizer_duel_channel")
+    from pipeline_sim import calculate_full_pipeline_schedule
+
+    assert single.calculate_full_pipeline_schedule is dual.calculate_full_pipeline_schedule
+    assert single.calculate_full_pipeline_schedule is calculate_full_pipeline_schedule
+    assert single.DEFAULT_PRIORITIES == {"fwd_prop": 0.5, "grad_prop": 0.3, "grad_sync": 0.2}
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_chart_and_trace(script, tmp_path, load_json):
+    result = run_script(script, "-n", "6", "--num-gpus", "3", "--show-throttling", "--show-completion-time",
+                        "--no-show", "--output", "chart.png", "--trace", "trace.json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert_png_drawn(tmp_path / "chart.png")
+    trace = load_json(tmp_path / "trace.json")
+    complete = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    tasks = 3 * 6 * 2 + 2 * 6 * 2 + 3 * 6
+    assert len(complete) == tasks
+    assert len({e["args"]["task"] for e in complete}) == tasks
+    assert {e["pid"] for e in complete} == {0, 1, 2}
+    assert {e["tid"] for e in complete} == {0, 1}
+    from pipeline_sim import EnvParams, Policy, simulate
+
+    expected = simulate(EnvParams(n=6, num_gpus=3), Policy(priorities={"fwd_prop": 0.5, "grad_prop": 0.3,
+                                                                       "grad_sync": 0.2}))
+    assert trace["otherData"]["completion_time"] == expected.completion_time
+    last = max(e["ts"] + e["dur"] for e in complete)
+    assert last == pytest.approx(expected.completion_time * 1000)
+    assert f"{expected.completion_time:.6g}" in result.stdout
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_default_output_location_and_policy_flags(script, tmp_path):
+    result = run_script(script, "-n", "4", "--exclusive", "grad_sync=a", "--priority", "fwd_prop=0.7",
+                        "--sync-solo-w", "3", "--no-show", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    charts = list((tmp_path / "outputs" / "gantt").glob("*.png"))
+    assert len(charts) == 1
+    assert_png_drawn(charts[0])
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+@pytest.mark.parametrize("args, fragments", [
+    (["-n", "0"], ["-n/--num_groups", "n = 0", ">= 1"]),
+    (["--fwd-impact", "1.5"], ["--fwd-impact", "fwd_impact = 1.5", "0 <= x < 1"]),
+    (["--exclusive", "grad_sync=9"], ["--exclusive", "'9'", "one letter"]),
+    (["--priority", "fwd_prop=lots"], ["--priority", "number in [0, 1]"]),
+    (["--priority", "bogus=0.5"], ["--priority", "fwd_prop, grad_prop, grad_sync"]),
+    (["--num-gpus", "two"], ["--num-gpus", "invalid int value"]),
+    (["--ingress-capacity", "0"], ["--ingress-capacity", "ingress_capacity = 0.0"]),
+])
+def test_user_mistakes_get_one_line(script, args, fragments, tmp_path):
+    result = run_script(script, *args, "--no-show", cwd=tmp_path)
+    assert_one_line_error(result, *fragments)
+    assert not (tmp_path / "outputs").exists()
+
+
+def test_unwritable_output_is_one_line(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = run_script(SCRIPTS[0], "--no-show", "--output", str(blocker / "chart.png"), cwd=tmp_path)
+    assert_one_line_error(result)
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_help_documents_the_flags(script, tmp_path):
+    result = run_script(script, "--help", cwd=tmp_path)
+    assert result.returncode == 0
+    for flag in ["--num_groups", "--fwd-impact", "--bwd-impact", "--sync-solo-w", "--sync-freq", "--no-show",
+                 "--show-throttling", "--show-completion-time", "--num-gpus", "--fwd-len", "--bwd-len",
+                 "--prop-len", "--sync-base-len", "--ingress-capacity", "--priority", "--exclusive", "--output",
+                 "--trace", "no effect"]:
+        assert flag in result.stdout, flag
