@@ -30,8 +30,8 @@ def run_command(prog: str, body: Callable[[], int]) -> int:
         where = f"{error.filename}: " if error.filename else ""
         print(f"{prog}: error: {where}{error.strerror or error}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"\n{prog}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as interrupt:
+        print(f"\n{prog}: {interrupt or 'interrupted'}", file=sys.stderr)
         return 130
 
 

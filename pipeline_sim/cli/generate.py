@@ -1,0 +1,97 @@
+"""data_generator.py: every policy in every environment of a JSON grid, into one CSV."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+from ..config import EnvironmentGrid
+from ..scenarios import DEFAULT_STEP
+from ..sweep import SIMULATORS, SweepPlan, partial_paths, resumable, run_sweep
+from .common import Parser, positive_int, run_command, script_name
+
+DATA_DIR = Path("outputs/data")
+
+
+def add_sweep_arguments(parser: Parser, *, step_flags: Sequence[str]) -> None:
+    parser.add_argument("--simulator", choices=SIMULATORS, default="single_channel",
+                        help="recorded in the CSV; both simulators share one core, so numbers are equal "
+                             "(default %(default)s)")
+    parser.add_argument(*step_flags, dest="step", type=float, default=DEFAULT_STEP,
+                        help="resolution of the shared priorities; must divide 1 (default %(default)s: "
+                             "121 policies per environment)")
+    parser.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
+                        help="worker processes (default: all %(default)s cores; 1 runs serially)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue an interrupted sweep from its .partial file instead of starting over")
+
+
+def default_output(config: Path, plan: SweepPlan, resume: bool) -> Path:
+    """``outputs/data/<config name>_<timestamp>.csv``; with ``resume``, the newest partial of this plan."""
+    if resume:
+        candidates = sorted(DATA_DIR.glob(f"{config.stem}_*.csv.partial"), reverse=True)
+        for partial in candidates:
+            output = partial.with_name(partial.name.removesuffix(".partial"))
+            if resumable(output, plan):
+                return output
+    return DATA_DIR / f"{config.stem}_{time.strftime('%Y%m%d-%H%M%S')}.csv"
+
+
+def generate(config: Path, *, step: float, simulator: str, output: Path | None, workers: int,
+             resume: bool) -> tuple[SweepPlan, Path]:
+    """Run the sweep with a progress bar; report on stderr/stdout. Returns the plan and the CSV written."""
+    from tqdm import tqdm
+
+    plan = SweepPlan(EnvironmentGrid.load(config), step=step, simulator=simulator)
+    output = output or default_output(config, plan, resume)
+    partial, _ = partial_paths(output)
+    progress = run_sweep(plan, output, workers=workers, resume=resume)
+    done = next(progress)  # checks that the output can be written before announcing the work
+    print(f"{plan.num_environments:,} environments x {len(plan.policies)} policies = "
+          f"{plan.num_simulations:,} simulations on {workers} worker{'s' if workers > 1 else ''} -> {output}",
+          flush=True)
+    if done:
+        print(f"resuming: {done:,} rows already in {partial}", flush=True)
+    elif resume:
+        print("nothing to resume for this config; starting a new sweep", flush=True)
+    bar = tqdm(total=plan.num_simulations, initial=done, unit="sim", dynamic_ncols=True, mininterval=0.5,
+               smoothing=0.05, file=sys.stderr)
+    try:
+        for done in progress:
+            bar.update(done - bar.n)
+    except KeyboardInterrupt:
+        progress.close()
+        bar.close()
+        raise KeyboardInterrupt(f"interrupted after {bar.n:,} of {plan.num_simulations:,} simulations; "
+                                f"rows kept in {partial}; rerun with --resume to continue") from None
+    bar.close()
+    return plan, output
+
+
+def build_parser(prog: str) -> Parser:
+    parser = Parser(prog=prog, description="Run every communication-priority policy in every environment of a "
+                                           "JSON grid, in parallel, into one CSV (one row per simulation).",
+                    epilog="Rows stream to <output>.partial in a fixed order and become <output> when the sweep "
+                           "completes; after an interruption, rerun the same command with --resume. "
+                           f"Example: {prog} --config configs/example.json --workers 2")
+    parser.add_argument("--config", "-c", type=Path, required=True, help="JSON grid of environments")
+    parser.add_argument("--output", "-o", type=Path, default=None,
+                        help=f"CSV to write (default {DATA_DIR}/<config name>_<timestamp>.csv)")
+    add_sweep_arguments(parser, step_flags=("--step",))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
+    prog = prog or script_name(sys.argv[0])
+    args = build_parser(prog).parse_args(argv)
+
+    def body() -> int:
+        plan, output = generate(args.config, step=args.step, simulator=args.simulator, output=args.output,
+                                workers=args.workers, resume=args.resume)
+        print(f"wrote {plan.num_simulations:,} rows to {output}")
+        return 0
+
+    return run_command(prog, body)

@@ -1,0 +1,127 @@
+"""The sweep's JSON grid of environments.
+
+Each key is an environment parameter (``EnvParams``); its value is a scalar, a list
+of values, or a range ``{"start": a, "stop": b, "step": s}`` that includes ``stop``
+when it falls on the grid. Missing keys take the model's defaults. The environments
+are the Cartesian product, the last parameter varying fastest.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from decimal import Decimal
+from itertools import islice, product
+from pathlib import Path
+from typing import Iterator, Mapping
+
+from .model import EnvParams, ParameterError
+
+INTEGER_KEYS = ("n", "num_gpus", "sync_freq")
+MAX_RANGE_VALUES = 100_000
+
+
+class ConfigError(ValueError):
+    """A config the sweep cannot run; the message is one line naming the key and the value."""
+
+
+def _number(key: str, value: object, where: str) -> int | float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        kind = "an integer" if key in INTEGER_KEYS else "a number"
+        raise ConfigError(f"{where}: {value!r} is not {kind}")
+    if key in INTEGER_KEYS:
+        if isinstance(value, float) and not value.is_integer():
+            raise ConfigError(f"{where}: {value!r} is not an integer")
+        return int(value)
+    return float(value)
+
+
+def _expand_range(key: str, spec: Mapping[str, object]) -> list[int | float]:
+    where = f"config key {key!r}"
+    if set(spec) != {"start", "stop", "step"}:
+        raise ConfigError(f"{where}: a range needs exactly the keys start, stop, step; got {', '.join(sorted(spec))}")
+    start, stop, step = (_number(key, spec[name], f"{where} {name}") for name in ("start", "stop", "step"))
+    if step <= 0:
+        raise ConfigError(f"{where}: range step {step!r} must be > 0")
+    if stop < start:
+        raise ConfigError(f"{where}: range stop {stop!r} is below start {start!r}")
+    # Decimal arithmetic on the written values: 2.0..3.0 step 0.5 gives 2.5, never 2.4999999.
+    first, last, stride = (Decimal(repr(v)) for v in (start, stop, step))
+    count = int((last - first) / stride) + 1
+    if count > MAX_RANGE_VALUES:
+        raise ConfigError(f"{where}: range gives {count} values; at most {MAX_RANGE_VALUES} are allowed")
+    values = [first + i * stride for i in range(count)]
+    return [int(v) if key in INTEGER_KEYS else float(v) for v in values]
+
+
+def _values(key: str, raw: object) -> list[int | float]:
+    where = f"config key {key!r}"
+    if isinstance(raw, dict):
+        values = _expand_range(key, raw)
+    elif isinstance(raw, list):
+        if not raw:
+            raise ConfigError(f"{where}: empty list; give at least one value")
+        values = [_number(key, item, where) for item in raw]
+    else:
+        values = [_number(key, raw, where)]
+    defaults = EnvParams().as_dict()
+    for value in values:
+        try:
+            EnvParams(**{**defaults, key: value})
+        except ParameterError as error:
+            raise ConfigError(f"{where}: {error}") from None
+    if len(set(values)) != len(values):
+        raise ConfigError(f"{where}: values repeat ({values}); each environment must be listed once")
+    return values
+
+
+@dataclass(frozen=True)
+class EnvironmentGrid:
+    """The values of every parameter; iterating gives the environments in grid order."""
+
+    values: tuple[tuple[str, tuple[int | float, ...]], ...]
+
+    @classmethod
+    def from_mapping(cls, raw: object, source: str = "config") -> EnvironmentGrid:
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{source}: the top level must be a JSON object of parameter names, "
+                              f"got {type(raw).__name__}")
+        names = EnvParams.names()
+        unknown = [key for key in raw if key not in names]
+        if unknown:
+            raise ConfigError(f"{source}: unknown key {unknown[0]!r}; valid keys: {', '.join(names)}")
+        defaults = EnvParams().as_dict()
+        return cls(tuple((name, tuple(_values(name, raw[name])) if name in raw else (defaults[name],))
+                         for name in names))
+
+    @classmethod
+    def load(cls, path: str | Path) -> EnvironmentGrid:
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ConfigError(f"config {path}: no such file") from None
+        except (OSError, UnicodeDecodeError) as error:
+            raise ConfigError(f"config {path}: cannot read it ({getattr(error, 'strerror', None) or error})") from None
+        try:
+            raw = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ConfigError(f"config {path}: invalid JSON at line {error.lineno}, column {error.colno}: "
+                              f"{error.msg}") from None
+        return cls.from_mapping(raw, f"config {path}")
+
+    def __len__(self) -> int:
+        return math.prod(len(values) for _, values in self.values)
+
+    def __iter__(self) -> Iterator[EnvParams]:
+        return self.environments()
+
+    def environments(self, start: int = 0) -> Iterator[EnvParams]:
+        """Environments in grid order, from the ``start``-th on."""
+        names = [name for name, _ in self.values]
+        combos = islice(product(*(values for _, values in self.values)), start, None)
+        return (EnvParams(**dict(zip(names, combo))) for combo in combos)
+
+    def as_dict(self) -> dict[str, list[int | float]]:
+        return {name: list(values) for name, values in self.values}

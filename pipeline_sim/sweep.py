@@ -1,0 +1,220 @@
+"""Running every policy in every environment of a grid, streamed in order to one CSV.
+
+Rows go to ``<output>.partial`` as they finish, in grid order then policy order; the
+file becomes ``<output>`` only when complete. A partial file and its fingerprint
+(``<output>.partial.json``) let an interrupted sweep resume and still end
+byte-identical to an uninterrupted run, whatever the number of workers.
+"""
+
+from __future__ import annotations
+
+import csv
+import ctypes
+import ctypes.util
+import hashlib
+import io
+import json
+import math
+import os
+import signal
+from collections import deque
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, TypeVar
+
+from .config import EnvironmentGrid
+from .engine import simulate
+from .metrics import ScheduleMetrics, schedule_metrics
+from .model import COMM_KINDS, EnvParams, ParameterError, Policy
+from .scenarios import DEFAULT_STEP, policy_grid, steps_per_unit
+
+SIMULATORS = ("single_channel", "dual_channel")
+POLICY_COLUMNS = ("policy", *(f"prio_{kind}" for kind in COMM_KINDS), *(f"tier_{kind}" for kind in COMM_KINDS))
+COLUMNS = (*EnvParams.names(), "simulator", *POLICY_COLUMNS, *ScheduleMetrics.SCALARS)
+HEADER = ",".join(COLUMNS) + "\n"
+_PR_SET_PDEATHSIG = 1
+
+
+class ResumeError(ValueError):
+    """A partial file that cannot be continued by this sweep."""
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """What a sweep runs: every environment of ``grid`` under every policy at ``step``."""
+
+    grid: EnvironmentGrid
+    step: float = DEFAULT_STEP
+    simulator: str = "single_channel"
+
+    def __post_init__(self) -> None:
+        steps_per_unit(self.step)
+        if self.simulator not in SIMULATORS:
+            raise ParameterError("simulator", self.simulator, f"must be one of {', '.join(SIMULATORS)}")
+
+    @property
+    def policies(self) -> tuple[Policy, ...]:
+        return policy_grid(self.step)
+
+    @property
+    def num_environments(self) -> int:
+        return len(self.grid)
+
+    @property
+    def num_simulations(self) -> int:
+        return self.num_environments * len(self.policies)
+
+    def fingerprint(self) -> str:
+        """Identifies the rows this plan writes; a partial file resumes only under the same one."""
+        text = json.dumps({"grid": self.grid.as_dict(), "step": self.step, "simulator": self.simulator,
+                           "columns": COLUMNS}, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    def chunks(self, start_row: int, rows_per_chunk: int) -> Iterator[Chunk]:
+        """Units of work from row ``start_row`` on, in row order, none spanning two environments."""
+        per_env = len(self.policies)
+        first_env, offset = divmod(start_row, per_env)
+        for params in self.grid.environments(first_env):
+            for first in range(offset, per_env, rows_per_chunk):
+                yield Chunk(params, self.simulator, self.step, first, min(first + rows_per_chunk, per_env))
+            offset = 0
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Policies ``first`` to ``stop - 1`` of the policy grid, in one environment."""
+
+    params: EnvParams
+    simulator: str
+    step: float
+    first: int
+    stop: int
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return ""
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def result_row(params: EnvParams, simulator: str, policy: Policy, metrics: ScheduleMetrics) -> list[str]:
+    prios = [None if kind in policy.exclusive_tiers else policy.shared_priority(kind) for kind in COMM_KINDS]
+    tiers = [policy.tier(kind) for kind in COMM_KINDS]
+    values = [*params.as_dict().values(), simulator, policy.label, *prios, *tiers, *metrics.scalars().values()]
+    return [_cell(value) for value in values]
+
+
+def simulate_chunk(chunk: Chunk) -> tuple[str, int]:
+    """CSV text of a chunk's rows, and how many there are. Pure: runs in worker processes."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    for policy in policy_grid(chunk.step)[chunk.first:chunk.stop]:
+        schedule = simulate(chunk.params, policy)
+        writer.writerow(result_row(chunk.params, chunk.simulator, policy, schedule_metrics(schedule)))
+    return buffer.getvalue(), chunk.stop - chunk.first
+
+
+def rows_per_chunk(plan: SweepPlan, workers: int) -> int:
+    """A whole environment per chunk, split only when there are too few environments to keep workers busy."""
+    per_env = len(plan.policies)
+    pieces = math.ceil(4 * workers / plan.num_environments) if workers > 1 else 1
+    return max(1, math.ceil(per_env / pieces))
+
+
+_Item = TypeVar("_Item")
+_Result = TypeVar("_Result")
+
+
+def _init_worker() -> None:
+    # Ctrl-C goes to the whole process group; only the parent should react to it.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A killed parent must not leave workers behind (Linux only; elsewhere they end with the pool's pipes).
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+
+
+def ordered_map(function: Callable[[_Item], _Result], items: Iterable[_Item], workers: int) -> Iterator[_Result]:
+    """``map`` over processes, results in input order, at most a few items in flight (flat memory)."""
+    if workers <= 1:
+        yield from map(function, items)
+        return
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_init_worker)
+    try:
+        pending = deque()
+        for item in items:
+            pending.append(pool.submit(function, item))
+            if len(pending) >= 4 * workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def partial_paths(output: Path) -> tuple[Path, Path]:
+    """The partial CSV and its fingerprint file for ``output``."""
+    return output.with_name(output.name + ".partial"), output.with_name(output.name + ".partial.json")
+
+
+def _rows_on_disk(partial: Path, plan: SweepPlan) -> int:
+    """Complete rows in a partial file; a torn last line is cut off."""
+    with open(partial, "rb+") as handle:
+        data = handle.read()
+        if not data.startswith(HEADER.encode()):
+            raise ResumeError(f"{partial} does not start with the sweep's header; remove it or drop --resume")
+        end = data.rfind(b"\n") + 1
+        handle.truncate(end)
+    rows = data.count(b"\n", 0, end) - 1
+    if rows > plan.num_simulations:
+        raise ResumeError(f"{partial} has {rows} rows, more than the {plan.num_simulations} this sweep writes")
+    return rows
+
+
+def resumable(output: Path, plan: SweepPlan) -> bool:
+    """Whether ``output`` has a partial file written by this very plan."""
+    partial, meta = partial_paths(output)
+    try:
+        return partial.exists() and json.loads(meta.read_text())["fingerprint"] == plan.fingerprint()
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def run_sweep(plan: SweepPlan, output: str | os.PathLike, *, workers: int = 1,
+              resume: bool = False) -> Iterator[int]:
+    """Run ``plan`` into the CSV ``output``; yield the rows on disk, first before any new work.
+
+    With ``resume``, continue ``output``'s partial file if there is one (it must come
+    from the same plan); otherwise start afresh. Closing the generator early leaves
+    the partial file holding every finished row.
+    """
+    output = Path(output)
+    partial, meta = partial_paths(output)
+    done = 0
+    if resume and partial.exists():
+        if not resumable(output, plan):
+            raise ResumeError(f"{partial} was written by a different config, step or simulator; "
+                              f"remove it or drop --resume")
+        done = _rows_on_disk(partial, plan)
+    else:
+        try:
+            output.parent.mkdir(parents=True, exist_ok=True)
+            partial.write_text(HEADER, encoding="utf-8")
+            meta.write_text(json.dumps({"fingerprint": plan.fingerprint(), "output": str(output)}),
+                            encoding="utf-8")
+        except OSError as error:
+            raise OSError(error.errno, f"cannot write {output}: {error.strerror or error}") from None
+    yield done
+    with open(partial, "a", encoding="utf-8", newline="") as handle:
+        chunks = plan.chunks(done, rows_per_chunk(plan, workers))
+        for text, count in ordered_map(simulate_chunk, chunks, workers):
+            handle.write(text)
+            handle.flush()
+            done += count
+            yield done
+        os.fsync(handle.fileno())
+    os.replace(partial, output)
+    meta.unlink(missing_ok=True)

@@ -1,0 +1,92 @@
+"""The sweep's JSON grid grammar."""
+
+import json
+
+import pytest
+
+from pipeline_sim import EnvParams
+from pipeline_sim.config import ConfigError, EnvironmentGrid
+
+EXAMPLE = {"n": [8, 16], "sync_freq": [1, 2, 4], "fwd_len": [1.0],
+           "bwd_len": {"start": 2.0, "stop": 3.0, "step": 0.5}, "prop_len": [1.0],
+           "sync_base_len": [2.0], "fwd_impact": [0.2], "bwd_impact": [0.2]}
+
+
+def test_example_grid():
+    grid = EnvironmentGrid.from_mapping(EXAMPLE)
+    assert len(grid) == 18
+    values = grid.as_dict()
+    assert values["bwd_len"] == [2.0, 2.5, 3.0]
+    assert values["num_gpus"] == [4] and values["ingress_capacity"] == [1.0]  # defaults
+    envs = list(grid)
+    assert envs[0] == EnvParams(n=8, sync_freq=1, bwd_len=2.0)
+    assert envs[1] == EnvParams(n=8, sync_freq=1, bwd_len=2.5)  # the last key varies fastest
+    assert envs[-1] == EnvParams(n=16, sync_freq=4, bwd_len=3.0)
+    assert list(grid.environments(16)) == envs[16:]
+
+
+@pytest.mark.parametrize("spec, expected", [
+    ({"start": 0.0, "stop": 0.9, "step": 0.1}, [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9]),
+    ({"start": 0.0, "stop": 1.0, "step": 0.3}, [0.0, 0.3, 0.6, 0.9]),  # stop off the grid
+    ({"start": 0.1, "stop": 0.7, "step": 0.2}, [0.1, 0.3, 0.5, 0.7]),
+    ({"start": 0.5, "stop": 0.5, "step": 0.1}, [0.5]),
+])
+def test_ranges_have_no_drift(spec, expected):
+    values = EnvironmentGrid.from_mapping({"fwd_impact": spec}).as_dict()["fwd_impact"]
+    assert values == expected
+    assert [repr(v) for v in values] == [repr(v) for v in expected]
+
+
+def test_integer_ranges_and_scalars():
+    grid = EnvironmentGrid.from_mapping({"n": {"start": 4, "stop": 16, "step": 4}, "num_gpus": 2})
+    assert grid.as_dict()["n"] == [4, 8, 12, 16]
+    assert all(isinstance(v, int) for v in grid.as_dict()["n"])
+    assert grid.as_dict()["num_gpus"] == [2]
+
+
+@pytest.mark.parametrize("raw, fragment", [
+    ([1, 2], "top level must be a JSON object"),
+    ({"nn": 3}, "unknown key 'nn'; valid keys: n, num_gpus"),
+    ({"n": "eight"}, "config key 'n': 'eight' is not an integer"),
+    ({"n": 8.5}, "8.5 is not an integer"),
+    ({"fwd_len": [1.0, "x"]}, "'x' is not a number"),
+    ({"fwd_len": True}, "True is not a number"),
+    ({"n": []}, "config key 'n': empty list"),
+    ({"bwd_len": {"start": 2.0, "stop": 3.0}}, "needs exactly the keys start, stop, step"),
+    ({"bwd_len": {"start": 2.0, "stop": 3.0, "step": 0}}, "range step 0.0 must be > 0"),
+    ({"bwd_len": {"start": 2.0, "stop": 3.0, "step": -0.5}}, "range step -0.5 must be > 0"),
+    ({"bwd_len": {"start": 3.0, "stop": 2.0, "step": 0.5}}, "range stop 2.0 is below start 3.0"),
+    ({"fwd_impact": [0.2, 1.5]}, "config key 'fwd_impact': fwd_impact = 1.5: must be a finite number with 0 <= x < 1"),
+    ({"n": 0}, "n = 0: must be an integer >= 1"),
+    ({"fwd_len": 0}, "fwd_len = 0.0: must be a finite number > 0"),
+    ({"n": [8, 8]}, "values repeat"),
+    ({"prop_len": {"start": 0, "stop": 1, "step": 1e-9}}, "at most 100000"),
+])
+def test_bad_grids_name_the_key_and_value(raw, fragment):
+    with pytest.raises(ConfigError) as info:
+        EnvironmentGrid.from_mapping(raw)
+    assert fragment in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_file_errors(tmp_path):
+    with pytest.raises(ConfigError, match="no such file"):
+        EnvironmentGrid.load(tmp_path / "missing.json")
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"n": [8, 16],\n "fwd_len": [1.0,]}')
+    with pytest.raises(ConfigError, match="invalid JSON at line 2, column 18"):
+        EnvironmentGrid.load(broken)
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(EXAMPLE))
+    assert len(EnvironmentGrid.load(good)) == 18
+
+
+@pytest.mark.parametrize("name", ["example.json", "quick.json", "ingress.json", "accumulation.json",
+                                  "deep_pipeline.json"])
+def test_shipped_configs_load(name):
+    from conftest import ROOT
+
+    grid = EnvironmentGrid.load(ROOT / "configs" / name)
+    assert len(grid) >= 1
+    if name == "example.json":
+        assert json.loads((ROOT / "configs" / name).read_text()) == EXAMPLE

@@ -1,0 +1,122 @@
+"""The sweep library: rows equal direct simulations, order and bytes fixed, interruptions lose nothing."""
+
+import csv
+import io
+
+import pytest
+
+from pipeline_sim import calculate_full_pipeline_schedule
+from pipeline_sim.config import EnvironmentGrid
+from pipeline_sim.sweep import COLUMNS, ResumeError, SweepPlan, partial_paths, rows_per_chunk, run_sweep
+
+SMALL = {"n": [3, 5], "num_gpus": [2, 3], "sync_freq": [1, 2]}
+
+
+@pytest.fixture
+def plan():
+    return SweepPlan(EnvironmentGrid.from_mapping(SMALL), step=0.25)
+
+
+def sweep(plan, output, **kwargs):
+    for _ in run_sweep(plan, output, **kwargs):
+        pass
+    return output.read_bytes()
+
+
+def test_rows_equal_direct_calls(plan, tmp_path):
+    rows = list(csv.DictReader(io.StringIO(sweep(plan, tmp_path / "out.csv").decode())))
+    assert len(rows) == plan.num_simulations == 8 * len(plan.policies)
+    assert list(rows[0]) == list(COLUMNS)
+    for row in rows[::7]:
+        priorities = {k: float(row[f"prio_{k}"]) for k in ("fwd_prop", "grad_prop", "grad_sync") if row[f"prio_{k}"]}
+        tiers = {k: row[f"tier_{k}"] for k in ("fwd_prop", "grad_prop", "grad_sync") if row[f"tier_{k}"]}
+        assert not set(priorities) & set(tiers)
+        direct = calculate_full_pipeline_schedule(
+            n=int(row["n"]), num_gpus=int(row["num_gpus"]), sync_freq=int(row["sync_freq"]),
+            fwd_len=float(row["fwd_len"]), bwd_len=float(row["bwd_len"]), prop_len=float(row["prop_len"]),
+            sync_base_len=float(row["sync_base_len"]), fwd_impact=float(row["fwd_impact"]),
+            bwd_impact=float(row["bwd_impact"]), ingress_capacity=float(row["ingress_capacity"]),
+            priorities=priorities, exclusive_tiers=tiers)
+        assert float(row["completion_time"]) == direct.completion_time
+        assert row["policy"] == direct.policy.label
+
+
+def test_grid_then_policy_order(plan, tmp_path):
+    rows = list(csv.DictReader(io.StringIO(sweep(plan, tmp_path / "out.csv").decode())))
+    per_env = len(plan.policies)
+    labels = [p.label for p in plan.policies]
+    for e, env in enumerate(plan.grid):
+        block = rows[e * per_env:(e + 1) * per_env]
+        assert {(int(r["n"]), int(r["num_gpus"]), int(r["sync_freq"])) for r in block} == \
+               {(env.n, env.num_gpus, env.sync_freq)}
+        assert [r["policy"] for r in block] == labels
+
+
+def test_same_bytes_whatever_the_workers(plan, tmp_path):
+    serial = sweep(plan, tmp_path / "one.csv", workers=1)
+    parallel = sweep(plan, tmp_path / "two.csv", workers=2)
+    again = sweep(plan, tmp_path / "three.csv", workers=3)
+    assert serial == parallel == again
+    assert not list(tmp_path.glob("*.partial*"))
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("stop_after", [1, 3])
+def test_interrupted_then_resumed_equals_uninterrupted(plan, tmp_path, workers, stop_after):
+    reference = sweep(plan, tmp_path / "reference.csv")
+    output = tmp_path / "out.csv"
+    progress = run_sweep(plan, output, workers=workers)
+    for _, done in zip(range(stop_after + 1), progress):
+        pass
+    progress.close()  # what Ctrl-C does to the generator
+    partial, meta = partial_paths(output)
+    assert not output.exists() and partial.exists() and meta.exists()
+    kept = partial.read_bytes()
+    assert kept.count(b"\n") - 1 == done and 0 < done < plan.num_simulations
+    assert reference.startswith(kept)
+    progress = run_sweep(plan, output, workers=workers, resume=True)
+    assert next(progress) == done
+    for _ in progress:
+        pass
+    assert output.read_bytes() == reference
+    assert not partial.exists() and not meta.exists()
+
+
+def test_a_torn_last_line_is_cut_and_redone(plan, tmp_path):
+    reference = sweep(plan, tmp_path / "reference.csv")
+    output = tmp_path / "out.csv"
+    partial, _ = partial_paths(output)
+    progress = run_sweep(plan, output)
+    next(progress), next(progress)
+    progress.close()
+    with open(partial, "ab") as handle:
+        handle.write(b"8,4,1,1.0,2.0,1.0,2.0,0.2")  # killed in the middle of a write
+    assert sweep(plan, output, resume=True) == reference
+
+
+def test_resume_refuses_a_different_plan(plan, tmp_path):
+    output = tmp_path / "out.csv"
+    progress = run_sweep(plan, output)
+    next(progress), next(progress)
+    progress.close()
+    other = SweepPlan(EnvironmentGrid.from_mapping(SMALL), step=0.5)
+    with pytest.raises(ResumeError, match="different config"):
+        next(run_sweep(other, output, resume=True))
+
+
+def test_resume_without_partial_starts_fresh(plan, tmp_path):
+    assert sweep(plan, tmp_path / "a.csv", resume=True) == sweep(plan, tmp_path / "b.csv")
+
+
+def test_chunks_cover_every_row_once(plan):
+    for workers in (1, 2, 8, 64):
+        size = rows_per_chunk(plan, workers)
+        for start in (0, 5, len(plan.policies), plan.num_simulations - 1):
+            chunks = list(plan.chunks(start, size))
+            assert sum(c.stop - c.first for c in chunks) == plan.num_simulations - start
+            assert all(0 < c.stop - c.first <= size for c in chunks)
+
+
+def test_plan_rejects_bad_simulator():
+    with pytest.raises(ValueError, match="simulator"):
+        SweepPlan(EnvironmentGrid.from_mapping({}), simulator="triple")

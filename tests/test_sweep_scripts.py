@@ -1,0 +1,221 @@
+"""data_generator.py, plot_heatmap.py and run_full_pipeline.py run as a user runs them."""
+
+import csv
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import ROOT, assert_one_line_error, assert_png_drawn, run_script
+
+from pipeline_sim import calculate_full_pipeline_schedule
+
+
+def read_rows(path):
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_full_pipeline_on_the_example_config(tmp_path):
+    shutil.copytree(ROOT / "configs", tmp_path / "configs")
+    result = run_script("run_full_pipeline.py", "-c", "configs/example.json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    csvs = list((tmp_path / "outputs" / "data").glob("example_*.csv"))
+    assert len(csvs) == 1
+    rows = read_rows(csvs[0])
+    assert len(rows) == 2178
+    assert len({(r["n"], r["sync_freq"], r["bwd_len"]) for r in rows}) == 18
+    heatmaps = sorted((tmp_path / "outputs" / "heatmaps" / csvs[0].stem).glob("*.png"))
+    assert len(heatmaps) == 18
+    for path in heatmaps[::6]:
+        assert_png_drawn(path, min_width=1200, min_height=700)
+    assert "18 environments, 2,178 simulations (121 policies each)" in result.stdout
+    assert str(csvs[0].relative_to(tmp_path)) in result.stdout
+    summary = [line for line in result.stdout.splitlines() if line.startswith("  n=")]
+    assert len(summary) == 18  # one best policy per environment
+    first = rows[0]
+    direct = calculate_full_pipeline_schedule(n=8, sync_freq=1, bwd_len=2.0,
+                                              priorities={"fwd_prop": 0.0, "grad_prop": 0.0, "grad_sync": 1.0})
+    assert first["policy"] == "F0 G0 S1" and float(first["completion_time"]) == direct.completion_time
+    best = min(rows[:121], key=lambda r: float(r["completion_time"]))
+    assert f"-> {best['policy']}" in result.stdout
+
+
+def test_generator_is_deterministic_across_workers(tmp_path):
+    config = tmp_path / "small.json"
+    config.write_text(json.dumps({"n": [4, 6], "num_gpus": 3}))
+    outputs = []
+    for workers in ("1", "2"):
+        output = tmp_path / f"w{workers}.csv"
+        result = run_script("data_generator.py", "--config", str(config), "--workers", workers, "--step", "0.2",
+                            "--output", str(output), cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert "2 environments x 61 policies = 122 simulations" in result.stdout
+        outputs.append(output.read_bytes())
+    assert outputs[0] == outputs[1]
+
+
+def test_default_output_name_and_simulator_column(tmp_path):
+    config = tmp_path / "tiny.json"
+    config.write_text('{"n": 2, "num_gpus": 2}')
+    result = run_script("data_generator.py", "-c", str(config), "--step", "1", "--simulator", "dual_channel",
+                        cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    (output,) = (tmp_path / "outputs" / "data").glob("tiny_*.csv")
+    rows = read_rows(output)
+    assert len(rows) == 31 and {r["simulator"] for r in rows} == {"dual_channel"}
+
+
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL])
+def test_interrupted_generator_resumes_to_identical_bytes(tmp_path, how):
+    config = tmp_path / "long.json"
+    config.write_text(json.dumps({"n": [16, 24], "sync_freq": [1, 2, 3, 4, 5, 6]}))
+    reference = tmp_path / "reference.csv"
+    assert run_script("data_generator.py", "-c", str(config), "-o", str(reference), cwd=tmp_path).returncode == 0
+
+    output = tmp_path / "out.csv"
+    partial = tmp_path / "out.csv.partial"
+    command = [sys.executable, str(ROOT / "data_generator.py"), "-c", str(config), "-o", str(output)]
+    process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (not partial.exists() or partial.read_bytes().count(b"\n") < 200):
+        time.sleep(0.02)
+    process.send_signal(how)
+    _, stderr = process.communicate(timeout=60)
+    assert not output.exists(), "the sweep finished before it could be interrupted"
+    if how == signal.SIGINT:
+        assert process.returncode == 130
+        last = stderr.strip().splitlines()[-1]
+        assert "interrupted after" in last and "--resume" in last and "Traceback" not in stderr
+    kept = partial.read_bytes()
+    assert reference.read_bytes().startswith(kept[:kept.rfind(b"\n") + 1])
+
+    resumed = run_script("data_generator.py", "-c", str(config), "-o", str(output), "--resume", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "resuming:" in resumed.stdout
+    assert output.read_bytes() == reference.read_bytes()
+    assert not partial.exists()
+
+
+def test_full_pipeline_resumes_the_newest_partial(tmp_path):
+    config = tmp_path / "resume.json"
+    config.write_text(json.dumps({"n": [16, 24], "sync_freq": [1, 2, 3, 4]}))
+    command = [sys.executable, str(ROOT / "run_full_pipeline.py"), "-c", str(config)]
+    process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    partials = []
+    while time.monotonic() < deadline:
+        partials = list((tmp_path / "outputs" / "data").glob("resume_*.csv.partial"))
+        if partials and partials[0].read_bytes().count(b"\n") > 150:
+            break
+        time.sleep(0.02)
+    process.send_signal(signal.SIGINT)
+    process.communicate(timeout=60)
+    assert process.returncode == 130
+    result = run_script("run_full_pipeline.py", "-c", str(config), "--resume", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "resuming: " in result.stdout
+    (final,) = (tmp_path / "outputs" / "data").glob("resume_*.csv")
+    assert final.name == partials[0].name.removesuffix(".partial")
+    assert len(read_rows(final)) == 8 * 121
+    assert len(list((tmp_path / "outputs" / "heatmaps" / final.stem).glob("*.png"))) == 8
+
+
+@pytest.mark.parametrize("content, fragments", [
+    (None, ["no such file"]),
+    ('{"n": [8, 16],\n "fwd_len": [1.0,]}', ["invalid JSON at line 2, column 18"]),
+    ('{"m": 8}', ["unknown key 'm'", "valid keys: n, num_gpus, sync_freq"]),
+    ('{"n": "8"}', ["config key 'n'", "'8' is not an integer"]),
+    ('{"n": []}', ["config key 'n'", "empty list"]),
+    ('{"bwd_len": {"start": 2, "stop": 3, "step": 0}}', ["config key 'bwd_len'", "step 0.0 must be > 0"]),
+    ('{"bwd_len": {"start": 3, "stop": 2, "step": 0.5}}', ["config key 'bwd_len'", "stop 2.0 is below start 3.0"]),
+    ('{"bwd_impact": 1.0}', ["config key 'bwd_impact'", "bwd_impact = 1.0", "0 <= x < 1"]),
+    ('{"ingress_capacity": -1}', ["ingress_capacity = -1.0", "> 0"]),
+    ("[]", ["top level must be a JSON object"]),
+])
+def test_generator_config_mistakes(tmp_path, content, fragments):
+    config = tmp_path / "config.json"
+    if content is not None:
+        config.write_text(content)
+    result = run_script("data_generator.py", "-c", str(config), "-o", "out.csv", cwd=tmp_path)
+    assert_one_line_error(result, *fragments)
+    assert not (tmp_path / "out.csv.partial").exists()
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["--step", "0.3"], ["step = 0.3", "does not divide 1"]),
+    (["--step", "0"], ["step = 0.0"]),
+    (["--workers", "0"], ["--workers", "must be >= 1"]),
+    (["--simulator", "quad"], ["--simulator", "invalid choice"]),
+    (["-o", "blocker/out.csv"], ["cannot write blocker/out.csv"]),
+])
+def test_generator_argument_mistakes(tmp_path, args, fragments):
+    (tmp_path / "blocker").write_text("a file, not a folder")
+    (tmp_path / "config.json").write_text("{}")
+    result = run_script("data_generator.py", "-c", "config.json", *args, cwd=tmp_path)
+    assert_one_line_error(result, *fragments)
+
+
+def test_full_pipeline_step_mistake(tmp_path):
+    result = run_script("run_full_pipeline.py", "-c", str(ROOT / "configs" / "quick.json"), "--priority_step",
+                        "0.15", cwd=tmp_path)
+    assert_one_line_error(result, "step = 0.15")
+
+
+def test_plot_heatmap_default_folder_and_readable_steps(tmp_path):
+    config = tmp_path / "c.json"
+    config.write_text('{"n": 4, "num_gpus": 3, "sync_freq": [1, 2]}')
+    for step in ("0.2", "0.05"):
+        csv_path = tmp_path / f"s{step}.csv"
+        assert run_script("data_generator.py", "-c", str(config), "--step", step, "-o", str(csv_path),
+                          cwd=tmp_path).returncode == 0
+        result = run_script("plot_heatmap.py", str(csv_path), cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        pngs = sorted((tmp_path / "heatmaps_output").glob("*.png"))
+        assert [p.name for p in pngs] == ["n4_gpus3_sf1_fwd1_bwd2_prop1_sync2_fi0.2_bi0.2_in1.png",
+                                          "n4_gpus3_sf2_fwd1_bwd2_prop1_sync2_fi0.2_bi0.2_in1.png"]
+        for png in pngs:
+            assert_png_drawn(png, min_width=1200, min_height=700)
+        shutil.rmtree(tmp_path / "heatmaps_output")
+
+
+@pytest.mark.parametrize("content, fragments", [
+    ("a,b\n1,2\n", ["lacks the generator's columns", "data_generator.py"]),
+    ("", ["not a readable CSV"]),
+    (None, ["no such file"]),
+])
+def test_plot_heatmap_rejects_other_csvs(tmp_path, content, fragments):
+    path = tmp_path / "other.csv"
+    if content is not None:
+        path.write_text(content)
+    result = run_script("plot_heatmap.py", str(path), "-o", "maps", cwd=tmp_path)
+    assert_one_line_error(result, *fragments)
+    assert not (tmp_path / "maps").exists()
+
+
+def test_plot_heatmap_rejects_a_cut_csv(tmp_path):
+    config = tmp_path / "c.json"
+    config.write_text('{"n": 3, "num_gpus": 2}')
+    full = tmp_path / "full.csv"
+    assert run_script("data_generator.py", "-c", str(config), "-o", str(full), cwd=tmp_path).returncode == 0
+    lines = full.read_text().splitlines(keepends=True)
+    cut = tmp_path / "cut.csv"
+    cut.write_text("".join(lines[:40]))
+    result = run_script("plot_heatmap.py", str(cut), cwd=tmp_path)
+    assert_one_line_error(result, "no simplex grid")
+
+
+@pytest.mark.parametrize("script, flags", [
+    ("data_generator.py", ["--config", "--simulator", "--step", "--output", "--workers", "--resume"]),
+    ("plot_heatmap.py", ["--output_dir", "heatmaps_output"]),
+    ("run_full_pipeline.py", ["--config", "--simulator", "--priority_step", "--workers", "--resume"]),
+])
+def test_help(tmp_path, script, flags):
+    result = run_script(script, "--help", cwd=tmp_path)
+    assert result.returncode == 0
+    for flag in flags:
+        assert flag in result.stdout
