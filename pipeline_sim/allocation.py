@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Sequence
 
 #: Two levels closer than this (relative) saturate together in progressive filling.
-_LEVEL_TOLERANCE = 1e-12
+LEVEL_TOLERANCE = 1e-12
 
 
 def exclusive_key(tier_rank: int, ready: float, index: int, kind_order: int) -> tuple[int, float, int, int]:
@@ -34,6 +34,10 @@ def max_min_fair_rates(senders: Sequence[int], receivers: Sequence[int | None],
     leaving the modelled GPUs). Every unfrozen flow's rate rises as
     ``weights[i] x level``; when a capacity is reached its flows freeze.
     Weights must be positive.
+
+    When the sender-only shares (``weight / sum of weights`` per sender) already
+    respect every ingress limit, they are the result: no ingress limit is reached
+    before the egress limits freeze every flow. Callers use that to skip filling.
     """
     count = len(weights)
     members: dict[tuple[int, int], list[int]] = {}
@@ -62,29 +66,13 @@ def max_min_fair_rates(senders: Sequence[int], receivers: Sequence[int | None],
             levels.append((max(capacity[key] - used, 0.0) / weight, key))
         lowest = min(level for level, _ in levels)
         for level, key in levels:
-            if level <= lowest * (1.0 + _LEVEL_TOLERANCE):
+            if level <= lowest * (1.0 + LEVEL_TOLERANCE):
                 for i in members[key]:
                     if not frozen[i]:
                         rates[i] = weights[i] * lowest
                         frozen[i] = True
         open_constraints = [key for key in open_constraints if not all(frozen[i] for i in members[key])]
     return rates
-
-
-def egress_only_feasible(receivers: Sequence[int | None], shares: Sequence[float], ingress_capacity: float) -> bool:
-    """Whether the sender-only shares already respect every ingress limit.
-
-    When they do, they *are* the max-min fair allocation (no ingress limit is ever
-    reached before the egress limits freeze every flow), so filling can be skipped.
-    """
-    if ingress_capacity >= 2.0:  # two incoming flows of at most 1 each can never exceed it
-        return True
-    inflow: dict[int, float] = {}
-    for receiver, share in zip(receivers, shares):
-        if receiver is not None:
-            inflow[receiver] = inflow.get(receiver, 0.0) + share
-    limit = ingress_capacity * (1.0 + _LEVEL_TOLERANCE)
-    return all(total <= limit for total in inflow.values())
 
 
 def is_throttled(rate: float, share: float) -> bool:

@@ -21,7 +21,7 @@ import heapq
 import math
 from typing import Mapping
 
-from .allocation import egress_only_feasible, exclusive_key, is_throttled, max_min_fair_rates
+from .allocation import LEVEL_TOLERANCE, exclusive_key, is_throttled, max_min_fair_rates
 from .model import COMM_KINDS, EnvParams, Policy, Schedule, Task, TaskKind, one_f_one_b_order, sync_points
 
 #: Tasks whose projected ends lie within this relative distance end at the same event.
@@ -104,6 +104,8 @@ class _Simulation:
         self.busy: list[_Run | None] = [None] * p
         self.ready_comm: list[list[_Run]] = [[] for _ in range(p)]
         self.sending: list[list[_Run]] = [[] for _ in range(p)]
+        self.sends_down = [False] * p  # sending a fwd_prop to s + 1 now
+        self.sends_up = [False] * p  # sending a grad_prop to s - 1 now
         self.sync_rate = [0.0] * p
         self.dirty_comm: set[int] = set()
         self.dirty_compute: set[int] = set()
@@ -161,7 +163,8 @@ class _Simulation:
                 task.start = now
             self.seq += 1
             run.heap_seq = self.seq
-            heapq.heappush(self.heap, (now + max(run.remaining, 0.0) / rate, self.seq, run))
+            remaining = run.remaining if run.remaining > 0.0 else 0.0
+            heapq.heappush(self.heap, (now + remaining / rate, self.seq, run))
         else:
             run.heap_seq = -1
 
@@ -238,18 +241,25 @@ class _Simulation:
                 winner = run
         if winner is not None:
             winner.weight = winner.share = 1.0
-            return [winner]
-        chosen = [run for run in ready if run.priority > 0.0]
-        if chosen:
-            for run in chosen:
-                run.weight = run.priority
+            chosen = [winner]
         else:
-            chosen = list(ready)
+            chosen = [run for run in ready if run.priority > 0.0]
+            if chosen:
+                for run in chosen:
+                    run.weight = run.priority
+            else:
+                chosen = list(ready)
+                for run in chosen:
+                    run.weight = 1.0
+            total = sum(run.weight for run in chosen)
             for run in chosen:
-                run.weight = 1.0
-        total = sum(run.weight for run in chosen)
+                run.share = run.weight / total
+        down = up = False
         for run in chosen:
-            run.share = run.weight / total
+            down = down or run.comm == _FWD_PROP
+            up = up or run.comm == _GRAD_PROP
+        self.sends_down[s] = down
+        self.sends_up[s] = up
         return chosen
 
     def _reallocate(self, now: float) -> None:
@@ -263,50 +273,64 @@ class _Simulation:
         self.dirty_compute.clear()
 
     def _reallocate_comm(self, now: float) -> None:
-        sending = self.sending
-        region = set(self.dirty_comm)
-        for s in sorted(self.dirty_comm):
-            old = sending[s]
+        sending, sends_down, sends_up = self.sending, self.sends_down, self.sends_up
+        seeds = set(self.dirty_comm)
+        for s in self.dirty_comm:
             new = self._sending_set(s)
-            for run in old:
+            for run in sending[s]:
                 if run.receiver is not None:
-                    region.add(run.receiver)  # its receiver's other inflow may speed up
-                if run not in new:
+                    seeds.add(run.receiver)  # its receiver's other inflow may speed up
+                if run.rate and run not in new:
                     self._set_rate(run, 0.0, False, now)
             sending[s] = new
         self.dirty_comm.clear()
 
-        # Close the region over the coupling of senders and receivers by current flows.
-        p = self.params.num_gpus
-        stack = list(region)
-        while stack:
-            g = stack.pop()
-            linked = [run.receiver for run in sending[g] if run.receiver is not None]
-            if g > 0 and any(run.comm == _FWD_PROP for run in sending[g - 1]):
-                linked.append(g - 1)
-            if g < p - 1 and any(run.comm == _GRAD_PROP for run in sending[g + 1]):
-                linked.append(g + 1)
-            for other in linked:
-                if other not in region:
-                    region.add(other)
-                    stack.append(other)
+        # GPUs g and g+1 are coupled when a flow between them shares an ingress limit, so
+        # the groups whose rates can change are maximal runs of coupled neighbours.
+        last = self.params.num_gpus - 1
+        covered = -1
+        for seed in sorted(seeds):
+            if seed <= covered:
+                continue
+            low = seed
+            while low > 0 and (sends_down[low - 1] or sends_up[low]):
+                low -= 1
+            high = seed
+            while high < last and (sends_down[high] or sends_up[high + 1]):
+                high += 1
+            covered = high
+            self._allocate_group(low, high, now)
 
-        gpus = sorted(region)
-        flows = [run for g in gpus for run in sending[g]]
-        shares = [run.share for run in flows]
-        receivers = [run.receiver for run in flows]
+    def _allocate_group(self, low: int, high: int, now: float) -> None:
+        """Rates of every flow sent by GPUs ``low..high``, a group no other flow couples to."""
+        flows = []
+        inflow = [0.0] * (high - low + 1)  # the group is closed: every receiver lies in it
+        for g in range(low, high + 1):
+            for run in self.sending[g]:
+                flows.append(run)
+                if run.receiver is not None:
+                    inflow[run.receiver - low] += run.share
         capacity = self.params.ingress_capacity
-        if egress_only_feasible(receivers, shares, capacity):
-            rates = shares
+        if max(inflow) <= capacity * (1.0 + LEVEL_TOLERANCE):
+            # Sender-only shares that respect every ingress limit are already max-min fair.
+            for run in flows:
+                if run.share != run.rate or run.throttled_now:
+                    self._set_rate(run, run.share, False, now)
         else:
-            rates = max_min_fair_rates([run.task.gpu for run in flows], receivers,
+            rates = max_min_fair_rates([run.task.gpu for run in flows], [run.receiver for run in flows],
                                        [run.weight for run in flows], capacity)
-        for run, rate in zip(flows, rates):
-            self._set_rate(run, rate, is_throttled(rate, run.share), now)
-        for g in gpus:
-            sync = sum(run.rate for run in sending[g] if run.comm == _GRAD_SYNC)
-            if sync != self.sync_rate[g]:
-                self.sync_rate[g] = sync
+            for run, rate in zip(flows, rates):
+                throttled = is_throttled(rate, run.share)
+                if rate != run.rate or throttled != run.throttled_now:
+                    self._set_rate(run, rate, throttled, now)
+        sync_rate = self.sync_rate
+        for g in range(low, high + 1):
+            sync = 0.0
+            for run in self.sending[g]:
+                if run.comm == _GRAD_SYNC:
+                    sync += run.rate
+            if sync != sync_rate[g]:
+                sync_rate[g] = sync
                 self.dirty_compute.add(g)
 
     def _stuck_message(self) -> str:
