@@ -25,6 +25,37 @@ def exclusive_key(tier_rank: int, ready: float, index: int, kind_order: int) -> 
     return (tier_rank, round(ready, 9), index, kind_order)
 
 
+def choose_sending_set(ready: Sequence) -> list:
+    """The sending set among one GPU's ready transfers, with ``weight`` and ``share`` set on each.
+
+    Each transfer carries ``tier_rank`` (None when shared), ``key`` (its
+    ``exclusive_key``) and ``priority`` (its kind's shared priority).
+    1. exclusive: the transfer with the lowest key sends alone, weight 1;
+    2. shared: else every transfer with priority > 0, weighted by it;
+    3. zero: else every transfer, weight 1.
+    ``share`` is the sender-only share, ``weight / sum of weights``.
+    """
+    winner = None
+    for run in ready:
+        if run.tier_rank is not None and (winner is None or run.key < winner.key):
+            winner = run
+    if winner is not None:
+        winner.weight = winner.share = 1.0
+        return [winner]
+    chosen = [run for run in ready if run.priority > 0.0]
+    if chosen:
+        for run in chosen:
+            run.weight = run.priority
+    else:
+        chosen = list(ready)
+        for run in chosen:
+            run.weight = 1.0
+    total = sum(run.weight for run in chosen)
+    for run in chosen:
+        run.share = run.weight / total
+    return chosen
+
+
 def max_min_fair_rates(senders: Sequence[int], receivers: Sequence[int | None],
                        weights: Sequence[float], ingress_capacity: float) -> list[float]:
     """Weighted max-min fair rates of flows, by progressive filling.

@@ -21,7 +21,7 @@ import heapq
 import math
 from typing import Mapping
 
-from .allocation import LEVEL_TOLERANCE, exclusive_key, is_throttled, max_min_fair_rates
+from .allocation import LEVEL_TOLERANCE, choose_sending_set, exclusive_key, is_throttled, max_min_fair_rates
 from .model import COMM_KINDS, EnvParams, Policy, Schedule, Task, TaskKind, one_f_one_b_order, sync_points
 
 #: Tasks whose projected ends lie within this relative distance end at the same event.
@@ -233,27 +233,8 @@ class _Simulation:
     # -- rates ------------------------------------------------------------------------
 
     def _sending_set(self, s: int) -> list[_Run]:
-        """The transfers GPU ``s`` sends now, with ``weight`` and sender-only ``share`` set."""
-        ready = self.ready_comm[s]
-        winner = None
-        for run in ready:
-            if run.tier_rank is not None and (winner is None or run.key < winner.key):
-                winner = run
-        if winner is not None:
-            winner.weight = winner.share = 1.0
-            chosen = [winner]
-        else:
-            chosen = [run for run in ready if run.priority > 0.0]
-            if chosen:
-                for run in chosen:
-                    run.weight = run.priority
-            else:
-                chosen = list(ready)
-                for run in chosen:
-                    run.weight = 1.0
-            total = sum(run.weight for run in chosen)
-            for run in chosen:
-                run.share = run.weight / total
+        """The transfers GPU ``s`` sends now; also notes which neighbours they couple it to."""
+        chosen = choose_sending_set(self.ready_comm[s])
         down = up = False
         for run in chosen:
             down = down or run.comm == _FWD_PROP

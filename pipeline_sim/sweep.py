@@ -9,31 +9,26 @@ byte-identical to an uninterrupted run, whatever the number of workers.
 from __future__ import annotations
 
 import csv
-import ctypes
-import ctypes.util
 import hashlib
 import io
 import json
 import math
 import os
-import signal
-from collections import deque
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, TypeVar
+from typing import Iterator
 
 from .config import EnvironmentGrid
 from .engine import simulate
 from .metrics import ScheduleMetrics, schedule_metrics
 from .model import COMM_KINDS, EnvParams, ParameterError, Policy
+from .parallel import ordered_map
 from .scenarios import DEFAULT_STEP, policy_grid, steps_per_unit
 
 SIMULATORS = ("single_channel", "dual_channel")
 POLICY_COLUMNS = ("policy", *(f"prio_{kind}" for kind in COMM_KINDS), *(f"tier_{kind}" for kind in COMM_KINDS))
 COLUMNS = (*EnvParams.names(), "simulator", *POLICY_COLUMNS, *ScheduleMetrics.SCALARS)
 HEADER = ",".join(COLUMNS) + "\n"
-_PR_SET_PDEATHSIG = 1
 
 
 class ResumeError(ValueError):
@@ -120,39 +115,6 @@ def rows_per_chunk(plan: SweepPlan, workers: int) -> int:
     per_env = len(plan.policies)
     pieces = math.ceil(4 * workers / plan.num_environments) if workers > 1 else 1
     return max(1, math.ceil(per_env / pieces))
-
-
-_Item = TypeVar("_Item")
-_Result = TypeVar("_Result")
-
-
-def _init_worker() -> None:
-    # Ctrl-C goes to the whole process group; only the parent should react to it.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # A killed parent must not leave workers behind (Linux only; elsewhere they end with the pool's pipes).
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-    except (OSError, AttributeError):
-        pass
-
-
-def ordered_map(function: Callable[[_Item], _Result], items: Iterable[_Item], workers: int) -> Iterator[_Result]:
-    """``map`` over processes, results in input order, at most a few items in flight (flat memory)."""
-    if workers <= 1:
-        yield from map(function, items)
-        return
-    pool = ProcessPoolExecutor(max_workers=workers, initializer=_init_worker)
-    try:
-        pending = deque()
-        for item in items:
-            pending.append(pool.submit(function, item))
-            if len(pending) >= 4 * workers:
-                yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
 
 
 def partial_paths(output: Path) -> tuple[Path, Path]:

@@ -211,7 +211,7 @@ def test_plot_heatmap_rejects_a_cut_csv(tmp_path):
 
 @pytest.mark.parametrize("script, flags", [
     ("data_generator.py", ["--config", "--simulator", "--step", "--output", "--workers", "--resume"]),
-    ("plot_heatmap.py", ["--output_dir", "heatmaps_output"]),
+    ("plot_heatmap.py", ["--output_dir", "heatmaps_output", "--workers"]),
     ("run_full_pipeline.py", ["--config", "--simulator", "--priority_step", "--workers", "--resume"]),
 ])
 def test_help(tmp_path, script, flags):

@@ -3,7 +3,7 @@
 import pytest
 
 from pipeline_sim import calculate_full_pipeline_schedule
-from pipeline_sim.allocation import is_throttled, max_min_fair_rates
+from pipeline_sim.allocation import choose_sending_set, exclusive_key, is_throttled, max_min_fair_rates
 from pipeline_sim.validate import validate_schedule
 
 
@@ -130,3 +130,35 @@ def test_ingress_backpressure_marks_throttled_transfers():
     free = calculate_full_pipeline_schedule(n=8, num_gpus=4, ingress_capacity=2.0)
     assert not any(t.throttled for t in free.tasks)
     assert free.completion_time <= s.completion_time
+
+
+class Ready:
+    """A ready transfer as the allocation sees it."""
+
+    def __init__(self, name, priority=1.0, tier_rank=None, ready=0.0, index=0, kind_order=0):
+        self.name, self.priority, self.tier_rank = name, priority, tier_rank
+        self.key = exclusive_key(tier_rank, ready, index, kind_order) if tier_rank is not None else ()
+        self.weight = self.share = None
+
+
+def names(chosen):
+    return [(run.name, run.weight, run.share) for run in chosen]
+
+
+def test_sending_set_layers():
+    shared = [Ready("fp", 0.5), Ready("gp", 0.3), Ready("gs", 0.2)]
+    assert names(choose_sending_set(shared)) == [("fp", 0.5, 0.5), ("gp", 0.3, 0.3), ("gs", 0.2, 0.2)]
+    two_fp = [Ready("fp0", 0.5), Ready("fp1", 0.5), Ready("gs", 0.0)]
+    assert names(choose_sending_set(two_fp)) == [("fp0", 0.5, 0.5), ("fp1", 0.5, 0.5)]
+    zeros = [Ready("fp", 0.0), Ready("gs", 0.0)]
+    assert names(choose_sending_set(zeros)) == [("fp", 1.0, 0.5), ("gs", 1.0, 0.5)]
+
+
+def test_exclusive_winner_by_tier_then_ready_then_index_then_kind():
+    pick = lambda *runs: choose_sending_set(list(runs))[0].name  # noqa: E731
+    assert pick(Ready("b", tier_rank=1), Ready("a", tier_rank=0, ready=5.0), Ready("shared")) == "a"
+    assert pick(Ready("late", tier_rank=0, ready=2.0), Ready("early", tier_rank=0, ready=1.0)) == "early"
+    # ready times equal after rounding to 9 decimals: the lower index wins
+    assert pick(Ready("i3", tier_rank=0, ready=1.0 + 1e-12, index=3), Ready("i5", tier_rank=0, ready=1.0, index=5)) \
+        == "i3"
+    assert pick(Ready("sync", tier_rank=0, kind_order=2), Ready("grad", tier_rank=0, kind_order=1)) == "grad"

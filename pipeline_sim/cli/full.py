@@ -32,7 +32,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         plan, csv = generate(args.config, step=args.step, simulator=args.simulator, output=None,
                              workers=args.workers, resume=args.resume)
         heatmap_dir = HEATMAP_DIR / csv.stem
-        written = write_heatmaps(csv, heatmap_dir)
+        written = write_heatmaps(csv, heatmap_dir, args.workers)
         print(f"\n{plan.num_environments:,} environments, {plan.num_simulations:,} simulations "
               f"({len(plan.policies)} policies each)")
         print("best policy per environment:")

@@ -2,39 +2,62 @@
 
 from __future__ import annotations
 
+import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+import pandas as pd
+
 from ..files import atomic_output
 from ..model import EnvParams
+from ..parallel import ordered_map
 from ..results import ResultsError, best_rows, env_slug, env_title, environments, load_results, simplex_steps
-from .common import Parser, run_command, script_name
+from .common import Parser, positive_int, run_command, script_name
 
 
-def write_heatmaps(csv: Path, output_dir: Path) -> list[tuple[EnvParams, str, float, Path]]:
-    """Draw every environment of ``csv`` into ``output_dir``; return (environment, best policy, time, file)."""
+@dataclass(frozen=True)
+class HeatmapJob:
+    """One environment's rows and where its figure goes."""
+
+    params: EnvParams
+    rows: pd.DataFrame
+    steps: int
+    path: Path
+
+
+def draw_heatmap(job: HeatmapJob) -> Path:
+    """Render and save one environment's figure (runs in worker processes)."""
     from matplotlib.figure import Figure
-    from tqdm import tqdm
 
     from ..plotting.heatmap import figure_size, plot_policy_heatmaps
 
+    fig = Figure(figsize=figure_size(job.steps), layout="constrained")
+    plot_policy_heatmaps(fig, job.rows, job.steps, title=env_title(job.params))
+    with atomic_output(job.path) as temporary:
+        fig.savefig(temporary, dpi=110, format="png")
+    return job.path
+
+
+def write_heatmaps(csv: Path, output_dir: Path, workers: int = 1) -> list[tuple[EnvParams, str, float, Path]]:
+    """Draw every environment of ``csv`` into ``output_dir``; return (environment, best policy, time, file)."""
+    from tqdm import tqdm
+
     frame = load_results(csv)
-    groups = list(environments(frame))
-    written = []
-    for params, rows in tqdm(groups, unit="heatmap", file=sys.stderr, dynamic_ncols=True, mininterval=0.5,
-                             disable=len(groups) < 2):
+    jobs, summary = [], []
+    for params, rows in environments(frame):  # check every environment before drawing any
         if rows["policy"].duplicated().any():
             raise ResultsError(f"CSV {csv}: environment {env_slug(params)} lists a policy twice")
-        k = simplex_steps(rows)
-        fig = Figure(figsize=figure_size(k), layout="constrained")
-        plot_policy_heatmaps(fig, rows, k, title=env_title(params))
-        path = output_dir / f"{env_slug(params)}.png"
-        with atomic_output(path) as temporary:
-            fig.savefig(temporary, dpi=110, format="png")
+        job = HeatmapJob(params, rows, simplex_steps(rows), output_dir / f"{env_slug(params)}.png")
         best = best_rows(rows).iloc[0]
-        written.append((params, best["policy"], float(best["completion_time"]), path))
-    return written
+        jobs.append(job)
+        summary.append((params, best["policy"], float(best["completion_time"]), job.path))
+    drawn = ordered_map(draw_heatmap, jobs, min(workers, len(jobs)))
+    for _ in tqdm(drawn, total=len(jobs), unit="heatmap", file=sys.stderr, dynamic_ncols=True, mininterval=0.5,
+                  disable=len(jobs) < 2):
+        pass
+    return summary
 
 
 def build_parser(prog: str) -> Parser:
@@ -44,6 +67,8 @@ def build_parser(prog: str) -> Parser:
     parser.add_argument("csv", type=Path, help="CSV written by data_generator.py")
     parser.add_argument("-o", "--output_dir", type=Path, default=Path("heatmaps_output"),
                         help="folder for the PNGs (default %(default)s)")
+    parser.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
+                        help="processes drawing in parallel (default: all %(default)s cores)")
     return parser
 
 
@@ -52,7 +77,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     args = build_parser(prog).parse_args(argv)
 
     def body() -> int:
-        written = write_heatmaps(args.csv, args.output_dir)
+        written = write_heatmaps(args.csv, args.output_dir, args.workers)
         print(f"wrote {len(written)} heatmap{'s' if len(written) != 1 else ''} to {args.output_dir}")
         return 0
 
