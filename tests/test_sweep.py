@@ -120,3 +120,13 @@ def test_chunks_cover_every_row_once(plan):
 def test_plan_rejects_bad_simulator():
     with pytest.raises(ValueError, match="simulator"):
         SweepPlan(EnvironmentGrid.from_mapping({}), simulator="triple")
+
+
+def test_golden_csv(tmp_path):
+    """Regenerate after an intended model change with:
+    python data_generator.py -c configs/quick.json --step 0.5 -o tests/data/quick_step0.5.csv
+    """
+    from conftest import ROOT
+
+    plan = SweepPlan(EnvironmentGrid.load(ROOT / "configs" / "quick.json"), step=0.5)
+    assert sweep(plan, tmp_path / "quick.csv", workers=2) == (ROOT / "tests" / "data" / "quick_step0.5.csv").read_bytes()

@@ -76,8 +76,9 @@ def plot_gantt(ax: Axes, schedule: Schedule, *, layout: str = "single_channel", 
     rows = LAYOUTS[layout]
     p = schedule.params.num_gpus
     span = max(schedule.completion_time, 1e-9)
-    char_width = span / 260  # data units per label character at the default figure width
-    label_size = 7 if schedule.params.n <= 16 else 5
+    label_size = 7
+    axes_points = ax.figure.get_size_inches()[0] * 72 * ax.get_position().width
+    char_width = span * 1.02 * 0.62 * label_size / axes_points  # data units one label character needs
     by_gpu_kind = defaultdict(list)
     for task in schedule.tasks:
         if task.end > task.start:
