@@ -19,7 +19,9 @@ def build_parser(prog: str) -> Parser:
                                            "(CSV into outputs/data/), draw one heatmap per environment "
                                            "(into outputs/heatmaps/<run>/), and summarise the best policies.",
                     epilog=f"Example: {prog} -c configs/example.json")
-    parser.add_argument("-c", "--config", type=Path, required=True, help="JSON grid of environments")
+    parser.add_argument("-c", "--config", type=Path, required=True, metavar="FILE",
+                        help="JSON grid of environments: each parameter a value, a list, or "
+                             "{\"start\": a, \"stop\": b, \"step\": s}; see configs/")
     add_sweep_arguments(parser, step_flags=("--priority_step", "--priority-step"))
     return parser
 

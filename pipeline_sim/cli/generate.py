@@ -23,7 +23,7 @@ def add_sweep_arguments(parser: Parser, *, step_flags: Sequence[str]) -> None:
     parser.add_argument(*step_flags, dest="step", type=float, default=DEFAULT_STEP,
                         help="resolution of the shared priorities; must divide 1 (default %(default)s: "
                              "121 policies per environment)")
-    parser.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
+    parser.add_argument("--workers", type=positive_int, metavar="N", default=os.cpu_count() or 1,
                         help="worker processes (default: all %(default)s cores; 1 runs serially)")
     parser.add_argument("--resume", action="store_true",
                         help="continue an interrupted sweep from its .partial file instead of starting over")
@@ -77,8 +77,10 @@ def build_parser(prog: str) -> Parser:
                     epilog="Rows stream to <output>.partial in a fixed order and become <output> when the sweep "
                            "completes; after an interruption, rerun the same command with --resume. "
                            f"Example: {prog} --config configs/example.json --workers 2")
-    parser.add_argument("--config", "-c", type=Path, required=True, help="JSON grid of environments")
-    parser.add_argument("--output", "-o", type=Path, default=None,
+    parser.add_argument("--config", "-c", type=Path, required=True, metavar="FILE",
+                        help="JSON grid of environments: each parameter a value, a list, or "
+                             "{\"start\": a, \"stop\": b, \"step\": s}; see configs/")
+    parser.add_argument("--output", "-o", type=Path, default=None, metavar="PATH",
                         help=f"CSV to write (default {DATA_DIR}/<config name>_<timestamp>.csv)")
     add_sweep_arguments(parser, step_flags=("--step",))
     return parser

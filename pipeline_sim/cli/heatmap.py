@@ -65,9 +65,9 @@ def build_parser(prog: str) -> Parser:
                                            "policy's completion time on one colour scale, the best one outlined.",
                     epilog=f"Example: {prog} outputs/data/example_20260101-120000.csv -o heatmaps")
     parser.add_argument("csv", type=Path, help="CSV written by data_generator.py")
-    parser.add_argument("-o", "--output_dir", type=Path, default=Path("heatmaps_output"),
+    parser.add_argument("-o", "--output_dir", type=Path, default=Path("heatmaps_output"), metavar="DIR",
                         help="folder for the PNGs (default %(default)s)")
-    parser.add_argument("--workers", type=positive_int, default=os.cpu_count() or 1,
+    parser.add_argument("--workers", type=positive_int, metavar="N", default=os.cpu_count() or 1,
                         help="processes drawing in parallel (default: all %(default)s cores)")
     return parser
 
