@@ -156,13 +156,6 @@ class EnvParams:
     def names(cls) -> tuple[str, ...]:
         return tuple(f.name for f in fields(cls))
 
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, object]) -> EnvParams:
-        unknown = sorted(set(values) - set(cls.names()))
-        if unknown:
-            raise ParameterError(unknown[0], values[unknown[0]], f"unknown parameter; valid ones: {', '.join(cls.names())}")
-        return cls(**values)
-
     def as_dict(self) -> dict[str, int | float]:
         return {name: getattr(self, name) for name in self.names()}
 
@@ -191,19 +184,21 @@ class Policy:
         for kind, value in self.priorities.items():
             if kind not in COMM_KINDS:
                 raise ParameterError("priorities", kind, f"unknown kind; allowed kinds: {names}")
-            _check_float(f"priorities[{kind}]", value, 0.0)
-            if value > 1.0:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
                 raise ParameterError(f"priorities[{kind}]", value, "must be a number in [0, 1]")
         for kind, tier in self.exclusive_tiers.items():
             if kind not in COMM_KINDS:
                 raise ParameterError("exclusive_tiers", kind, f"unknown kind; allowed kinds: {names}")
             if not isinstance(tier, str) or not _TIER_RE.fullmatch(tier):
                 raise ParameterError(f"exclusive_tiers[{kind}]", tier, "must be one letter 'a'..'z' ('a' highest)")
-        # Normalise to plain, ordered dicts so that equal policies compare and hash alike.
+        # Normalise to plain dicts in kind order so that equal policies compare and hash alike.
         object.__setattr__(self, "priorities",
                            {TaskKind(k).value: float(self.priorities[k]) for k in COMM_KINDS if k in self.priorities})
         object.__setattr__(self, "exclusive_tiers",
                            {TaskKind(k).value: self.exclusive_tiers[k] for k in COMM_KINDS if k in self.exclusive_tiers})
+
+    def __hash__(self) -> int:
+        return hash((tuple(self.priorities.items()), tuple(self.exclusive_tiers.items())))
 
     def tier(self, kind: str) -> str | None:
         return self.exclusive_tiers.get(kind)

@@ -104,3 +104,13 @@ def test_validator_catches_a_wrong_completion_time(good):
     broken = copy.deepcopy(good)
     broken.completion_time += 1.0
     assert any("completion time" in error for error in validate_schedule(broken))
+
+
+def test_a_stuck_simulation_names_what_waits():
+    from pipeline_sim import SimulationStuckError
+    from pipeline_sim.engine import _Simulation
+
+    sim = _Simulation(EnvParams(n=2, num_gpus=2), Policy())
+    sim.forward[1][0].waiting += 1  # a dependency that no task will ever satisfy
+    with pytest.raises(SimulationStuckError, match=r"1F0 waits for fwd_prop from GPU 0"):
+        sim.run()
