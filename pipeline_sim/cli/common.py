@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Callable, Sequence
+from typing import Callable
 
 
 class UserError(Exception):
@@ -56,5 +56,6 @@ def use_display(no_show: bool) -> bool:
     return show
 
 
-def script_name(argv0: Sequence[str] | str) -> str:
-    return os.path.basename(argv0 if isinstance(argv0, str) else argv0[0])
+def script_name(path: str) -> str:
+    """The name a command reports itself by: the script's file name."""
+    return os.path.basename(path)

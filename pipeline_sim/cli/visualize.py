@@ -11,7 +11,7 @@ from ..engine import simulate
 from ..files import atomic_output
 from ..model import COMM_KINDS, EnvParams, ParameterError, Policy
 from ..trace import chrome_trace
-from .common import Parser, UserError, run_command, use_display
+from .common import Parser, UserError, run_command, script_name, use_display
 
 #: The flag that sets each library parameter, for error messages.
 FLAGS = {
@@ -140,7 +140,6 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
 
 def script_main(layout: str, default_priorities: Mapping[str, float],
                 default_exclusive_tiers: Mapping[str, str]) -> int:
-    from .common import script_name
-
+    """Entry point of a visualizer script, with that script's default policy."""
     return main(sys.argv[1:], layout=layout, prog=script_name(sys.argv[0]), default_priorities=default_priorities,
                 default_exclusive_tiers=default_exclusive_tiers)
