@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline_sim import COMM_KINDS, EnvParams, Policy, TaskKind, simulate
+from pipeline_sim.allocation import choose_sending_set, exclusive_key, max_min_fair_rates
 from pipeline_sim.metrics import schedule_metrics
 from pipeline_sim.validate import validate_schedule
 
@@ -114,3 +115,70 @@ def test_a_stuck_simulation_names_what_waits():
     sim.forward[1][0].waiting += 1  # a dependency that no task will ever satisfy
     with pytest.raises(SimulationStuckError, match=r"1F0 waits for fwd_prop from GPU 0"):
         sim.run()
+
+
+class _Proxy:
+    def __init__(self, task, policy, tier_letters):
+        tier = policy.tier(task.kind)
+        self.task = task
+        self.tier_rank = tier_letters.index(tier) if tier else None
+        self.key = exclusive_key(self.tier_rank, task.ready, task.index, COMM_KINDS.index(task.kind)) if tier else ()
+        self.priority = policy.shared_priority(task.kind)
+        self.receiver = {"fwd_prop": task.gpu + 1, "grad_prop": task.gpu - 1}.get(task.kind)
+
+
+def rate_at(task, t):
+    return next((rate for t0, t1, rate in task.segments if t0 <= t < t1), 0.0)
+
+
+def from_scratch_mismatches(schedule):
+    """Compare every rate with a recomputation from scratch at the middle of each interval between events."""
+    params, policy = schedule.params, schedule.policy
+    tier_letters = sorted(set(policy.exclusive_tiers.values()))
+    times = sorted({x for task in schedule.tasks for x in (task.ready, task.end)})
+    comm = [task for task in schedule.tasks if not task.kind.is_compute and task.length > 0]
+    compute = [task for task in schedule.tasks if task.kind.is_compute]
+    problems = []
+    for t0, t1 in zip(times, times[1:]):
+        if t1 - t0 < 1e-7:
+            continue
+        t = (t0 + t1) / 2
+        flows = []
+        for gpu in range(params.num_gpus):
+            ready = [_Proxy(task, policy, tier_letters) for task in comm
+                     if task.gpu == gpu and task.ready <= t < task.end]
+            flows.extend(choose_sending_set(ready))
+        rates = max_min_fair_rates([f.task.gpu for f in flows], [f.receiver for f in flows],
+                                   [f.weight for f in flows], params.ingress_capacity)
+        expected = {id(f.task): rate for f, rate in zip(flows, rates)}
+        for task in comm:
+            if task.ready <= t < task.end:
+                want = expected.get(id(task), 0.0)
+                if abs(rate_at(task, t) - want) > 1e-9:
+                    problems.append(f"t={t}: {task.id} runs at {rate_at(task, t)}, from scratch {want}")
+        sync = [0.0] * params.num_gpus
+        for f, rate in zip(flows, rates):
+            if f.task.kind == "grad_sync":
+                sync[f.task.gpu] += rate
+        for task in compute:
+            if task.start <= t < task.end:
+                impact = params.fwd_impact if task.kind == "forward" else params.bwd_impact
+                if abs(rate_at(task, t) - (1 - impact * sync[task.gpu])) > 1e-9:
+                    problems.append(f"t={t}: {task.id} computes at {rate_at(task, t)}")
+    return problems
+
+
+@pytest.mark.parametrize("seed", range(120))
+def test_lazy_rates_equal_a_recomputation_from_scratch(seed):
+    params, policy = random_case(random.Random(1000 + seed))
+    schedule = simulate(params, policy)
+    assert from_scratch_mismatches(schedule) == [], (params, policy)
+
+
+def test_the_from_scratch_check_has_teeth(good):
+    broken = copy.deepcopy(good)
+    prop = broken.task(TaskKind.FWD_PROP, 0, 1)
+    t0, t1, rate = prop.segments[0]
+    prop.segments[0] = (t0, t1, rate * 0.9)
+    assert from_scratch_mismatches(good) == []
+    assert any("0FP1" in problem for problem in from_scratch_mismatches(broken))
