@@ -1,6 +1,6 @@
 """Speed and memory of the simulator and the sweep, printed as a table and as JSON.
 
-    python benchmarks/bench.py              # everything (about 1.5 minutes on 2 cores)
+    python benchmarks/bench.py              # everything (about 70 seconds on 2 cores)
     python benchmarks/bench.py --quick      # smaller samples and a 10,000-simulation memory sweep
     python benchmarks/bench.py --json out.json
 

@@ -35,6 +35,7 @@ def test_full_pipeline_on_the_example_config(tmp_path):
         assert_png_drawn(path, min_width=1200, min_height=700)
     assert "18 environments, 2,178 simulations (121 policies each)" in result.stdout
     assert str(csvs[0].relative_to(tmp_path)) in result.stdout
+    assert "best policy per environment (by n, sync_freq, bwd_len):" in result.stdout
     summary = [line for line in result.stdout.splitlines() if line.startswith("  n=")]
     assert len(summary) == 18  # one best policy per environment
     first = rows[0]

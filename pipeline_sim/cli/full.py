@@ -37,11 +37,11 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         written = write_heatmaps(csv, heatmap_dir, args.workers)
         print(f"\n{plan.num_environments:,} environments, {plan.num_simulations:,} simulations "
               f"({len(plan.policies)} policies each)")
-        print("best policy per environment:")
+        varying = [name for name, values in plan.grid.values if len(values) > 1] or ["n", "num_gpus"]
+        print(f"best policy per environment (by {', '.join(varying)}):")
         for params, policy, time, _ in written[:SUMMARY_LINES]:
-            print(f"  n={params.n:<4} gpus={params.num_gpus:<3} sync_freq={params.sync_freq:<3} "
-                  f"fwd={params.fwd_len:<5g} bwd={params.bwd_len:<5g} prop={params.prop_len:<5g} "
-                  f"sync={params.sync_base_len:<5g} -> {policy:<20} {time:.6g}")
+            where = "  ".join(f"{name}={getattr(params, name):<6g}" for name in varying)
+            print(f"  {where} -> {policy:<20} {time:.6g}")
         if len(written) > SUMMARY_LINES:
             print(f"  ... and {len(written) - SUMMARY_LINES:,} more environments (see the CSV)")
         print(f"CSV: {csv}\nheatmaps: {heatmap_dir}/ ({len(written)} files)")
