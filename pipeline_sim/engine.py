@@ -151,13 +151,12 @@ class _Simulation:
         if run.rate > 0.0 and now > run.since:
             run.remaining -= run.rate * (now - run.since)
             task.segments.append((run.since, now, run.rate))
-            if run.throttled_now:
+            if run.throttled_now:  # flagged only once the stretch has lasted, never for an instant
                 task.throttled_time += now - run.since
+                task.throttled = True
         run.since = now
         run.rate = rate
         run.throttled_now = throttled
-        if throttled:
-            task.throttled = True
         if rate > 0.0:
             if math.isnan(task.start):
                 task.start = now

@@ -41,6 +41,7 @@ def test_random_schedules_are_valid(seed):
     metrics = schedule_metrics(schedule)
     assert all(0.0 <= b < 1.0 for b in metrics.bubble_fraction)
     assert metrics.throttled_time >= 0.0
+    assert all(task.throttled == (task.throttled_time > 0) for task in schedule.tasks)
 
 
 @settings(max_examples=60, deadline=None)
