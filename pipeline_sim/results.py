@@ -8,6 +8,7 @@ from typing import Iterator
 
 import pandas as pd
 
+from .config import INTEGER_KEYS
 from .model import COMM_KINDS, EnvParams
 from .sweep import COLUMNS
 
@@ -45,7 +46,7 @@ def environments(frame: pd.DataFrame) -> Iterator[tuple[EnvParams, pd.DataFrame]
     """Each environment of the CSV with its rows, in the CSV's order."""
     names = list(EnvParams.names())
     for key, rows in frame.groupby(names, sort=False):
-        values = {name: (int(v) if name in ("n", "num_gpus", "sync_freq") else float(v)) for name, v in zip(names, key)}
+        values = {name: (int(v) if name in INTEGER_KEYS else float(v)) for name, v in zip(names, key)}
         yield EnvParams(**values), rows
 
 

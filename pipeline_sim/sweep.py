@@ -123,14 +123,18 @@ def partial_paths(output: Path) -> tuple[Path, Path]:
 
 
 def _rows_on_disk(partial: Path, plan: SweepPlan) -> int:
-    """Complete rows in a partial file; a torn last line is cut off."""
+    """Complete rows in a partial file, read in blocks (flat memory); a torn last line is cut off."""
     with open(partial, "rb+") as handle:
-        data = handle.read()
-        if not data.startswith(HEADER.encode()):
+        if handle.read(len(HEADER)) != HEADER.encode():
             raise ResumeError(f"{partial} does not start with the sweep's header; remove it or drop --resume")
-        end = data.rfind(b"\n") + 1
+        rows, end, position = 0, len(HEADER), len(HEADER)
+        while block := handle.read(1 << 20):
+            newlines = block.count(b"\n")
+            if newlines:
+                rows += newlines
+                end = position + block.rfind(b"\n") + 1
+            position += len(block)
         handle.truncate(end)
-    rows = data.count(b"\n", 0, end) - 1
     if rows > plan.num_simulations:
         raise ResumeError(f"{partial} has {rows} rows, more than the {plan.num_simulations} this sweep writes")
     return rows

@@ -28,6 +28,11 @@ def _grid(shape: tuple[int, int]) -> np.ndarray:
     return np.full(shape, np.nan)
 
 
+def _first_shared(alone: int) -> int:
+    """With kind ``alone`` exclusive, the shared kind whose share is the one-exclusive panel's x axis."""
+    return 1 if alone == 0 else 0
+
+
 def _panels(rows: pd.DataFrame, k: int) -> dict[str, tuple[np.ndarray, list[int], list[str], list[str]]]:
     """Each panel's matrix, the CSV row behind each cell, and its tick labels."""
     family = policy_family(rows)
@@ -45,8 +50,7 @@ def _panels(rows: pd.DataFrame, k: int) -> dict[str, tuple[np.ndarray, list[int]
             cells["simplex"][k - j, i] = position
         elif fam == 1:
             alone = tiered[0]
-            first = min(i for i in range(3) if i != alone)
-            col = round(prio[first] * k)
+            col = round(prio[_first_shared(alone)] * k)
             single[alone, col] = time
             cells["one"][alone, col] = position
         elif fam == 2:
@@ -59,10 +63,8 @@ def _panels(rows: pd.DataFrame, k: int) -> dict[str, tuple[np.ndarray, list[int]
             triple_times.append(time)
             triple_labels.append(rows["policy"].iloc[position])
     shares = [f"{i / k:g}" for i in range(k + 1)]
-    one_rows = []
-    for alone in range(3):
-        first = min(i for i in range(3) if i != alone)
-        one_rows.append(f"{_SHORT[COMM_KINDS[alone]]} excl.\n(x: {_SHORT[COMM_KINDS[first]]} share)")
+    one_rows = [f"{_SHORT[COMM_KINDS[alone]]} excl.\n(x: {_SHORT[COMM_KINDS[_first_shared(alone)]]} share)"
+                for alone in range(3)]
     two_rows = [f"{_SHORT[COMM_KINDS[a]]},{_SHORT[COMM_KINDS[b]]} excl." for a, b in _PAIRS]
     return {
         "simplex": (simplex, cells["simplex"], shares, shares[::-1]),
@@ -87,8 +89,8 @@ def plot_policy_heatmaps(fig: Figure, rows: pd.DataFrame, k: int, *, title: str)
     panels = _panels(rows, k)
     times = rows["completion_time"].to_numpy(dtype=float)
     norm = Normalize(vmin=float(times.min()), vmax=float(times.max()) if times.max() > times.min() else times.min() + 1)
-    best = set(best_rows(rows).index)
-    best_positions = {pos for pos, index in enumerate(rows.index) if index in best}
+    winners = best_rows(rows)
+    best_positions = set(rows.index.get_indexer(winners.index))
 
     side = figure_size(k)[1] - 1.6
     cell_points = 72 * side / (k + 1)
@@ -132,7 +134,6 @@ def plot_policy_heatmaps(fig: Figure, rows: pd.DataFrame, k: int, *, title: str)
     mappable = axes["simplex"].collections[0]
     fig.colorbar(mappable, ax=list(axes.values()), shrink=0.8, label="completion time (model units)")
 
-    winners = rows.loc[sorted(best, key=list(rows.index).index)]
     worst = rows.loc[rows["completion_time"].idxmax()]
     first = winners.iloc[0]
     gain = 100 * (1 - first["completion_time"] / worst["completion_time"])
