@@ -21,11 +21,13 @@ import heapq
 import math
 from typing import Mapping
 
-from .allocation import LEVEL_TOLERANCE, choose_sending_set, exclusive_key, is_throttled, max_min_fair_rates
+from .allocation import LEVEL_TOLERANCE, choose_sending_set, exclusive_key, is_throttled, layered_rates
 from .model import COMM_KINDS, EnvParams, Policy, Schedule, Task, TaskKind, one_f_one_b_order, sync_points
 
 #: Tasks whose projected ends lie within this relative distance end at the same event.
 END_TOLERANCE = 1e-9
+#: Two rates closer than this (relative) are the same rate: no new segment starts between them.
+RATE_TOLERANCE = 1e-12
 
 _FWD_PROP, _GRAD_PROP, _GRAD_SYNC = range(3)  # positions in COMM_KINDS; also the tie order
 
@@ -38,7 +40,7 @@ class _Run:
     """Mutable simulation state of one task (the public record is ``task``)."""
 
     __slots__ = ("task", "comm", "remaining", "rate", "since", "heap_seq", "throttled_now",
-                 "waiting", "weight", "share", "receiver", "tier_rank", "priority", "key")
+                 "waiting", "weight", "share", "layer", "receiver", "tier_rank", "priority", "key")
 
     def __init__(self, task: Task, comm: int, receiver: int | None = None,
                  tier_rank: int | None = None, priority: float = 0.0) -> None:
@@ -52,6 +54,7 @@ class _Run:
         self.waiting = 0  # unmet dependencies (compute tasks)
         self.weight = 0.0
         self.share = 0.0
+        self.layer = 0
         self.receiver = receiver
         self.tier_rank = tier_rank
         self.priority = priority
@@ -144,13 +147,18 @@ class _Simulation:
         return now, ending
 
     def _set_rate(self, run: _Run, rate: float, throttled: bool, now: float) -> None:
-        """Close the stretch at the old rate and continue at the new one."""
-        if rate == run.rate and throttled == run.throttled_now:
-            return
+        """Close the stretch at the old rate and continue at the new one.
+
+        A throttled stretch at rate 0 (a flow waiting at a receiver that higher layers
+        saturate) counts as throttled time but is no segment: nothing progresses.
+        """
+        if throttled == run.throttled_now and abs(rate - run.rate) <= RATE_TOLERANCE * run.rate:
+            return  # the same rate: a new segment starts only when something really changes
         task = run.task
-        if run.rate > 0.0 and now > run.since:
-            run.remaining -= run.rate * (now - run.since)
-            task.segments.append((run.since, now, run.rate))
+        if now > run.since:
+            if run.rate > 0.0:
+                run.remaining -= run.rate * (now - run.since)
+                task.segments.append((run.since, now, run.rate))
             if run.throttled_now:  # flagged only once the stretch has lasted, never for an instant
                 task.throttled_time += now - run.since
                 task.throttled = True
@@ -260,7 +268,7 @@ class _Simulation:
             for run in sending[s]:
                 if run.receiver is not None:
                     seeds.add(run.receiver)  # its receiver's other inflow may speed up
-                if run.rate and run not in new:
+                if (run.rate or run.throttled_now) and run not in new:
                     self._set_rate(run, 0.0, False, now)
             sending[s] = new
         self.dirty_comm.clear()
@@ -298,12 +306,10 @@ class _Simulation:
                 if run.share != run.rate or run.throttled_now:
                     self._set_rate(run, run.share, False, now)
         else:
-            rates = max_min_fair_rates([run.task.gpu for run in flows], [run.receiver for run in flows],
-                                       [run.weight for run in flows], capacity)
+            rates = layered_rates([run.task.gpu for run in flows], [run.receiver for run in flows],
+                                  [run.weight for run in flows], [run.layer for run in flows], capacity)
             for run, rate in zip(flows, rates):
-                throttled = is_throttled(rate, run.share)
-                if rate != run.rate or throttled != run.throttled_now:
-                    self._set_rate(run, rate, throttled, now)
+                self._set_rate(run, rate, is_throttled(rate, run.share), now)
         sync_rate = self.sync_rate
         for g in range(low, high + 1):
             sync = 0.0

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pipeline_sim import COMM_KINDS, EnvParams, Policy, TaskKind, simulate
-from pipeline_sim.allocation import choose_sending_set, exclusive_key, max_min_fair_rates
+from pipeline_sim.allocation import choose_sending_set, exclusive_key, layered_rates
 from pipeline_sim.metrics import schedule_metrics
 from pipeline_sim.validate import validate_schedule
 
@@ -149,8 +149,8 @@ def from_scratch_mismatches(schedule):
             ready = [_Proxy(task, policy, tier_letters) for task in comm
                      if task.gpu == gpu and task.ready <= t < task.end]
             flows.extend(choose_sending_set(ready))
-        rates = max_min_fair_rates([f.task.gpu for f in flows], [f.receiver for f in flows],
-                                   [f.weight for f in flows], params.ingress_capacity)
+        rates = layered_rates([f.task.gpu for f in flows], [f.receiver for f in flows],
+                              [f.weight for f in flows], [f.layer for f in flows], params.ingress_capacity)
         expected = {id(f.task): rate for f, rate in zip(flows, rates)}
         for task in comm:
             if task.ready <= t < task.end:
@@ -167,6 +167,26 @@ def from_scratch_mismatches(schedule):
                 if abs(rate_at(task, t) - (1 - impact * sync[task.gpu])) > 1e-9:
                     problems.append(f"t={t}: {task.id} computes at {rate_at(task, t)}")
     return problems
+
+
+def scaled(policy: Policy, factor: float) -> Policy:
+    return Policy(priorities={kind: value * factor for kind, value in policy.priorities.items()},
+                  exclusive_tiers=policy.exclusive_tiers)
+
+
+@pytest.mark.parametrize("seed", range(300))
+def test_scaling_every_shared_priority_changes_nothing(seed):
+    rng = random.Random(5000 + seed)
+    params, policy = random_case(rng)
+    # every kind gets an explicit priority, so the factor reaches the kinds that would default to 1.0
+    policy = Policy(priorities={k: policy.priorities.get(k, 1.0) for k in COMM_KINDS},
+                    exclusive_tiers=policy.exclusive_tiers)
+    reference = simulate(params, policy)
+    half = simulate(params, scaled(policy, 0.5))  # exact in binary floating point: the same bits
+    assert half.completion_time == reference.completion_time, (params, policy)
+    factor = rng.uniform(0.05, 1.0)
+    other = simulate(params, scaled(policy, factor))
+    assert other.completion_time == pytest.approx(reference.completion_time, rel=1e-9), (params, policy, factor)
 
 
 @pytest.mark.parametrize("seed", range(120))

@@ -3,7 +3,7 @@
 import pytest
 
 from pipeline_sim import calculate_full_pipeline_schedule
-from pipeline_sim.allocation import choose_sending_set, exclusive_key, is_throttled, max_min_fair_rates
+from pipeline_sim.allocation import SHARED_LAYER, ZERO_LAYER, choose_sending_set, exclusive_key, is_throttled, layered_rates
 from pipeline_sim.validate import validate_schedule
 
 
@@ -49,10 +49,62 @@ def test_example_3_textbook_1f1b_time(p, n, fwd, bwd):
 
 def test_example_4_ingress_saturates_first():
     # flows: GPU0 fwd_prop -> GPU1 (0.5), GPU0 grad_sync (0.5), GPU2 grad_prop -> GPU1 (1.0)
-    rates = max_min_fair_rates([0, 0, 2], [1, None, 1], [0.5, 0.5, 1.0], ingress_capacity=1.0)
+    rates = layered_rates([0, 0, 2], [1, None, 1], [0.5, 0.5, 1.0], [SHARED_LAYER] * 3, ingress_capacity=1.0)
     assert rates == pytest.approx([1 / 3, 2 / 3, 2 / 3], abs=1e-12)
     shares = [0.5, 0.5, 1.0]
     assert [is_throttled(r, share) for r, share in zip(rates, shares)] == [True, False, True]
+
+
+@pytest.mark.parametrize("ingress, expected", [(1.5, [1.0, 0.5]), (0.8, [0.8, 0.0])])
+def test_example_6_layers_at_a_receiver(ingress, expected):
+    # GPU 0 sends fwd_prop alone with tier 'a'; GPU 2 sends grad_prop alone, shared; both into GPU 1.
+    fwd, grad = Ready("fp", tier_rank=0), Ready("gp", priority=1.0)
+    flows = choose_sending_set([fwd]) + choose_sending_set([grad])
+    rates = layered_rates([0, 2], [1, 1], [f.weight for f in flows], [f.layer for f in flows], ingress)
+    assert rates == pytest.approx(expected, abs=1e-12)
+    assert [is_throttled(rate, f.share) for rate, f in zip(rates, flows)] == [ingress < 1.0, True]
+    # the same with fwd_prop shared (0.3) and grad_prop at priority 0: the zero layer gets what is left
+    fwd, grad = Ready("fp", priority=0.3), Ready("gp", priority=0.0)
+    flows = choose_sending_set([fwd]) + choose_sending_set([grad])
+    assert [f.layer for f in flows] == [SHARED_LAYER, ZERO_LAYER] and [f.share for f in flows] == [1.0, 1.0]
+    rates = layered_rates([0, 2], [1, 1], [f.weight for f in flows], [f.layer for f in flows], ingress)
+    assert rates == pytest.approx(expected, abs=1e-12)
+
+
+def test_a_lower_layer_never_outranks_a_higher_one_at_a_receiver():
+    # Under the old single filling, priority 0 (weight 1) got 1/3 and priority 0.5 got 1/6 of GPU 1's 0.5.
+    assert layered_rates([0, 2], [1, 1], [1.0, 0.5], [ZERO_LAYER, SHARED_LAYER], 0.5) == [0.0, 0.5]
+
+
+def test_issue_scale_example_gives_one_result():
+    kw = dict(n=4, num_gpus=3, fwd_len=1, bwd_len=1, prop_len=2, sync_base_len=2, fwd_impact=0, bwd_impact=0,
+              ingress_capacity=0.5)
+    half = calculate_full_pipeline_schedule(**kw, priorities={"fwd_prop": 0, "grad_prop": 0.5, "grad_sync": 0.5})
+    whole = calculate_full_pipeline_schedule(**kw, priorities={"fwd_prop": 0, "grad_prop": 1, "grad_sync": 1})
+    assert half.completion_time == whole.completion_time == 68.5
+
+
+def test_a_segment_starts_only_when_the_rate_changes():
+    s = calculate_full_pipeline_schedule(n=2, num_gpus=3, fwd_len=2, bwd_len=1, prop_len=2, sync_base_len=2,
+                                         fwd_impact=0, bwd_impact=0, ingress_capacity=0.7,
+                                         priorities={"fwd_prop": 0.5, "grad_prop": 1.0, "grad_sync": 0.3})
+    rates = [rate for _, _, rate in s.task("grad_sync", 2, 0).segments]
+    assert rates == pytest.approx([0.3, 1.0, 0.1875, 0.5])
+    assert validate_schedule(s) == []
+
+
+def test_waiting_at_a_saturated_receiver_is_throttled():
+    # 2GP2 (shared, alone on GPU 2's port) flows into GPU 1 at its ingress 0.8 from 13; at 13.5 0FP3
+    # (tier a) from GPU 0 takes all of GPU 1's ingress, so 2GP2 waits at rate 0, throttled, until 14.75.
+    s = calculate_full_pipeline_schedule(n=4, num_gpus=3, fwd_len=1, bwd_len=1, prop_len=1, sync_base_len=0,
+                                         fwd_impact=0, bwd_impact=0, ingress_capacity=0.8,
+                                         exclusive_tiers={"fwd_prop": "a"})
+    fp3, gp2 = s.task("fwd_prop", 0, 3), s.task("grad_prop", 2, 2)
+    assert fp3.segments == [(13.5, 14.75, 0.8)]
+    assert gp2.ready == gp2.start == 13.0 and gp2.end == 15.5
+    assert gp2.segments == [(13.0, 13.5, 0.8), (14.75, 15.5, 0.8)]
+    assert gp2.throttled and gp2.throttled_time == pytest.approx(0.5 + 1.25 + 0.75)  # waiting counts
+    assert validate_schedule(s) == []
 
 
 def test_example_5_three_stages_with_accumulation():
