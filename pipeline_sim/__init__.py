@@ -1,9 +1,11 @@
-"""Event-driven simulation of 1F1B pipeline-parallel training with contended network ports."""
+"""Event-driven simulation of pipeline-parallel training schedules with contended network ports."""
 
 from .engine import SimulationStuckError, calculate_full_pipeline_schedule, simulate
-from .model import COMM_KINDS, EnvParams, ParameterError, Policy, Schedule, Task, TaskId, TaskKind
+from .model import COMM_KINDS, Action, EnvParams, Pair, ParameterError, Policy, Schedule, Task, TaskId, TaskKind
+from .schedules import SCHEDULES, compute_orders
 
 __all__ = [
-    "COMM_KINDS", "EnvParams", "ParameterError", "Policy", "Schedule", "SimulationStuckError", "Task", "TaskId", "TaskKind",
-    "calculate_full_pipeline_schedule", "simulate",
+    "COMM_KINDS", "SCHEDULES", "Action", "EnvParams", "Pair", "ParameterError", "Policy", "Schedule",
+    "SimulationStuckError", "Task", "TaskId", "TaskKind", "calculate_full_pipeline_schedule", "compute_orders",
+    "simulate",
 ]

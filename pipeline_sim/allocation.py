@@ -15,15 +15,16 @@ from typing import Mapping, Sequence
 LEVEL_TOLERANCE = 1e-12
 
 
-def exclusive_key(tier_rank: int, ready: float, index: int, kind_order: int) -> tuple[int, float, int, int]:
+def exclusive_key(tier_rank: int, ready: float, index: int, kind_order: int,
+                  stage: int = 0) -> tuple[int, float, int, int, int]:
     """Sort key of a transfer with an exclusive tier; the lowest key sends.
 
     Lower means more important: tier ('a' = 0 first), then earliest ready time
     (rounded to 9 decimals so that float noise cannot reorder simultaneous
     transfers), then lowest micro-batch or sync index, then kind order
-    ``fwd_prop < grad_prop < grad_sync``.
+    ``fwd_prop < grad_prop < grad_sync``, then the lowest sending stage.
     """
-    return (tier_rank, round(ready, 9), index, kind_order)
+    return (tier_rank, round(ready, 9), index, kind_order, stage)
 
 
 #: Layer numbers of the shared and the zero-priority sending sets; exclusive tier ranks (0 = 'a') come first.

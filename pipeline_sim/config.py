@@ -2,8 +2,12 @@
 
 Each key is an environment parameter (``EnvParams``); its value is a scalar, a list
 of values, or a range ``{"start": a, "stop": b, "step": s}`` that includes ``stop``
-when it falls on the grid. Missing keys take the model's defaults. The environments
-are the Cartesian product, the last parameter varying fastest.
+when it falls on the grid (``schedule``: a name or a list of names). Missing keys take
+the model's defaults. The environments are the Cartesian product, the last parameter
+varying fastest, with two exceptions: a parameter that a schedule ignores never
+multiplies that schedule's environments (each distinct simulation appears once), and
+a combination that breaks a schedule's requirement (interleaved-1f1b with n not a
+multiple of num_gpus, say) is listed by ``invalid()`` instead of being run.
 """
 
 from __future__ import annotations
@@ -12,13 +16,16 @@ import json
 import math
 from dataclasses import dataclass
 from decimal import Decimal
+from functools import cached_property
 from itertools import islice, product
 from pathlib import Path
 from typing import Iterator, Mapping
 
 from .model import EnvParams, ParameterError
+from .schedules import SCHEDULE_PARAMETERS, SCHEDULES, get_schedule
 
-INTEGER_KEYS = ("n", "num_gpus", "sync_freq")
+INTEGER_KEYS = ("n", "num_gpus", "sync_freq", "chunks")
+STRING_KEYS = ("schedule",)
 MAX_RANGE_VALUES = 100_000
 
 
@@ -55,8 +62,24 @@ def _expand_range(key: str, spec: Mapping[str, object]) -> list[int | float]:
     return [int(v) if key in INTEGER_KEYS else float(v) for v in values]
 
 
-def _values(key: str, raw: object) -> list[int | float]:
+def _schedule_names(raw: object) -> list[str]:
+    where = "config key 'schedule'"
+    names = raw if isinstance(raw, list) else [raw]
+    if not names:
+        raise ConfigError(f"{where}: empty list; give at least one of {', '.join(SCHEDULES)}")
+    try:
+        values = [get_schedule(name).name for name in names]
+    except ParameterError as error:
+        raise ConfigError(f"{where}: {error}") from None
+    if len(set(values)) != len(values):
+        raise ConfigError(f"{where}: names repeat ({names}); each schedule must be listed once")
+    return values
+
+
+def _values(key: str, raw: object) -> list:
     where = f"config key {key!r}"
+    if key in STRING_KEYS:
+        return _schedule_names(raw)
     if isinstance(raw, dict):
         values = _expand_range(key, raw)
     elif isinstance(raw, list):
@@ -70,7 +93,8 @@ def _values(key: str, raw: object) -> list[int | float]:
         try:
             EnvParams(**{**defaults, key: value})
         except ParameterError as error:
-            raise ConfigError(f"{where}: {error}") from None
+            if error.name == key:  # a schedule's requirement on a combination is judged per environment
+                raise ConfigError(f"{where}: {error}") from None
     if len(set(values)) != len(values):
         raise ConfigError(f"{where}: values repeat ({values}); each environment must be listed once")
     return values
@@ -111,17 +135,62 @@ class EnvironmentGrid:
                               f"{error.msg}") from None
         return cls.from_mapping(raw, f"config {path}")
 
+    def _combinations(self) -> Iterator[dict[str, object]]:
+        """Every combination in grid order, without those that differ only by a parameter their schedule ignores."""
+        names = [name for name, _ in self.values]
+        position = {name: i for i, name in enumerate(names)}
+        ignored_by = {spec.name: [position[p] for p in SCHEDULE_PARAMETERS if p not in spec.parameters]
+                      for spec in SCHEDULES.values()}
+        schedule_at = position["schedule"]
+        for indices in product(*(range(len(values)) for _, values in self.values)):
+            combo = [values[i] for (_, values), i in zip(self.values, indices)]
+            if any(indices[i] for i in ignored_by[combo[schedule_at]]):
+                continue
+            yield dict(zip(names, combo))
+
+    @cached_property
+    def _scan(self) -> tuple[int, tuple[tuple[str, str], ...]]:
+        valid, invalid = 0, []
+        for combo in self._combinations():
+            try:
+                EnvParams(**combo)
+                valid += 1
+            except ParameterError as error:
+                invalid.append((_describe(combo, self), str(error)))
+        return valid, tuple(invalid)
+
+    def invalid(self) -> tuple[tuple[str, str], ...]:
+        """The combinations that break a schedule's requirement: (the varying parameters, the reason)."""
+        return self._scan[1]
+
     def __len__(self) -> int:
-        return math.prod(len(values) for _, values in self.values)
+        """How many valid, distinct environments the grid holds."""
+        return self._scan[0]
 
     def __iter__(self) -> Iterator[EnvParams]:
         return self.environments()
 
     def environments(self, start: int = 0) -> Iterator[EnvParams]:
-        """Environments in grid order, from the ``start``-th on."""
-        names = [name for name, _ in self.values]
-        combos = islice(product(*(values for _, values in self.values)), start, None)
-        return (EnvParams(**dict(zip(names, combo))) for combo in combos)
+        """The valid environments in grid order, from the ``start``-th on."""
+        def valid() -> Iterator[EnvParams]:
+            for combo in self._combinations():
+                try:
+                    yield EnvParams(**combo)
+                except ParameterError:
+                    continue
+        return islice(valid(), start, None)
 
-    def as_dict(self) -> dict[str, list[int | float]]:
+    def varying(self) -> list[str]:
+        """The parameters given more than one value."""
+        return [name for name, values in self.values if len(values) > 1]
+
+    def as_dict(self) -> dict[str, list]:
         return {name: list(values) for name, values in self.values}
+
+
+def _describe(combo: Mapping[str, object], grid: EnvironmentGrid) -> str:
+    """The combination by its schedule, n, num_gpus and the other parameters that vary and it reads."""
+    ignored = set(SCHEDULE_PARAMETERS) - set(get_schedule(combo["schedule"]).parameters)
+    shown = ["schedule", "n", "num_gpus"] + [name for name in grid.varying()
+                                            if name not in ("schedule", "n", "num_gpus") and name not in ignored]
+    return ", ".join(f"{name}={combo[name]}" for name in shown)

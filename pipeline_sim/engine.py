@@ -1,14 +1,15 @@
-"""The event-driven fluid simulation of one 1F1B iteration (docs/model.md sections 2 and 3).
+"""The event-driven fluid simulation of one iteration of any schedule (docs/model.md sections 2, 3 and 6).
 
 Between two events every active task progresses at a constant rate; an event is a
 task ending (every readiness follows from an ending, or from time 0). At an event
 the loop applies all endings and the readiness chains they cause, then recomputes
 rates. Rates are recomputed only where the event can change them: the sending
-sets of the GPUs whose ready transfers changed, and the max-min allocation of the
+sets of the GPUs whose ready transfers changed, and the layered allocation of the
 group of GPUs those transfers couple through ingress limits. Everything else keeps
 its rate, which is what a recomputation from scratch would give it, so this is the
 same model, evaluated lazily: a task's remaining work is brought up to date only
-when its rate changes.
+when its rate changes. The engine reads the task graph (``taskgraph.py``) and never
+asks which schedule produced it.
 
 Left out on purpose: latency (a transfer's cost is its work only), contention
 inside a GPU other than through ``grad_sync`` traffic, and the receiving side of
@@ -22,14 +23,15 @@ import math
 from typing import Mapping
 
 from .allocation import LEVEL_TOLERANCE, choose_sending_set, exclusive_key, is_throttled, layered_rates
-from .model import COMM_KINDS, EnvParams, Policy, Schedule, Task, TaskKind, one_f_one_b_order, sync_points
+from .model import COMM_KINDS, EnvParams, Policy, Schedule, Task, TaskId
+from .taskgraph import TaskGraph, build_task_graph
 
 #: Tasks whose projected ends lie within this relative distance end at the same event.
 END_TOLERANCE = 1e-9
 #: Two rates closer than this (relative) are the same rate: no new segment starts between them.
 RATE_TOLERANCE = 1e-12
 
-_FWD_PROP, _GRAD_PROP, _GRAD_SYNC = range(3)  # positions in COMM_KINDS; also the tie order
+_GRAD_SYNC = COMM_KINDS.index("grad_sync")  # position in COMM_KINDS, which is also the tie order
 
 
 class SimulationStuckError(RuntimeError):
@@ -37,14 +39,15 @@ class SimulationStuckError(RuntimeError):
 
 
 class _Run:
-    """Mutable simulation state of one task (the public record is ``task``)."""
+    """Mutable simulation state of one task (the public record is ``task``; ``node`` its place in the graph)."""
 
-    __slots__ = ("task", "comm", "remaining", "rate", "since", "heap_seq", "throttled_now",
-                 "waiting", "weight", "share", "layer", "receiver", "tier_rank", "priority", "key")
+    __slots__ = ("task", "node", "comm", "remaining", "rate", "since", "heap_seq", "throttled_now",
+                 "waiting", "weight", "share", "layer", "receiver", "tier_rank", "priority", "key", "impact")
 
-    def __init__(self, task: Task, comm: int, receiver: int | None = None,
+    def __init__(self, task: Task, node: int, comm: int, impact: float = 0.0,
                  tier_rank: int | None = None, priority: float = 0.0) -> None:
         self.task = task
+        self.node = node
         self.comm = comm  # -1 for compute, else the position in COMM_KINDS
         self.remaining = task.length
         self.rate = 0.0
@@ -55,61 +58,45 @@ class _Run:
         self.weight = 0.0
         self.share = 0.0
         self.layer = 0
-        self.receiver = receiver
+        self.receiver = task.receiver
         self.tier_rank = tier_rank
         self.priority = priority
         self.key: tuple = ()
+        self.impact = impact
 
 
 class _Simulation:
-    def __init__(self, params: EnvParams, policy: Policy) -> None:
-        self.params = params
-        p, n = params.num_gpus, params.n
+    def __init__(self, graph: TaskGraph, policy: Policy) -> None:
+        self.graph = graph
+        self.params = params = graph.params
+        p = params.num_gpus
         tier_letters = sorted(set(policy.exclusive_tiers.values()))
-        tier_rank = {kind: tier_letters.index(policy.exclusive_tiers[kind]) if kind in policy.exclusive_tiers else None
-                     for kind in COMM_KINDS}
-        priority = {kind: policy.shared_priority(kind) for kind in COMM_KINDS}
-
-        def comm_run(kind: TaskKind, gpu: int, index: int, length: float, receiver: int | None) -> _Run:
-            return _Run(Task(kind, gpu, index, float(length)), COMM_KINDS.index(kind), receiver,
-                        tier_rank[kind], priority[kind])
+        tier_rank = [tier_letters.index(policy.exclusive_tiers[kind]) if kind in policy.exclusive_tiers else None
+                     for kind in COMM_KINDS]
+        priority = [policy.shared_priority(kind) for kind in COMM_KINDS]
+        comm_of = {kind: i for i, kind in enumerate(COMM_KINDS)}
 
         self.tasks: list[Task] = []
-        self.forward: list[list[_Run]] = []
-        self.backward: list[list[_Run]] = []
-        self.order: list[list[_Run]] = []
-        self.fwd_prop: list[list[_Run]] = []
-        self.grad_prop: list[list[_Run]] = []
-        self.grad_sync: list[dict[int, _Run]] = []  # keyed by the micro-batch whose backward sends it
-        syncs = sync_points(n, params.sync_freq)
-        for s in range(p):
-            fwd = [_Run(Task(TaskKind.FORWARD, s, m, float(params.fwd_len)), -1) for m in range(n)]
-            bwd = [_Run(Task(TaskKind.BACKWARD, s, m, float(params.bwd_len)), -1) for m in range(n)]
-            for m in range(n):
-                fwd[m].waiting = 1 if s > 0 else 0
-                bwd[m].waiting = 1  # grad_prop from downstream, or this stage's forward on the last one
-            order = [fwd[m] if kind is TaskKind.FORWARD else bwd[m] for kind, m in one_f_one_b_order(s, n, p)]
-            self.forward.append(fwd)
-            self.backward.append(bwd)
-            self.order.append(order)
-            self.fwd_prop.append([comm_run(TaskKind.FWD_PROP, s, m, params.prop_len, s + 1) for m in range(n)]
-                                 if s < p - 1 else [])
-            self.grad_prop.append([comm_run(TaskKind.GRAD_PROP, s, m, params.prop_len, s - 1) for m in range(n)]
-                                  if s > 0 else [])
-            self.grad_sync.append({m: comm_run(TaskKind.GRAD_SYNC, s, k, params.sync_base_len, None)
-                                   for k, m in enumerate(syncs)})
-            self.tasks.extend(run.task for run in order)
-            self.tasks.extend(run.task for run in self.fwd_prop[s])
-            self.tasks.extend(run.task for run in self.grad_prop[s])
-            self.tasks.extend(run.task for run in self.grad_sync[s].values())
+        self.runs: list[_Run] = []
+        for node, (spec, needs) in enumerate(zip(graph.tasks, graph.needs)):
+            task = Task(spec.kind, spec.gpu, spec.stage, spec.index, spec.length, spec.receiver, spec.parts)
+            comm = comm_of.get(spec.kind, -1)
+            if comm < 0:
+                run = _Run(task, node, -1, spec.impact)
+                run.waiting = len(needs)
+            else:
+                run = _Run(task, node, comm, 0.0, tier_rank[comm], priority[comm])
+            self.tasks.append(task)
+            self.runs.append(run)
+        self.order = [[self.runs[i] for i in order] for order in graph.orders]
 
         self.next_compute = [0] * p
         self.busy: list[_Run | None] = [None] * p
         self.ready_comm: list[list[_Run]] = [[] for _ in range(p)]
         self.sending: list[list[_Run]] = [[] for _ in range(p)]
-        self.sends_down = [False] * p  # sending a fwd_prop to s + 1 now
-        self.sends_up = [False] * p  # sending a grad_prop to s - 1 now
+        self.sends_to: list[tuple[int, ...]] = [()] * p  # receivers of each GPU's sending set now
         self.sync_rate = [0.0] * p
+        self.inflow = [0.0] * p  # scratch: summed sender-only shares into each GPU of a group
         self.dirty_comm: set[int] = set()
         self.dirty_compute: set[int] = set()
         self.heap: list[tuple[float, int, _Run]] = []
@@ -190,28 +177,14 @@ class _Simulation:
         self._release_dependents(run, now)
 
     def _release_dependents(self, run: _Run, now: float) -> None:
-        task = run.task
-        s, m = task.gpu, task.index
-        last = self.params.num_gpus - 1
-        if task.kind is TaskKind.FORWARD:
-            if s < last:
-                self._make_ready(self.fwd_prop[s][m], now)
+        runs = self.runs
+        for node in self.graph.releases[run.node]:
+            dependent = runs[node]
+            if dependent.comm >= 0:
+                self._make_ready(dependent, now)
             else:
-                self._satisfy(self.backward[s][m], now)
-        elif task.kind is TaskKind.BACKWARD:
-            if s > 0:
-                self._make_ready(self.grad_prop[s][m], now)
-            sync = self.grad_sync[s].get(m)
-            if sync is not None:
-                self._make_ready(sync, now)
-        elif task.kind is TaskKind.FWD_PROP:
-            self._satisfy(self.forward[s + 1][m], now)
-        elif task.kind is TaskKind.GRAD_PROP:
-            self._satisfy(self.backward[s - 1][m], now)
-
-    def _satisfy(self, run: _Run, now: float) -> None:
-        run.waiting -= 1
-        self._try_start_compute(run.task.gpu, now)
+                dependent.waiting -= 1
+                self._try_start_compute(dependent.task.gpu, now)
 
     def _make_ready(self, run: _Run, now: float) -> None:
         task = run.task
@@ -222,33 +195,28 @@ class _Simulation:
             self._release_dependents(run, now)
             return
         if run.tier_rank is not None:
-            run.key = exclusive_key(run.tier_rank, now, task.index, run.comm)
+            run.key = exclusive_key(run.tier_rank, now, task.index, run.comm, task.stage)
         self.ready_comm[task.gpu].append(run)
         self.dirty_comm.add(task.gpu)
 
     def _try_start_compute(self, s: int, now: float) -> None:
-        if self.busy[s] is not None or self.next_compute[s] == len(self.order[s]):
-            return
-        run = self.order[s][self.next_compute[s]]
-        if run.waiting:
-            return
-        self.next_compute[s] += 1
-        self.busy[s] = run
-        run.task.ready = now
-        self.dirty_compute.add(s)
+        order = self.order[s]
+        while self.busy[s] is None and self.next_compute[s] < len(order):
+            run = order[self.next_compute[s]]
+            if run.waiting:
+                return
+            self.next_compute[s] += 1
+            task = run.task
+            task.ready = now
+            if task.length == 0.0:  # a W of no work ends the instant it may start
+                task.start = task.end = now
+                self.done += 1
+                self._release_dependents(run, now)
+                continue
+            self.busy[s] = run
+            self.dirty_compute.add(s)
 
     # -- rates ------------------------------------------------------------------------
-
-    def _sending_set(self, s: int) -> list[_Run]:
-        """The transfers GPU ``s`` sends now; also notes which neighbours they couple it to."""
-        chosen = choose_sending_set(self.ready_comm[s])
-        down = up = False
-        for run in chosen:
-            down = down or run.comm == _FWD_PROP
-            up = up or run.comm == _GRAD_PROP
-        self.sends_down[s] = down
-        self.sends_up[s] = up
-        return chosen
 
     def _reallocate(self, now: float) -> None:
         if self.dirty_comm:
@@ -256,52 +224,58 @@ class _Simulation:
         for s in sorted(self.dirty_compute):
             run = self.busy[s]
             if run is not None:
-                impact = self.params.fwd_impact if run.task.kind is TaskKind.FORWARD else self.params.bwd_impact
-                self._set_rate(run, 1.0 - impact * self.sync_rate[s], False, now)
+                self._set_rate(run, 1.0 - run.impact * self.sync_rate[s], False, now)  # section 3.3
         self.dirty_compute.clear()
 
     def _reallocate_comm(self, now: float) -> None:
-        sending, sends_down, sends_up = self.sending, self.sends_down, self.sends_up
+        sending, sends_to = self.sending, self.sends_to
         seeds = set(self.dirty_comm)
         for s in self.dirty_comm:
-            new = self._sending_set(s)
+            new = choose_sending_set(self.ready_comm[s])
             for run in sending[s]:
                 if run.receiver is not None:
                     seeds.add(run.receiver)  # its receiver's other inflow may speed up
                 if (run.rate or run.throttled_now) and run not in new:
                     self._set_rate(run, 0.0, False, now)
             sending[s] = new
+            sends_to[s] = tuple(run.receiver for run in new if run.receiver is not None)
         self.dirty_comm.clear()
 
-        # GPUs g and g+1 are coupled when a flow between them shares an ingress limit, so
-        # the groups whose rates can change are maximal runs of coupled neighbours.
-        last = self.params.num_gpus - 1
-        covered = -1
+        # Two GPUs are coupled while a flow between them shares an ingress limit. The rates
+        # that can change are those of the connected groups of coupled GPUs around the
+        # seeds; a walk over each GPU's peers in the task graph finds them, whatever the
+        # shape of the network (a line, a ring, flows both ways).
+        peers = self.graph.peers
+        grouped: set[int] = set()
         for seed in sorted(seeds):
-            if seed <= covered:
+            if seed in grouped:
                 continue
-            low = seed
-            while low > 0 and (sends_down[low - 1] or sends_up[low]):
-                low -= 1
-            high = seed
-            while high < last and (sends_down[high] or sends_up[high + 1]):
-                high += 1
-            covered = high
-            self._allocate_group(low, high, now)
+            grouped.add(seed)
+            group = [seed]
+            for g in group:  # grows while it is walked: breadth first
+                for h in peers[g]:
+                    if h not in grouped and (h in sends_to[g] or g in sends_to[h]):
+                        grouped.add(h)
+                        group.append(h)
+            group.sort()
+            self._allocate_group(group, now)
 
-    def _allocate_group(self, low: int, high: int, now: float) -> None:
-        """Rates of every flow sent by GPUs ``low..high``, a group no other flow couples to."""
+    def _allocate_group(self, group: list[int], now: float) -> None:
+        """Rates of every flow sent by the GPUs of ``group``, which no other flow couples to."""
         flows = []
-        inflow = [0.0] * (high - low + 1)  # the group is closed: every receiver lies in it
-        for g in range(low, high + 1):
+        inflow = self.inflow
+        for g in group:
+            inflow[g] = 0.0
+        for g in group:
             for run in self.sending[g]:
                 flows.append(run)
                 if run.receiver is not None:
-                    inflow[run.receiver - low] += run.share
+                    inflow[run.receiver] += run.share  # the group is closed: every receiver lies in it
         capacity = self.params.ingress_capacity
-        if max(inflow) <= capacity * (1.0 + LEVEL_TOLERANCE):
-            # Sender-only shares that respect every ingress limit are already max-min fair,
-            # and no flow is throttled; this loop apart from the general one is worth ~7%.
+        if max([inflow[g] for g in group]) <= capacity * (1.0 + LEVEL_TOLERANCE):
+            # Sender-only shares that respect every ingress limit are already the layered
+            # max-min allocation, and no flow is throttled; this loop apart from the general
+            # one is worth ~7%.
             for run in flows:
                 if run.share != run.rate or run.throttled_now:
                     self._set_rate(run, run.share, False, now)
@@ -311,7 +285,7 @@ class _Simulation:
             for run, rate in zip(flows, rates):
                 self._set_rate(run, rate, is_throttled(rate, run.share), now)
         sync_rate = self.sync_rate
-        for g in range(low, high + 1):
+        for g in group:
             sync = 0.0
             for run in self.sending[g]:
                 if run.comm == _GRAD_SYNC:
@@ -325,17 +299,15 @@ class _Simulation:
         for s in range(self.params.num_gpus):
             if self.busy[s] is None and self.next_compute[s] < len(self.order[s]):
                 run = self.order[s][self.next_compute[s]]
-                needs = ("fwd_prop from GPU %d" % (s - 1) if run.task.kind is TaskKind.FORWARD
-                         else "grad_prop from GPU %d" % (s + 1) if s < self.params.num_gpus - 1
-                         else "its forward")
-                waiting.append(f"{run.task.id} waits for {needs}")
+                unmet = [str(self.tasks[i].id) for i in self.graph.needs[run.node] if math.isnan(self.tasks[i].end)]
+                waiting.append(f"{run.task.id} waits for {', '.join(unmet) or 'its predecessor'}")
             waiting.extend(f"{run.task.id} is ready but gets no bandwidth" for run in self.ready_comm[s])
         return "simulation stuck, nothing can progress: " + "; ".join(waiting or ["no task is ready"])
 
 
 def simulate(params: EnvParams, policy: Policy) -> Schedule:
     """Simulate one iteration of ``params`` under ``policy``."""
-    sim = _Simulation(params, policy)
+    sim = _Simulation(build_task_graph(params), policy)
     completion = sim.run()
     return Schedule(params=params, policy=policy, tasks=sim.tasks, completion_time=completion)
 
@@ -343,18 +315,24 @@ def simulate(params: EnvParams, policy: Policy) -> Schedule:
 def calculate_full_pipeline_schedule(
         *, n: int = 8, num_gpus: int = 4, sync_freq: int = 1, fwd_len: float = 1.0, bwd_len: float = 2.0,
         prop_len: float = 1.0, sync_base_len: float = 2.0, fwd_impact: float = 0.2, bwd_impact: float = 0.2,
-        ingress_capacity: float = 1.0, priorities: Mapping[str, float] | None = None,
+        ingress_capacity: float = 1.0, schedule: str = "1f1b", chunks: int = 2, w_fraction: float = 0.5,
+        fb_overlap: float = 0.0, priorities: Mapping[str, float] | None = None,
         exclusive_tiers: Mapping[str, str] | None = None) -> Schedule:
-    """Simulate one 1F1B iteration and return every task's timeline (docs/model.md describes the model).
+    """Simulate one training iteration and return every task's timeline (docs/model.md describes the model).
 
     Times are abstract units; rates are fractions of full speed or of one link.
-    ``priorities`` maps a transfer kind (``fwd_prop``, ``grad_prop``, ``grad_sync``)
-    to a shared priority in [0, 1] (missing kinds get 1.0); ``exclusive_tiers`` maps a
-    kind to a tier letter, ``'a'`` highest, which overrides its shared priority.
-    Invalid arguments raise ``ValueError`` naming the argument, its value and what is allowed.
+    ``schedule`` is one of ``gpipe``, ``1f1b``, ``interleaved-1f1b`` (``chunks`` model
+    chunks per GPU), ``zb-h1``, ``zb-v``, ``dualpipe-v``; ``w_fraction`` is the share of a
+    split backward that computes weight gradients, ``fb_overlap`` the work an overlapped
+    forward/backward pair saves. ``priorities`` maps a transfer kind (``fwd_prop``,
+    ``grad_prop``, ``grad_sync``) to a shared priority in [0, 1] (missing kinds get 1.0);
+    ``exclusive_tiers`` maps a kind to a tier letter, ``'a'`` highest, which overrides its
+    shared priority. Invalid arguments raise ``ValueError`` naming the argument, its
+    value and what is allowed. The result exposes per GPU ``spans`` and ``peak_activations``.
     """
     params = EnvParams(n=n, num_gpus=num_gpus, sync_freq=sync_freq, fwd_len=fwd_len, bwd_len=bwd_len,
                        prop_len=prop_len, sync_base_len=sync_base_len, fwd_impact=fwd_impact,
-                       bwd_impact=bwd_impact, ingress_capacity=ingress_capacity)
+                       bwd_impact=bwd_impact, ingress_capacity=ingress_capacity, schedule=schedule, chunks=chunks,
+                       w_fraction=w_fraction, fb_overlap=fb_overlap)
     policy = Policy(priorities=dict(priorities or {}), exclusive_tiers=dict(exclusive_tiers or {}))
     return simulate(params, policy)

@@ -10,7 +10,7 @@ import math
 import re
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
-from typing import Mapping
+from typing import Mapping, NamedTuple
 
 
 class TaskKind(StrEnum):
@@ -18,6 +18,9 @@ class TaskKind(StrEnum):
 
     FORWARD = "forward"
     BACKWARD = "backward"
+    BACKWARD_INPUT = "backward_input"
+    BACKWARD_WEIGHT = "backward_weight"
+    OVERLAP_F_B = "overlap_f_b"
     FWD_PROP = "fwd_prop"
     GRAD_PROP = "grad_prop"
     GRAD_SYNC = "grad_sync"
@@ -28,12 +31,15 @@ class TaskKind(StrEnum):
 
     @property
     def is_compute(self) -> bool:
-        return self in (TaskKind.FORWARD, TaskKind.BACKWARD)
+        return self not in COMM_KINDS
 
 
 _KIND_CODE = {
     TaskKind.FORWARD: "F",
     TaskKind.BACKWARD: "B",
+    TaskKind.BACKWARD_INPUT: "I",
+    TaskKind.BACKWARD_WEIGHT: "W",
+    TaskKind.OVERLAP_F_B: "FB",
     TaskKind.FWD_PROP: "FP",
     TaskKind.GRAD_PROP: "GP",
     TaskKind.GRAD_SYNC: "GS",
@@ -42,24 +48,69 @@ _CODE_KIND = {code: kind for kind, code in _KIND_CODE.items()}
 
 #: The communication kinds, in the order that breaks exclusive-tier ties.
 COMM_KINDS: tuple[TaskKind, ...] = (TaskKind.FWD_PROP, TaskKind.GRAD_PROP, TaskKind.GRAD_SYNC)
+#: The kinds of work a GPU's compute channel runs.
+COMPUTE_KINDS: tuple[TaskKind, ...] = (TaskKind.FORWARD, TaskKind.BACKWARD, TaskKind.BACKWARD_INPUT,
+                                       TaskKind.BACKWARD_WEIGHT, TaskKind.OVERLAP_F_B)
+
+
+class Action(NamedTuple):
+    """One compute action of a GPU's order: a kind of work on one stage for one micro-batch.
+
+    Text form as in PyTorch's pipelining schedules: stage, kind letter, micro-batch
+    (``"0F3"``, ``"7B2"``, ``"5I0"``, ``"5W0"``).
+    """
+
+    kind: TaskKind
+    stage: int
+    mb: int
+
+    def __str__(self) -> str:
+        return f"{self.stage}{self.kind.code}{self.mb}"
+
+
+class Pair(NamedTuple):
+    """An overlapped forward and whole backward run as one compute task; text ``"(0F7;7B3)"``."""
+
+    forward: Action
+    backward: Action
+
+    def __str__(self) -> str:
+        return f"({self.forward};{self.backward})"
+
+
+_ACTION_RE = re.compile(r"(\d+)([A-Z]+)(\d+)")
 
 
 @dataclass(frozen=True, slots=True)
 class TaskId:
-    """A task's identity, with the text form ``<gpu><code><index>`` (``"2F0"``, ``"1GS3"``)."""
+    """A task's identity, with the text form ``<stage><code><index>`` (``"2F0"``, ``"1GS3"``).
+
+    ``stage`` is the stage worked on (a transfer: its sending stage). A pair is named by
+    its parts, ``"(0F7;7B3)"``: ``stage`` and ``index`` are its forward's, ``partner``
+    its backward's ``(stage, micro-batch)``. With one stage per GPU, stage = GPU.
+    """
 
     kind: TaskKind
-    gpu: int
+    stage: int
     index: int
+    partner: tuple[int, int] | None = None
 
     def __str__(self) -> str:
-        return f"{self.gpu}{self.kind.code}{self.index}"
+        if self.partner is not None:
+            return f"({self.stage}F{self.index};{self.partner[0]}B{self.partner[1]})"
+        return f"{self.stage}{self.kind.code}{self.index}"
 
     @classmethod
     def parse(cls, text: str) -> TaskId:
-        match = re.fullmatch(r"(\d+)([A-Z]+)(\d+)", text.strip())
-        if not match or match.group(2) not in _CODE_KIND:
-            raise ValueError(f"task id {text!r} is not of the form <gpu><F|B|FP|GP|GS><index>, e.g. '2F0'")
+        text = text.strip()
+        pair = re.fullmatch(r"\((\d+)F(\d+);(\d+)B(\d+)\)", text)
+        if pair:
+            stage, mb, other_stage, other_mb = map(int, pair.groups())
+            return cls(TaskKind.OVERLAP_F_B, stage, mb, (other_stage, other_mb))
+        match = _ACTION_RE.fullmatch(text)
+        if not match or match.group(2) not in _CODE_KIND or match.group(2) == "FB":
+            raise ValueError(f"task id {text!r} is not of the form <stage><F|B|I|W|FP|GP|GS><index> "
+                             f"or (<stage>F<index>;<stage>B<index>), e.g. '2F0'")
         return cls(_CODE_KIND[match.group(2)], int(match.group(1)), int(match.group(3)))
 
 
@@ -67,17 +118,24 @@ class TaskId:
 class Task:
     """One task of an iteration and what happened to it.
 
-    ``gpu`` is the GPU doing the work (the sender, for transfers); ``index`` is the
-    micro-batch, or the sync ordinal for ``grad_sync``. ``segments`` lists
-    ``(t0, t1, rate)`` for every stretch in which the task progressed at a constant
-    positive rate; a zero-length task has none and ``start == end == ready``.
-    ``throttled_time`` is how long a transfer ran below its sender-only share.
+    ``gpu`` is the GPU doing the work (the sender, for transfers) and ``receiver`` the
+    GPU a ``fwd_prop`` or ``grad_prop`` goes to (None otherwise). ``stage`` is the stage
+    worked on (a transfer: its sending stage; a ``grad_sync``: the stage it syncs);
+    ``index`` is the micro-batch, or the sync ordinal for ``grad_sync``. A compute task's
+    ``parts`` are the actions it runs: one, or a pair's forward and backward.
+    ``segments`` lists ``(t0, t1, rate)`` for every stretch in which the task progressed
+    at a constant positive rate; a zero-length task has none and
+    ``start == end == ready``. ``throttled_time`` is how long a transfer ran below its
+    sender-only share, waiting at rate 0 included.
     """
 
     kind: TaskKind
     gpu: int
+    stage: int
     index: int
     length: float
+    receiver: int | None = None
+    parts: tuple[Action, ...] = ()
     ready: float = math.nan
     start: float = math.nan
     end: float = math.nan
@@ -87,11 +145,16 @@ class Task:
 
     @property
     def id(self) -> TaskId:
-        return TaskId(self.kind, self.gpu, self.index)
+        if self.kind is TaskKind.OVERLAP_F_B:
+            backward = self.parts[1]
+            return TaskId(self.kind, self.stage, self.index, (backward.stage, backward.mb))
+        return TaskId(self.kind, self.stage, self.index)
 
     @property
     def label(self) -> str:
-        """Short label for charts: ``F3``, ``B3``, ``FP3``, ``GS0``."""
+        """Short label for charts: ``F3``, ``B3``, ``W3``, ``FP3``, ``GS0``, a pair ``F7|B3``."""
+        if self.parts:
+            return "|".join(f"{part.kind.code}{part.mb}" for part in self.parts)
         return f"{self.kind.code}{self.index}"
 
     def __repr__(self) -> str:
@@ -127,7 +190,13 @@ def _check_float(name: str, value: object, low: float, *, low_open: bool = False
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EnvParams:
-    """One environment (docs/model.md section 1). Invalid values raise ``ValueError``."""
+    """One environment (docs/model.md sections 1 and 6). Invalid values raise ``ValueError``.
+
+    A schedule ignores the parameters it does not read (``chunks`` outside
+    ``interleaved-1f1b``, ``w_fraction`` where nothing is split, ``fb_overlap`` outside
+    ``dualpipe-v``): they are checked, then set to their defaults, so that one
+    simulation has one ``EnvParams``. ``schedule`` is stored in lower case.
+    """
 
     n: int = 8
     num_gpus: int = 4
@@ -139,8 +208,14 @@ class EnvParams:
     fwd_impact: float = 0.2
     bwd_impact: float = 0.2
     ingress_capacity: float = 1.0
+    schedule: str = "1f1b"
+    chunks: int = 2
+    w_fraction: float = 0.5
+    fb_overlap: float = 0.0
 
     def __post_init__(self) -> None:
+        from .schedules import get_schedule
+
         _check_int("n", self.n, 1)
         _check_int("num_gpus", self.num_gpus, 1)
         _check_int("sync_freq", self.sync_freq, 1)
@@ -151,18 +226,38 @@ class EnvParams:
         _check_float("fwd_impact", self.fwd_impact, 0.0, high=1.0)
         _check_float("bwd_impact", self.bwd_impact, 0.0, high=1.0)
         _check_float("ingress_capacity", self.ingress_capacity, 0.0, low_open=True)
+        spec = get_schedule(self.schedule)
+        _check_int("chunks", self.chunks, 2)
+        _check_float("w_fraction", self.w_fraction, 0.0, high=1.0)
+        _check_float("fb_overlap", self.fb_overlap, 0.0, high=1.0)
+        spec.check(self.n, self.num_gpus)
+        object.__setattr__(self, "schedule", spec.name)
+        for name in self.ignored():
+            object.__setattr__(self, name, _SCHEDULE_DEFAULTS[name])
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
         return tuple(f.name for f in fields(cls))
 
-    def as_dict(self) -> dict[str, int | float]:
+    def as_dict(self) -> dict[str, int | float | str]:
         return {name: getattr(self, name) for name in self.names()}
 
+    def ignored(self) -> tuple[str, ...]:
+        """The schedule parameters this environment's schedule does not read."""
+        from .schedules import SCHEDULE_PARAMETERS, get_schedule
+
+        used = get_schedule(self.schedule).parameters
+        return tuple(name for name in SCHEDULE_PARAMETERS if name not in used)
+
     @property
-    def ideal_time(self) -> float:
-        """Textbook 1F1B time with free communication: ``(n + p - 1) x (fwd_len + bwd_len)``."""
-        return (self.n + self.num_gpus - 1) * (self.fwd_len + self.bwd_len)
+    def v(self) -> int:
+        """Model chunks (stages) per GPU."""
+        from .schedules import get_schedule
+
+        return get_schedule(self.schedule).v(self.chunks)
+
+
+_SCHEDULE_DEFAULTS = {"chunks": 2, "w_fraction": 0.5, "fb_overlap": 0.0}
 
 
 _TIER_RE = re.compile(r"[a-z]")
@@ -217,22 +312,6 @@ class Policy:
         return " | ".join(part for part in (exclusive, shared) if part)
 
 
-def one_f_one_b_order(stage: int, n: int, num_gpus: int) -> list[tuple[TaskKind, int]]:
-    """Compute order of one stage: warm-up forwards, then one forward / one backward, then the rest.
-
-    This is the order of Megatron-LM's non-interleaved schedule and PyTorch's ``Schedule1F1B``.
-    """
-    warmup = min(num_gpus - stage - 1, n)
-    order = [(TaskKind.FORWARD, m) for m in range(warmup)]
-    next_backward = 0
-    for m in range(warmup, n):
-        order.append((TaskKind.FORWARD, m))
-        order.append((TaskKind.BACKWARD, next_backward))
-        next_backward += 1
-    order.extend((TaskKind.BACKWARD, m) for m in range(next_backward, n))
-    return order
-
-
 def sync_points(n: int, sync_freq: int) -> list[int]:
     """Micro-batches whose backward is followed by a ``grad_sync``, in order."""
     points = [m for m in range(n) if (m + 1) % sync_freq == 0]
@@ -250,11 +329,60 @@ class Schedule:
     tasks: list[Task]
     completion_time: float
 
-    def task(self, kind: str, gpu: int, index: int) -> Task:
+    def task(self, kind: str, stage: int, index: int) -> Task:
+        """The task of ``kind`` on ``stage`` for micro-batch (or sync ordinal) ``index``; a pair by its forward."""
         for t in self.tasks:
-            if t.kind == kind and t.gpu == gpu and t.index == index:
+            if t.kind == kind and t.stage == stage and t.index == index:
                 return t
-        raise KeyError(f"no task {kind}({index}) on GPU {gpu}")
+        raise KeyError(f"no task {kind}({index}) on stage {stage}")
+
+    def find(self, text: str) -> Task:
+        """The task whose id reads ``text`` (``"0F3"``, ``"2GP1"``, ``"(0F7;7B3)"``)."""
+        wanted = TaskId.parse(text)
+        for t in self.tasks:
+            if t.id == wanted:
+                return t
+        raise KeyError(f"no task {text}")
 
     def by_id(self) -> dict[TaskId, Task]:
         return {t.id: t for t in self.tasks}
+
+    @property
+    def spans(self) -> list[float]:
+        """Per GPU, from the start of its first compute action to the end of its last (section 6.5)."""
+        first = [math.inf] * self.params.num_gpus
+        last = [-math.inf] * self.params.num_gpus
+        for t in self.tasks:
+            if t.parts:
+                first[t.gpu] = min(first[t.gpu], t.start)
+                last[t.gpu] = max(last[t.gpu], t.end)
+        return [end - start for start, end in zip(first, last)]
+
+    @property
+    def peak_activations(self) -> list[float]:
+        """Per GPU, the most activations in flight at once, in micro-batches of its whole share (section 7)."""
+        return [max(level for _, level in steps) for steps in self.activation_steps()]
+
+    def activation_steps(self) -> list[list[tuple[float, float]]]:
+        """Per GPU, ``(time, in-flight activations from then on)``, starting with ``(0, 0)``.
+
+        An activation of 1/v rises when a forward part starts and falls when the
+        weight-gradient work of the same micro-batch and stage ends; falls come first at
+        one instant.
+        """
+        v = self.params.v
+        changes: list[list[tuple[float, int, int]]] = [[] for _ in range(self.params.num_gpus)]
+        for t in self.tasks:
+            for part in t.parts:
+                if part.kind is TaskKind.FORWARD:
+                    changes[t.gpu].append((t.start, 1, +1))
+                elif part.kind in (TaskKind.BACKWARD, TaskKind.BACKWARD_WEIGHT):
+                    changes[t.gpu].append((t.end, 0, -1))
+        steps = []
+        for gpu_changes in changes:
+            level, gpu_steps = 0, [(0.0, 0.0)]
+            for time, _, delta in sorted(gpu_changes):
+                level += delta
+                gpu_steps.append((time, level / v))
+            steps.append(gpu_steps)
+        return steps

@@ -8,7 +8,7 @@ from typing import Iterator
 
 import pandas as pd
 
-from .config import INTEGER_KEYS
+from .config import INTEGER_KEYS, STRING_KEYS
 from .model import COMM_KINDS, EnvParams
 from .sweep import COLUMNS
 
@@ -42,11 +42,17 @@ def load_results(path: str | Path) -> pd.DataFrame:
     return frame
 
 
+def _value(name: str, cell: object) -> int | float | str:
+    if name in STRING_KEYS:
+        return str(cell)
+    return int(cell) if name in INTEGER_KEYS else float(cell)
+
+
 def environments(frame: pd.DataFrame) -> Iterator[tuple[EnvParams, pd.DataFrame]]:
-    """Each environment of the CSV with its rows, in the CSV's order."""
-    names = list(EnvParams.names())
-    for key, rows in frame.groupby(names, sort=False):
-        values = {name: (int(v) if name in INTEGER_KEYS else float(v)) for name, v in zip(names, key)}
+    """Each environment of the CSV with its rows, in the CSV's order (an empty cell: a parameter its schedule ignores)."""
+    names = [name for name in EnvParams.names() if name in frame.columns]
+    for key, rows in frame.groupby(names, sort=False, dropna=False):
+        values = {name: _value(name, cell) for name, cell in zip(names, key) if not pd.isna(cell)}
         yield EnvParams(**values), rows
 
 
@@ -71,14 +77,70 @@ def simplex_steps(rows: pd.DataFrame) -> int:
     return k
 
 
+#: The parameters that say which schedule runs; environments differing only in them are compared side by side.
+SCHEDULE_KEYS = ("schedule", "chunks", "w_fraction", "fb_overlap")
+
+#: Short names of the schedule parameters, in labels and file names.
+_SCHEDULE_SHORT = {"chunks": "v", "w_fraction": "wf", "fb_overlap": "fbo"}
+
+
+def schedule_name(params: EnvParams) -> str:
+    """The schedule with the parameters it reads: ``zb-h1 wf=0.5``, ``interleaved-1f1b v=2``, ``1f1b``."""
+    return " ".join([params.schedule] + [f"{short}={getattr(params, name):g}" for name, short in _SCHEDULE_SHORT.items()
+                                         if name not in params.ignored()])
+
+
 def env_slug(params: EnvParams) -> str:
-    """File-name form of an environment: ``n8_gpus4_sf1_fwd1_bwd2_prop1_sync2_fi0.2_bi0.2_in1``."""
+    """File-name form of an environment: ``n8_gpus4_sf1_fwd1_bwd2_prop1_sync2_fi0.2_bi0.2_in1_1f1b``."""
+    used = "".join(f"_{short}{getattr(params, name):g}" for name, short in _SCHEDULE_SHORT.items()
+                   if name not in params.ignored())
     return (f"n{params.n}_gpus{params.num_gpus}_sf{params.sync_freq}_fwd{params.fwd_len:g}_bwd{params.bwd_len:g}"
             f"_prop{params.prop_len:g}_sync{params.sync_base_len:g}_fi{params.fwd_impact:g}_bi{params.bwd_impact:g}"
-            f"_in{params.ingress_capacity:g}")
+            f"_in{params.ingress_capacity:g}_{params.schedule}{used}")
 
 
-def env_title(params: EnvParams) -> str:
-    return (f"n={params.n}, {params.num_gpus} GPUs, sync_freq={params.sync_freq}, fwd={params.fwd_len:g}, "
+def env_title(params: EnvParams, *, schedule: bool = True) -> str:
+    text = (f"n={params.n}, {params.num_gpus} GPUs, sync_freq={params.sync_freq}, fwd={params.fwd_len:g}, "
             f"bwd={params.bwd_len:g}, prop={params.prop_len:g}, sync={params.sync_base_len:g}, "
             f"impact fwd/bwd={params.fwd_impact:g}/{params.bwd_impact:g}, ingress={params.ingress_capacity:g}")
+    return f"{schedule_name(params)}: {text}" if schedule else text
+
+
+#: The policy that the visualizers use unless told otherwise; the comparison marks it.
+DEFAULT_POLICY_LABEL = "F0.5 G0.3 S0.2"
+
+
+def schedule_groups(frame: pd.DataFrame) -> Iterator[tuple[EnvParams, pd.DataFrame]]:
+    """Groups of environments that differ only by their schedule (and the parameters a schedule reads).
+
+    Yields one environment of the group (for its title) and one summary row per
+    schedule, in CSV order: ``schedule`` (name with its parameters), ``best_policy``,
+    ``best_time``, ``default_time`` (NaN when the sweep's step has no such policy),
+    ``worst_policy``, ``worst_time``, ``ideal_time``, ``peak_activations``, ``max_span``
+    (of the best policy). Only groups of two or more schedules are yielded.
+    """
+    groups: dict[tuple, list[tuple[EnvParams, pd.DataFrame]]] = {}
+    for params, rows in environments(frame):
+        key = tuple(value for name, value in params.as_dict().items() if name not in SCHEDULE_KEYS)
+        groups.setdefault(key, []).append((params, rows))
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        summary = []
+        for params, rows in members:
+            best, worst = best_rows(rows).iloc[0], rows.loc[rows["completion_time"].idxmax()]
+            default = rows.loc[rows["policy"] == DEFAULT_POLICY_LABEL, "completion_time"]
+            summary.append({
+                "schedule": schedule_name(params), "best_policy": best["policy"],
+                "best_time": float(best["completion_time"]),
+                "default_time": float(default.iloc[0]) if len(default) else math.nan,
+                "worst_policy": worst["policy"], "worst_time": float(worst["completion_time"]),
+                "ideal_time": float(best.get("ideal_time", math.nan)),
+                "peak_activations": float(best.get("peak_activations", math.nan)),
+                "max_span": float(best.get("max_span", math.nan))})
+        yield members[0][0], pd.DataFrame(summary)
+
+
+def group_slug(params: EnvParams) -> str:
+    """File-name form of a group of environments that differ only by schedule."""
+    return env_slug(params).rsplit(f"_{params.schedule}", 1)[0]

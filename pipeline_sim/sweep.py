@@ -1,6 +1,7 @@
 """Running every policy in every environment of a grid, streamed in order to one CSV.
 
-Rows go to ``<output>.partial`` as they finish, in grid order then policy order; the
+A parameter that the row's schedule ignores is an empty cell. Rows go to
+``<output>.partial`` as they finish, in grid order then policy order; the
 file becomes ``<output>`` only when complete. A partial file and its fingerprint
 (``<output>.partial.json``) let an interrupted sweep resume and still end
 byte-identical to an uninterrupted run, whatever the number of workers.
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from .config import EnvironmentGrid
+from .config import ConfigError, EnvironmentGrid
 from .engine import simulate
 from .metrics import ScheduleMetrics, schedule_metrics
 from .model import COMM_KINDS, EnvParams, ParameterError, Policy
@@ -37,16 +38,29 @@ class ResumeError(ValueError):
 
 @dataclass(frozen=True)
 class SweepPlan:
-    """What a sweep runs: every environment of ``grid`` under every policy at ``step``."""
+    """What a sweep runs: every environment of ``grid`` under every policy at ``step``.
+
+    A grid with combinations that break a schedule's requirement is refused, unless
+    ``skip_invalid`` leaves them out.
+    """
 
     grid: EnvironmentGrid
     step: float = DEFAULT_STEP
     simulator: str = "single_channel"
+    skip_invalid: bool = False
 
     def __post_init__(self) -> None:
         steps_per_unit(self.step)
         if self.simulator not in SIMULATORS:
             raise ParameterError("simulator", self.simulator, f"must be one of {', '.join(SIMULATORS)}")
+        invalid = self.grid.invalid()
+        if invalid and not self.skip_invalid:
+            where, reason = invalid[0]
+            more = f" (and {len(invalid) - 1} more)" if len(invalid) > 1 else ""
+            raise ConfigError(f"{len(invalid)} combination{'s' if len(invalid) > 1 else ''} of the grid cannot run: "
+                              f"{where}: {reason}{more}; fix the config or pass --skip-invalid to leave them out")
+        if not len(self.grid):
+            raise ConfigError("no combination of the grid can run; fix the config")
 
     @property
     def policies(self) -> tuple[Policy, ...]:
@@ -63,7 +77,7 @@ class SweepPlan:
     def fingerprint(self) -> str:
         """Identifies the rows this plan writes; a partial file resumes only under the same one."""
         text = json.dumps({"grid": self.grid.as_dict(), "step": self.step, "simulator": self.simulator,
-                           "columns": COLUMNS}, sort_keys=True)
+                           "skip_invalid": self.skip_invalid, "columns": COLUMNS}, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()
 
     def chunks(self, start_row: int, rows_per_chunk: int) -> Iterator[Chunk]:
@@ -96,7 +110,9 @@ def _cell(value: object) -> str:
 def result_row(params: EnvParams, simulator: str, policy: Policy, metrics: ScheduleMetrics) -> list[str]:
     prios = [None if kind in policy.exclusive_tiers else policy.shared_priority(kind) for kind in COMM_KINDS]
     tiers = [policy.tier(kind) for kind in COMM_KINDS]
-    values = [*params.as_dict().values(), simulator, policy.label, *prios, *tiers, *metrics.scalars().values()]
+    ignored = params.ignored()
+    environment = [None if name in ignored else value for name, value in params.as_dict().items()]
+    values = [*environment, simulator, policy.label, *prios, *tiers, *metrics.scalars().values()]
     return [_cell(value) for value in values]
 
 

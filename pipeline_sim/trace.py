@@ -23,11 +23,11 @@ def chrome_trace(schedule: Schedule) -> dict:
         for name, tid in _CHANNELS.items():
             events.append({"ph": "M", "name": "thread_name", "pid": gpu, "tid": tid, "args": {"name": name}})
     for task in schedule.tasks:
-        channel = "compute" if task.kind.is_compute else "communication"
+        channel = "compute" if task.parts else "communication"
         events.append({
             "ph": "X", "name": task.label, "cat": str(task.kind), "pid": task.gpu, "tid": _CHANNELS[channel],
             "ts": task.start * MICROSECONDS_PER_UNIT, "dur": (task.end - task.start) * MICROSECONDS_PER_UNIT,
-            "args": {"task": str(task.id), "ready": task.ready, "throttled": task.throttled,
+            "args": {"task": str(task.id), "stage": task.stage, "receiver": task.receiver, "ready": task.ready, "throttled": task.throttled,
                      "segments": [list(segment) for segment in task.segments]},
         })
     return {

@@ -1,44 +1,17 @@
-"""Invariant checks of a simulated schedule, for tests and for users who extend the model."""
+"""Invariant checks of a simulated schedule against its task graph, for tests and for users who extend the model.
+
+Each check is a function of its own, listed in ``CHECKS``; ``validate_schedule`` runs
+them all. None of them knows which schedule produced the graph.
+"""
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
+from typing import Callable
 
-from .model import Schedule, Task, TaskId, TaskKind, one_f_one_b_order, sync_points
-
-
-def _expected_ids(schedule: Schedule) -> set[TaskId]:
-    params = schedule.params
-    p, n = params.num_gpus, params.n
-    ids = set()
-    for s in range(p):
-        for m in range(n):
-            ids.add(TaskId(TaskKind.FORWARD, s, m))
-            ids.add(TaskId(TaskKind.BACKWARD, s, m))
-            if s < p - 1:
-                ids.add(TaskId(TaskKind.FWD_PROP, s, m))
-            if s > 0:
-                ids.add(TaskId(TaskKind.GRAD_PROP, s, m))
-        ids.update(TaskId(TaskKind.GRAD_SYNC, s, k) for k in range(len(sync_points(n, params.sync_freq))))
-    return ids
-
-
-def _check_task(task: Task, tol: float) -> list[str]:
-    errors = []
-    if not task.ready - tol <= task.start <= task.end + tol:
-        errors.append(f"{task.id}: not ready <= start <= end ({task.ready}, {task.start}, {task.end})")
-    work = 0.0
-    previous_end = task.start
-    for t0, t1, rate in task.segments:
-        if t0 < previous_end - tol or t1 < t0 or t1 > task.end + tol or not 0.0 < rate <= 1.0 + tol:
-            errors.append(f"{task.id}: segment {(t0, t1, rate)} overlaps, lies outside [start, end] or has a bad rate")
-        work += (t1 - t0) * rate
-        previous_end = t1
-    if abs(work - task.length) > tol * max(1.0, task.length):
-        errors.append(f"{task.id}: work done {work} differs from its length {task.length}")
-    if task.length == 0.0 and not task.ready == task.start == task.end:
-        errors.append(f"{task.id}: a zero-length task must end the instant it is ready")
-    return errors
+from .model import Schedule, Task
+from .taskgraph import TaskGraph, build_task_graph
 
 
 def _peak_load(intervals: list[tuple[float, float, float]]) -> float:
@@ -51,77 +24,135 @@ def _peak_load(intervals: list[tuple[float, float, float]]) -> float:
     return peak
 
 
+def check_task_set(schedule: Schedule, graph: TaskGraph, tol: float) -> list[str]:
+    """Every task of the graph appears once, as the graph describes it and in its order (the checks rely on it)."""
+    expected = [(t.kind, t.gpu, t.stage, t.index, t.parts, t.receiver) for t in graph.tasks]
+    got = [(t.kind, t.gpu, t.stage, t.index, t.parts, t.receiver) for t in schedule.tasks]
+    if got == expected:
+        return []
+    missing = sorted(str(Task(*key[:4], 0.0, key[5], key[4]).id) for key in set(expected) - set(got))
+    extra = sorted(str(Task(*key[:4], 0.0, key[5], key[4]).id) for key in set(got) - set(expected))
+    return [f"task set is wrong: missing {missing[:5]}, unexpected {extra[:5]}, "
+            f"{len(got) - len(set(got))} duplicated, or out of the graph's order"]
+
+
+def check_work(schedule: Schedule, graph: TaskGraph, tol: float) -> list[str]:
+    """ready <= start <= end; segments lie in [start, end] in order at rates in (0, 1]; they integrate to the length."""
+    errors = []
+    for task, spec in zip(schedule.tasks, graph.tasks):
+        if not task.ready - tol <= task.start <= task.end + tol:
+            errors.append(f"{task.id}: not ready <= start <= end ({task.ready}, {task.start}, {task.end})")
+        work = 0.0
+        previous_end = task.start
+        for t0, t1, rate in task.segments:
+            if t0 < previous_end - tol or t1 < t0 or t1 > task.end + tol or not 0.0 < rate <= 1.0 + tol:
+                errors.append(f"{task.id}: segment {(t0, t1, rate)} overlaps, lies outside [start, end] "
+                              f"or has a bad rate")
+            work += (t1 - t0) * rate
+            previous_end = t1
+        if abs(work - spec.length) > tol * max(1.0, spec.length) or task.length != spec.length:
+            errors.append(f"{task.id}: work done {work} differs from its length {spec.length}")
+        if spec.length == 0.0 and not task.ready == task.start == task.end:
+            errors.append(f"{task.id}: a zero-length task must end the instant it is ready")
+    return errors
+
+
+def check_readiness(schedule: Schedule, graph: TaskGraph, tol: float) -> list[str]:
+    """A transfer is ready the instant the compute task that sends it ends."""
+    errors = []
+    for task, needs in zip(schedule.tasks, graph.needs):
+        if not task.parts:
+            producer = schedule.tasks[needs[0]]
+            if abs(task.ready - producer.end) > tol:
+                errors.append(f"{task.id}: ready at {task.ready}, but {producer.id} ended at {producer.end}")
+    return errors
+
+
+def check_dependencies(schedule: Schedule, graph: TaskGraph, tol: float) -> list[str]:
+    """No compute task starts before every task it needs has ended."""
+    errors = []
+    for task, needs in zip(schedule.tasks, graph.needs):
+        for producer in (schedule.tasks[i] for i in needs):
+            if task.parts and task.start < producer.end - tol:
+                errors.append(f"{task.id}: started at {task.start}, before {producer.id} ended at {producer.end}")
+    return errors
+
+
+def check_order(schedule: Schedule, graph: TaskGraph, tol: float) -> list[str]:
+    """Each GPU runs exactly its order, one task at a time, each as soon as its predecessor and needs allow."""
+    errors = []
+    for gpu, order in enumerate(graph.orders):
+        ran = sorted((t for t in schedule.tasks if t.parts and t.gpu == gpu), key=lambda t: (t.start, t.end))
+        expected = [str(schedule.tasks[i].id) for i in order]
+        if [str(t.id) for t in ran] != expected:
+            first = next(i for i, (a, b) in enumerate(zip([str(t.id) for t in ran] + [""], expected + [""]))
+                         if a != b)
+            errors.append(f"GPU {gpu}: runs {[str(t.id) for t in ran][first:first + 3]} where its order has "
+                          f"{expected[first:first + 3]}")
+            continue
+        previous_end = 0.0
+        for i in order:
+            task = schedule.tasks[i]
+            ready = max([previous_end] + [schedule.tasks[j].end for j in graph.needs[i]])
+            if task.start < previous_end - tol:
+                errors.append(f"{task.id}: started at {task.start}, before its predecessor ended at {previous_end}")
+            elif task.start > ready + tol:
+                errors.append(f"{task.id}: started at {task.start}, although it could start at {ready}")
+            previous_end = task.end
+    return errors
+
+
+def _port_loads(schedule: Schedule, receiving: bool) -> dict[int, list[tuple[float, float, float]]]:
+    loads: dict[int, list[tuple[float, float, float]]] = defaultdict(list)
+    for task in schedule.tasks:
+        if task.parts:
+            continue
+        gpu = task.receiver if receiving else task.gpu
+        if gpu is not None:
+            loads[gpu].extend(task.segments)
+    return loads
+
+
+def check_egress(schedule: Schedule, graph: TaskGraph, tol: float) -> list[str]:
+    """The transfers a GPU sends never add up to more than its port (1)."""
+    return [f"GPU {gpu}: egress reaches {peak}, above its capacity 1"
+            for gpu, intervals in sorted(_port_loads(schedule, receiving=False).items())
+            if (peak := _peak_load(intervals)) > 1.0 + 1e-6]
+
+
+def check_ingress(schedule: Schedule, graph: TaskGraph, tol: float) -> list[str]:
+    """The activations and gradients a GPU receives, from any sender, never exceed ``ingress_capacity``."""
+    capacity = schedule.params.ingress_capacity
+    return [f"GPU {gpu}: ingress reaches {peak}, above its capacity {capacity}"
+            for gpu, intervals in sorted(_port_loads(schedule, receiving=True).items())
+            if (peak := _peak_load(intervals)) > capacity * (1.0 + 1e-6)]
+
+
+def check_completion(schedule: Schedule, graph: TaskGraph, tol: float) -> list[str]:
+    """The completion time is the last end."""
+    last_end = max(task.end for task in schedule.tasks)
+    if abs(schedule.completion_time - last_end) > tol or not math.isfinite(schedule.completion_time):
+        return [f"completion time {schedule.completion_time} is not the last end {last_end}"]
+    return []
+
+
+CHECKS: tuple[Callable[[Schedule, TaskGraph, float], list[str]], ...] = (
+    check_task_set, check_work, check_readiness, check_dependencies, check_order, check_egress, check_ingress,
+    check_completion)
+
+
 def validate_schedule(schedule: Schedule, tolerance: float = 1e-6) -> list[str]:
     """Return every violated invariant of ``schedule`` as a sentence; empty when it is sound.
 
-    Checked: the task set is complete, each transfer is ready when its producer ends,
-    dependencies are respected, each compute channel runs its tasks one at a time in
-    1F1B order and starts each as soon as it may, every task's segments integrate to
-    its length, egress and ingress never exceed their capacity, and the completion
-    time is the last end. ``tolerance`` is relative to the completion time.
+    ``tolerance`` is relative to the completion time. When the task set itself is
+    wrong, only that is reported.
     """
-    params = schedule.params
+    graph = build_task_graph(schedule.params)
     tol = tolerance * max(1.0, schedule.completion_time)
-    tasks = schedule.by_id()
-    errors = []
-    expected = _expected_ids(schedule)
-    if set(tasks) != expected or len(tasks) != len(schedule.tasks):
-        missing = sorted(map(str, expected - set(tasks)))
-        extra = sorted(map(str, set(tasks) - expected))
-        return [f"task set is wrong: missing {missing[:5]}, unexpected {extra[:5]}, "
-                f"{len(schedule.tasks) - len(tasks)} duplicated"]
-    for task in schedule.tasks:
-        errors.extend(_check_task(task, tol))
-
-    p, n = params.num_gpus, params.n
-    get = lambda kind, s, i: tasks[TaskId(kind, s, i)]  # noqa: E731
-    syncs = sync_points(n, params.sync_freq)
-    for s in range(p):
-        for m in range(n):
-            fwd, bwd = get(TaskKind.FORWARD, s, m), get(TaskKind.BACKWARD, s, m)
-            producers = []
-            if s < p - 1:
-                producers.append((get(TaskKind.FWD_PROP, s, m), fwd))
-            if s > 0:
-                producers.append((get(TaskKind.GRAD_PROP, s, m), bwd))
-            for comm, producer in producers:
-                if abs(comm.ready - producer.end) > tol:
-                    errors.append(f"{comm.id}: ready at {comm.ready}, but {producer.id} ended at {producer.end}")
-        for k, m in enumerate(syncs):
-            sync, bwd = get(TaskKind.GRAD_SYNC, s, k), get(TaskKind.BACKWARD, s, m)
-            if abs(sync.ready - bwd.end) > tol:
-                errors.append(f"{sync.id}: ready at {sync.ready}, but {bwd.id} ended at {bwd.end}")
-
-        previous_end = 0.0
-        for kind, m in one_f_one_b_order(s, n, p):
-            task = get(kind, s, m)
-            if kind is TaskKind.FORWARD:
-                dependency = get(TaskKind.FWD_PROP, s - 1, m) if s > 0 else None
-            else:
-                dependency = get(TaskKind.GRAD_PROP, s + 1, m) if s < p - 1 else get(TaskKind.FORWARD, s, m)
-            earliest = max(previous_end, dependency.end if dependency else 0.0)
-            if abs(task.start - earliest) > tol:
-                what = f"{dependency.id} ended at {dependency.end}, " if dependency else ""
-                errors.append(f"{task.id}: started at {task.start}; {what}its 1F1B predecessor at {previous_end}")
-            previous_end = task.end
-
-    egress, ingress = defaultdict(list), defaultdict(list)
-    for task in schedule.tasks:
-        if task.kind.is_compute:
-            continue
-        egress[task.gpu].extend(task.segments)
-        if task.kind is TaskKind.FWD_PROP:
-            ingress[task.gpu + 1].extend(task.segments)
-        elif task.kind is TaskKind.GRAD_PROP:
-            ingress[task.gpu - 1].extend(task.segments)
-    for gpu, intervals in sorted(egress.items()):
-        if (peak := _peak_load(intervals)) > 1.0 + tolerance:
-            errors.append(f"GPU {gpu}: egress reaches {peak}, above its capacity 1")
-    for gpu, intervals in sorted(ingress.items()):
-        if (peak := _peak_load(intervals)) > params.ingress_capacity * (1.0 + tolerance):
-            errors.append(f"GPU {gpu}: ingress reaches {peak}, above its capacity {params.ingress_capacity}")
-
-    last_end = max(task.end for task in schedule.tasks)
-    if abs(schedule.completion_time - last_end) > tol:
-        errors.append(f"completion time {schedule.completion_time} is not the last end {last_end}")
+    errors = check_task_set(schedule, graph, tol)
+    if errors:
+        return errors
+    for check in CHECKS:
+        if check is not check_task_set:
+            errors.extend(check(schedule, graph, tol))
     return errors

@@ -4,7 +4,8 @@ import pytest
 
 from pipeline_sim import EnvParams, ParameterError, Policy, TaskId, TaskKind, calculate_full_pipeline_schedule
 from pipeline_sim.metrics import schedule_metrics
-from pipeline_sim.model import one_f_one_b_order, sync_points
+from pipeline_sim import compute_orders
+from pipeline_sim.model import sync_points
 
 
 @pytest.mark.parametrize("name, value, fragment", [
@@ -44,7 +45,8 @@ def test_arguments_are_keyword_only_with_model_defaults():
         calculate_full_pipeline_schedule(8)
     s = calculate_full_pipeline_schedule()
     assert s.params == EnvParams(n=8, num_gpus=4, sync_freq=1, fwd_len=1.0, bwd_len=2.0, prop_len=1.0,
-                                 sync_base_len=2.0, fwd_impact=0.2, bwd_impact=0.2, ingress_capacity=1.0)
+                                 sync_base_len=2.0, fwd_impact=0.2, bwd_impact=0.2, ingress_capacity=1.0,
+                                 schedule="1f1b", chunks=2, w_fraction=0.5, fb_overlap=0.0)
     assert len(s.tasks) == 4 * 8 * 2 + 3 * 8 * 2 + 4 * 8
 
 
@@ -67,7 +69,7 @@ def test_task_kind_compares_to_strings():
     assert TaskKind.FORWARD == "forward" and TaskKind("grad_sync") is TaskKind.GRAD_SYNC
 
 
-@pytest.mark.parametrize("text", ["2F0", "0B11", "3FP2", "1GP0", "0GS3"])
+@pytest.mark.parametrize("text", ["2F0", "0B11", "5I0", "5W0", "3FP2", "1GP0", "0GS3", "(0F7;7B3)"])
 def test_task_id_text_round_trips(text):
     assert str(TaskId.parse(text)) == text
 
@@ -78,11 +80,11 @@ def test_task_id_rejects_garbage():
 
 
 def test_one_f_one_b_order():
-    codes = lambda stage, n, p: " ".join(f"{k.code}{m}" for k, m in one_f_one_b_order(stage, n, p))  # noqa: E731
-    assert codes(0, 4, 3) == "F0 F1 F2 B0 F3 B1 B2 B3"
-    assert codes(1, 4, 3) == "F0 F1 B0 F2 B1 F3 B2 B3"
-    assert codes(2, 4, 3) == "F0 B0 F1 B1 F2 B2 F3 B3"
-    assert codes(0, 2, 4) == "F0 F1 B0 B1"  # fewer micro-batches than warm-up slots
+    codes = lambda stage, n, p: " ".join(compute_orders("1f1b", num_gpus=p, n=n)[stage])  # noqa: E731
+    assert codes(0, 4, 3) == "0F0 0F1 0F2 0B0 0F3 0B1 0B2 0B3"
+    assert codes(1, 4, 3) == "1F0 1F1 1B0 1F2 1B1 1F3 1B2 1B3"
+    assert codes(2, 4, 3) == "2F0 2B0 2F1 2B1 2F2 2B2 2F3 2B3"
+    assert codes(0, 2, 4) == "0F0 0F1 0B0 0B1"  # fewer micro-batches than warm-up slots
 
 
 def test_sync_points():

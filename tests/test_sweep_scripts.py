@@ -177,8 +177,8 @@ def test_plot_heatmap_default_folder_and_readable_steps(tmp_path):
         result = run_script("plot_heatmap.py", str(csv_path), cwd=tmp_path)
         assert result.returncode == 0, result.stderr
         pngs = sorted((tmp_path / "heatmaps_output").glob("*.png"))
-        assert [p.name for p in pngs] == ["n4_gpus3_sf1_fwd1_bwd2_prop1_sync2_fi0.2_bi0.2_in1.png",
-                                          "n4_gpus3_sf2_fwd1_bwd2_prop1_sync2_fi0.2_bi0.2_in1.png"]
+        assert [p.name for p in pngs] == ["n4_gpus3_sf1_fwd1_bwd2_prop1_sync2_fi0.2_bi0.2_in1_1f1b.png",
+                                          "n4_gpus3_sf2_fwd1_bwd2_prop1_sync2_fi0.2_bi0.2_in1_1f1b.png"]
         for png in pngs:
             assert_png_drawn(png, min_width=1200, min_height=700)
         shutil.rmtree(tmp_path / "heatmaps_output")
@@ -220,3 +220,67 @@ def test_help(tmp_path, script, flags):
     assert result.returncode == 0
     for flag in flags:
         assert flag in result.stdout
+
+
+def test_schedules_config_through_the_pipeline(tmp_path):
+    shutil.copytree(ROOT / "configs", tmp_path / "configs")
+    result = run_script("run_full_pipeline.py", "-c", "configs/schedules.json", "--priority_step", "0.5",
+                        cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    (output,) = (tmp_path / "outputs" / "data").glob("schedules_*.csv")
+    rows = read_rows(output)
+    policies = 6 + 9 + 9 + 13
+    assert len(rows) == 6 * 4 * policies  # six schedules x four environments, each simulation once
+    by_schedule = {r["schedule"]: r for r in rows}
+    assert set(by_schedule) == {"gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v", "dualpipe-v"}
+    assert by_schedule["interleaved-1f1b"]["chunks"] == "2" and by_schedule["1f1b"]["chunks"] == ""
+    assert by_schedule["dualpipe-v"]["fb_overlap"] == "0.0" and by_schedule["zb-h1"]["fb_overlap"] == ""
+    assert by_schedule["gpipe"]["peak_activations"] == "8.0" and by_schedule["1f1b"]["peak_activations"] == "4.0"
+    assert by_schedule["interleaved-1f1b"]["ideal_time"] == "28.5"
+    for row in rows[::97]:
+        direct = calculate_full_pipeline_schedule(
+            schedule=row["schedule"], n=8, num_gpus=4, prop_len=float(row["prop_len"]),
+            ingress_capacity=float(row["ingress_capacity"]),
+            priorities={k: float(row[f"prio_{k}"]) for k in ("fwd_prop", "grad_prop", "grad_sync") if row[f"prio_{k}"]},
+            exclusive_tiers={k: row[f"tier_{k}"] for k in ("fwd_prop", "grad_prop", "grad_sync") if row[f"tier_{k}"]})
+        assert float(row["completion_time"]) == direct.completion_time
+        assert float(row["max_span"]) == max(direct.spans)
+    folder = tmp_path / "outputs" / "heatmaps" / output.stem
+    comparisons = sorted(folder.glob("compare_*.png"))
+    assert len(comparisons) == 4 and len(list(folder.glob("n8_*.png"))) == 24
+    for path in comparisons:
+        assert_png_drawn(path, min_width=1200, min_height=500)
+    assert "best policy per schedule" in result.stdout
+    for schedule in ("gpipe", "interleaved-1f1b v=2", "zb-h1 wf=0.5", "dualpipe-v wf=0.5 fbo=0"):
+        assert schedule in result.stdout
+    assert result.stdout.count(" * ") == 4  # one fastest schedule per environment
+
+
+def test_invalid_schedule_combinations_are_reported_up_front(tmp_path):
+    config = tmp_path / "mixed.json"
+    config.write_text(json.dumps({"schedule": ["1f1b", "interleaved-1f1b", "dualpipe-v"], "n": [6, 8],
+                                  "num_gpus": 4}))
+    refused = run_script("data_generator.py", "-c", str(config), "--step", "1", cwd=tmp_path)
+    assert_one_line_error(refused, "2 combinations of the grid cannot run", "schedule=interleaved-1f1b, n=6",
+                          "multiple of num_gpus", "--skip-invalid")
+    assert not (tmp_path / "outputs").exists()
+    output = tmp_path / "out.csv"
+    result = run_script("data_generator.py", "-c", str(config), "--step", "1", "--skip-invalid", "-o", str(output),
+                        cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "left out 2 combinations" in result.stdout
+    assert [(r["schedule"], r["n"]) for r in read_rows(output)][::31] == [
+        ("1f1b", "6"), ("1f1b", "8"), ("interleaved-1f1b", "8"), ("dualpipe-v", "8")]
+
+
+def test_ignored_parameters_never_multiply_rows(tmp_path):
+    config = tmp_path / "grid.json"
+    config.write_text(json.dumps({"schedule": ["1f1b", "interleaved-1f1b", "zb-h1"], "chunks": [2, 3],
+                                  "w_fraction": [0.25, 0.5], "n": 8, "num_gpus": 2}))
+    output = tmp_path / "out.csv"
+    result = run_script("data_generator.py", "-c", str(config), "--step", "1", "-o", str(output), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    rows = read_rows(output)
+    environments = [(r["schedule"], r["chunks"], r["w_fraction"]) for r in rows[::31]]
+    assert environments == [("1f1b", "", ""), ("interleaved-1f1b", "2", ""), ("interleaved-1f1b", "3", ""),
+                            ("zb-h1", "", "0.25"), ("zb-h1", "", "0.5")]

@@ -6,7 +6,10 @@ import pytest
 
 from conftest import assert_one_line_error, assert_png_drawn, run_script
 
+from pipeline_sim import calculate_full_pipeline_schedule
+
 SCRIPTS = ["schedule_visualizer_single_channel.py", "schedule_visualizer_duel_channel.py"]
+DEFAULT_PRIORITIES = {"fwd_prop": 0.5, "grad_prop": 0.3, "grad_sync": 0.2}
 
 
 def test_both_scripts_export_the_same_core():
@@ -82,5 +85,36 @@ def test_help_documents_the_flags(script, tmp_path):
     for flag in ["--num_groups", "--fwd-impact", "--bwd-impact", "--sync-solo-w", "--sync-freq", "--no-show",
                  "--show-throttling", "--show-completion-time", "--num-gpus", "--fwd-len", "--bwd-len",
                  "--prop-len", "--sync-base-len", "--ingress-capacity", "--priority", "--exclusive", "--output",
-                 "--trace", "no effect"]:
+                 "--trace", "no effect", "--schedule", "--chunks", "--w-fraction", "--fb-overlap", "--show-memory",
+                 "--print-order", "dualpipe-v"]:
         assert flag in result.stdout, flag
+
+
+@pytest.mark.parametrize("schedule, n", [("gpipe", 8), ("interleaved-1f1b", 8), ("zb-h1", 8), ("zb-v", 8),
+                                         ("DualPipe-V", 10)])
+def test_every_schedule_draws_with_memory_and_order(schedule, n, tmp_path):
+    from pipeline_sim import compute_orders
+
+    chart = tmp_path / "chart.png"
+    result = run_script(SCRIPTS[0], "--schedule", schedule, "-n", str(n), "--show-memory", "--print-order",
+                        "--no-show", "--output", str(chart), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    expected = compute_orders(schedule, num_gpus=4, n=n)
+    assert lines[:4] == [f"GPU {g}: {' '.join(order)}" for g, order in enumerate(expected)]
+    direct = calculate_full_pipeline_schedule(schedule=schedule, n=n, priorities=DEFAULT_PRIORITIES)
+    assert f"completion time {direct.completion_time:.6g}" in lines[4]
+    assert f"peak activations {max(direct.peak_activations):g}" in lines[4]
+    assert_png_drawn(chart)
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["--schedule", "interleaved-1f1b", "-n", "6"], ["-n/--num_groups", "interleaved-1f1b", "multiple of num_gpus"]),
+    (["--schedule", "dualpipe-v", "-n", "7"], ["-n/--num_groups", "dualpipe-v", "n >= 2 x num_gpus (8)"]),
+    (["--schedule", "pipedream"], ["--schedule", "'pipedream'", "gpipe, 1f1b, interleaved-1f1b"]),
+    (["--chunks", "1"], ["--chunks", "chunks = 1", ">= 2"]),
+    (["--w-fraction", "1"], ["--w-fraction", "w_fraction = 1.0"]),
+])
+def test_schedule_mistakes_get_one_line(args, fragments, tmp_path):
+    result = run_script(SCRIPTS[1], *args, "--no-show", cwd=tmp_path)
+    assert_one_line_error(result, *fragments)

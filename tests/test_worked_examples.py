@@ -4,6 +4,7 @@ import pytest
 
 from pipeline_sim import calculate_full_pipeline_schedule
 from pipeline_sim.allocation import SHARED_LAYER, ZERO_LAYER, choose_sending_set, exclusive_key, is_throttled, layered_rates
+from pipeline_sim.metrics import ideal_time
 from pipeline_sim.validate import validate_schedule
 
 
@@ -44,7 +45,7 @@ def test_example_3_textbook_1f1b_time(p, n, fwd, bwd):
     s = calculate_full_pipeline_schedule(num_gpus=p, n=n, fwd_len=fwd, bwd_len=bwd, prop_len=0, sync_base_len=0,
                                          fwd_impact=0, bwd_impact=0)
     assert s.completion_time == pytest.approx((n + p - 1) * (fwd + bwd), rel=1e-12)
-    assert s.completion_time == pytest.approx(s.params.ideal_time, rel=1e-12)
+    assert s.completion_time == pytest.approx(ideal_time(s.params), rel=1e-12)
 
 
 def test_example_4_ingress_saturates_first():

@@ -8,6 +8,7 @@ from typing import Sequence
 
 from .common import Parser, run_command, script_name
 from .generate import add_sweep_arguments, generate
+from ..results import SCHEDULE_KEYS
 from .heatmap import write_heatmaps
 
 HEATMAP_DIR = Path("outputs/heatmaps")
@@ -32,19 +33,39 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
 
     def body() -> int:
         plan, csv = generate(args.config, step=args.step, simulator=args.simulator, output=None,
-                             workers=args.workers, resume=args.resume)
+                             workers=args.workers, resume=args.resume, skip_invalid=args.skip_invalid)
         heatmap_dir = HEATMAP_DIR / csv.stem
-        written = write_heatmaps(csv, heatmap_dir, args.workers)
+        drawn = write_heatmaps(csv, heatmap_dir, args.workers)
         print(f"\n{plan.num_environments:,} environments, {plan.num_simulations:,} simulations "
               f"({len(plan.policies)} policies each)")
-        varying = [name for name, values in plan.grid.values if len(values) > 1] or ["n", "num_gpus"]
-        print(f"best policy per environment (by {', '.join(varying)}):")
-        for params, policy, time, _ in written[:SUMMARY_LINES]:
-            where = "  ".join(f"{name}={getattr(params, name):<6g}" for name in varying)
-            print(f"  {where} -> {policy:<20} {time:.6g}")
-        if len(written) > SUMMARY_LINES:
-            print(f"  ... and {len(written) - SUMMARY_LINES:,} more environments (see the CSV)")
-        print(f"CSV: {csv}\nheatmaps: {heatmap_dir}/ ({len(written)} files)")
+        varying = [name for name in plan.grid.varying() if name not in SCHEDULE_KEYS] or ["n", "num_gpus"]
+        if drawn.comparisons:
+            print_schedule_summary(drawn.comparisons, varying)
+        else:
+            print(f"best policy per environment (by {', '.join(varying)}):")
+            for params, policy, time, _ in drawn.heatmaps[:SUMMARY_LINES]:
+                where = "  ".join(f"{name}={getattr(params, name):<6g}" for name in varying)
+                print(f"  {where} -> {policy:<20} {time:.6g}")
+            if len(drawn.heatmaps) > SUMMARY_LINES:
+                print(f"  ... and {len(drawn.heatmaps) - SUMMARY_LINES:,} more environments (see the CSV)")
+        figures = f"{len(drawn.heatmaps)} heatmaps" + (f", {len(drawn.comparisons)} schedule comparisons"
+                                                        if drawn.comparisons else "")
+        print(f"CSV: {csv}\nfigures: {heatmap_dir}/ ({figures})")
         return 0
 
     return run_command(prog, body)
+
+
+def print_schedule_summary(comparisons, varying: list[str]) -> None:
+    """Per group of environments, each schedule's best policy, its time, the ideal and the peak activations."""
+    shown = comparisons[:max(1, SUMMARY_LINES // 4)]
+    print("best policy per schedule (* = the fastest schedule of its environment):")
+    for params, summary, _ in shown:
+        print("  " + ", ".join(f"{name}={getattr(params, name):g}" for name in varying))
+        fastest = summary["best_time"].idxmin()
+        for i, row in summary.iterrows():
+            mark = "*" if i == fastest else " "
+            print(f"   {mark} {row['schedule']:<24} {row['best_policy']:<18} {row['best_time']:<10.6g} "
+                  f"ideal {row['ideal_time']:<8.4g} peak activations {row['peak_activations']:g}")
+    if len(comparisons) > len(shown):
+        print(f"  ... and {len(comparisons) - len(shown):,} more groups (see the compare_*.png figures)")

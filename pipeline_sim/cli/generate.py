@@ -27,6 +27,9 @@ def add_sweep_arguments(parser: Parser, *, step_flags: Sequence[str]) -> None:
                         help="worker processes (default: all %(default)s cores; 1 runs serially)")
     parser.add_argument("--resume", action="store_true",
                         help="continue an interrupted sweep from its .partial file instead of starting over")
+    parser.add_argument("--skip-invalid", action="store_true",
+                        help="leave out the combinations that break a schedule's requirement (interleaved-1f1b: "
+                             "n a multiple of num_gpus; dualpipe-v: n >= 2 x num_gpus) instead of refusing the config")
 
 
 def default_output(config: Path, plan: SweepPlan, resume: bool) -> Path:
@@ -41,11 +44,11 @@ def default_output(config: Path, plan: SweepPlan, resume: bool) -> Path:
 
 
 def generate(config: Path, *, step: float, simulator: str, output: Path | None, workers: int,
-             resume: bool) -> tuple[SweepPlan, Path]:
+             resume: bool, skip_invalid: bool = False) -> tuple[SweepPlan, Path]:
     """Run the sweep with a progress bar; report on stderr/stdout. Returns the plan and the CSV written."""
     from tqdm import tqdm
 
-    plan = SweepPlan(EnvironmentGrid.load(config), step=step, simulator=simulator)
+    plan = SweepPlan(EnvironmentGrid.load(config), step=step, simulator=simulator, skip_invalid=skip_invalid)
     output = output or default_output(config, plan, resume)
     partial, _ = partial_paths(output)
     progress = run_sweep(plan, output, workers=workers, resume=resume)
@@ -53,6 +56,9 @@ def generate(config: Path, *, step: float, simulator: str, output: Path | None, 
     print(f"{plan.num_environments:,} environments x {len(plan.policies)} policies = "
           f"{plan.num_simulations:,} simulations on {workers} worker{'s' if workers > 1 else ''} -> {output}",
           flush=True)
+    if skipped := len(plan.grid.invalid()):
+        print(f"left out {skipped:,} combination{'s' if skipped > 1 else ''} that break a schedule's requirement "
+              f"(--skip-invalid), e.g. {plan.grid.invalid()[0][0]}", flush=True)
     if done:
         print(f"resuming: {done:,} rows already in {partial}", flush=True)
     elif resume:
@@ -92,7 +98,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
 
     def body() -> int:
         plan, output = generate(args.config, step=args.step, simulator=args.simulator, output=args.output,
-                                workers=args.workers, resume=args.resume)
+                                workers=args.workers, resume=args.resume, skip_invalid=args.skip_invalid)
         print(f"wrote {plan.num_simulations:,} rows to {output}")
         return 0
 

@@ -9,7 +9,11 @@ from typing import Mapping, Sequence
 
 from ..engine import simulate
 from ..files import atomic_output
+from ..metrics import ideal_time
 from ..model import COMM_KINDS, EnvParams, ParameterError, Policy
+from ..results import schedule_name
+from ..schedules import SCHEDULES, compute_orders, format_orders
+from ..taskgraph import build_task_graph
 from ..trace import chrome_trace
 from .common import Parser, UserError, run_command, script_name, use_display
 
@@ -18,6 +22,7 @@ FLAGS = {
     "n": "-n/--num_groups", "num_gpus": "--num-gpus", "sync_freq": "--sync-freq", "fwd_len": "--fwd-len",
     "bwd_len": "--bwd-len", "prop_len": "--prop-len", "sync_base_len": "--sync-base-len",
     "fwd_impact": "--fwd-impact", "bwd_impact": "--bwd-impact", "ingress_capacity": "--ingress-capacity",
+    "schedule": "--schedule", "chunks": "--chunks", "w_fraction": "--w-fraction", "fb_overlap": "--fb-overlap",
     "priorities": "--priority", "exclusive_tiers": "--exclusive",
 }
 
@@ -34,8 +39,8 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
     policy = Policy(priorities=priorities, exclusive_tiers=tiers).label
     parser = Parser(
         prog=prog,
-        description=f"Simulate one 1F1B training iteration and draw it as a Gantt chart: {_DESCRIPTIONS[layout]}. "
-                    f"Times are model units (1.0 = one forward at full speed by default).",
+        description=f"Simulate one training iteration of a pipeline schedule and draw it as a Gantt chart: "
+                    f"{_DESCRIPTIONS[layout]}. Times are model units (1.0 = one forward at full speed by default).",
         epilog=f"Default policy: {policy} (DEFAULT_PRIORITIES / DEFAULT_EXCLUSIVE_TIERS at the top of this "
                f"script). Kinds: {', '.join(COMM_KINDS)}. Example: {prog} -n 8 --num-gpus 4 "
                f"--exclusive grad_sync=a --show-throttling --show-completion-time --no-show")
@@ -55,6 +60,17 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
                          help=f"{text} (default %(default)s)")
     env.add_argument("--sync-solo-w", type=float, default=None, metavar="W",
                      help="accepted for compatibility with older command lines; has no effect")
+    sched = parser.add_argument_group("schedule (see docs/model.md section 6)")
+    sched.add_argument("--schedule", default=defaults.schedule, metavar="NAME",
+                       help=f"one of {', '.join(SCHEDULES)}, case-insensitive (default %(default)s)")
+    sched.add_argument("--chunks", type=int, default=defaults.chunks, metavar="V",
+                       help="model chunks per GPU of interleaved-1f1b, >= 2 (default %(default)s)")
+    sched.add_argument("--w-fraction", type=float, default=defaults.w_fraction, metavar="X",
+                       help="share of a split backward that computes weight gradients (zb-h1, zb-v, dualpipe-v), "
+                            "in [0, 1) (default %(default)s)")
+    sched.add_argument("--fb-overlap", type=float, default=defaults.fb_overlap, metavar="X",
+                       help="share of the work saved by overlapping a forward and a backward (dualpipe-v), "
+                            "in [0, 1) (default %(default)s)")
     pol = parser.add_argument_group("communication policy")
     pol.add_argument("--priority", action="append", default=[], metavar="KIND=VALUE",
                      help="shared priority in [0, 1] of a transfer kind (repeatable; replaces the defaults)")
@@ -70,6 +86,10 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
                      help="outline in red the transfers that a receiver's ingress limit held back")
     out.add_argument("--show-completion-time", action="store_true",
                      help="draw the completion time as a labelled red dashed line")
+    out.add_argument("--show-memory", action="store_true",
+                     help="add a row per GPU with its activations in flight (micro-batches) over time")
+    out.add_argument("--print-order", action="store_true",
+                     help="print each GPU's compute order (0F0 0F1 ... (0F7;7B3) ...) before drawing")
     return parser
 
 
@@ -104,28 +124,41 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
             params = EnvParams(n=args.num_groups, num_gpus=args.num_gpus, sync_freq=args.sync_freq,
                                fwd_len=args.fwd_len, bwd_len=args.bwd_len, prop_len=args.prop_len,
                                sync_base_len=args.sync_base_len, fwd_impact=args.fwd_impact,
-                               bwd_impact=args.bwd_impact, ingress_capacity=args.ingress_capacity)
+                               bwd_impact=args.bwd_impact, ingress_capacity=args.ingress_capacity,
+                               schedule=args.schedule, chunks=args.chunks, w_fraction=args.w_fraction,
+                               fb_overlap=args.fb_overlap)
             policy = _policy(args, default_priorities, default_exclusive_tiers)
         except ParameterError as error:
             flag = FLAGS.get(error.name.split("[")[0], error.name)
             raise UserError(f"{flag}: {error}") from None
+        if args.print_order:
+            print(format_orders(compute_orders(params.schedule, num_gpus=params.num_gpus, n=params.n,
+                                               chunks=params.chunks)))
         schedule = simulate(params, policy)
+        ideal = ideal_time(params)
+        name = schedule_name(params)
 
         show = use_display(args.no_show)
         import matplotlib.pyplot as plt
 
         from ..plotting.gantt import LAYOUTS, gantt_title, plot_gantt
 
-        rows = params.num_gpus * (len(LAYOUTS[layout]) + 0.5)
-        width = min(max(12.0, schedule.completion_time * 0.22), 40.0)
+        rows = params.num_gpus * (len(LAYOUTS[layout]) + args.show_memory + 0.5)
+        # wide enough that the shortest compute bar holds a short label, within what a screen can take
+        shortest = min(task.length for task in schedule.tasks if task.parts and task.length > 0)
+        width = min(max(12.0, schedule.completion_time / shortest * 0.22), 40.0)
         fig, ax = plt.subplots(figsize=(width, 1.2 + 0.42 * rows), layout="constrained")
         plot_gantt(ax, schedule, layout=layout, show_throttling=args.show_throttling,
-                   show_completion_time=args.show_completion_time)
-        ax.set_title(gantt_title(schedule), fontsize=9, loc="left")
-        output = args.output or Path("outputs/gantt") / f"gantt_{layout}_n{params.n}_gpus{params.num_gpus}.png"
+                   show_completion_time=args.show_completion_time, show_memory=args.show_memory,
+                   stage_chunk=build_task_graph(params).stage_chunk)
+        ax.set_title(gantt_title(schedule, schedule_name=name, ideal_time=ideal), fontsize=9, loc="left")
+        output = args.output or (Path("outputs/gantt") /
+                                 f"gantt_{layout}_{params.schedule}_n{params.n}_gpus{params.num_gpus}.png")
         with atomic_output(output) as temporary:
             fig.savefig(temporary, dpi=130, format="png")
-        print(f"completion time {schedule.completion_time:.6g} (ideal {params.ideal_time:.6g}); chart: {output}")
+        peak = max(schedule.peak_activations)
+        print(f"{name}: completion time {schedule.completion_time:.6g} (ideal {ideal:.6g}), peak activations "
+              f"{peak:g} micro-batches; chart: {output}")
         if args.trace:
             with atomic_output(args.trace) as temporary:
                 temporary.write_text(json.dumps(chrome_trace(schedule)))

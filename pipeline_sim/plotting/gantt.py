@@ -7,26 +7,33 @@ from collections import defaultdict
 from typing import Sequence
 
 from matplotlib.axes import Axes
+from matplotlib.colors import to_rgb
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
-from ..model import COMM_KINDS, Schedule, Task, TaskKind
+from ..model import COMM_KINDS, COMPUTE_KINDS, Schedule, Task, TaskKind
 
 KIND_COLORS = {
     TaskKind.FORWARD: "#4C72B0",
     TaskKind.BACKWARD: "#8172B3",
+    TaskKind.BACKWARD_INPUT: "#8172B3",  # the input-gradient half of a backward
+    TaskKind.BACKWARD_WEIGHT: "#B07A3B",
     TaskKind.FWD_PROP: "#55A868",
     TaskKind.GRAD_PROP: "#DD8452",
     TaskKind.GRAD_SYNC: "#64B5CD",
 }
+LEGEND_NAMES = {TaskKind.BACKWARD_INPUT: "backward_input (I)", TaskKind.BACKWARD_WEIGHT: "backward_weight (W)"}
 THROTTLE_COLOR = "#D62728"
+MEMORY_COLOR = "#6A3D9A"
 ROW_HEIGHT = 0.8
+#: How much lighter the last chunk of a GPU is drawn than its first (chunks between, in proportion).
+CHUNK_LIGHTEN = 0.45
 
 #: Row layouts: per GPU, the rows drawn and the task kinds each holds.
 LAYOUTS = {
-    "single_channel": (("compute", (TaskKind.FORWARD, TaskKind.BACKWARD)), ("comm", COMM_KINDS)),
-    "dual_channel": (("compute", (TaskKind.FORWARD, TaskKind.BACKWARD)),
-                     ("pipeline", (TaskKind.FWD_PROP, TaskKind.GRAD_PROP)), ("sync", (TaskKind.GRAD_SYNC,))),
+    "single_channel": (("compute", COMPUTE_KINDS), ("comm", COMM_KINDS)),
+    "dual_channel": (("compute", COMPUTE_KINDS), ("pipeline", (TaskKind.FWD_PROP, TaskKind.GRAD_PROP)),
+                     ("sync", (TaskKind.GRAD_SYNC,))),
 }
 
 
@@ -65,16 +72,61 @@ def _label(ax: Axes, text: str, x0: float, x1: float, y: float, min_width: float
         ax.text((x0 + x1) / 2, y, text, ha="center", va="center", fontsize=size, color="white", clip_on=True)
 
 
+def _shade(color: str, chunk: int, chunks: int) -> tuple[float, float, float]:
+    """``color`` lightened for a GPU's later chunks, so that chunks of one GPU tell apart."""
+    fade = CHUNK_LIGHTEN * chunk / max(1, chunks - 1)
+    return tuple(c + (1.0 - c) * fade for c in to_rgb(color))
+
+
+def _compute_label(task: Task, chunked: bool) -> str:
+    """``F3``, or with chunks its stage too (``F3·s5``); a pair ``F7|B3``."""
+    if task.kind is TaskKind.OVERLAP_F_B or not chunked:
+        return task.label
+    return f"{task.label}·s{task.stage}"
+
+
+def _draw_compute(ax: Axes, task: Task, y: float, stage_chunk: Sequence[int], chunks: int, char_width: float,
+                  label_size: float) -> list:
+    """One bar per part: a pair is one bar split in two halves, its forward then its backward."""
+    artists = []
+    width = (task.end - task.start) / len(task.parts)
+    for i, part in enumerate(task.parts):
+        color = _shade(KIND_COLORS[part.kind], stage_chunk[part.stage], chunks)
+        artists.append(ax.add_patch(Rectangle((task.start + i * width, y - ROW_HEIGHT / 2), width, ROW_HEIGHT,
+                                              facecolor=color, edgecolor="white", linewidth=0.5)))
+    _label(ax, _compute_label(task, chunks > 1), task.start, task.end, y, char_width, label_size)
+    return artists
+
+
+def _draw_memory(ax: Axes, steps: list[tuple[float, float]], y: float, scale: float, end: float) -> None:
+    """A GPU's in-flight activations as a step line filling its row at the busiest GPU's peak."""
+    times = [t for t, _ in steps] + [end]
+    levels = [level for _, level in steps]
+    floor = y + ROW_HEIGHT / 2
+    heights = [floor - level / scale * ROW_HEIGHT for level in levels]
+    ax.stairs(heights, times, baseline=floor, fill=True, color=MEMORY_COLOR, alpha=0.18)
+    ax.stairs(heights, times, baseline=None, color=MEMORY_COLOR, linewidth=1.0)
+    ax.text(end, y, f" peak {max(levels):g}", va="center", ha="left", fontsize=7, color=MEMORY_COLOR,
+            clip_on=False)
+
+
 def plot_gantt(ax: Axes, schedule: Schedule, *, layout: str = "single_channel", show_throttling: bool = False,
-               show_completion_time: bool = False) -> list:
+               show_completion_time: bool = False, show_memory: bool = False,
+               stage_chunk: Sequence[int] | None = None) -> list:
     """Draw ``schedule`` on ``ax``, one row group per GPU; return the patches drawn.
 
-    Compute tasks are full-height bars. In communication rows, a transfer's height
-    at any time is its rate, so concurrent transfers stack from the row's floor up
-    to the port's capacity.
+    Compute tasks are full-height bars, a GPU's later chunks lighter (``stage_chunk[s]``:
+    which of its GPU's chunks stage ``s`` is; by default every stage is a first chunk).
+    In communication rows, a transfer's height at any time is its rate, so concurrent
+    transfers stack from the row's floor up to the port's capacity. ``show_memory``
+    adds a row per GPU with its in-flight activations (docs/model.md section 7).
     """
-    rows = LAYOUTS[layout]
+    rows = LAYOUTS[layout] + ((("activations", ()),) if show_memory else ())
     p = schedule.params.num_gpus
+    chunks = schedule.params.v
+    stage_chunk = stage_chunk or [0] * (p * chunks)
+    memory = schedule.activation_steps() if show_memory else []
+    memory_scale = max((level for steps in memory for _, level in steps), default=1.0) or 1.0
     span = max(schedule.completion_time, 1e-9)
     label_size = 7
     axes_points = ax.figure.get_size_inches()[0] * 72 * ax.get_position().width
@@ -92,12 +144,12 @@ def plot_gantt(ax: Axes, schedule: Schedule, *, layout: str = "single_channel", 
             ticks.append(y)
             tick_labels.append(f"GPU {gpu} {row_name}")
             tasks = [task for kind in kinds for task in by_gpu_kind[gpu, kind]]
+            if row_name == "activations":
+                _draw_memory(ax, memory[gpu], y, memory_scale, schedule.completion_time)
+                continue
             if row_name == "compute":
                 for task in tasks:
-                    artists.append(ax.add_patch(Rectangle(
-                        (task.start, y - ROW_HEIGHT / 2), task.end - task.start, ROW_HEIGHT,
-                        facecolor=KIND_COLORS[task.kind], edgecolor="white", linewidth=0.5)))
-                    _label(ax, task.label, task.start, task.end, y, char_width, label_size)
+                    artists.extend(_draw_compute(ax, task, y, stage_chunk, chunks, char_width, label_size))
                 continue
             widest: dict[int, tuple] = {}
             for task, x0, x1, y0, height in _stacked_pieces(tasks):
@@ -121,8 +173,19 @@ def plot_gantt(ax: Axes, schedule: Schedule, *, layout: str = "single_channel", 
     ax.grid(axis="x", linestyle=":", linewidth=0.5)
     ax.set_axisbelow(True)
 
-    handles = [Patch(facecolor=KIND_COLORS[kind], label=str(kind)) for kind in TaskKind
-               if any(by_gpu_kind[gpu, kind] for gpu in range(p))]
+    drawn = {part.kind for task in schedule.tasks if task.end > task.start for part in task.parts}
+    drawn |= {task.kind for task in schedule.tasks if task.end > task.start and not task.parts}
+    handles = [Patch(facecolor=KIND_COLORS[kind], label=LEGEND_NAMES.get(kind, str(kind))) for kind in KIND_COLORS
+               if kind in drawn and not (kind is TaskKind.BACKWARD_INPUT and TaskKind.BACKWARD in drawn)]
+    if TaskKind.BACKWARD_INPUT in drawn and TaskKind.BACKWARD in drawn:
+        handles[[h.get_label() for h in handles].index("backward")].set_label("backward (B, or I when split)")
+    if any(task.kind is TaskKind.OVERLAP_F_B for task in schedule.tasks):
+        handles.append(Patch(facecolor="white", edgecolor="#555555", label="pair F|B: one bar in two halves"))
+    if chunks > 1:
+        handles.append(Patch(facecolor=_shade("#777777", 1, 2), label="lighter: a GPU's later chunk"))
+    if show_memory:
+        handles.append(Line2D([], [], color=MEMORY_COLOR, label=f"activations in flight (top of row = "
+                                                                f"{memory_scale:g} micro-batches)"))
     if show_throttling:
         handles.append(Patch(facecolor="white", edgecolor=THROTTLE_COLOR, linewidth=1.2, label="throttled"))
     if show_completion_time:
@@ -137,10 +200,10 @@ def plot_gantt(ax: Axes, schedule: Schedule, *, layout: str = "single_channel", 
     return artists
 
 
-def gantt_title(schedule: Schedule) -> str:
+def gantt_title(schedule: Schedule, *, schedule_name: str, ideal_time: float) -> str:
     params = schedule.params
-    first = (f"1F1B, {params.num_gpus} GPUs, n={params.n} micro-batches, sync every {params.sync_freq}; "
-             f"completion time {schedule.completion_time:.4g} (ideal {params.ideal_time:.4g})")
+    first = (f"{schedule_name}, {params.num_gpus} GPUs, n={params.n} micro-batches, sync every {params.sync_freq}; "
+             f"completion time {schedule.completion_time:.4g} (ideal {ideal_time:.4g})")
     second = (f"fwd {params.fwd_len:g}, bwd {params.bwd_len:g}, prop {params.prop_len:g}, "
               f"sync {params.sync_base_len:g}, impact fwd {params.fwd_impact:g} / bwd {params.bwd_impact:g}, "
               f"ingress {params.ingress_capacity:g}; policy {schedule.policy.label}")

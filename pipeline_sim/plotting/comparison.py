@@ -1,0 +1,80 @@
+"""One figure per group of environments that differ only by schedule: which schedule wins, and at what memory.
+
+Reads the summary that ``results.schedule_groups`` made from a sweep's rows; never simulates.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+
+BEST, DEFAULT, WORST, IDEAL = "#1A9850", "#222222", "#D73027", "#4575B4"
+
+
+def figure_size(count: int) -> tuple[float, float]:
+    """Inches for ``count`` schedules: one readable row each."""
+    return 12.0, 1.9 + 0.62 * count
+
+
+def plot_schedule_comparison(fig: Figure, summary: pd.DataFrame, *, title: str) -> dict:
+    """Draw each schedule's best, default-policy and worst completion time, its ideal, and its peak activations.
+
+    One row per schedule: a bar from the best to the worst policy, the best policy
+    named beside it; on the right, the largest per-GPU activation peak in micro-batches.
+    The fastest schedule's name is set in bold. Returns the axes by name.
+    """
+    count = len(summary)
+    width, height = figure_size(count)
+    left, right, bottom, top = 1.75 / width, 0.25 / width, 0.75 / height, 1.05 / height
+    times = fig.add_axes((left, bottom, 0.68 - left, 1 - bottom - top))
+    memory = fig.add_axes((0.76, bottom, 1 - right - 0.76, 1 - bottom - top), sharey=times)
+    y = np.arange(count)
+    winner = int(summary["best_time"].idxmin())
+
+    times.hlines(y, summary["best_time"], summary["worst_time"], color="#BBBBBB", linewidth=7, zorder=1)
+    times.scatter(summary["best_time"], y, color=BEST, s=55, zorder=3)
+    times.scatter(summary["default_time"], y, color=DEFAULT, marker="D", s=30, zorder=3)
+    times.scatter(summary["worst_time"], y, color=WORST, marker="X", s=55, zorder=3)
+    times.scatter(summary["ideal_time"], y, color=IDEAL, marker="|", s=260, linewidths=2.2, zorder=2)
+    span = float(summary["worst_time"].max() - min(summary["ideal_time"].min(), summary["best_time"].min()))
+    for row in summary.itertuples():
+        times.annotate(f"{row.best_time:.4g}  {row.best_policy}", (row.best_time, row.Index), xytext=(0, 9),
+                       textcoords="offset points", ha="left", va="bottom", fontsize=8, color=BEST)
+        times.annotate(f"{row.worst_time:.4g}", (row.worst_time, row.Index), xytext=(6, 0),
+                       textcoords="offset points", ha="left", va="center", fontsize=8, color=WORST)
+    low = float(min(summary["ideal_time"].min(), summary["best_time"].min()))
+    times.set_xlim(low - 0.05 * span - 1e-9, float(summary["worst_time"].max()) + 0.16 * span + 1e-9)
+    times.set_yticks(y, summary["schedule"])
+    times.get_yticklabels()[winner].set_fontweight("bold")
+    times.set_ylim(count - 0.5, -0.7)
+    times.set_xlabel("completion time (model units)")
+    times.grid(axis="x", linestyle=":", linewidth=0.6)
+    times.set_axisbelow(True)
+    times.tick_params(axis="y", length=0, labelsize=9)
+    times.legend(handles=[
+        Line2D([], [], color=BEST, marker="o", linestyle="", label="best policy"),
+        Line2D([], [], color=DEFAULT, marker="D", linestyle="", label="default policy (F0.5 G0.3 S0.2)"),
+        Line2D([], [], color=WORST, marker="X", linestyle="", label="worst policy"),
+        Line2D([], [], color=IDEAL, marker="|", linestyle="", markersize=12, markeredgewidth=2,
+               label="ideal (free communication)")],
+        loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=4, fontsize=8, frameon=False)
+
+    peaks = summary["peak_activations"].to_numpy(dtype=float)
+    memory.barh(y, peaks, color="#9E9AC8", height=0.55)
+    for i, peak in enumerate(peaks):
+        if not math.isnan(peak):
+            memory.text(peak, i, f" {peak:g}", va="center", ha="left", fontsize=8)
+    memory.set_xlim(0, np.nanmax(peaks) * 1.25 if np.isfinite(peaks).any() else 1)
+    memory.set_xlabel("peak activations\n(micro-batches, busiest GPU)")
+    memory.tick_params(axis="y", left=False, labelleft=False)
+    memory.grid(axis="x", linestyle=":", linewidth=0.6)
+    memory.set_axisbelow(True)
+
+    best = summary.loc[winner]
+    fig.suptitle(f"{title}\nfastest: {best['schedule']} with {best['best_policy']} = {best['best_time']:.5g}",
+                 fontsize=10, y=1 - 0.12 / height, va="top")
+    return {"times": times, "memory": memory}

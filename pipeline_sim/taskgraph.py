@@ -1,0 +1,172 @@
+"""The task graph of one environment (docs/model.md sections 2 and 6.2-6.3), built once and read everywhere.
+
+Per GPU its ordered compute tasks; per task its work, the GPU doing it and, for a
+transfer, the GPU receiving it; what each task waits for (``needs``) and what its end
+releases (``releases``). The engine runs it, the validator checks a result against
+it, the plots and metrics read it; none of them knows which schedule produced it.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import NamedTuple
+
+from .model import COMM_KINDS, Action, EnvParams, Pair, TaskKind, sync_points
+from .schedules import get_schedule
+
+_F, _B, _I, _W = TaskKind.FORWARD, TaskKind.BACKWARD, TaskKind.BACKWARD_INPUT, TaskKind.BACKWARD_WEIGHT
+
+
+class GraphTask(NamedTuple):
+    """One task before it runs. ``impact`` scales the compute slowdown by ``grad_sync`` traffic (section 3.3)."""
+
+    kind: TaskKind
+    gpu: int
+    stage: int
+    index: int
+    length: float
+    receiver: int | None = None
+    parts: tuple[Action, ...] = ()
+    impact: float = 0.0
+
+
+class TaskGraph(NamedTuple):
+    """Every task of an iteration and how they depend on each other.
+
+    ``orders[g]`` lists GPU ``g``'s compute tasks (indices into ``tasks``) in the order
+    it runs them. ``needs[i]`` are the tasks whose end task ``i`` waits for (a transfer:
+    the one compute task that sends it); ``releases[i]`` the tasks whose wait ends with
+    task ``i``, transfers first. ``peers[g]`` are the GPUs that ``g`` exchanges transfers
+    with; ``stage_gpu[s]`` is where stage ``s`` lives and ``stage_chunk[s]`` which of its
+    GPU's chunks it is (0 for the first).
+    """
+
+    params: EnvParams
+    tasks: tuple[GraphTask, ...]
+    needs: tuple[tuple[int, ...], ...]
+    releases: tuple[tuple[int, ...], ...]
+    orders: tuple[tuple[int, ...], ...]
+    peers: tuple[tuple[int, ...], ...]
+    stage_gpu: tuple[int, ...]
+    stage_chunk: tuple[int, ...]
+
+
+class ScheduleError(ValueError):
+    """A schedule's orders that do not describe one runnable iteration (a defect in its builder)."""
+
+
+@lru_cache(maxsize=256)
+def build_task_graph(params: EnvParams) -> TaskGraph:
+    spec = get_schedule(params.schedule)
+    p, n, v = params.num_gpus, params.n, params.v
+    stages = p * v
+    stage_gpu = tuple(spec.placement(s, p, v) for s in range(stages))
+    stage_chunk = tuple(sum(1 for t in range(s) if stage_gpu[t] == stage_gpu[s]) for s in range(stages))
+    orders = spec.build(p, n, v)
+    forward, backward = params.fwd_len / v, params.bwd_len / v
+
+    def compute_task(gpu: int, action: Action | Pair) -> GraphTask:
+        if isinstance(action, Pair):
+            impact = (forward * params.fwd_impact + backward * params.bwd_impact) / (forward + backward)
+            return GraphTask(TaskKind.OVERLAP_F_B, gpu, action.forward.stage, action.forward.mb,
+                             (forward + backward) * (1.0 - params.fb_overlap), parts=tuple(action), impact=impact)
+        length = {_F: forward, _B: backward, _I: backward * (1.0 - params.w_fraction),
+                  _W: backward * params.w_fraction}[action.kind]
+        impact = params.fwd_impact if action.kind is _F else params.bwd_impact
+        return GraphTask(action.kind, gpu, action.stage, action.mb, length, parts=(action,), impact=impact)
+
+    syncs = sync_points(n, params.sync_freq)
+    tasks: list[GraphTask] = []
+    where: dict[tuple, int] = {}  # ("part", kind, stage, mb) or (transfer kind, stage, index) -> task
+    gpu_orders = []
+    for gpu in range(p):
+        order = []
+        for action in orders[gpu]:
+            task = compute_task(gpu, action)
+            for part in task.parts:
+                if stage_gpu[part.stage] != gpu:
+                    raise ScheduleError(f"GPU {gpu} runs {part}, but stage {part.stage} lives on GPU "
+                                        f"{stage_gpu[part.stage]}")
+                if ("part", *part) in where:
+                    raise ScheduleError(f"{part} appears twice in the orders of {params.schedule}")
+                where["part", *part] = len(tasks)
+            order.append(len(tasks))
+            tasks.append(task)
+        gpu_orders.append(tuple(order))
+        mine = [s for s in range(stages) if stage_gpu[s] == gpu]
+        for s in mine:
+            if s < stages - 1 and stage_gpu[s + 1] != gpu:
+                for m in range(n):
+                    where[TaskKind.FWD_PROP, s, m] = len(tasks)
+                    tasks.append(GraphTask(TaskKind.FWD_PROP, gpu, s, m, params.prop_len, stage_gpu[s + 1]))
+        for s in mine:
+            if s > 0 and stage_gpu[s - 1] != gpu:
+                for m in range(n):
+                    where[TaskKind.GRAD_PROP, s, m] = len(tasks)
+                    tasks.append(GraphTask(TaskKind.GRAD_PROP, gpu, s, m, params.prop_len, stage_gpu[s - 1]))
+        for s in mine:
+            for k in range(len(syncs)):
+                where[TaskKind.GRAD_SYNC, s, k] = len(tasks)
+                tasks.append(GraphTask(TaskKind.GRAD_SYNC, gpu, s, k, params.sync_base_len / v))
+
+    def part(kind: TaskKind, stage: int, mb: int) -> int | None:
+        return where.get(("part", kind, stage, mb))
+
+    def the_part(*kinds_stage_mb: tuple[TaskKind, int, int]) -> int:
+        for key in kinds_stage_mb:
+            found = part(*key)
+            if found is not None:
+                return found
+        raise ScheduleError(f"the orders of {params.schedule} never run {Action(*kinds_stage_mb[0])}")
+
+    def input_gradient(stage: int, mb: int) -> int:
+        """The task that computes (mb, stage)'s input gradient: its whole backward or its I."""
+        return the_part((_B, stage, mb), (_I, stage, mb))
+
+    def arrival(transfer: TaskKind, stage: int, mb: int, producer: int) -> int:
+        """What a consumer of (mb, stage)'s output waits for: the transfer, or the producer on its own GPU."""
+        return where.get((transfer, stage, mb), producer)
+
+    needs: list[list[int]] = [[] for _ in tasks]
+    for i, task in enumerate(tasks):
+        for action in task.parts:
+            kind, s, m = action
+            if kind is _F:
+                if s > 0:
+                    needs[i].append(arrival(TaskKind.FWD_PROP, s - 1, m, the_part((_F, s - 1, m))))
+            elif kind is _W:
+                needs[i].append(the_part((_I, s, m)))
+            elif s < stages - 1:
+                needs[i].append(arrival(TaskKind.GRAD_PROP, s + 1, m, input_gradient(s + 1, m)))
+            else:
+                needs[i].append(the_part((_F, s, m)))
+        if task.kind is TaskKind.FWD_PROP:
+            needs[i].append(the_part((_F, task.stage, task.index)))
+        elif task.kind is TaskKind.GRAD_PROP:
+            needs[i].append(input_gradient(task.stage, task.index))
+        elif task.kind is TaskKind.GRAD_SYNC:
+            m = syncs[task.index]
+            needs[i].append(the_part((_W, task.stage, m), (_B, task.stage, m)))
+        needs[i] = list(dict.fromkeys(needs[i]))
+        if i in needs[i]:
+            raise ScheduleError(f"{task.parts[0]} of {params.schedule} would wait for its own task")
+    for s in range(stages):
+        for m in range(n):
+            the_part((_F, s, m))
+            input_gradient(s, m)
+            if part(_I, s, m) is not None and part(_W, s, m) is None:
+                raise ScheduleError(f"the orders of {params.schedule} split {Action(_I, s, m)} but never run its W")
+
+    kind_rank = {kind: rank for rank, kind in enumerate(COMM_KINDS)}
+    releases: list[list[int]] = [[] for _ in tasks]
+    dependents = sorted(range(len(tasks)), key=lambda i: (kind_rank.get(tasks[i].kind, len(COMM_KINDS)), i))
+    for i in dependents:
+        for producer in needs[i]:
+            releases[producer].append(i)
+    peers: list[set[int]] = [set() for _ in range(p)]
+    for task in tasks:
+        if task.receiver is not None:
+            peers[task.gpu].add(task.receiver)
+            peers[task.receiver].add(task.gpu)
+    return TaskGraph(params, tuple(tasks), tuple(map(tuple, needs)), tuple(map(tuple, releases)),
+                     tuple(gpu_orders), tuple(tuple(sorted(g)) for g in peers), stage_gpu, stage_chunk)
