@@ -5,7 +5,8 @@
     python benchmarks/bench.py --json out.json
 
 Measures: simulations per second on one core (default environment, all 121 policies
-of the sweep: shared, exclusive and priority-0 layers); time per simulated task for
+of the sweep: shared, exclusive and priority-0 layers), and the same for each schedule
+(n=8, or 10 for dualpipe-v, on 4 GPUs); time per simulated task for
 n in {8, 32, 128, 512} x num_gpus in {4, 16, 64}; the example config's sweep with one
 worker and with every core, and the parallel efficiency; peak memory (resident set,
 summed over the sweep's processes) of a 100,000-simulation sweep.
@@ -26,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline_sim import EnvParams, Policy, simulate  # noqa: E402
+from pipeline_sim import SCHEDULES, EnvParams, Policy, simulate  # noqa: E402
 from pipeline_sim.config import EnvironmentGrid  # noqa: E402
 from pipeline_sim.scenarios import policy_grid  # noqa: E402
 from pipeline_sim.sweep import SweepPlan, run_sweep  # noqa: E402
@@ -39,8 +40,8 @@ MEMORY_GRID = {"bwd_len": {"start": 1.0, "stop": 9.26, "step": 0.01}}
 MEMORY_GRID_QUICK = {"bwd_len": {"start": 1.0, "stop": 1.82, "step": 0.01}}
 
 
-def sims_per_second(seconds: float) -> dict:
-    params, policies = EnvParams(), policy_grid(0.1)
+def sims_per_second(seconds: float, params: EnvParams | None = None) -> dict:
+    params, policies = params or EnvParams(), policy_grid(0.1)
     simulate(params, policies[0])  # warm caches
     count, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
@@ -48,7 +49,16 @@ def sims_per_second(seconds: float) -> dict:
             simulate(params, policy)
         count += len(policies)
     elapsed = time.perf_counter() - start
-    return {"simulations": count, "seconds": elapsed, "sims_per_second": count / elapsed}
+    tasks = len(simulate(params, policies[0]).tasks)
+    return {"simulations": count, "seconds": elapsed, "sims_per_second": count / elapsed, "tasks": tasks}
+
+
+def per_schedule(seconds: float) -> list[dict]:
+    rows = []
+    for name in SCHEDULES:
+        params = EnvParams(schedule=name, n=10 if name == "dualpipe-v" else 8)
+        rows.append({"schedule": name, "n": params.n, **sims_per_second(seconds, params)})
+    return rows
 
 
 def scaling(budget: float) -> list[dict]:
@@ -123,6 +133,11 @@ def main() -> int:
     single = sims_per_second(1.0 if args.quick else 4.0)
     print(f"single core, default environment, 121-policy mix: {single['sims_per_second']:,.0f} simulations/s",
           flush=True)
+    schedules = per_schedule(0.5 if args.quick else 2.0)
+    print("\n  schedule           n  tasks   sims/s   us/task")
+    for row in schedules:
+        print(f"  {row['schedule']:<16} {row['n']:>3} {row['tasks']:>6} {row['sims_per_second']:>8,.0f} "
+              f"{1e6 / row['sims_per_second'] / row['tasks']:>9.2f}", flush=True)
     rows = scaling(0.2 if args.quick else 1.0)
     print("\n  n  GPUs   tasks   ms/sim   us/task")
     for row in rows:
@@ -142,7 +157,7 @@ def main() -> int:
 
     results = {
         "machine": {"python": platform.python_version(), "cores": cores, "platform": platform.platform()},
-        "single_core": single, "scaling": rows, "scaling_ratio": largest / smallest,
+        "single_core": single, "schedules": schedules, "scaling": rows, "scaling_ratio": largest / smallest,
         "sweep": {"simulations": 2178, "serial_seconds": serial, "parallel_seconds": parallel, "workers": cores,
                   "parallel_efficiency": efficiency},
         "memory": memory,
