@@ -8,7 +8,8 @@ Measures: simulations per second on one core (default environment, all 121 polic
 of the sweep: shared, exclusive and priority-0 layers), and the same for each schedule
 (n=8, or 10 for dualpipe-v, on 4 GPUs); time per simulated task for
 n in {8, 32, 128, 512} x num_gpus in {4, 16, 64}; the example config's sweep with one
-worker and with every core, and the parallel efficiency; peak memory (resident set,
+worker and with every core, and the parallel efficiency; a noisy sweep (20 samples)
+against a noise-free one as large, in simulations per second; peak memory (resident set,
 summed over the sweep's processes) of a 100,000-simulation sweep.
 """
 
@@ -19,6 +20,7 @@ import json
 import os
 import platform
 import subprocess
+import statistics
 import sys
 import tempfile
 import time
@@ -87,6 +89,33 @@ def sweep_wall_time(workers: int) -> float:
         return time.perf_counter() - start
 
 
+NOISY_GRID = {"compute_jitter": 0.2, "comm_jitter": 0.1, "samples": 20}
+PLAIN_GRID = {"bwd_len": {"start": 2.0, "stop": 2.19, "step": 0.01}}  # 20 environments: as many simulations
+
+
+def noisy_sweep(rounds: int = 3) -> dict:
+    """Simulations per second of a one-worker sweep with 20 noisy samples, and of a noise-free one as large.
+
+    The two alternate (noisy, plain, noisy, ...) and each reports its median round, so
+    that a shared machine's drift falls on both alike.
+    """
+    seconds: dict[str, list[float]] = {"noisy": [], "plain": []}
+    plans = {"noisy": SweepPlan(EnvironmentGrid.from_mapping(NOISY_GRID)),
+             "plain": SweepPlan(EnvironmentGrid.from_mapping(PLAIN_GRID))}
+    for _ in range(rounds):
+        for name, plan in plans.items():
+            with tempfile.TemporaryDirectory() as folder:
+                start = time.perf_counter()
+                for _ in run_sweep(plan, Path(folder) / "sweep.csv", workers=1):
+                    pass
+                seconds[name].append(time.perf_counter() - start)
+    results: dict = {name: {"simulations": plans[name].num_simulations, "seconds": statistics.median(times),
+                            "sims_per_second": plans[name].num_simulations / statistics.median(times)}
+                     for name, times in seconds.items()}
+    results["noisy_over_plain"] = results["noisy"]["sims_per_second"] / results["plain"]["sims_per_second"]
+    return results
+
+
 def _tree_rss_kib(pid: int) -> int:
     """Resident memory of a process and all its descendants (Linux /proc)."""
     total, stack = 0, [pid]
@@ -151,6 +180,11 @@ def main() -> int:
     print(f"\nexample sweep (2,178 simulations): {serial:.2f} s on 1 worker, {parallel:.2f} s on {cores}; "
           f"parallel efficiency {efficiency:.0%}", flush=True)
 
+    noisy = noisy_sweep(1 if args.quick else 3)
+    print(f"noisy sweep (jitter 0.2 compute / 0.1 comm, 20 samples, 1 worker, median of alternating runs): "
+          f"{noisy['noisy']['sims_per_second']:,.0f} simulations/s, against {noisy['plain']['sims_per_second']:,.0f} "
+          f"without noise: {noisy['noisy_over_plain']:.2f}x", flush=True)
+
     memory = sweep_peak_memory(MEMORY_GRID_QUICK if args.quick else MEMORY_GRID, cores)
     print(f"memory sweep: {memory['simulations']:,} simulations in {memory['seconds']:.1f} s on {cores} workers, "
           f"peak resident memory {memory['peak_rss_mb']:.0f} MB (all processes)", flush=True)
@@ -160,7 +194,7 @@ def main() -> int:
         "single_core": single, "schedules": schedules, "scaling": rows, "scaling_ratio": largest / smallest,
         "sweep": {"simulations": 2178, "serial_seconds": serial, "parallel_seconds": parallel, "workers": cores,
                   "parallel_efficiency": efficiency},
-        "memory": memory,
+        "noisy_sweep": noisy, "memory": memory,
     }
     text = json.dumps(results, indent=2)
     print("\n" + text)

@@ -7,7 +7,9 @@ the model's defaults. The environments are the Cartesian product, the last param
 varying fastest, with two exceptions: a parameter that a schedule ignores never
 multiplies that schedule's environments (each distinct simulation appears once), and
 a combination that breaks a schedule's requirement (interleaved-1f1b with n not a
-multiple of num_gpus, say) is listed by ``invalid()`` instead of being run.
+multiple of num_gpus, say) or names a straggler beyond its last GPU is listed by
+``invalid()`` instead of being run. The key ``samples`` is a sweep setting: noise
+draws per (environment, policy).
 """
 
 from __future__ import annotations
@@ -24,8 +26,10 @@ from typing import Iterator, Mapping
 from .model import EnvParams, ParameterError
 from .schedules import SCHEDULE_PARAMETERS, SCHEDULES, get_schedule
 
-INTEGER_KEYS = ("n", "num_gpus", "sync_freq", "chunks")
-STRING_KEYS = ("schedule",)
+INTEGER_KEYS = ("n", "num_gpus", "sync_freq", "chunks", "slow_gpu", "seed")
+STRING_KEYS = ("schedule", "jitter_dist")
+#: Keys of the grid file that are settings of the sweep, not environment parameters.
+SETTING_KEYS = ("samples",)
 MAX_RANGE_VALUES = 100_000
 
 
@@ -62,24 +66,26 @@ def _expand_range(key: str, spec: Mapping[str, object]) -> list[int | float]:
     return [int(v) if key in INTEGER_KEYS else float(v) for v in values]
 
 
-def _schedule_names(raw: object) -> list[str]:
-    where = "config key 'schedule'"
+def _names(key: str, raw: object) -> list[str]:
+    where = f"config key {key!r}"
     names = raw if isinstance(raw, list) else [raw]
     if not names:
-        raise ConfigError(f"{where}: empty list; give at least one of {', '.join(SCHEDULES)}")
+        raise ConfigError(f"{where}: empty list; give at least one name")
     try:
-        values = [get_schedule(name).name for name in names]
+        values = [get_schedule(name).name if key == "schedule" else EnvParams(**{key: name}).as_dict()[key]
+                  for name in names]
     except ParameterError as error:
         raise ConfigError(f"{where}: {error}") from None
     if len(set(values)) != len(values):
-        raise ConfigError(f"{where}: names repeat ({names}); each schedule must be listed once")
+        raise ConfigError(f"{where}: names repeat ({names}); each must be listed once")
     return values
 
 
-def _values(key: str, raw: object) -> list:
+def _values(key: str, raw: object, base: Mapping[str, object]) -> list:
+    """The values of ``key``, each checked against its domain in the environment ``base``."""
     where = f"config key {key!r}"
     if key in STRING_KEYS:
-        return _schedule_names(raw)
+        return _names(key, raw)
     if isinstance(raw, dict):
         values = _expand_range(key, raw)
     elif isinstance(raw, list):
@@ -88,10 +94,9 @@ def _values(key: str, raw: object) -> list:
         values = [_number(key, item, where) for item in raw]
     else:
         values = [_number(key, raw, where)]
-    defaults = EnvParams().as_dict()
     for value in values:
         try:
-            EnvParams(**{**defaults, key: value})
+            EnvParams(**{**base, key: value})
         except ParameterError as error:
             if error.name == key:  # a schedule's requirement on a combination is judged per environment
                 raise ConfigError(f"{where}: {error}") from None
@@ -104,7 +109,8 @@ def _values(key: str, raw: object) -> list:
 class EnvironmentGrid:
     """The values of every parameter; iterating gives the environments in grid order."""
 
-    values: tuple[tuple[str, tuple[int | float, ...]], ...]
+    values: tuple[tuple[str, tuple[int | float | str, ...]], ...]
+    samples: int = 1  # noise draws per (environment, policy): a sweep setting the file may give
 
     @classmethod
     def from_mapping(cls, raw: object, source: str = "config") -> EnvironmentGrid:
@@ -112,12 +118,18 @@ class EnvironmentGrid:
             raise ConfigError(f"{source}: the top level must be a JSON object of parameter names, "
                               f"got {type(raw).__name__}")
         names = EnvParams.names()
-        unknown = [key for key in raw if key not in names]
+        unknown = [key for key in raw if key not in names and key not in SETTING_KEYS]
         if unknown:
-            raise ConfigError(f"{source}: unknown key {unknown[0]!r}; valid keys: {', '.join(names)}")
+            raise ConfigError(f"{source}: unknown key {unknown[0]!r}; valid keys: {', '.join(names + SETTING_KEYS)}")
+        samples = raw.get("samples", 1)
+        if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+            raise ConfigError(f"config key 'samples': {samples!r} must be one integer >= 1")
         defaults = EnvParams().as_dict()
-        return cls(tuple((name, tuple(_values(name, raw[name])) if name in raw else (defaults[name],))
-                         for name in names))
+        # each value is judged in the default environment, on the grid's largest GPU count (for slow_gpu)
+        gpus = _values("num_gpus", raw["num_gpus"], defaults) if "num_gpus" in raw else [defaults["num_gpus"]]
+        base = {**defaults, "num_gpus": max(gpus)}
+        return cls(tuple((name, tuple(_values(name, raw[name], base)) if name in raw else (defaults[name],))
+                         for name in names), samples)
 
     @classmethod
     def load(cls, path: str | Path) -> EnvironmentGrid:
@@ -185,7 +197,7 @@ class EnvironmentGrid:
         return [name for name, values in self.values if len(values) > 1]
 
     def as_dict(self) -> dict[str, list]:
-        return {name: list(values) for name, values in self.values}
+        return {name: list(values) for name, values in self.values} | {"samples": self.samples}
 
 
 def _describe(combo: Mapping[str, object], grid: EnvironmentGrid) -> str:

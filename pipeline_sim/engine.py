@@ -23,7 +23,7 @@ import math
 from typing import Mapping
 
 from .allocation import LEVEL_TOLERANCE, choose_sending_set, exclusive_key, is_throttled, layered_rates
-from .model import COMM_KINDS, EnvParams, Policy, Schedule, Task, TaskId
+from .model import COMM_KINDS, EnvParams, ParameterError, Policy, Schedule, Task
 from .taskgraph import TaskGraph, build_task_graph
 
 #: Tasks whose projected ends lie within this relative distance end at the same event.
@@ -305,18 +305,20 @@ class _Simulation:
         return "simulation stuck, nothing can progress: " + "; ".join(waiting or ["no task is ready"])
 
 
-def simulate(params: EnvParams, policy: Policy) -> Schedule:
-    """Simulate one iteration of ``params`` under ``policy``."""
-    sim = _Simulation(build_task_graph(params), policy)
+def simulate(params: EnvParams, policy: Policy, sample: int = 0) -> Schedule:
+    """Simulate one iteration of ``params`` under ``policy``: the ``sample``-th draw of its noise, if any."""
+    sim = _Simulation(build_task_graph(params, sample), policy)
     completion = sim.run()
-    return Schedule(params=params, policy=policy, tasks=sim.tasks, completion_time=completion)
+    return Schedule(params=params, policy=policy, tasks=sim.tasks, completion_time=completion, sample=sample)
 
 
 def calculate_full_pipeline_schedule(
         *, n: int = 8, num_gpus: int = 4, sync_freq: int = 1, fwd_len: float = 1.0, bwd_len: float = 2.0,
         prop_len: float = 1.0, sync_base_len: float = 2.0, fwd_impact: float = 0.2, bwd_impact: float = 0.2,
         ingress_capacity: float = 1.0, schedule: str = "1f1b", chunks: int = 2, w_fraction: float = 0.5,
-        fb_overlap: float = 0.0, priorities: Mapping[str, float] | None = None,
+        fb_overlap: float = 0.0, compute_jitter: float = 0.0, comm_jitter: float = 0.0,
+        jitter_dist: str = "lognormal", slow_gpu: int = -1, slow_factor: float = 1.0, seed: int = 0,
+        sample: int = 0, priorities: Mapping[str, float] | None = None,
         exclusive_tiers: Mapping[str, str] | None = None) -> Schedule:
     """Simulate one training iteration and return every task's timeline (docs/model.md describes the model).
 
@@ -327,12 +329,20 @@ def calculate_full_pipeline_schedule(
     forward/backward pair saves. ``priorities`` maps a transfer kind (``fwd_prop``,
     ``grad_prop``, ``grad_sync``) to a shared priority in [0, 1] (missing kinds get 1.0);
     ``exclusive_tiers`` maps a kind to a tier letter, ``'a'`` highest, which overrides its
-    shared priority. Invalid arguments raise ``ValueError`` naming the argument, its
-    value and what is allowed. The result exposes per GPU ``spans`` and ``peak_activations``.
+    shared priority. ``compute_jitter`` and ``comm_jitter`` are the coefficients of
+    variation of compute and transfer work (``jitter_dist`` ``lognormal`` or ``normal``);
+    ``slow_gpu`` (-1: none) computes ``slow_factor`` times slower; the result is draw
+    number ``sample`` of the random stream ``seed``. Invalid arguments raise
+    ``ValueError`` naming the argument, its value and what is allowed. The result
+    exposes per GPU ``spans`` and ``peak_activations``.
     """
     params = EnvParams(n=n, num_gpus=num_gpus, sync_freq=sync_freq, fwd_len=fwd_len, bwd_len=bwd_len,
                        prop_len=prop_len, sync_base_len=sync_base_len, fwd_impact=fwd_impact,
                        bwd_impact=bwd_impact, ingress_capacity=ingress_capacity, schedule=schedule, chunks=chunks,
-                       w_fraction=w_fraction, fb_overlap=fb_overlap)
+                       w_fraction=w_fraction, fb_overlap=fb_overlap, compute_jitter=compute_jitter,
+                       comm_jitter=comm_jitter, jitter_dist=jitter_dist, slow_gpu=slow_gpu, slow_factor=slow_factor,
+                       seed=seed)
+    if isinstance(sample, bool) or not isinstance(sample, int) or sample < 0:
+        raise ParameterError("sample", sample, "must be an integer >= 0")
     policy = Policy(priorities=dict(priorities or {}), exclusive_tiers=dict(exclusive_tiers or {}))
-    return simulate(params, policy)
+    return simulate(params, policy, sample)

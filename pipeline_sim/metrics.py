@@ -48,14 +48,15 @@ class ScheduleMetrics:
 
 @lru_cache(maxsize=1024)
 def ideal_time(params: EnvParams) -> float:
-    """The completion time of ``params``' schedule with free communication (``prop_len = sync_base_len = 0``).
+    """The completion time of ``params``' schedule with free communication and no jitter (a straggler kept).
 
-    For ``1f1b`` that is ``(n + p - 1) x (fwd_len + bwd_len)``. Computed by the one
-    engine, once per environment.
+    For ``1f1b`` with no straggler that is ``(n + p - 1) x (fwd_len + bwd_len)``.
+    Computed by the one engine, once per environment.
     """
     from .engine import simulate
 
-    return simulate(replace(params, prop_len=0.0, sync_base_len=0.0), Policy()).completion_time
+    free = replace(params, prop_len=0.0, sync_base_len=0.0, compute_jitter=0.0, comm_jitter=0.0)
+    return simulate(free, Policy()).completion_time
 
 
 def schedule_metrics(schedule: Schedule) -> ScheduleMetrics:

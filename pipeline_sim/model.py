@@ -177,14 +177,15 @@ def _check_int(name: str, value: object, minimum: int) -> None:
 
 
 def _check_float(name: str, value: object, low: float, *, low_open: bool = False,
-                 high: float | None = None) -> None:
+                 high: float | None = None, high_closed: bool = False) -> None:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if ok:
-        ok = (value > low if low_open else value >= low) and (high is None or value < high)
+        ok = (value > low if low_open else value >= low) and \
+             (high is None or (value <= high if high_closed else value < high))
     if not ok:
         allowed = f"{'>' if low_open else '>='} {low:g}"
         if high is not None:
-            allowed = f"with {low:g} <= x < {high:g}"
+            allowed = f"with {low:g} <= x {'<=' if high_closed else '<'} {high:g}"
         raise ParameterError(name, value, f"must be a finite number {allowed}")
 
 
@@ -212,8 +213,15 @@ class EnvParams:
     chunks: int = 2
     w_fraction: float = 0.5
     fb_overlap: float = 0.0
+    compute_jitter: float = 0.0
+    comm_jitter: float = 0.0
+    jitter_dist: str = "lognormal"
+    slow_gpu: int = -1
+    slow_factor: float = 1.0
+    seed: int = 0
 
     def __post_init__(self) -> None:
+        from .noise import JITTER_DISTRIBUTIONS
         from .schedules import get_schedule
 
         _check_int("n", self.n, 1)
@@ -232,6 +240,17 @@ class EnvParams:
         _check_float("fb_overlap", self.fb_overlap, 0.0, high=1.0)
         spec.check(self.n, self.num_gpus)
         object.__setattr__(self, "schedule", spec.name)
+        _check_float("compute_jitter", self.compute_jitter, 0.0, high=1.0, high_closed=True)
+        _check_float("comm_jitter", self.comm_jitter, 0.0, high=1.0, high_closed=True)
+        if self.jitter_dist not in JITTER_DISTRIBUTIONS:
+            raise ParameterError("jitter_dist", self.jitter_dist, f"must be one of {', '.join(JITTER_DISTRIBUTIONS)}")
+        if isinstance(self.slow_gpu, bool) or not isinstance(self.slow_gpu, int) or \
+                not -1 <= self.slow_gpu < self.num_gpus:
+            raise ParameterError("slow_gpu", self.slow_gpu, f"must be -1 (no straggler) or a GPU 0..{self.num_gpus - 1}")
+        _check_float("slow_factor", self.slow_factor, 1.0)
+        _check_int("seed", self.seed, 0)
+        if self.seed >= 2 ** 63:
+            raise ParameterError("seed", self.seed, "must be an integer from 0 to 2^63 - 1")
         for name in self.ignored():
             object.__setattr__(self, name, _SCHEDULE_DEFAULTS[name])
 
@@ -248,6 +267,11 @@ class EnvParams:
 
         used = get_schedule(self.schedule).parameters
         return tuple(name for name in SCHEDULE_PARAMETERS if name not in used)
+
+    @property
+    def jittered(self) -> bool:
+        """Whether task times are drawn at random (then the sample number matters)."""
+        return self.compute_jitter > 0.0 or self.comm_jitter > 0.0
 
     @property
     def v(self) -> int:
@@ -328,6 +352,7 @@ class Schedule:
     policy: Policy
     tasks: list[Task]
     completion_time: float
+    sample: int = 0  # which draw of the noise (docs/model.md section 8); irrelevant without jitter
 
     def task(self, kind: str, stage: int, index: int) -> Task:
         """The task of ``kind`` on ``stage`` for micro-batch (or sync ordinal) ``index``; a pair by its forward."""

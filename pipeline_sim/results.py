@@ -13,7 +13,12 @@ from .model import COMM_KINDS, EnvParams
 from .sweep import COLUMNS
 
 #: Columns every generator CSV has; later metric columns are optional for reading.
-REQUIRED_COLUMNS = COLUMNS[:COLUMNS.index("completion_time") + 1]
+REQUIRED_COLUMNS = ("n", "num_gpus", "policy", *(f"prio_{kind}" for kind in COMM_KINDS),
+                    *(f"tier_{kind}" for kind in COMM_KINDS), "completion_time")
+#: The columns a heatmap may colour, with how its title names them.
+METRICS = {"completion_time": "completion time", "completion_p95": "p95 completion time",
+           "completion_p99": "p99 completion time", "completion_std": "std of completion time",
+           "slowdown": "slowdown (completion / ideal)"}
 TIER_COLUMNS = tuple(f"tier_{kind}" for kind in COMM_KINDS)
 PRIO_COLUMNS = tuple(f"prio_{kind}" for kind in COMM_KINDS)
 
@@ -61,10 +66,10 @@ def policy_family(rows: pd.DataFrame) -> pd.Series:
     return rows[list(TIER_COLUMNS)].notna().sum(axis=1)
 
 
-def best_rows(rows: pd.DataFrame, rel_tol: float = 1e-9) -> pd.DataFrame:
-    """The rows with the lowest completion time (ties within ``rel_tol`` included), in CSV order."""
-    best = rows["completion_time"].min()
-    return rows[rows["completion_time"] <= best * (1 + rel_tol)]
+def best_rows(rows: pd.DataFrame, rel_tol: float = 1e-9, metric: str = "completion_time") -> pd.DataFrame:
+    """The rows with the lowest ``metric`` (ties within ``rel_tol`` included), in CSV order."""
+    best = rows[metric].min()
+    return rows[rows[metric] <= best * (1 + rel_tol) + (1e-12 if best == 0 else 0.0)]
 
 
 def simplex_steps(rows: pd.DataFrame) -> int:
@@ -90,19 +95,46 @@ def schedule_name(params: EnvParams) -> str:
                                          if name not in params.ignored()])
 
 
-def env_slug(params: EnvParams) -> str:
-    """File-name form of an environment: ``n8_gpus4_sf1_fwd1_bwd2_prop1_sync2_fi0.2_bi0.2_in1_1f1b``."""
-    used = "".join(f"_{short}{getattr(params, name):g}" for name, short in _SCHEDULE_SHORT.items()
-                   if name not in params.ignored())
-    return (f"n{params.n}_gpus{params.num_gpus}_sf{params.sync_freq}_fwd{params.fwd_len:g}_bwd{params.bwd_len:g}"
+def noise_name(params: EnvParams, *, sep: str = " ") -> str:
+    """The noise of an environment, empty when there is none: ``compute jitter 0.1 (lognormal, seed 0)``."""
+    words = []
+    if params.jittered:
+        words.append(f"jitter compute {params.compute_jitter:g} / comm {params.comm_jitter:g} "
+                     f"({params.jitter_dist}, seed {params.seed})")
+    if params.slow_gpu >= 0:
+        words.append(f"straggler GPU {params.slow_gpu}, {params.slow_factor:g}x slower")
+    return sep.join(words)
+
+
+def _slug_parts(params: EnvParams) -> tuple[str, str, str]:
+    """The environment, its schedule and its noise, as file-name pieces."""
+    base = (f"n{params.n}_gpus{params.num_gpus}_sf{params.sync_freq}_fwd{params.fwd_len:g}_bwd{params.bwd_len:g}"
             f"_prop{params.prop_len:g}_sync{params.sync_base_len:g}_fi{params.fwd_impact:g}_bi{params.bwd_impact:g}"
-            f"_in{params.ingress_capacity:g}_{params.schedule}{used}")
+            f"_in{params.ingress_capacity:g}")
+    schedule = f"_{params.schedule}" + "".join(f"_{short}{getattr(params, name):g}"
+                                               for name, short in _SCHEDULE_SHORT.items() if name not in params.ignored())
+    noise = ""
+    if params.jittered:
+        noise += f"_cj{params.compute_jitter:g}_mj{params.comm_jitter:g}_{params.jitter_dist}_seed{params.seed}"
+    if params.slow_gpu >= 0:
+        noise += f"_slow{params.slow_gpu}x{params.slow_factor:g}"
+    return base, schedule, noise
 
 
-def env_title(params: EnvParams, *, schedule: bool = True) -> str:
+def env_slug(params: EnvParams) -> str:
+    """File-name form of an environment: ``n8_gpus4_sf1_fwd1_bwd2_prop1_sync2_fi0.2_bi0.2_in1_1f1b``.
+
+    Noise, when there is any, adds ``_cj0.1_mj0_lognormal_seed0`` and ``_slow2x1.5``.
+    """
+    return "".join(_slug_parts(params))
+
+
+def env_title(params: EnvParams, *, schedule: bool = True, noise: bool = True) -> str:
     text = (f"n={params.n}, {params.num_gpus} GPUs, sync_freq={params.sync_freq}, fwd={params.fwd_len:g}, "
             f"bwd={params.bwd_len:g}, prop={params.prop_len:g}, sync={params.sync_base_len:g}, "
             f"impact fwd/bwd={params.fwd_impact:g}/{params.bwd_impact:g}, ingress={params.ingress_capacity:g}")
+    if noise and noise_name(params):
+        text += f"; {noise_name(params, sep='; ')}"
     return f"{schedule_name(params)}: {text}" if schedule else text
 
 
@@ -116,8 +148,10 @@ def schedule_groups(frame: pd.DataFrame) -> Iterator[tuple[EnvParams, pd.DataFra
     Yields one environment of the group (for its title) and one summary row per
     schedule, in CSV order: ``schedule`` (name with its parameters), ``best_policy``,
     ``best_time``, ``default_time`` (NaN when the sweep's step has no such policy),
-    ``worst_policy``, ``worst_time``, ``ideal_time``, ``peak_activations``, ``max_span``
-    (of the best policy). Only groups of two or more schedules are yielded.
+    ``worst_policy``, ``worst_time``, ``ideal_time``, ``peak_activations``, ``max_span``,
+    and the best policy's spread over samples ``best_min``, ``best_p50``, ``best_p95``,
+    ``best_max`` (NaN in a CSV without them) and ``samples``. Only groups of two or more
+    schedules are yielded.
     """
     groups: dict[tuple, list[tuple[EnvParams, pd.DataFrame]]] = {}
     for params, rows in environments(frame):
@@ -137,10 +171,64 @@ def schedule_groups(frame: pd.DataFrame) -> Iterator[tuple[EnvParams, pd.DataFra
                 "worst_policy": worst["policy"], "worst_time": float(worst["completion_time"]),
                 "ideal_time": float(best.get("ideal_time", math.nan)),
                 "peak_activations": float(best.get("peak_activations", math.nan)),
-                "max_span": float(best.get("max_span", math.nan))})
+                "max_span": float(best.get("max_span", math.nan)),
+                **{f"best_{stat}": float(best.get(f"completion_{stat}", math.nan)) for stat in ("min", "p50", "p95",
+                                                                                                "max")},
+                "samples": int(best.get("samples", 1))})
         yield members[0][0], pd.DataFrame(summary)
 
 
 def group_slug(params: EnvParams) -> str:
     """File-name form of a group of environments that differ only by schedule."""
-    return env_slug(params).rsplit(f"_{params.schedule}", 1)[0]
+    base, _, noise = _slug_parts(params)
+    return base + noise
+
+
+#: Noise parameters whose levels a robustness figure puts on its x axis.
+JITTER_KEYS = ("compute_jitter", "comm_jitter")
+
+
+def jitter_families(frame: pd.DataFrame, top: int = 3) -> Iterator[tuple[EnvParams, str, pd.DataFrame]]:
+    """Groups of environments that differ only by one jitter level, for the robustness view.
+
+    Yields one environment of the family (for its title), the jitter key that varies,
+    and one row per (policy followed, level): ``policy``, ``level``, ``mean``, ``p95``,
+    ``why`` (``"best at 0%, 10%"`` for the best at each level it wins, ``"#2 at 0%"`` for
+    the runners-up among the ``top`` best at the lowest level). Policies whose curves are
+    identical share one row, named ``A = B``. Only families of two or more levels are yielded.
+    """
+    families: dict[tuple, list[tuple[EnvParams, pd.DataFrame]]] = {}
+    for params, rows in environments(frame):
+        for key in JITTER_KEYS:
+            family = tuple(value for name, value in params.as_dict().items() if name != key)
+            families.setdefault((key, family), []).append((params, rows))
+    for (key, _), members in families.items():
+        levels = sorted({getattr(params, key) for params, _ in members})
+        if len(levels) < 2 or len(levels) != len(members):
+            continue
+        members.sort(key=lambda member: getattr(member[0], key))
+        best_at: dict[str, list[str]] = {}
+        for params, rows in members:
+            best_at.setdefault(best_rows(rows).iloc[0]["policy"], []).append(f"{getattr(params, key):.0%}")
+        top_at_lowest = list(members[0][1].nsmallest(top, "completion_time")["policy"])
+        followed: dict[str, str] = {}
+        for policy in dict.fromkeys(top_at_lowest + list(best_at)):
+            reasons = [f"best at {', '.join(best_at[policy])}"] if policy in best_at else []
+            if policy in top_at_lowest[1:]:
+                reasons.append(f"#{top_at_lowest.index(policy) + 1} at {levels[0]:.0%}")
+            followed[policy] = "; ".join(reasons)
+        curves: dict[tuple, tuple[list[str], list[str], list[dict]]] = {}
+        for policy, why in followed.items():
+            points = []
+            for params, rows in members:
+                row = rows[rows["policy"] == policy].iloc[0]
+                points.append({"level": getattr(params, key), "mean": float(row["completion_time"]),
+                               "p95": float(row.get("completion_p95", row["completion_time"]))})
+            # Policies that behave alike draw one curve, else the later one hides the earlier.
+            same = tuple((f"{point['mean']:.9g}", f"{point['p95']:.9g}") for point in points)
+            names, reasons, _ = curves.setdefault(same, ([], [], points))
+            names.append(policy)
+            reasons.extend([why] if why else [])
+        records = [{"policy": " = ".join(names), "why": "; ".join(reasons), **point}
+                   for names, reasons, points in curves.values() for point in points]
+        yield members[0][0], key, pd.DataFrame(records)

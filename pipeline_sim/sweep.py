@@ -1,10 +1,14 @@
 """Running every policy in every environment of a grid, streamed in order to one CSV.
 
-A parameter that the row's schedule ignores is an empty cell. Rows go to
-``<output>.partial`` as they finish, in grid order then policy order; the
-file becomes ``<output>`` only when complete. A partial file and its fingerprint
-(``<output>.partial.json``) let an interrupted sweep resume and still end
-byte-identical to an uninterrupted run, whatever the number of workers.
+One row per (environment, policy): with ``samples`` > 1 noisy draws, its completion
+time is the mean over samples beside their standard deviation, minimum, p50, p95,
+p99 and maximum, and every other metric is a mean. A parameter that the row's
+schedule ignores is an empty cell. Rows go to ``<output>.partial`` as they finish,
+in grid order then policy order; the file becomes ``<output>`` only when complete. A
+partial file and its fingerprint (``<output>.partial.json``) let an interrupted sweep
+resume and still end byte-identical to an uninterrupted run, whatever the number of
+workers. An optional samples file gets one row per (environment, policy, sample),
+written and resumed in step with the main one.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+import numpy as np
+
 from .config import ConfigError, EnvironmentGrid
 from .engine import simulate
 from .metrics import ScheduleMetrics, schedule_metrics
@@ -28,8 +34,16 @@ from .scenarios import DEFAULT_STEP, policy_grid, steps_per_unit
 
 SIMULATORS = ("single_channel", "dual_channel")
 POLICY_COLUMNS = ("policy", *(f"prio_{kind}" for kind in COMM_KINDS), *(f"tier_{kind}" for kind in COMM_KINDS))
-COLUMNS = (*EnvParams.names(), "simulator", *POLICY_COLUMNS, *ScheduleMetrics.SCALARS)
+#: Completion-time statistics over samples; percentiles by linear interpolation (numpy's default, Hyndman-Fan 7).
+STATISTICS = ("completion_std", "completion_min", "completion_p50", "completion_p95", "completion_p99",
+              "completion_max")
+COLUMNS = (*EnvParams.names(), "simulator", "samples", *POLICY_COLUMNS, "completion_time", *STATISTICS,
+           *ScheduleMetrics.SCALARS[1:])
 HEADER = ",".join(COLUMNS) + "\n"
+SAMPLE_COLUMNS = (*EnvParams.names(), "simulator", "policy", "sample", "completion_time")
+SAMPLE_HEADER = ",".join(SAMPLE_COLUMNS) + "\n"
+#: Simulations a chunk of work aims at when samples multiply its rows.
+CHUNK_SIMULATIONS = 128
 
 
 class ResumeError(ValueError):
@@ -48,8 +62,14 @@ class SweepPlan:
     step: float = DEFAULT_STEP
     simulator: str = "single_channel"
     skip_invalid: bool = False
+    samples: int | None = None  # noise draws per (environment, policy); None: the grid's own setting
+    with_samples: bool = False  # also write one row per sample
 
     def __post_init__(self) -> None:
+        if self.samples is None:
+            object.__setattr__(self, "samples", self.grid.samples)
+        if isinstance(self.samples, bool) or not isinstance(self.samples, int) or self.samples < 1:
+            raise ParameterError("samples", self.samples, "must be an integer >= 1")
         steps_per_unit(self.step)
         if self.simulator not in SIMULATORS:
             raise ParameterError("simulator", self.simulator, f"must be one of {', '.join(SIMULATORS)}")
@@ -71,13 +91,18 @@ class SweepPlan:
         return len(self.grid)
 
     @property
-    def num_simulations(self) -> int:
+    def num_rows(self) -> int:
         return self.num_environments * len(self.policies)
+
+    @property
+    def num_simulations(self) -> int:
+        return self.num_rows * self.samples
 
     def fingerprint(self) -> str:
         """Identifies the rows this plan writes; a partial file resumes only under the same one."""
         text = json.dumps({"grid": self.grid.as_dict(), "step": self.step, "simulator": self.simulator,
-                           "skip_invalid": self.skip_invalid, "columns": COLUMNS}, sort_keys=True)
+                           "skip_invalid": self.skip_invalid, "samples": self.samples,
+                           "with_samples": self.with_samples, "columns": COLUMNS}, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()
 
     def chunks(self, start_row: int, rows_per_chunk: int) -> Iterator[Chunk]:
@@ -86,19 +111,22 @@ class SweepPlan:
         first_env, offset = divmod(start_row, per_env)
         for params in self.grid.environments(first_env):
             for first in range(offset, per_env, rows_per_chunk):
-                yield Chunk(params, self.simulator, self.step, first, min(first + rows_per_chunk, per_env))
+                yield Chunk(params, self.simulator, self.step, first, min(first + rows_per_chunk, per_env),
+                            self.samples, self.with_samples)
             offset = 0
 
 
 @dataclass(frozen=True)
 class Chunk:
-    """Policies ``first`` to ``stop - 1`` of the policy grid, in one environment."""
+    """Policies ``first`` to ``stop - 1`` of the policy grid, in one environment, each over ``samples`` draws."""
 
     params: EnvParams
     simulator: str
     step: float
     first: int
     stop: int
+    samples: int = 1
+    with_samples: bool = False
 
 
 def _cell(value: object) -> str:
@@ -107,30 +135,74 @@ def _cell(value: object) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
-def result_row(params: EnvParams, simulator: str, policy: Policy, metrics: ScheduleMetrics) -> list[str]:
+def _environment_cells(params: EnvParams) -> list[object]:
+    ignored = params.ignored()
+    return [None if name in ignored else value for name, value in params.as_dict().items()]
+
+
+def summarise(metrics: list[ScheduleMetrics]) -> dict[str, float | int]:
+    """One row's metric columns from the metrics of its samples: mean completion time and its spread, other means.
+
+    With one sample every column is that sample's value (the spread's standard deviation
+    is 0); with more, the standard deviation is the sample one (n - 1).
+    """
+    values = [m.scalars() for m in metrics]
+    times = np.array([v["completion_time"] for v in values])
+    if len(values) == 1:
+        row: dict[str, float | int] = dict(values[0])
+        time = row["completion_time"]
+        row.update({name: time for name in STATISTICS}, completion_std=0.0)
+        return row
+    row = {name: math.fsum(v[name] for v in values) / len(values) for name in values[0]}
+    p50, p95, p99 = np.percentile(times, [50, 95, 99])
+    row.update(completion_std=float(times.std(ddof=1)), completion_min=float(times.min()),
+               completion_p50=float(p50), completion_p95=float(p95), completion_p99=float(p99),
+               completion_max=float(times.max()))
+    return row
+
+
+def result_row(params: EnvParams, simulator: str, samples: int, policy: Policy,
+               metrics: dict[str, float | int]) -> list[str]:
     prios = [None if kind in policy.exclusive_tiers else policy.shared_priority(kind) for kind in COMM_KINDS]
     tiers = [policy.tier(kind) for kind in COMM_KINDS]
-    ignored = params.ignored()
-    environment = [None if name in ignored else value for name, value in params.as_dict().items()]
-    values = [*environment, simulator, policy.label, *prios, *tiers, *metrics.scalars().values()]
+    values = [*_environment_cells(params), simulator, samples, policy.label, *prios, *tiers,
+              *(metrics[name] for name in COLUMNS[COLUMNS.index("completion_time"):])]
     return [_cell(value) for value in values]
 
 
-def simulate_chunk(chunk: Chunk) -> tuple[str, int]:
-    """CSV text of a chunk's rows, and how many there are. Pure: runs in worker processes."""
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    for policy in policy_grid(chunk.step)[chunk.first:chunk.stop]:
-        schedule = simulate(chunk.params, policy)
-        writer.writerow(result_row(chunk.params, chunk.simulator, policy, schedule_metrics(schedule)))
-    return buffer.getvalue(), chunk.stop - chunk.first
+def simulate_chunk(chunk: Chunk) -> tuple[str, str, int]:
+    """CSV text of a chunk's rows, of its samples (empty unless asked for), and how many rows. Pure.
+
+    Samples run outermost, so one environment's noisy task graph is built once per sample
+    and shared by every policy of the chunk.
+    """
+    policies = policy_grid(chunk.step)[chunk.first:chunk.stop]
+    draws = chunk.samples if chunk.params.jittered else 1  # without jitter every sample is the same simulation
+    runs = [[schedule_metrics(simulate(chunk.params, policy, sample)) for policy in policies]
+            for sample in range(draws)]
+    runs += [runs[0]] * (chunk.samples - draws)
+    buffer, samples = io.StringIO(), io.StringIO()
+    writer, sample_writer = csv.writer(buffer, lineterminator="\n"), csv.writer(samples, lineterminator="\n")
+    environment = _environment_cells(chunk.params)
+    for i, policy in enumerate(policies):
+        metrics = [runs[sample][i] for sample in range(chunk.samples)]
+        # identical draws summarise as one: the mean of repeated floats may not be that float
+        summary = summarise(metrics[:draws])
+        writer.writerow(result_row(chunk.params, chunk.simulator, chunk.samples, policy, summary))
+        if chunk.with_samples:
+            for sample, m in enumerate(metrics):
+                sample_writer.writerow([_cell(v) for v in (*environment, chunk.simulator, policy.label, sample,
+                                                             m.completion_time)])
+    return buffer.getvalue(), samples.getvalue(), chunk.stop - chunk.first
 
 
 def rows_per_chunk(plan: SweepPlan, workers: int) -> int:
-    """A whole environment per chunk, split only when there are too few environments to keep workers busy."""
+    """A whole environment per chunk, split when there are too few environments to keep workers busy or when
+    samples make an environment long (about ``CHUNK_SIMULATIONS`` simulations a chunk then)."""
     per_env = len(plan.policies)
     pieces = math.ceil(4 * workers / plan.num_environments) if workers > 1 else 1
-    return max(1, math.ceil(per_env / pieces))
+    by_samples = math.ceil(CHUNK_SIMULATIONS / plan.samples) if plan.samples > 1 else per_env
+    return max(1, min(math.ceil(per_env / pieces), by_samples))
 
 
 def partial_paths(output: Path) -> tuple[Path, Path]:
@@ -138,22 +210,34 @@ def partial_paths(output: Path) -> tuple[Path, Path]:
     return output.with_name(output.name + ".partial"), output.with_name(output.name + ".partial.json")
 
 
-def _rows_on_disk(partial: Path, plan: SweepPlan) -> int:
-    """Complete rows in a partial file, read in blocks (flat memory); a torn last line is cut off."""
-    with open(partial, "rb+") as handle:
-        if handle.read(len(HEADER)) != HEADER.encode():
-            raise ResumeError(f"{partial} does not start with the sweep's header; remove it or drop --resume")
-        rows, end, position = 0, len(HEADER), len(HEADER)
-        while block := handle.read(1 << 20):
+def _complete_lines(path: Path, header: str, keep: int | None = None) -> int:
+    """Cut ``path`` after its last complete line (or after ``keep`` lines past the header); count its lines.
+
+    Read in blocks, so memory stays flat however large the file.
+    """
+    with open(path, "rb+") as handle:
+        if handle.read(len(header)) != header.encode():
+            raise ResumeError(f"{path} does not start with the sweep's header; remove it or drop --resume")
+        rows, end, position = 0, len(header), len(header)
+        while (keep is None or rows < keep) and (block := handle.read(1 << 20)):
             newlines = block.count(b"\n")
+            if keep is not None and rows + newlines > keep:
+                cut = -1
+                for _ in range(keep - rows):
+                    cut = block.index(b"\n", cut + 1)
+                rows, end = keep, position + cut + 1
+                break
             if newlines:
                 rows += newlines
                 end = position + block.rfind(b"\n") + 1
             position += len(block)
         handle.truncate(end)
-    if rows > plan.num_simulations:
-        raise ResumeError(f"{partial} has {rows} rows, more than the {plan.num_simulations} this sweep writes")
     return rows
+
+
+def samples_path(output: Path) -> Path:
+    """Where the one-row-per-sample file of ``output`` is kept while the sweep runs."""
+    return output.with_name(output.name + ".samples.partial")
 
 
 def resumable(output: Path, plan: SweepPlan) -> bool:
@@ -165,38 +249,58 @@ def resumable(output: Path, plan: SweepPlan) -> bool:
         return False
 
 
-def run_sweep(plan: SweepPlan, output: str | os.PathLike, *, workers: int = 1,
-              resume: bool = False) -> Iterator[int]:
+def run_sweep(plan: SweepPlan, output: str | os.PathLike, *, workers: int = 1, resume: bool = False,
+              samples_output: str | os.PathLike | None = None) -> Iterator[int]:
     """Run ``plan`` into the CSV ``output``; yield the rows on disk, first before any new work.
 
     With ``resume``, continue ``output``'s partial file if there is one (it must come
     from the same plan); otherwise start afresh. Closing the generator early leaves
-    the partial file holding every finished row.
+    the partial file holding every finished row. When ``plan.with_samples``, one row per
+    sample also goes to ``samples_output``.
     """
     output = Path(output)
     partial, meta = partial_paths(output)
+    sample_partial = samples_path(output)
+    if plan.with_samples and samples_output is None:
+        raise ValueError("a plan with samples needs a samples_output path")
     done = 0
     if resume and partial.exists():
         if not resumable(output, plan):
-            raise ResumeError(f"{partial} was written by a different config, step or simulator; "
+            raise ResumeError(f"{partial} was written by a different config, step, simulator or samples setting; "
                               f"remove it or drop --resume")
-        done = _rows_on_disk(partial, plan)
+        done = _complete_lines(partial, HEADER)
+        if done > plan.num_rows:
+            raise ResumeError(f"{partial} has {done} rows, more than the {plan.num_rows} this sweep writes")
+        if plan.with_samples:
+            expected = done * plan.samples
+            if not sample_partial.exists() or _complete_lines(sample_partial, SAMPLE_HEADER, expected) < expected:
+                raise ResumeError(f"{sample_partial} lacks rows of the samples already summarised in {partial}; "
+                                  f"remove both or drop --resume")
     else:
         try:
             output.parent.mkdir(parents=True, exist_ok=True)
             partial.write_text(HEADER, encoding="utf-8")
+            if plan.with_samples:
+                sample_partial.write_text(SAMPLE_HEADER, encoding="utf-8")
             meta.write_text(json.dumps({"fingerprint": plan.fingerprint(), "output": str(output)}),
                             encoding="utf-8")
         except OSError as error:
             raise OSError(error.errno, f"cannot write {output}: {error.strerror or error}") from None
     yield done
-    with open(partial, "a", encoding="utf-8", newline="") as handle:
+    with open(partial, "a", encoding="utf-8", newline="") as handle, \
+            open(sample_partial if plan.with_samples else os.devnull, "a", encoding="utf-8", newline="") as samples:
         chunks = plan.chunks(done, rows_per_chunk(plan, workers))
-        for text, count in ordered_map(simulate_chunk, chunks, workers):
+        for text, sample_text, count in ordered_map(simulate_chunk, chunks, workers):
+            samples.write(sample_text)  # samples first: a summarised row always has its samples on disk
+            samples.flush()
             handle.write(text)
             handle.flush()
             done += count
             yield done
         os.fsync(handle.fileno())
+        if plan.with_samples:
+            os.fsync(samples.fileno())
+    if plan.with_samples:
+        os.replace(sample_partial, samples_output)
     os.replace(partial, output)
     meta.unlink(missing_ok=True)

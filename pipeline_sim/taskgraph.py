@@ -11,7 +11,10 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import NamedTuple
 
+import numpy as np
+
 from .model import COMM_KINDS, Action, EnvParams, Pair, TaskKind, sync_points
+from .noise import KIND_NUMBERS, standard_normals, work_factors
 from .schedules import get_schedule
 
 _F, _B, _I, _W = TaskKind.FORWARD, TaskKind.BACKWARD, TaskKind.BACKWARD_INPUT, TaskKind.BACKWARD_WEIGHT
@@ -55,8 +58,34 @@ class ScheduleError(ValueError):
     """A schedule's orders that do not describe one runnable iteration (a defect in its builder)."""
 
 
+def build_task_graph(params: EnvParams, sample: int = 0) -> TaskGraph:
+    """The task graph of ``params``, with the work of its ``sample``-th noise draw (section 8)."""
+    return _build(params, sample if params.jittered else 0)
+
+
+def _with_noise(tasks: list[GraphTask], params: EnvParams, sample: int) -> list[GraphTask]:
+    """Every task's work times its factor: its own draw (a pair: the mean of its parts'), the straggler's on top."""
+    rows, owners, compute = [], [], []
+    for i, task in enumerate(tasks):
+        for kind, stage, index in (task.parts or ((task.kind, task.stage, task.index),)):
+            rows.append((KIND_NUMBERS[kind], stage, index))
+            owners.append(i)
+            compute.append(bool(task.parts))
+    z = standard_normals(params.seed, sample, np.array(rows, dtype=np.int64))
+    is_compute = np.array(compute)
+    factors = np.where(is_compute, work_factors(z, params.compute_jitter, params.jitter_dist),
+                       work_factors(z, params.comm_jitter, params.jitter_dist))
+    per_task = np.bincount(owners, weights=factors, minlength=len(tasks)) / np.bincount(owners, minlength=len(tasks))
+    noisy = []
+    for task, factor in zip(tasks, per_task.tolist()):
+        if task.parts and task.gpu == params.slow_gpu:
+            factor *= params.slow_factor
+        noisy.append(task._replace(length=task.length * factor))
+    return noisy
+
+
 @lru_cache(maxsize=256)
-def build_task_graph(params: EnvParams) -> TaskGraph:
+def _build(params: EnvParams, sample: int) -> TaskGraph:
     spec = get_schedule(params.schedule)
     p, n, v = params.num_gpus, params.n, params.v
     stages = p * v
@@ -156,6 +185,9 @@ def build_task_graph(params: EnvParams) -> TaskGraph:
             input_gradient(s, m)
             if part(_I, s, m) is not None and part(_W, s, m) is None:
                 raise ScheduleError(f"the orders of {params.schedule} split {Action(_I, s, m)} but never run its W")
+
+    if params.jittered or params.slow_gpu >= 0:
+        tasks = _with_noise(tasks, params, sample)
 
     kind_rank = {kind: rank for rank, kind in enumerate(COMM_KINDS)}
     releases: list[list[int]] = [[] for _ in tasks]

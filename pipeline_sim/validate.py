@@ -147,7 +147,7 @@ def validate_schedule(schedule: Schedule, tolerance: float = 1e-6) -> list[str]:
     ``tolerance`` is relative to the completion time. When the task set itself is
     wrong, only that is reported.
     """
-    graph = build_task_graph(schedule.params)
+    graph = build_task_graph(schedule.params, schedule.sample)
     tol = tolerance * max(1.0, schedule.completion_time)
     errors = check_task_set(schedule, graph, tol)
     if errors:

@@ -284,3 +284,39 @@ def test_ignored_parameters_never_multiply_rows(tmp_path):
     environments = [(r["schedule"], r["chunks"], r["w_fraction"]) for r in rows[::31]]
     assert environments == [("1f1b", "", ""), ("interleaved-1f1b", "2", ""), ("interleaved-1f1b", "3", ""),
                             ("zb-h1", "", "0.25"), ("zb-h1", "", "0.5")]
+
+
+def test_jitter_config_through_the_pipeline(tmp_path):
+    shutil.copytree(ROOT / "configs", tmp_path / "configs")
+    result = run_script("run_full_pipeline.py", "-c", "configs/jitter.json", "--samples", "6", "--priority_step",
+                        "0.5", "--metric", "completion_p95", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "12 environments, 2,664 simulations (37 policies x 6 samples each)" in result.stdout
+    (output,) = (tmp_path / "outputs" / "data").glob("jitter_*.csv")
+    rows = read_rows(output)
+    assert len(rows) == 12 * 37 and {r["samples"] for r in rows} == {"6"}
+    noisy = [r for r in rows if r["compute_jitter"] != "0.0"]
+    assert all(float(r["completion_min"]) <= float(r["completion_p95"]) <= float(r["completion_max"]) for r in noisy)
+    assert any(float(r["completion_std"]) > 0 for r in noisy)
+    assert all(r["completion_std"] == "0.0" for r in rows if r["compute_jitter"] == "0.0")
+    folder = tmp_path / "outputs" / "heatmaps" / output.stem
+    robustness = sorted(folder.glob("robustness_compute_jitter_*.png"))
+    assert [p.name.rsplit("_in1_", 1)[1] for p in robustness] == ["1f1b.png", "zb-h1_wf0.5.png", "zb-v_wf0.5.png"]
+    for path in robustness:
+        assert_png_drawn(path, min_width=1000, min_height=500)
+    assert len(list(folder.glob("compare_*.png"))) == 4  # one per jitter level
+    assert "12 heatmaps, 4 schedule comparisons, 3 robustness figures" in result.stdout
+
+
+def test_plot_heatmap_metric_needs_the_column(tmp_path):
+    csv_path = ROOT / "tests" / "data" / "quick_step0.5.csv"
+    result = run_script("plot_heatmap.py", str(csv_path), "--metric", "slowdown", "-o", "maps", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert_png_drawn(next((tmp_path / "maps").glob("*.png")), min_width=1000, min_height=500)
+    legacy = tmp_path / "legacy.csv"
+    text = csv_path.read_text().splitlines()
+    header = text[0].split(",")
+    keep = [i for i, name in enumerate(header) if name != "completion_p95"]
+    legacy.write_text("\n".join(",".join(line.split(",")[i] for i in keep) for line in text) + "\n")
+    bad = run_script("plot_heatmap.py", str(legacy), "--metric", "completion_p95", cwd=tmp_path)
+    assert_one_line_error(bad, "no column 'completion_p95'")

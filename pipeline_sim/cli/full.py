@@ -9,7 +9,7 @@ from typing import Sequence
 from .common import Parser, run_command, script_name
 from .generate import add_sweep_arguments, generate
 from ..results import SCHEDULE_KEYS
-from .heatmap import write_heatmaps
+from .heatmap import add_metric_argument, describe, write_heatmaps
 
 HEATMAP_DIR = Path("outputs/heatmaps")
 SUMMARY_LINES = 20
@@ -24,6 +24,7 @@ def build_parser(prog: str) -> Parser:
                         help="JSON grid of environments: each parameter a value, a list, or "
                              "{\"start\": a, \"stop\": b, \"step\": s}; see configs/")
     add_sweep_arguments(parser, step_flags=("--priority_step", "--priority-step"))
+    add_metric_argument(parser)
     return parser
 
 
@@ -33,11 +34,13 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
 
     def body() -> int:
         plan, csv = generate(args.config, step=args.step, simulator=args.simulator, output=None,
-                             workers=args.workers, resume=args.resume, skip_invalid=args.skip_invalid)
+                             workers=args.workers, resume=args.resume, skip_invalid=args.skip_invalid,
+                             samples=args.samples, samples_output=args.samples_output)
         heatmap_dir = HEATMAP_DIR / csv.stem
-        drawn = write_heatmaps(csv, heatmap_dir, args.workers)
+        drawn = write_heatmaps(csv, heatmap_dir, args.workers, args.metric)
+        draws = f" x {plan.samples} samples" if plan.samples > 1 else ""
         print(f"\n{plan.num_environments:,} environments, {plan.num_simulations:,} simulations "
-              f"({len(plan.policies)} policies each)")
+              f"({len(plan.policies)} policies{draws} each)")
         varying = [name for name in plan.grid.varying() if name not in SCHEDULE_KEYS] or ["n", "num_gpus"]
         if drawn.comparisons:
             print_schedule_summary(drawn.comparisons, varying)
@@ -48,9 +51,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                 print(f"  {where} -> {policy:<20} {time:.6g}")
             if len(drawn.heatmaps) > SUMMARY_LINES:
                 print(f"  ... and {len(drawn.heatmaps) - SUMMARY_LINES:,} more environments (see the CSV)")
-        figures = f"{len(drawn.heatmaps)} heatmaps" + (f", {len(drawn.comparisons)} schedule comparisons"
-                                                        if drawn.comparisons else "")
-        print(f"CSV: {csv}\nfigures: {heatmap_dir}/ ({figures})")
+        print(f"CSV: {csv}\nfigures: {heatmap_dir}/ ({describe(drawn)})")
         return 0
 
     return run_command(prog, body)

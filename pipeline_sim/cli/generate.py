@@ -27,6 +27,11 @@ def add_sweep_arguments(parser: Parser, *, step_flags: Sequence[str]) -> None:
                         help="worker processes (default: all %(default)s cores; 1 runs serially)")
     parser.add_argument("--resume", action="store_true",
                         help="continue an interrupted sweep from its .partial file instead of starting over")
+    parser.add_argument("--samples", type=positive_int, metavar="N", default=None,
+                        help="noise draws per (environment, policy) (default: the config's \"samples\", else 1); "
+                             "rows then give the mean completion time and its spread")
+    parser.add_argument("--samples-output", type=Path, metavar="FILE", default=None,
+                        help="also write one row per (environment, policy, sample) with its completion time")
     parser.add_argument("--skip-invalid", action="store_true",
                         help="leave out the combinations that break a schedule's requirement (interleaved-1f1b: "
                              "n a multiple of num_gpus; dualpipe-v: n >= 2 x num_gpus) instead of refusing the config")
@@ -44,30 +49,33 @@ def default_output(config: Path, plan: SweepPlan, resume: bool) -> Path:
 
 
 def generate(config: Path, *, step: float, simulator: str, output: Path | None, workers: int,
-             resume: bool, skip_invalid: bool = False) -> tuple[SweepPlan, Path]:
+             resume: bool, skip_invalid: bool = False, samples: int | None = None,
+             samples_output: Path | None = None) -> tuple[SweepPlan, Path]:
     """Run the sweep with a progress bar; report on stderr/stdout. Returns the plan and the CSV written."""
     from tqdm import tqdm
 
-    plan = SweepPlan(EnvironmentGrid.load(config), step=step, simulator=simulator, skip_invalid=skip_invalid)
+    plan = SweepPlan(EnvironmentGrid.load(config), step=step, simulator=simulator, skip_invalid=skip_invalid,
+                     samples=samples, with_samples=samples_output is not None)
     output = output or default_output(config, plan, resume)
     partial, _ = partial_paths(output)
-    progress = run_sweep(plan, output, workers=workers, resume=resume)
-    done = next(progress)  # checks that the output can be written before announcing the work
-    print(f"{plan.num_environments:,} environments x {len(plan.policies)} policies = "
+    progress = run_sweep(plan, output, workers=workers, resume=resume, samples_output=samples_output)
+    done = next(progress) * plan.samples  # checks that the output can be written before announcing the work
+    draws = f" x {plan.samples} samples" if plan.samples > 1 else ""
+    print(f"{plan.num_environments:,} environments x {len(plan.policies)} policies{draws} = "
           f"{plan.num_simulations:,} simulations on {workers} worker{'s' if workers > 1 else ''} -> {output}",
           flush=True)
     if skipped := len(plan.grid.invalid()):
         print(f"left out {skipped:,} combination{'s' if skipped > 1 else ''} that break a schedule's requirement "
               f"(--skip-invalid), e.g. {plan.grid.invalid()[0][0]}", flush=True)
     if done:
-        print(f"resuming: {done:,} rows already in {partial}", flush=True)
+        print(f"resuming: {done // plan.samples:,} rows already in {partial}", flush=True)
     elif resume:
         print("nothing to resume for this config; starting a new sweep", flush=True)
     bar = tqdm(total=plan.num_simulations, initial=done, unit="sim", dynamic_ncols=True, mininterval=0.5,
                smoothing=0.05, file=sys.stderr)
     try:
-        for done in progress:
-            bar.update(done - bar.n)
+        for rows in progress:
+            bar.update(rows * plan.samples - bar.n)
     except KeyboardInterrupt:
         progress.close()
         bar.close()
@@ -98,8 +106,11 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
 
     def body() -> int:
         plan, output = generate(args.config, step=args.step, simulator=args.simulator, output=args.output,
-                                workers=args.workers, resume=args.resume, skip_invalid=args.skip_invalid)
-        print(f"wrote {plan.num_simulations:,} rows to {output}")
+                                workers=args.workers, resume=args.resume, skip_invalid=args.skip_invalid,
+                                samples=args.samples, samples_output=args.samples_output)
+        print(f"wrote {plan.num_rows:,} rows to {output}")
+        if args.samples_output:
+            print(f"wrote {plan.num_simulations:,} samples to {args.samples_output}")
         return 0
 
     return run_command(prog, body)

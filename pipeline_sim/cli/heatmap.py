@@ -13,8 +13,8 @@ import pandas as pd
 from ..files import atomic_output
 from ..model import EnvParams
 from ..parallel import ordered_map
-from ..results import (ResultsError, best_rows, env_slug, env_title, environments, group_slug, load_results,
-                       schedule_groups, simplex_steps)
+from ..results import (METRICS, ResultsError, best_rows, env_slug, env_title, environments, group_slug,
+                       jitter_families, load_results, schedule_groups, simplex_steps)
 from .common import Parser, positive_int, run_command, script_name
 
 
@@ -26,6 +26,7 @@ class HeatmapJob:
     rows: pd.DataFrame
     steps: int
     path: Path
+    metric: str = "completion_time"
 
     def draw(self) -> Path:
         from matplotlib.figure import Figure
@@ -33,7 +34,7 @@ class HeatmapJob:
         from ..plotting.heatmap import figure_size, plot_policy_heatmaps
 
         fig = Figure(figsize=figure_size(self.steps), layout="constrained")
-        plot_policy_heatmaps(fig, self.rows, self.steps, title=env_title(self.params))
+        plot_policy_heatmaps(fig, self.rows, self.steps, title=env_title(self.params), metric=self.metric)
         return _save(fig, self.path)
 
 
@@ -55,13 +56,34 @@ class ComparisonJob:
         return _save(fig, self.path)
 
 
+@dataclass(frozen=True)
+class RobustnessJob:
+    """One family of environments that differ only by a jitter level, with the policies it follows."""
+
+    params: EnvParams
+    key: str
+    family: pd.DataFrame
+    path: Path
+
+    def draw(self) -> Path:
+        from dataclasses import replace
+
+        from matplotlib.figure import Figure
+
+        from ..plotting.robustness import figure_size, plot_robustness
+
+        fig = Figure(figsize=figure_size())
+        plot_robustness(fig, self.family, self.key, title=env_title(replace(self.params, **{self.key: 0.0})))
+        return _save(fig, self.path)
+
+
 def _save(fig, path: Path) -> Path:
     with atomic_output(path) as temporary:
         fig.savefig(temporary, dpi=110, format="png")
     return path
 
 
-def _draw(job: HeatmapJob | ComparisonJob) -> Path:
+def _draw(job: HeatmapJob | ComparisonJob | RobustnessJob) -> Path:
     """Render and save one figure (runs in worker processes)."""
     return job.draw()
 
@@ -73,31 +95,54 @@ class Drawn:
 
     heatmaps: list[tuple[EnvParams, str, float, Path]]
     comparisons: list[tuple[EnvParams, pd.DataFrame, Path]]
+    robustness: list[Path]
 
 
-def write_heatmaps(csv: Path, output_dir: Path, workers: int = 1) -> Drawn:
-    """Draw every environment of ``csv``, and every group of schedules to compare, into ``output_dir``."""
+def write_heatmaps(csv: Path, output_dir: Path, workers: int = 1, metric: str = "completion_time") -> Drawn:
+    """Draw every environment of ``csv`` (coloured by ``metric``), every group of schedules to compare and every
+    family of jitter levels into ``output_dir``."""
     from tqdm import tqdm
 
     frame = load_results(csv)
-    jobs: list[HeatmapJob | ComparisonJob] = []
-    heatmaps, comparisons = [], []
+    if metric not in frame.columns:
+        raise ResultsError(f"CSV {csv} has no column {metric!r} to colour; it was written before noise statistics "
+                           f"existed, so use --metric completion_time")
+    jobs: list[HeatmapJob | ComparisonJob | RobustnessJob] = []
+    heatmaps, comparisons, robustness = [], [], []
     for params, rows in environments(frame):  # check every environment before drawing any
         if rows["policy"].duplicated().any():
             raise ResultsError(f"CSV {csv}: environment {env_slug(params)} lists a policy twice")
-        job = HeatmapJob(params, rows, simplex_steps(rows), output_dir / f"{env_slug(params)}.png")
-        best = best_rows(rows).iloc[0]
+        job = HeatmapJob(params, rows, simplex_steps(rows), output_dir / f"{env_slug(params)}.png", metric)
+        best = best_rows(rows, metric=metric).iloc[0]
         jobs.append(job)
-        heatmaps.append((params, best["policy"], float(best["completion_time"]), job.path))
+        heatmaps.append((params, best["policy"], float(best[metric]), job.path))
     for params, summary in schedule_groups(frame):
         job = ComparisonJob(params, summary, output_dir / f"compare_{group_slug(params)}.png")
         jobs.append(job)
         comparisons.append((params, summary, job.path))
+    for params, key, family in jitter_families(frame):
+        path = output_dir / f"robustness_{key}_{env_slug(params)}.png"
+        jobs.append(RobustnessJob(params, key, family, path))
+        robustness.append(path)
     drawn = ordered_map(_draw, jobs, min(workers, len(jobs)))
     for _ in tqdm(drawn, total=len(jobs), unit="figure", file=sys.stderr, dynamic_ncols=True, mininterval=0.5,
                   disable=len(jobs) < 2):
         pass
-    return Drawn(heatmaps, comparisons)
+    return Drawn(heatmaps, comparisons, robustness)
+
+
+def describe(drawn: Drawn) -> str:
+    """``18 heatmaps, 4 schedule comparisons, 3 robustness figures``."""
+    counts = [(len(drawn.heatmaps), "heatmap"), (len(drawn.comparisons), "schedule comparison"),
+              (len(drawn.robustness), "robustness figure")]
+    return ", ".join(f"{count} {name}{'s' if count != 1 else ''}" for count, name in counts if count or
+                     name == "heatmap")
+
+
+def add_metric_argument(parser: Parser) -> None:
+    parser.add_argument("--metric", choices=tuple(METRICS), default="completion_time",
+                        help="what the heatmaps colour (lower is better; default %(default)s; the p95, p99 and std "
+                             "columns need a sweep with --samples > 1 to differ from it)")
 
 
 def build_parser(prog: str) -> Parser:
@@ -105,13 +150,16 @@ def build_parser(prog: str) -> Parser:
                                            "policy's completion time on one colour scale, the best one outlined. "
                                            "Environments that differ only by schedule also get one comparison "
                                            "figure (compare_*.png): best, default and worst policy per schedule, "
-                                           "the ideal time and the peak activations.",
+                                           "the ideal time and the peak activations; environments that differ "
+                                           "only by a jitter level get one robustness figure (robustness_*.png): "
+                                           "how the best policies' mean and p95 move with the noise.",
                     epilog=f"Example: {prog} outputs/data/example_20260101-120000.csv -o heatmaps")
     parser.add_argument("csv", type=Path, help="CSV written by data_generator.py")
     parser.add_argument("-o", "--output_dir", type=Path, default=Path("heatmaps_output"), metavar="DIR",
                         help="folder for the PNGs (default %(default)s)")
     parser.add_argument("--workers", type=positive_int, metavar="N", default=os.cpu_count() or 1,
                         help="processes drawing in parallel (default: all %(default)s cores)")
+    add_metric_argument(parser)
     return parser
 
 
@@ -120,11 +168,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     args = build_parser(prog).parse_args(argv)
 
     def body() -> int:
-        drawn = write_heatmaps(args.csv, args.output_dir, args.workers)
-        count = len(drawn.heatmaps)
-        compared = f" and {len(drawn.comparisons)} schedule comparison{'s' if len(drawn.comparisons) != 1 else ''}" \
-            if drawn.comparisons else ""
-        print(f"wrote {count} heatmap{'s' if count != 1 else ''}{compared} to {args.output_dir}")
+        drawn = write_heatmaps(args.csv, args.output_dir, args.workers, args.metric)
+        print(f"wrote {describe(drawn)} to {args.output_dir}")
         return 0
 
     return run_command(prog, body)

@@ -23,6 +23,8 @@ FLAGS = {
     "bwd_len": "--bwd-len", "prop_len": "--prop-len", "sync_base_len": "--sync-base-len",
     "fwd_impact": "--fwd-impact", "bwd_impact": "--bwd-impact", "ingress_capacity": "--ingress-capacity",
     "schedule": "--schedule", "chunks": "--chunks", "w_fraction": "--w-fraction", "fb_overlap": "--fb-overlap",
+    "compute_jitter": "--compute-jitter", "comm_jitter": "--comm-jitter", "jitter_dist": "--jitter-dist",
+    "slow_gpu": "--slow-gpu", "slow_factor": "--slow-factor", "seed": "--seed", "sample": "--sample",
     "priorities": "--priority", "exclusive_tiers": "--exclusive",
 }
 
@@ -71,6 +73,19 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
     sched.add_argument("--fb-overlap", type=float, default=defaults.fb_overlap, metavar="X",
                        help="share of the work saved by overlapping a forward and a backward (dualpipe-v), "
                             "in [0, 1) (default %(default)s)")
+    noise = parser.add_argument_group("noise (see docs/model.md section 8): one sampled iteration is drawn")
+    noise.add_argument("--compute-jitter", type=float, default=defaults.compute_jitter, metavar="C",
+                       help="coefficient of variation of each compute task's work, in [0, 1] (default %(default)s)")
+    noise.add_argument("--comm-jitter", type=float, default=defaults.comm_jitter, metavar="C",
+                       help="coefficient of variation of each transfer's work, in [0, 1] (default %(default)s)")
+    noise.add_argument("--jitter-dist", default=defaults.jitter_dist, metavar="DIST",
+                       help="distribution of the factors: lognormal or normal (default %(default)s)")
+    noise.add_argument("--slow-gpu", type=int, default=defaults.slow_gpu, metavar="G",
+                       help="a straggler GPU, -1 for none (default %(default)s)")
+    noise.add_argument("--slow-factor", type=float, default=defaults.slow_factor, metavar="K",
+                       help="how many times slower the straggler computes, >= 1 (default %(default)s)")
+    noise.add_argument("--seed", type=int, default=defaults.seed, help="the random stream (default %(default)s)")
+    noise.add_argument("--sample", type=int, default=0, help="which draw of the stream to show (default %(default)s)")
     pol = parser.add_argument_group("communication policy")
     pol.add_argument("--priority", action="append", default=[], metavar="KIND=VALUE",
                      help="shared priority in [0, 1] of a transfer kind (repeatable; replaces the defaults)")
@@ -126,7 +141,11 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
                                sync_base_len=args.sync_base_len, fwd_impact=args.fwd_impact,
                                bwd_impact=args.bwd_impact, ingress_capacity=args.ingress_capacity,
                                schedule=args.schedule, chunks=args.chunks, w_fraction=args.w_fraction,
-                               fb_overlap=args.fb_overlap)
+                               fb_overlap=args.fb_overlap, compute_jitter=args.compute_jitter,
+                               comm_jitter=args.comm_jitter, jitter_dist=args.jitter_dist, slow_gpu=args.slow_gpu,
+                               slow_factor=args.slow_factor, seed=args.seed)
+            if args.sample < 0:
+                raise ParameterError("sample", args.sample, "must be an integer >= 0")
             policy = _policy(args, default_priorities, default_exclusive_tiers)
         except ParameterError as error:
             flag = FLAGS.get(error.name.split("[")[0], error.name)
@@ -134,9 +153,11 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
         if args.print_order:
             print(format_orders(compute_orders(params.schedule, num_gpus=params.num_gpus, n=params.n,
                                                chunks=params.chunks)))
-        schedule = simulate(params, policy)
+        schedule = simulate(params, policy, args.sample)
         ideal = ideal_time(params)
         name = schedule_name(params)
+        if params.jittered:
+            name += f", sample {args.sample} of seed {params.seed}"
 
         show = use_display(args.no_show)
         import matplotlib.pyplot as plt

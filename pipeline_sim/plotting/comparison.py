@@ -17,7 +17,7 @@ BEST, DEFAULT, WORST, IDEAL = "#1A9850", "#222222", "#D73027", "#4575B4"
 
 def figure_size(count: int) -> tuple[float, float]:
     """Inches for ``count`` schedules: one readable row each."""
-    return 12.0, 1.9 + 0.62 * count
+    return 12.0, 2.2 + 0.62 * count
 
 
 def plot_schedule_comparison(fig: Figure, summary: pd.DataFrame, *, title: str) -> dict:
@@ -29,13 +29,18 @@ def plot_schedule_comparison(fig: Figure, summary: pd.DataFrame, *, title: str) 
     """
     count = len(summary)
     width, height = figure_size(count)
-    left, right, bottom, top = 1.75 / width, 0.25 / width, 0.75 / height, 1.05 / height
+    left, right, bottom, top = 1.75 / width, 0.25 / width, 0.75 / height, 1.35 / height
     times = fig.add_axes((left, bottom, 0.68 - left, 1 - bottom - top))
     memory = fig.add_axes((0.76, bottom, 1 - right - 0.76, 1 - bottom - top), sharey=times)
     y = np.arange(count)
     winner = int(summary["best_time"].idxmin())
 
     times.hlines(y, summary["best_time"], summary["worst_time"], color="#BBBBBB", linewidth=7, zorder=1)
+    sampled = bool((summary["samples"] > 1).any()) if "samples" in summary else False
+    if sampled:  # the best policy's spread over samples: whiskers min..max, box p50..p95
+        times.hlines(y + 0.25, summary["best_min"], summary["best_max"], color=BEST, linewidth=1, zorder=2)
+        times.hlines(y + 0.25, summary["best_p50"], summary["best_p95"], color=BEST, linewidth=5, alpha=0.5,
+                     zorder=2)
     times.scatter(summary["best_time"], y, color=BEST, s=55, zorder=3)
     times.scatter(summary["default_time"], y, color=DEFAULT, marker="D", s=30, zorder=3)
     times.scatter(summary["worst_time"], y, color=WORST, marker="X", s=55, zorder=3)
@@ -46,22 +51,28 @@ def plot_schedule_comparison(fig: Figure, summary: pd.DataFrame, *, title: str) 
                        textcoords="offset points", ha="left", va="bottom", fontsize=8, color=BEST)
         times.annotate(f"{row.worst_time:.4g}", (row.worst_time, row.Index), xytext=(6, 0),
                        textcoords="offset points", ha="left", va="center", fontsize=8, color=WORST)
-    low = float(min(summary["ideal_time"].min(), summary["best_time"].min()))
+    low = float(min(summary["ideal_time"].min(), summary["best_time"].min(),
+                    summary["best_min"].min() if sampled else np.inf))
     times.set_xlim(low - 0.05 * span - 1e-9, float(summary["worst_time"].max()) + 0.16 * span + 1e-9)
     times.set_yticks(y, summary["schedule"])
     times.get_yticklabels()[winner].set_fontweight("bold")
-    times.set_ylim(count - 0.5, -0.7)
-    times.set_xlabel("completion time (model units)")
+    times.set_ylim(count - 0.5 + 0.2 * sampled, -0.7)
+    times.set_xlabel("mean completion time over samples (model units)" if sampled else "completion time (model units)")
     times.grid(axis="x", linestyle=":", linewidth=0.6)
     times.set_axisbelow(True)
     times.tick_params(axis="y", length=0, labelsize=9)
+    has_default = bool(summary["default_time"].notna().any())
     times.legend(handles=[
-        Line2D([], [], color=BEST, marker="o", linestyle="", label="best policy"),
-        Line2D([], [], color=DEFAULT, marker="D", linestyle="", label="default policy (F0.5 G0.3 S0.2)"),
+        Line2D([], [], color=BEST, marker="o", linestyle="", label="best policy")]
+        + ([Line2D([], [], color=DEFAULT, marker="D", linestyle="", label="default policy (F0.5 G0.3 S0.2)")]
+           if has_default else []) + [
         Line2D([], [], color=WORST, marker="X", linestyle="", label="worst policy"),
         Line2D([], [], color=IDEAL, marker="|", linestyle="", markersize=12, markeredgewidth=2,
-               label="ideal (free communication)")],
-        loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=4, fontsize=8, frameon=False)
+               label="ideal (free communication, no jitter)")]
+        + ([Line2D([], [], color=BEST, linewidth=5, alpha=0.5,
+                   label=f"best policy over {int(summary['samples'].max())} samples: p50-p95, whiskers min-max")]
+           if sampled else []),
+        loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3 if sampled else 4, fontsize=8, frameon=False)
 
     peaks = summary["peak_activations"].to_numpy(dtype=float)
     memory.barh(y, peaks, color="#9E9AC8", height=0.55)

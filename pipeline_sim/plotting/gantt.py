@@ -12,6 +12,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
 from ..model import COMM_KINDS, COMPUTE_KINDS, Schedule, Task, TaskKind
+from ..results import noise_name
 
 KIND_COLORS = {
     TaskKind.FORWARD: "#4C72B0",
@@ -207,4 +208,7 @@ def gantt_title(schedule: Schedule, *, schedule_name: str, ideal_time: float) ->
     second = (f"fwd {params.fwd_len:g}, bwd {params.bwd_len:g}, prop {params.prop_len:g}, "
               f"sync {params.sync_base_len:g}, impact fwd {params.fwd_impact:g} / bwd {params.bwd_impact:g}, "
               f"ingress {params.ingress_capacity:g}; policy {schedule.policy.label}")
-    return f"{first}\n{second}"
+    noise = noise_name(params, sep="; ")
+    if params.jittered:
+        noise = f"one sampled iteration: {noise}"
+    return "\n".join([first, second] + ([noise] if noise else []))

@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from ..model import COMM_KINDS
-from ..results import PRIO_COLUMNS, TIER_COLUMNS, best_rows, policy_family
+from ..results import METRICS, PRIO_COLUMNS, TIER_COLUMNS, best_rows, policy_family
 
 CMAP = "RdYlGn_r"  # green = fast
 BEST_EDGE = "black"
@@ -33,10 +33,10 @@ def _first_shared(alone: int) -> int:
     return 1 if alone == 0 else 0
 
 
-def _panels(rows: pd.DataFrame, k: int) -> dict[str, tuple[np.ndarray, list[int], list[str], list[str]]]:
+def _panels(rows: pd.DataFrame, k: int, metric: str) -> dict[str, tuple[np.ndarray, dict, list[str], list[str]]]:
     """Each panel's matrix, the CSV row behind each cell, and its tick labels."""
     family = policy_family(rows)
-    times = rows["completion_time"].to_numpy(dtype=float)
+    times = rows[metric].to_numpy(dtype=float)
     prios = rows[list(PRIO_COLUMNS)].to_numpy(dtype=float)
     tiers = rows[list(TIER_COLUMNS)].to_numpy(dtype=object)
     simplex, single, double = _grid((k + 1, k + 1)), _grid((3, k + 1)), _grid((3, 3))
@@ -80,16 +80,18 @@ def figure_size(k: int) -> tuple[float, float]:
     return 2 * side + 1.8, side + 1.6
 
 
-def plot_policy_heatmaps(fig: Figure, rows: pd.DataFrame, k: int, *, title: str) -> dict:
+def plot_policy_heatmaps(fig: Figure, rows: pd.DataFrame, k: int, *, title: str,
+                         metric: str = "completion_time") -> dict:
     """Draw every policy of one environment's ``rows`` (a sweep with ``k`` steps per unit) on ``fig``.
 
-    Returns the axes by panel name. Colours share one scale; the best policy's cell
-    is outlined, its number set in bold, and its label given in the title.
+    Cells show ``metric`` (a column of the rows, lower is better). Returns the axes by
+    panel name. Colours share one scale; the best policy's cell is outlined, its number
+    set in bold, and its label given in the title.
     """
-    panels = _panels(rows, k)
-    times = rows["completion_time"].to_numpy(dtype=float)
+    panels = _panels(rows, k, metric)
+    times = rows[metric].to_numpy(dtype=float)
     norm = Normalize(vmin=float(times.min()), vmax=float(times.max()) if times.max() > times.min() else times.min() + 1)
-    winners = best_rows(rows)
+    winners = best_rows(rows, metric=metric)
     best_positions = set(rows.index.get_indexer(winners.index))
 
     side = figure_size(k)[1] - 1.6
@@ -132,13 +134,17 @@ def plot_policy_heatmaps(fig: Figure, rows: pd.DataFrame, k: int, *, title: str)
                     if int(x) == col and int(y) == row:
                         text.set_fontweight("bold")
     mappable = axes["simplex"].collections[0]
-    fig.colorbar(mappable, ax=list(axes.values()), shrink=0.8, label="completion time (model units)")
+    name = METRICS.get(metric, metric)
+    fig.colorbar(mappable, ax=list(axes.values()), shrink=0.8,
+                 label=name if metric == "slowdown" else f"{name} (model units)")
 
-    worst = rows.loc[rows["completion_time"].idxmax()]
+    worst = rows.loc[rows[metric].idxmax()]
     first = winners.iloc[0]
-    gain = 100 * (1 - first["completion_time"] / worst["completion_time"])
+    gain = 100 * (1 - first[metric] / worst[metric]) if worst[metric] else 0.0
     ties = f" (and {len(winners) - 1} tied)" if len(winners) > 1 else ""
-    fig.suptitle(f"{title}\nbest: {first['policy']} = {first['completion_time']:.6g}{ties};  "
-                 f"worst: {worst['policy']} = {worst['completion_time']:.6g} - the best is {gain:.1f}% faster",
+    samples = int(first.get("samples", 1))
+    over = f" over {samples} samples" if samples > 1 else ""
+    fig.suptitle(f"{title}\n{name}{over} - best: {first['policy']} = {first[metric]:.6g}{ties};  "
+                 f"worst: {worst['policy']} = {worst[metric]:.6g} - the best is {gain:.1f}% lower",
                  fontsize=10)
     return axes

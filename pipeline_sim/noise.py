@@ -1,0 +1,62 @@
+"""Work factors of noisy task times (docs/model.md section 8), by common random numbers.
+
+A task's factor is a fixed function of ``(seed, sample, kind, stage, index)`` and of
+nothing else, so every policy of an environment sees the same draws in one sample and
+no result depends on worker count or run order. The generator, written out here so
+that a result can be reproduced years later whatever library versions are installed:
+
+1. the identity is folded into one 64-bit state with SplitMix64 (Steele, Lea and Flood,
+   "Fast splittable pseudorandom number generators", 2014): ``h = mix(seed)``, then
+   ``h = mix(h xor v)`` for v = sample, the kind's number (``KIND_NUMBERS``), the
+   stage and the index, in that order; ``mix`` is one SplitMix64 step (add the golden
+   gamma 0x9E3779B97F4A7C15, then its two xor-shift-multiply rounds);
+2. two more SplitMix64 steps give two uniforms, ``u = ((x >> 11) + 0.5) / 2^53`` in (0, 1);
+3. Box-Muller: ``z = sqrt(-2 ln u1) cos(2 pi u2)``, a standard normal;
+4. lognormal: ``X = exp(-s^2/2 + s z)`` with ``s^2 = ln(1 + c^2)``; normal: ``X = max(0, 1 + c z)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+JITTER_DISTRIBUTIONS = ("lognormal", "normal")
+
+#: A kind's number in the identity of its draws; fixed forever, whatever the order of TaskKind.
+KIND_NUMBERS = {"forward": 1, "backward": 2, "backward_input": 3, "backward_weight": 4, "fwd_prop": 5,
+                "grad_prop": 6, "grad_sync": 7}
+
+_GAMMA = np.uint64(0x9E3779B97F4A7C15)
+_M1 = np.uint64(0xBF58476D1CE4E5B9)
+_M2 = np.uint64(0x94D049BB133111EB)
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """One SplitMix64 step of every element (uint64 arithmetic wraps modulo 2^64)."""
+    z = x + _GAMMA
+    z = (z ^ (z >> np.uint64(30))) * _M1
+    z = (z ^ (z >> np.uint64(27))) * _M2
+    return z ^ (z >> np.uint64(31))
+
+
+def standard_normals(seed: int, sample: int, identities: np.ndarray) -> np.ndarray:
+    """One standard normal per row ``(kind number, stage, index)`` of ``identities``."""
+    with np.errstate(over="ignore"):
+        h = _mix(np.full(len(identities), seed, dtype=np.uint64))
+        h = _mix(h ^ np.uint64(sample))
+        for column in range(3):
+            h = _mix(h ^ identities[:, column].astype(np.uint64))
+        first = _mix(h)
+        second = _mix(first)
+    u1 = ((first >> np.uint64(11)).astype(np.float64) + 0.5) / 2.0 ** 53
+    u2 = ((second >> np.uint64(11)).astype(np.float64) + 0.5) / 2.0 ** 53
+    return np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)
+
+
+def work_factors(z: np.ndarray, variation: float, distribution: str) -> np.ndarray:
+    """Factors of mean 1 and coefficient of variation ``variation`` from standard normals ``z``."""
+    if variation == 0.0:
+        return np.ones_like(z)
+    if distribution == "lognormal":
+        s2 = np.log1p(variation ** 2)
+        return np.exp(-s2 / 2.0 + np.sqrt(s2) * z)
+    return np.maximum(0.0, 1.0 + variation * z)
