@@ -3,9 +3,10 @@
 from .engine import SimulationStuckError, calculate_full_pipeline_schedule, simulate
 from .model import COMM_KINDS, Action, EnvParams, Pair, ParameterError, Policy, Schedule, Task, TaskId, TaskKind
 from .schedules import SCHEDULES, compute_orders
+from .workload import GPU_PRESETS, MODEL_PRESETS, Workload, WorkloadReport, workload_environment, workload_report
 
 __all__ = [
-    "COMM_KINDS", "SCHEDULES", "Action", "EnvParams", "Pair", "ParameterError", "Policy", "Schedule",
-    "SimulationStuckError", "Task", "TaskId", "TaskKind", "calculate_full_pipeline_schedule", "compute_orders",
-    "simulate",
+    "COMM_KINDS", "GPU_PRESETS", "MODEL_PRESETS", "SCHEDULES", "Action", "EnvParams", "Pair", "ParameterError",
+    "Policy", "Schedule", "SimulationStuckError", "Task", "TaskId", "TaskKind", "Workload", "WorkloadReport",
+    "calculate_full_pipeline_schedule", "compute_orders", "simulate", "workload_environment", "workload_report",
 ]

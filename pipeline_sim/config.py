@@ -9,14 +9,16 @@ multiplies that schedule's environments (each distinct simulation appears once),
 a combination that breaks a schedule's requirement (interleaved-1f1b with n not a
 multiple of num_gpus, say) or names a straggler beyond its last GPU is listed by
 ``invalid()`` instead of being run. The key ``samples`` is a sweep setting: noise
-draws per (environment, policy).
+draws per (environment, policy). With the key ``model``, the grid also sweeps the
+workload keys (``workload.WORKLOAD_KEYS``) and each environment's ``n``, lengths and
+``sync_freq`` come from its workload (docs/model.md section 11).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from decimal import Decimal
 from functools import cached_property
 from itertools import islice, product
@@ -25,9 +27,14 @@ from typing import Iterator, Mapping
 
 from .model import EnvParams, ParameterError
 from .schedules import SCHEDULE_PARAMETERS, SCHEDULES, get_schedule
+from .workload import DERIVED_KEYS, WORKLOAD_KEYS, GpuSpec, ModelShape, Workload, workload_environment
 
-INTEGER_KEYS = ("n", "num_gpus", "sync_freq", "chunks", "slow_gpu", "seed")
-STRING_KEYS = ("schedule", "jitter_dist")
+INTEGER_KEYS = ("n", "num_gpus", "sync_freq", "chunks", "slow_gpu", "seed", "seq_len", "tensor_parallel",
+                "data_parallel", "micro_batch_size", "global_batch_size", "dtype_bytes")
+STRING_KEYS = ("schedule", "jitter_dist", "recompute")
+#: Workload keys whose values are a preset name or an object of fields, or a list of those.
+OBJECT_KEYS = ("model", "gpu")
+BOOLEAN_KEYS = ("sequence_parallel",)
 #: Keys of the grid file that are settings of the sweep, not environment parameters.
 SETTING_KEYS = ("samples",)
 MAX_RANGE_VALUES = 100_000
@@ -81,6 +88,35 @@ def _names(key: str, raw: object) -> list[str]:
     return values
 
 
+def _workload_values(key: str, raw: object, base: Mapping[str, object]) -> list:
+    """The values of a workload key, each checked in the workload ``base``."""
+    where = f"config key {key!r}"
+    items = raw if isinstance(raw, list) else [raw]
+    if not items:
+        raise ConfigError(f"{where}: empty list; give at least one value")
+    if isinstance(raw, dict) and key not in OBJECT_KEYS:
+        items = _expand_range(key, raw)
+    values = []
+    for item in items:
+        if key in BOOLEAN_KEYS and not isinstance(item, bool):
+            raise ConfigError(f"{where}: {item!r} is not true or false")
+        if key in STRING_KEYS and not isinstance(item, str):
+            raise ConfigError(f"{where}: {item!r} is not a name")
+        if key not in OBJECT_KEYS + BOOLEAN_KEYS + STRING_KEYS:
+            item = _number(key, item, where)
+        try:
+            workload = Workload(**{**base, key: item})
+        except ParameterError as error:
+            if error.name.split(".")[0] == key:  # a clash with another key is judged per combination
+                raise ConfigError(f"{where}: {error}") from None
+            values.append(item)
+            continue
+        values.append(getattr(workload, key) if key in OBJECT_KEYS else item)
+    if len(set(values)) != len(values):
+        raise ConfigError(f"{where}: values repeat; each workload must be listed once")
+    return values
+
+
 def _values(key: str, raw: object, base: Mapping[str, object]) -> list:
     """The values of ``key``, each checked against its domain in the environment ``base``."""
     where = f"config key {key!r}"
@@ -109,8 +145,13 @@ def _values(key: str, raw: object, base: Mapping[str, object]) -> list:
 class EnvironmentGrid:
     """The values of every parameter; iterating gives the environments in grid order."""
 
-    values: tuple[tuple[str, tuple[int | float | str, ...]], ...]
+    values: tuple[tuple[str, tuple[object, ...]], ...]
     samples: int = 1  # noise draws per (environment, policy): a sweep setting the file may give
+    given: frozenset[str] = frozenset()  # the keys the file gave (a workload derives the others it sets)
+
+    @property
+    def has_workload(self) -> bool:
+        return "model" in self.given
 
     @classmethod
     def from_mapping(cls, raw: object, source: str = "config") -> EnvironmentGrid:
@@ -118,9 +159,10 @@ class EnvironmentGrid:
             raise ConfigError(f"{source}: the top level must be a JSON object of parameter names, "
                               f"got {type(raw).__name__}")
         names = EnvParams.names()
-        unknown = [key for key in raw if key not in names and key not in SETTING_KEYS]
+        unknown = [key for key in raw if key not in names + WORKLOAD_KEYS + SETTING_KEYS]
         if unknown:
-            raise ConfigError(f"{source}: unknown key {unknown[0]!r}; valid keys: {', '.join(names + SETTING_KEYS)}")
+            raise ConfigError(f"{source}: unknown key {unknown[0]!r}; valid keys: "
+                              f"{', '.join(names + WORKLOAD_KEYS + SETTING_KEYS)}")
         samples = raw.get("samples", 1)
         if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
             raise ConfigError(f"config key 'samples': {samples!r} must be one integer >= 1")
@@ -128,8 +170,15 @@ class EnvironmentGrid:
         # each value is judged in the default environment, on the grid's largest GPU count (for slow_gpu)
         gpus = _values("num_gpus", raw["num_gpus"], defaults) if "num_gpus" in raw else [defaults["num_gpus"]]
         base = {**defaults, "num_gpus": max(gpus)}
-        return cls(tuple((name, tuple(_values(name, raw[name], base)) if name in raw else (defaults[name],))
-                         for name in names), samples)
+        values = [(name, tuple(_values(name, raw[name], base)) if name in raw else (defaults[name],))
+                  for name in names]
+        workload_keys = [key for key in WORKLOAD_KEYS if key in raw]
+        if workload_keys and "model" not in raw:
+            raise ConfigError(f"config key {workload_keys[0]!r}: a workload key needs 'model' (a preset or an "
+                              f"object of fields)")
+        if "model" in raw:
+            values += _workload_grid(raw)
+        return cls(tuple(values), samples, frozenset(raw) - set(SETTING_KEYS))
 
     @classmethod
     def load(cls, path: str | Path) -> EnvironmentGrid:
@@ -146,6 +195,15 @@ class EnvironmentGrid:
             raise ConfigError(f"config {path}: invalid JSON at line {error.lineno}, column {error.colno}: "
                               f"{error.msg}") from None
         return cls.from_mapping(raw, f"config {path}")
+
+    def _environment(self, combo: Mapping[str, object]) -> tuple[EnvParams, Workload | None]:
+        """One combination's environment, and its workload if the grid has one."""
+        if not self.has_workload:
+            return EnvParams(**combo), None
+        workload = Workload(**{key: combo[key] for key in WORKLOAD_KEYS})
+        env = {key: value for key, value in combo.items() if key in EnvParams.names() and
+               (key not in DERIVED_KEYS or key in self.given)}
+        return workload_environment(workload, **env), workload
 
     def _combinations(self) -> Iterator[dict[str, object]]:
         """Every combination in grid order, without those that differ only by a parameter their schedule ignores."""
@@ -165,7 +223,7 @@ class EnvironmentGrid:
         valid, invalid = 0, []
         for combo in self._combinations():
             try:
-                EnvParams(**combo)
+                self._environment(combo)
                 valid += 1
             except ParameterError as error:
                 invalid.append((_describe(combo, self), str(error)))
@@ -184,10 +242,14 @@ class EnvironmentGrid:
 
     def environments(self, start: int = 0) -> Iterator[EnvParams]:
         """The valid environments in grid order, from the ``start``-th on."""
-        def valid() -> Iterator[EnvParams]:
+        return (params for params, _ in self.cases(start))
+
+    def cases(self, start: int = 0) -> Iterator[tuple[EnvParams, Workload | None]]:
+        """The valid environments in grid order, from the ``start``-th on, each with its workload (or None)."""
+        def valid() -> Iterator[tuple[EnvParams, Workload | None]]:
             for combo in self._combinations():
                 try:
-                    yield EnvParams(**combo)
+                    yield self._environment(combo)
                 except ParameterError:
                     continue
         return islice(valid(), start, None)
@@ -197,12 +259,36 @@ class EnvironmentGrid:
         return [name for name, values in self.values if len(values) > 1]
 
     def as_dict(self) -> dict[str, list]:
-        return {name: list(values) for name, values in self.values} | {"samples": self.samples}
+        return {name: [_plain(value) for value in values] for name, values in self.values} | {"samples": self.samples}
+
+
+def _plain(value: object) -> object:
+    """A grid value as JSON: a model or GPU by its fields."""
+    if isinstance(value, (ModelShape, GpuSpec)):
+        return asdict(value)
+    return value
+
+
+def _workload_grid(raw: Mapping[str, object]) -> list[tuple[str, tuple[object, ...]]]:
+    """The workload keys' values; the environment keys a workload derives may not be given beside it."""
+    for key in DERIVED_KEYS:
+        if key in raw and key not in ("n", "sync_freq"):
+            raise ConfigError(f"config key {key!r}: derived from the workload when 'model' is given; leave it out")
+    if "n" in raw and "global_batch_size" in raw:
+        raise ConfigError("config key 'n': the workload's n is global_batch_size / (micro_batch_size x "
+                          "data_parallel); give n or global_batch_size, not both")
+    models = _workload_values("model", raw["model"], {})
+    defaults = {f.name: f.default for f in fields(Workload)}  # None where the default follows another key
+    return [("model", tuple(models))] + [
+        (key, tuple(_workload_values(key, raw[key], {"model": models[0]})) if key in raw else (defaults[key],))
+        for key in WORKLOAD_KEYS if key != "model"]
 
 
 def _describe(combo: Mapping[str, object], grid: EnvironmentGrid) -> str:
-    """The combination by its schedule, n, num_gpus and the other parameters that vary and it reads."""
-    ignored = set(SCHEDULE_PARAMETERS) - set(get_schedule(combo["schedule"]).parameters)
-    shown = ["schedule", "n", "num_gpus"] + [name for name in grid.varying()
-                                            if name not in ("schedule", "n", "num_gpus") and name not in ignored]
-    return ", ".join(f"{name}={combo[name]}" for name in shown)
+    """The combination by its schedule, n (or model), num_gpus and the other parameters that vary and it reads."""
+    ignored = set(SCHEDULE_PARAMETERS) - set(get_schedule(str(combo["schedule"])).parameters)
+    if grid.has_workload:
+        ignored |= set(DERIVED_KEYS) - grid.given
+    first = ["schedule", "model" if grid.has_workload else "n", "num_gpus"]
+    shown = first + [name for name in grid.varying() if name not in first and name not in ignored]
+    return ", ".join(f"{name}={getattr(combo[name], 'name', combo[name])}" for name in shown)

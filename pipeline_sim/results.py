@@ -10,7 +10,7 @@ import pandas as pd
 
 from .config import INTEGER_KEYS, STRING_KEYS
 from .model import COMM_KINDS, EnvParams
-from .sweep import COLUMNS
+from .workload import DERIVED_KEYS, WORKLOAD_KEYS, Workload, gpu_from_cell, model_from_cell, seconds_text
 
 #: Columns every generator CSV has; later metric columns are optional for reading.
 REQUIRED_COLUMNS = ("n", "num_gpus", "policy", *(f"prio_{kind}" for kind in COMM_KINDS),
@@ -54,11 +54,43 @@ def _value(name: str, cell: object) -> int | float | str:
 
 
 def environments(frame: pd.DataFrame) -> Iterator[tuple[EnvParams, pd.DataFrame]]:
-    """Each environment of the CSV with its rows, in the CSV's order (an empty cell: a parameter its schedule ignores)."""
-    names = [name for name in EnvParams.names() if name in frame.columns]
+    """Each environment of the CSV with its rows, in the CSV's order (an empty cell: a parameter its schedule ignores).
+
+    In a workload sweep's CSV an environment is also told apart by its workload columns.
+    """
+    names = [name for name in (*EnvParams.names(), *WORKLOAD_KEYS) if name in frame.columns]
     for key, rows in frame.groupby(names, sort=False, dropna=False):
-        values = {name: _value(name, cell) for name, cell in zip(names, key) if not pd.isna(cell)}
+        values = {name: _value(name, cell) for name, cell in zip(names, key)
+                  if not pd.isna(cell) and name in EnvParams.names()}
         yield EnvParams(**values), rows
+
+
+def workload_of(rows: pd.DataFrame) -> Workload | None:
+    """The workload of an environment's rows, rebuilt from its columns; None outside a workload sweep."""
+    if "model" not in rows.columns:
+        return None
+    row = rows.iloc[0]
+    cells = {key: row[key] for key in WORKLOAD_KEYS}
+    numbers = {key: (int(value) if key in INTEGER_KEYS else float(value)) for key, value in cells.items()
+               if key not in ("model", "gpu", "sequence_parallel", "recompute")}
+    return Workload(model=model_from_cell(str(cells["model"])), gpu=gpu_from_cell(str(cells["gpu"])),
+                    sequence_parallel=str(cells["sequence_parallel"]) == "True", recompute=str(cells["recompute"]),
+                    **numbers)  # type: ignore[arg-type]
+
+
+def identity(params: EnvParams, workload: Workload | None, leave_out: tuple[str, ...] = ()) -> tuple:
+    """What tells an environment apart, without ``leave_out``; a workload stands for the parameters it derives."""
+    derived = DERIVED_KEYS if workload is not None else ()
+    values = tuple(value for name, value in params.as_dict().items() if name not in leave_out + derived)
+    cells = tuple(value for key, value in workload.cells().items() if key not in leave_out) if workload else ()
+    return values + cells
+
+
+def parameter_value(params: EnvParams, workload: Workload | None, name: str) -> object:
+    """A parameter of the environment or of its workload (a model or GPU by its name)."""
+    if name in EnvParams.names():
+        return getattr(params, name)
+    return workload.cells()[name] if workload is not None else None
 
 
 def policy_family(rows: pd.DataFrame) -> pd.Series:
@@ -106,11 +138,21 @@ def noise_name(params: EnvParams, *, sep: str = " ") -> str:
     return sep.join(words)
 
 
-def _slug_parts(params: EnvParams) -> tuple[str, str, str]:
+def _slug_parts(params: EnvParams, workload: Workload | None = None) -> tuple[str, str, str]:
     """The environment, its schedule and its noise, as file-name pieces."""
-    base = (f"n{params.n}_gpus{params.num_gpus}_sf{params.sync_freq}_fwd{params.fwd_len:g}_bwd{params.bwd_len:g}"
-            f"_prop{params.prop_len:g}_sync{params.sync_base_len:g}_fi{params.fwd_impact:g}_bi{params.bwd_impact:g}"
-            f"_in{params.ingress_capacity:g}")
+    if workload is not None:
+        w = workload
+        base = (f"{_safe(w.shape.name)}_{_safe(w.device.name)}_p{params.num_gpus}_t{w.tensor_parallel}"
+                f"_d{w.data_parallel}_mbs{w.micro_batch_size}_gbs{params.n * w.micro_batch_size * w.data_parallel}"
+                f"_s{w.seq_len}{'_sp' if w.sequence_parallel else ''}_{w.recompute}_eff{w.compute_efficiency:g}"
+                f"_p2p{w.p2p_bandwidth:g}_dp{w.dp_bandwidth:g}_sf{params.sync_freq}_fi{params.fwd_impact:g}"
+                f"_bi{params.bwd_impact:g}_in{params.ingress_capacity:g}")
+        if (w.dtype_bytes, w.bytes_per_param) != (2, 16.0):
+            base += f"_bytes{w.dtype_bytes}_{w.bytes_per_param:g}"
+    else:
+        base = (f"n{params.n}_gpus{params.num_gpus}_sf{params.sync_freq}_fwd{params.fwd_len:g}_bwd{params.bwd_len:g}"
+                f"_prop{params.prop_len:g}_sync{params.sync_base_len:g}_fi{params.fwd_impact:g}"
+                f"_bi{params.bwd_impact:g}_in{params.ingress_capacity:g}")
     schedule = f"_{params.schedule}" + "".join(f"_{short}{getattr(params, name):g}"
                                                for name, short in _SCHEDULE_SHORT.items() if name not in params.ignored())
     noise = ""
@@ -121,18 +163,46 @@ def _slug_parts(params: EnvParams) -> tuple[str, str, str]:
     return base, schedule, noise
 
 
-def env_slug(params: EnvParams) -> str:
+def _safe(name: str) -> str:
+    """A model or GPU name in a file name (a custom one's fields without spaces and signs)."""
+    return name.replace(" ", "-").replace("=", "")
+
+
+def env_slug(params: EnvParams, workload: Workload | None = None) -> str:
     """File-name form of an environment: ``n8_gpus4_sf1_fwd1_bwd2_prop1_sync2_fi0.2_bi0.2_in1_1f1b``.
 
-    Noise, when there is any, adds ``_cj0.1_mj0_lognormal_seed0`` and ``_slow2x1.5``.
+    Noise, when there is any, adds ``_cj0.1_mj0_lognormal_seed0`` and ``_slow2x1.5``; a
+    workload names its model, GPU, layout and network instead of the derived lengths.
     """
-    return "".join(_slug_parts(params))
+    return "".join(_slug_parts(params, workload))
 
 
-def env_title(params: EnvParams, *, schedule: bool = True, noise: bool = True) -> str:
-    text = (f"n={params.n}, {params.num_gpus} GPUs, sync_freq={params.sync_freq}, fwd={params.fwd_len:g}, "
-            f"bwd={params.bwd_len:g}, prop={params.prop_len:g}, sync={params.sync_base_len:g}, "
-            f"impact fwd/bwd={params.fwd_impact:g}/{params.bwd_impact:g}, ingress={params.ingress_capacity:g}")
+def _sync_text(params: EnvParams) -> str:
+    if params.sync_base_len == 0.0:
+        return "no gradient sync"
+    return f"sync {seconds_text(params.sync_base_len)} every {params.sync_freq} backwards"
+
+
+def workload_title(params: EnvParams, workload: Workload) -> str:
+    """``gpt3-175b on 64 x a100-80gb (tensor 8, pipeline 8, data 1), batch 64 x 2048 tokens; ...``."""
+    w = workload
+    return (f"{w.label(params.num_gpus).replace('batch ?', f'batch {params.n * w.micro_batch_size * w.data_parallel}')}"
+            f", micro-batch {w.micro_batch_size}, {'no' if w.recompute == 'none' else w.recompute} recompute; p2p {w.p2p_bandwidth:g} GB/s, "
+            f"dp {w.dp_bandwidth:g} GB/s, efficiency {w.compute_efficiency:g}\n"
+            f"fwd {seconds_text(params.fwd_len)}, bwd {seconds_text(params.bwd_len)}, "
+            f"prop {seconds_text(params.prop_len)}, "
+            f"{_sync_text(params)}, impact fwd/bwd={params.fwd_impact:g}/{params.bwd_impact:g}, "
+            f"ingress={params.ingress_capacity:g}")
+
+
+def env_title(params: EnvParams, workload: Workload | None = None, *, schedule: bool = True,
+              noise: bool = True) -> str:
+    if workload is not None:
+        text = workload_title(params, workload)
+    else:
+        text = (f"n={params.n}, {params.num_gpus} GPUs, sync_freq={params.sync_freq}, fwd={params.fwd_len:g}, "
+                f"bwd={params.bwd_len:g}, prop={params.prop_len:g}, sync={params.sync_base_len:g}, "
+                f"impact fwd/bwd={params.fwd_impact:g}/{params.bwd_impact:g}, ingress={params.ingress_capacity:g}")
     if noise and noise_name(params):
         text += f"; {noise_name(params, sep='; ')}"
     return f"{schedule_name(params)}: {text}" if schedule else text
@@ -142,7 +212,7 @@ def env_title(params: EnvParams, *, schedule: bool = True, noise: bool = True) -
 DEFAULT_POLICY_LABEL = "F0.5 G0.3 S0.2"
 
 
-def schedule_groups(frame: pd.DataFrame) -> Iterator[tuple[EnvParams, pd.DataFrame]]:
+def schedule_groups(frame: pd.DataFrame) -> Iterator[tuple[EnvParams, Workload | None, pd.DataFrame]]:
     """Groups of environments that differ only by their schedule (and the parameters a schedule reads).
 
     Yields one environment of the group (for its title) and one summary row per
@@ -150,13 +220,14 @@ def schedule_groups(frame: pd.DataFrame) -> Iterator[tuple[EnvParams, pd.DataFra
     ``best_time``, ``default_time`` (NaN when the sweep's step has no such policy),
     ``worst_policy``, ``worst_time``, ``ideal_time``, ``peak_activations``, ``max_span``,
     and the best policy's spread over samples ``best_min``, ``best_p50``, ``best_p95``,
-    ``best_max`` (NaN in a CSV without them) and ``samples``. Only groups of two or more
-    schedules are yielded.
+    ``best_max`` (NaN in a CSV without them) and ``samples``; in a workload sweep also the
+    best policy's ``peak_memory_gb``, ``gpu_memory_gb``, ``memory_fits``,
+    ``tokens_per_second`` and ``mfu``. Only groups of two or more schedules are yielded,
+    each with its workload (None outside a workload sweep).
     """
     groups: dict[tuple, list[tuple[EnvParams, pd.DataFrame]]] = {}
     for params, rows in environments(frame):
-        key = tuple(value for name, value in params.as_dict().items() if name not in SCHEDULE_KEYS)
-        groups.setdefault(key, []).append((params, rows))
+        groups.setdefault(identity(params, workload_of(rows), SCHEDULE_KEYS), []).append((params, rows))
     for members in groups.values():
         if len(members) < 2:
             continue
@@ -174,13 +245,18 @@ def schedule_groups(frame: pd.DataFrame) -> Iterator[tuple[EnvParams, pd.DataFra
                 "max_span": float(best.get("max_span", math.nan)),
                 **{f"best_{stat}": float(best.get(f"completion_{stat}", math.nan)) for stat in ("min", "p50", "p95",
                                                                                                 "max")},
-                "samples": int(best.get("samples", 1))})
-        yield members[0][0], pd.DataFrame(summary)
+                "samples": int(best.get("samples", 1)),
+                **{name: best[name] for name in REPORT_SUMMARY if name in best}})
+        yield members[0][0], workload_of(members[0][1]), pd.DataFrame(summary)
 
 
-def group_slug(params: EnvParams) -> str:
+#: The workload report's columns that a schedule comparison carries for its best policy.
+REPORT_SUMMARY = ("peak_memory_gb", "gpu_memory_gb", "memory_fits", "tokens_per_second", "mfu")
+
+
+def group_slug(params: EnvParams, workload: Workload | None = None) -> str:
     """File-name form of a group of environments that differ only by schedule."""
-    base, _, noise = _slug_parts(params)
+    base, _, noise = _slug_parts(params, workload)
     return base + noise
 
 
@@ -188,10 +264,11 @@ def group_slug(params: EnvParams) -> str:
 JITTER_KEYS = ("compute_jitter", "comm_jitter")
 
 
-def jitter_families(frame: pd.DataFrame, top: int = 3) -> Iterator[tuple[EnvParams, str, pd.DataFrame]]:
+def jitter_families(frame: pd.DataFrame, top: int = 3) -> Iterator[tuple[EnvParams, Workload | None, str,
+                                                                         pd.DataFrame]]:
     """Groups of environments that differ only by one jitter level, for the robustness view.
 
-    Yields one environment of the family (for its title), the jitter key that varies,
+    Yields one environment of the family (for its title), its workload, the jitter key that varies,
     and one row per (policy followed, level): ``policy``, ``level``, ``mean``, ``p95``,
     ``why`` (``"best at 0%, 10%"`` for the best at each level it wins, ``"#2 at 0%"`` for
     the runners-up among the ``top`` best at the lowest level). Policies whose curves are
@@ -200,7 +277,7 @@ def jitter_families(frame: pd.DataFrame, top: int = 3) -> Iterator[tuple[EnvPara
     families: dict[tuple, list[tuple[EnvParams, pd.DataFrame]]] = {}
     for params, rows in environments(frame):
         for key in JITTER_KEYS:
-            family = tuple(value for name, value in params.as_dict().items() if name != key)
+            family = identity(params, workload_of(rows), (key,))
             families.setdefault((key, family), []).append((params, rows))
     for (key, _), members in families.items():
         levels = sorted({getattr(params, key) for params, _ in members})
@@ -231,4 +308,4 @@ def jitter_families(frame: pd.DataFrame, top: int = 3) -> Iterator[tuple[EnvPara
             reasons.extend([why] if why else [])
         records = [{"policy": " = ".join(names), "why": "; ".join(reasons), **point}
                    for names, reasons, points in curves.values() for point in points]
-        yield members[0][0], key, pd.DataFrame(records)
+        yield members[0][0], workload_of(members[0][1]), key, pd.DataFrame(records)

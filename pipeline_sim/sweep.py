@@ -31,6 +31,7 @@ from .metrics import ScheduleMetrics, schedule_metrics
 from .model import COMM_KINDS, EnvParams, ParameterError, Policy
 from .parallel import ordered_map
 from .scenarios import DEFAULT_STEP, policy_grid, steps_per_unit
+from .workload import REPORT_COLUMNS, WORKLOAD_KEYS, Workload, workload_report
 
 SIMULATORS = ("single_channel", "dual_channel")
 POLICY_COLUMNS = ("policy", *(f"prio_{kind}" for kind in COMM_KINDS), *(f"tier_{kind}" for kind in COMM_KINDS))
@@ -39,9 +40,18 @@ STATISTICS = ("completion_std", "completion_min", "completion_p50", "completion_
               "completion_max")
 COLUMNS = (*EnvParams.names(), "simulator", "samples", *POLICY_COLUMNS, "completion_time", *STATISTICS,
            *ScheduleMetrics.SCALARS[1:])
-HEADER = ",".join(COLUMNS) + "\n"
 SAMPLE_COLUMNS = (*EnvParams.names(), "simulator", "policy", "sample", "completion_time")
-SAMPLE_HEADER = ",".join(SAMPLE_COLUMNS) + "\n"
+_METRIC_COLUMNS = COLUMNS[COLUMNS.index("completion_time"):]
+
+
+def sweep_columns(workload: bool) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The columns of the CSV and of the samples file; a workload sweep adds its keys after the environment's
+    and its report (``workload.REPORT_COLUMNS``) at the end."""
+    if not workload:
+        return COLUMNS, SAMPLE_COLUMNS
+    env = len(EnvParams.names())
+    return (*COLUMNS[:env], *WORKLOAD_KEYS, *COLUMNS[env:], *REPORT_COLUMNS), \
+        (*SAMPLE_COLUMNS[:env], *WORKLOAD_KEYS, *SAMPLE_COLUMNS[env:])
 #: Simulations a chunk of work aims at when samples multiply its rows.
 CHUNK_SIMULATIONS = 128
 
@@ -87,6 +97,14 @@ class SweepPlan:
         return policy_grid(self.step)
 
     @property
+    def header(self) -> str:
+        return ",".join(sweep_columns(self.grid.has_workload)[0]) + "\n"
+
+    @property
+    def sample_header(self) -> str:
+        return ",".join(sweep_columns(self.grid.has_workload)[1]) + "\n"
+
+    @property
     def num_environments(self) -> int:
         return len(self.grid)
 
@@ -102,17 +120,17 @@ class SweepPlan:
         """Identifies the rows this plan writes; a partial file resumes only under the same one."""
         text = json.dumps({"grid": self.grid.as_dict(), "step": self.step, "simulator": self.simulator,
                            "skip_invalid": self.skip_invalid, "samples": self.samples,
-                           "with_samples": self.with_samples, "columns": COLUMNS}, sort_keys=True)
+                           "with_samples": self.with_samples, "columns": self.header}, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()
 
     def chunks(self, start_row: int, rows_per_chunk: int) -> Iterator[Chunk]:
         """Units of work from row ``start_row`` on, in row order, none spanning two environments."""
         per_env = len(self.policies)
         first_env, offset = divmod(start_row, per_env)
-        for params in self.grid.environments(first_env):
+        for params, workload in self.grid.cases(first_env):
             for first in range(offset, per_env, rows_per_chunk):
                 yield Chunk(params, self.simulator, self.step, first, min(first + rows_per_chunk, per_env),
-                            self.samples, self.with_samples)
+                            self.samples, self.with_samples, workload)
             offset = 0
 
 
@@ -127,6 +145,7 @@ class Chunk:
     stop: int
     samples: int = 1
     with_samples: bool = False
+    workload: Workload | None = None
 
 
 def _cell(value: object) -> str:
@@ -135,9 +154,10 @@ def _cell(value: object) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
-def _environment_cells(params: EnvParams) -> list[object]:
+def _environment_cells(params: EnvParams, workload: Workload | None = None) -> list[object]:
     ignored = params.ignored()
-    return [None if name in ignored else value for name, value in params.as_dict().items()]
+    cells: list[object] = [None if name in ignored else value for name, value in params.as_dict().items()]
+    return cells + (list(workload.cells().values()) if workload is not None else [])
 
 
 def summarise(metrics: list[ScheduleMetrics]) -> dict[str, float | int]:
@@ -161,12 +181,13 @@ def summarise(metrics: list[ScheduleMetrics]) -> dict[str, float | int]:
     return row
 
 
-def result_row(params: EnvParams, simulator: str, samples: int, policy: Policy,
-               metrics: dict[str, float | int]) -> list[str]:
+def result_row(environment: list[object], simulator: str, samples: int, policy: Policy,
+               metrics: dict[str, float | int], report: dict[str, float | bool] | None = None) -> list[str]:
+    """One CSV row from its environment's cells (``_environment_cells``), its policy and its metrics."""
     prios = [None if kind in policy.exclusive_tiers else policy.shared_priority(kind) for kind in COMM_KINDS]
     tiers = [policy.tier(kind) for kind in COMM_KINDS]
-    values = [*_environment_cells(params), simulator, samples, policy.label, *prios, *tiers,
-              *(metrics[name] for name in COLUMNS[COLUMNS.index("completion_time"):])]
+    values = [*environment, simulator, samples, policy.label, *prios, *tiers,
+              *(metrics[name] for name in _METRIC_COLUMNS), *(report or {}).values()]
     return [_cell(value) for value in values]
 
 
@@ -183,12 +204,16 @@ def simulate_chunk(chunk: Chunk) -> tuple[str, str, int]:
     runs += [runs[0]] * (chunk.samples - draws)
     buffer, samples = io.StringIO(), io.StringIO()
     writer, sample_writer = csv.writer(buffer, lineterminator="\n"), csv.writer(samples, lineterminator="\n")
-    environment = _environment_cells(chunk.params)
+    environment = _environment_cells(chunk.params, chunk.workload)
     for i, policy in enumerate(policies):
         metrics = [runs[sample][i] for sample in range(chunk.samples)]
         # identical draws summarise as one: the mean of repeated floats may not be that float
         summary = summarise(metrics[:draws])
-        writer.writerow(result_row(chunk.params, chunk.simulator, chunk.samples, policy, summary))
+        report = None
+        if chunk.workload is not None:  # activation peaks follow the orders alone: any sample's will do
+            report = workload_report(chunk.workload, chunk.params, float(summary["completion_time"]),
+                                     metrics[0].gpu_peak_activations).columns()
+        writer.writerow(result_row(environment, chunk.simulator, chunk.samples, policy, summary, report))
         if chunk.with_samples:
             for sample, m in enumerate(metrics):
                 sample_writer.writerow([_cell(v) for v in (*environment, chunk.simulator, policy.label, sample,
@@ -268,20 +293,20 @@ def run_sweep(plan: SweepPlan, output: str | os.PathLike, *, workers: int = 1, r
         if not resumable(output, plan):
             raise ResumeError(f"{partial} was written by a different config, step, simulator or samples setting; "
                               f"remove it or drop --resume")
-        done = _complete_lines(partial, HEADER)
+        done = _complete_lines(partial, plan.header)
         if done > plan.num_rows:
             raise ResumeError(f"{partial} has {done} rows, more than the {plan.num_rows} this sweep writes")
         if plan.with_samples:
             expected = done * plan.samples
-            if not sample_partial.exists() or _complete_lines(sample_partial, SAMPLE_HEADER, expected) < expected:
+            if not sample_partial.exists() or _complete_lines(sample_partial, plan.sample_header, expected) < expected:
                 raise ResumeError(f"{sample_partial} lacks rows of the samples already summarised in {partial}; "
                                   f"remove both or drop --resume")
     else:
         try:
             output.parent.mkdir(parents=True, exist_ok=True)
-            partial.write_text(HEADER, encoding="utf-8")
+            partial.write_text(plan.header, encoding="utf-8")
             if plan.with_samples:
-                sample_partial.write_text(SAMPLE_HEADER, encoding="utf-8")
+                sample_partial.write_text(plan.sample_header, encoding="utf-8")
             meta.write_text(json.dumps({"fingerprint": plan.fingerprint(), "output": str(output)}),
                             encoding="utf-8")
         except OSError as error:

@@ -287,7 +287,8 @@ def test_robustness_families_follow_the_winners_and_merge_identical_curves(tmp_p
     frame = pd.concat(frames, ignore_index=True)
     # The twin behaves exactly like the runner-up at every level: one curve for both.
     (families,) = list(jitter_families(frame, top=3))
-    params, key, family = families
+    params, workload, key, family = families
+    assert workload is None
     assert key == "compute_jitter" and params.compute_jitter == 0.0
     why = dict(zip(family["policy"], family["why"]))
     assert why[first] == "best at 0%"

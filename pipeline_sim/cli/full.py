@@ -8,7 +8,7 @@ from typing import Sequence
 
 from .common import Parser, run_command, script_name
 from .generate import add_sweep_arguments, generate
-from ..results import SCHEDULE_KEYS
+from ..results import SCHEDULE_KEYS, parameter_value
 from .heatmap import add_metric_argument, describe, write_heatmaps
 
 HEATMAP_DIR = Path("outputs/heatmaps")
@@ -41,14 +41,16 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         draws = f" x {plan.samples} samples" if plan.samples > 1 else ""
         print(f"\n{plan.num_environments:,} environments, {plan.num_simulations:,} simulations "
               f"({len(plan.policies)} policies{draws} each)")
-        varying = [name for name in plan.grid.varying() if name not in SCHEDULE_KEYS] or ["n", "num_gpus"]
+        varying = [name for name in plan.grid.varying() if name not in SCHEDULE_KEYS] or \
+            (["model", "num_gpus"] if plan.grid.has_workload else ["n", "num_gpus"])
         if drawn.comparisons:
             print_schedule_summary(drawn.comparisons, varying)
         else:
             print(f"best policy per environment (by {', '.join(varying)}):")
-            for params, policy, time, _ in drawn.heatmaps[:SUMMARY_LINES]:
-                where = "  ".join(f"{name}={getattr(params, name):<6g}" for name in varying)
-                print(f"  {where} -> {policy:<20} {time:.6g}")
+            for params, workload, best, _ in drawn.heatmaps[:SUMMARY_LINES]:
+                unit = " s/iteration" if workload is not None and args.metric.startswith("completion") else ""
+                print(f"  {_where(params, workload, varying)} -> {best['policy']:<20} {best[args.metric]:.6g}{unit}"
+                      f"{_report(best)}")
             if len(drawn.heatmaps) > SUMMARY_LINES:
                 print(f"  ... and {len(drawn.heatmaps) - SUMMARY_LINES:,} more environments (see the CSV)")
         print(f"CSV: {csv}\nfigures: {heatmap_dir}/ ({describe(drawn)})")
@@ -57,16 +59,39 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     return run_command(prog, body)
 
 
+def _where(params, workload, varying: list[str]) -> str:
+    """``p2p_bandwidth=25  schedule=1f1b``: the varying parameters of one environment."""
+    return "  ".join(f"{name}={_text(parameter_value(params, workload, name)):<6}" for name in varying)
+
+
+def _text(value: object) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _report(row) -> str:
+    """A workload's report of one row: iteration seconds, tokens per second, MFU, memory and whether it fits."""
+    if "peak_memory_gb" not in row:
+        return ""
+    fits = "fits" if str(row["memory_fits"]) == "True" else "DOES NOT FIT"
+    return (f", {row['tokens_per_second']:,.0f} tokens/s, MFU {row['mfu']:.1%}, peak memory "
+            f"{row['peak_memory_gb']:.1f} of {row['gpu_memory_gb']:g} GB ({fits})")
+
+
 def print_schedule_summary(comparisons, varying: list[str]) -> None:
-    """Per group of environments, each schedule's best policy, its time, the ideal and the peak activations."""
+    """Per group of environments, each schedule's best policy, its time, the ideal and the peak activations
+    (for a workload: its report)."""
     shown = comparisons[:max(1, SUMMARY_LINES // 4)]
     print("best policy per schedule (* = the fastest schedule of its environment):")
-    for params, summary, _ in shown:
-        print("  " + ", ".join(f"{name}={getattr(params, name):g}" for name in varying))
+    for params, workload, summary, _ in shown:
+        print("  " + ", ".join(f"{name}={_text(parameter_value(params, workload, name))}" for name in varying))
         fastest = summary["best_time"].idxmin()
         for i, row in summary.iterrows():
             mark = "*" if i == fastest else " "
-            print(f"   {mark} {row['schedule']:<24} {row['best_policy']:<18} {row['best_time']:<10.6g} "
-                  f"ideal {row['ideal_time']:<8.4g} peak activations {row['peak_activations']:g}")
+            if workload is not None:
+                print(f"   {mark} {row['schedule']:<24} {row['best_policy']:<18} {row['best_time']:.4g} s/iteration "
+                      f"(ideal {row['ideal_time']:.4g}){_report(row)}")
+            else:
+                print(f"   {mark} {row['schedule']:<24} {row['best_policy']:<18} {row['best_time']:<10.6g} "
+                      f"ideal {row['ideal_time']:<8.4g} peak activations {row['peak_activations']:g}")
     if len(comparisons) > len(shown):
         print(f"  ... and {len(comparisons) - len(shown):,} more groups (see the compare_*.png figures)")

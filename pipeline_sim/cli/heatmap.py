@@ -14,7 +14,8 @@ from ..files import atomic_output
 from ..model import EnvParams
 from ..parallel import ordered_map
 from ..results import (METRICS, ResultsError, best_rows, env_slug, env_title, environments, group_slug,
-                       jitter_families, load_results, schedule_groups, simplex_steps)
+                       jitter_families, load_results, schedule_groups, simplex_steps, workload_of)
+from ..workload import Workload
 from .common import Parser, positive_int, run_command, script_name
 
 
@@ -23,6 +24,7 @@ class HeatmapJob:
     """One environment's rows and where its figure goes."""
 
     params: EnvParams
+    workload: Workload | None
     rows: pd.DataFrame
     steps: int
     path: Path
@@ -34,7 +36,8 @@ class HeatmapJob:
         from ..plotting.heatmap import figure_size, plot_policy_heatmaps
 
         fig = Figure(figsize=figure_size(self.steps), layout="constrained")
-        plot_policy_heatmaps(fig, self.rows, self.steps, title=env_title(self.params), metric=self.metric)
+        plot_policy_heatmaps(fig, self.rows, self.steps, title=env_title(self.params, self.workload),
+                             metric=self.metric, unit=_unit(self.workload))
         return _save(fig, self.path)
 
 
@@ -43,6 +46,7 @@ class ComparisonJob:
     """One group of environments that differ only by schedule, summarised per schedule."""
 
     params: EnvParams
+    workload: Workload | None
     summary: pd.DataFrame
     path: Path
 
@@ -52,7 +56,8 @@ class ComparisonJob:
         from ..plotting.comparison import figure_size, plot_schedule_comparison
 
         fig = Figure(figsize=figure_size(len(self.summary)))
-        plot_schedule_comparison(fig, self.summary, title=env_title(self.params, schedule=False))
+        plot_schedule_comparison(fig, self.summary, title=env_title(self.params, self.workload, schedule=False),
+                                 unit=_unit(self.workload))
         return _save(fig, self.path)
 
 
@@ -61,6 +66,7 @@ class RobustnessJob:
     """One family of environments that differ only by a jitter level, with the policies it follows."""
 
     params: EnvParams
+    workload: Workload | None
     key: str
     family: pd.DataFrame
     path: Path
@@ -73,8 +79,14 @@ class RobustnessJob:
         from ..plotting.robustness import figure_size, plot_robustness
 
         fig = Figure(figsize=figure_size())
-        plot_robustness(fig, self.family, self.key, title=env_title(replace(self.params, **{self.key: 0.0})))
+        plot_robustness(fig, self.family, self.key, title=env_title(replace(self.params, **{self.key: 0.0}),
+                                                                    self.workload), unit=_unit(self.workload))
         return _save(fig, self.path)
+
+
+def _unit(workload: Workload | None) -> str:
+    """What a time of the CSV is measured in: a workload's are seconds."""
+    return "s" if workload is not None else "model units"
 
 
 def _save(fig, path: Path) -> Path:
@@ -90,11 +102,11 @@ def _draw(job: HeatmapJob | ComparisonJob | RobustnessJob) -> Path:
 
 @dataclass(frozen=True)
 class Drawn:
-    """What ``write_heatmaps`` drew: per environment (params, best policy, its time, file); per group of
-    schedules (params, summary, file)."""
+    """What ``write_heatmaps`` drew: per environment (params, workload, its best row, file); per group of
+    schedules (params, workload, summary, file)."""
 
-    heatmaps: list[tuple[EnvParams, str, float, Path]]
-    comparisons: list[tuple[EnvParams, pd.DataFrame, Path]]
+    heatmaps: list[tuple[EnvParams, Workload | None, pd.Series, Path]]
+    comparisons: list[tuple[EnvParams, Workload | None, pd.DataFrame, Path]]
     robustness: list[Path]
 
 
@@ -110,19 +122,20 @@ def write_heatmaps(csv: Path, output_dir: Path, workers: int = 1, metric: str = 
     jobs: list[HeatmapJob | ComparisonJob | RobustnessJob] = []
     heatmaps, comparisons, robustness = [], [], []
     for params, rows in environments(frame):  # check every environment before drawing any
+        workload = workload_of(rows)
+        slug = env_slug(params, workload)
         if rows["policy"].duplicated().any():
-            raise ResultsError(f"CSV {csv}: environment {env_slug(params)} lists a policy twice")
-        job = HeatmapJob(params, rows, simplex_steps(rows), output_dir / f"{env_slug(params)}.png", metric)
-        best = best_rows(rows, metric=metric).iloc[0]
+            raise ResultsError(f"CSV {csv}: environment {slug} lists a policy twice")
+        job = HeatmapJob(params, workload, rows, simplex_steps(rows), output_dir / f"{slug}.png", metric)
         jobs.append(job)
-        heatmaps.append((params, best["policy"], float(best[metric]), job.path))
-    for params, summary in schedule_groups(frame):
-        job = ComparisonJob(params, summary, output_dir / f"compare_{group_slug(params)}.png")
+        heatmaps.append((params, workload, best_rows(rows, metric=metric).iloc[0], job.path))
+    for params, workload, summary in schedule_groups(frame):
+        job = ComparisonJob(params, workload, summary, output_dir / f"compare_{group_slug(params, workload)}.png")
         jobs.append(job)
-        comparisons.append((params, summary, job.path))
-    for params, key, family in jitter_families(frame):
-        path = output_dir / f"robustness_{key}_{env_slug(params)}.png"
-        jobs.append(RobustnessJob(params, key, family, path))
+        comparisons.append((params, workload, summary, job.path))
+    for params, workload, key, family in jitter_families(frame):
+        path = output_dir / f"robustness_{key}_{env_slug(params, workload)}.png"
+        jobs.append(RobustnessJob(params, workload, key, family, path))
         robustness.append(path)
     drawn = ordered_map(_draw, jobs, min(workers, len(jobs)))
     for _ in tqdm(drawn, total=len(jobs), unit="figure", file=sys.stderr, dynamic_ncols=True, mininterval=0.5,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
@@ -11,7 +12,8 @@ from ..engine import simulate
 from ..files import atomic_output
 from ..metrics import ideal_time
 from ..model import COMM_KINDS, EnvParams, ParameterError, Policy
-from ..results import schedule_name
+from ..results import schedule_name, workload_title
+from ..workload import DERIVED_KEYS, RECOMPUTE_MODES, WORKLOAD_KEYS, Workload, workload_environment, workload_report
 from ..schedules import SCHEDULES, compute_orders, format_orders
 from ..taskgraph import build_task_graph
 from ..trace import chrome_trace
@@ -26,6 +28,7 @@ FLAGS = {
     "compute_jitter": "--compute-jitter", "comm_jitter": "--comm-jitter", "jitter_dist": "--jitter-dist",
     "slow_gpu": "--slow-gpu", "slow_factor": "--slow-factor", "seed": "--seed", "sample": "--sample",
     "priorities": "--priority", "exclusive_tiers": "--exclusive",
+    **{key: "--" + key.replace("_", "-") for key in WORKLOAD_KEYS},
 }
 
 _DESCRIPTIONS = {
@@ -47,19 +50,23 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
                f"script). Kinds: {', '.join(COMM_KINDS)}. Example: {prog} -n 8 --num-gpus 4 "
                f"--exclusive grad_sync=a --show-throttling --show-completion-time --no-show")
     env = parser.add_argument_group("environment (see docs/model.md)")
-    env.add_argument("-n", "--num_groups", type=int, default=defaults.n, metavar="N",
-                     help="micro-batches per iteration (default %(default)s)")
+    # the parameters a workload derives default to None, so that giving one beside --model can be refused
+    env.add_argument("-n", "--num_groups", type=int, default=None, metavar="N",
+                     help=f"micro-batches per iteration (default {defaults.n})")
     env.add_argument("--num-gpus", type=int, default=defaults.num_gpus, help="pipeline stages (default %(default)s)")
-    env.add_argument("--sync-freq", type=int, default=defaults.sync_freq,
-                     help="a grad_sync follows every SYNC_FREQ-th backward (default %(default)s)")
+    env.add_argument("--sync-freq", type=int, default=None,
+                     help=f"a grad_sync follows every SYNC_FREQ-th backward (default {defaults.sync_freq}; "
+                          f"with --model: n)")
     for name, text in (("fwd_len", "work of one forward"), ("bwd_len", "work of one backward"),
                        ("prop_len", "work of one activation or gradient transfer"),
                        ("sync_base_len", "work of one grad_sync"),
                        ("fwd_impact", "slowdown of forwards by grad_sync traffic, in [0, 1)"),
                        ("bwd_impact", "slowdown of backwards by grad_sync traffic, in [0, 1)"),
                        ("ingress_capacity", "receive capacity of each GPU, in links")):
-        env.add_argument("--" + name.replace("_", "-"), type=float, default=getattr(defaults, name),
-                         help=f"{text} (default %(default)s)")
+        derived = name in DERIVED_KEYS
+        env.add_argument("--" + name.replace("_", "-"), type=float, default=None if derived else getattr(defaults, name),
+                         help=f"{text} (default {getattr(defaults, name)}" + ("; derived with --model)" if derived
+                                                                             else ")"))
     env.add_argument("--sync-solo-w", type=float, default=None, metavar="W",
                      help="accepted for compatibility with older command lines; has no effect")
     sched = parser.add_argument_group("schedule (see docs/model.md section 6)")
@@ -67,9 +74,9 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
                        help=f"one of {', '.join(SCHEDULES)}, case-insensitive (default %(default)s)")
     sched.add_argument("--chunks", type=int, default=defaults.chunks, metavar="V",
                        help="model chunks per GPU of interleaved-1f1b, >= 2 (default %(default)s)")
-    sched.add_argument("--w-fraction", type=float, default=defaults.w_fraction, metavar="X",
+    sched.add_argument("--w-fraction", type=float, default=None, metavar="X",
                        help="share of a split backward that computes weight gradients (zb-h1, zb-v, dualpipe-v), "
-                            "in [0, 1) (default %(default)s)")
+                            f"in [0, 1) (default {defaults.w_fraction})")
     sched.add_argument("--fb-overlap", type=float, default=defaults.fb_overlap, metavar="X",
                        help="share of the work saved by overlapping a forward and a backward (dualpipe-v), "
                             "in [0, 1) (default %(default)s)")
@@ -86,6 +93,31 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
                        help="how many times slower the straggler computes, >= 1 (default %(default)s)")
     noise.add_argument("--seed", type=int, default=defaults.seed, help="the random stream (default %(default)s)")
     noise.add_argument("--sample", type=int, default=0, help="which draw of the stream to show (default %(default)s)")
+    work = parser.add_argument_group(
+        "workload (see docs/model.md section 11): with --model, n, the lengths and sync_freq come from a model on "
+        "a cluster, and times are seconds")
+    work.add_argument("--model", default=None, metavar="NAME|JSON",
+                      help="a preset (gpt3-175b, llama2-7b, llama2-70b, llama3-8b, llama3-70b, llama3-405b) or a JSON "
+                           "object with layers, hidden, heads, ffn_hidden, vocab[, kv_heads, gated_mlp, seq_len]")
+    work.add_argument("--gpu", default=None, metavar="NAME|JSON",
+                      help="a100-40gb, a100-80gb (default), h100-80gb, h200-141gb, or a JSON object with tflops, "
+                           "memory_gb")
+    for key, kind, text in (
+            ("seq_len", int, "tokens per sequence (default: the model's training length)"),
+            ("compute_efficiency", float, "achieved share of peak FLOP/s (default 0.5)"),
+            ("tensor_parallel", int, "tensor-parallel degree (default 1)"),
+            ("data_parallel", int, "data-parallel degree (default 1)"),
+            ("micro_batch_size", int, "sequences per micro-batch (default 1)"),
+            ("global_batch_size", int, "sequences per iteration (default: micro-batch size x data parallel x n)"),
+            ("dtype_bytes", int, "bytes per activation and gradient value (default 2)"),
+            ("bytes_per_param", float, "static bytes per parameter (default 16: weights, gradients, Adam)"),
+            ("p2p_bandwidth", float, "pipeline bandwidth per GPU, GB/s (default 50)"),
+            ("dp_bandwidth", float, "data-parallel bandwidth per GPU, GB/s (default 50)")):
+        work.add_argument("--" + key.replace("_", "-"), type=kind, default=None, help=text)
+    work.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=None,
+                      help="sequence parallelism (default: on when --tensor-parallel > 1)")
+    work.add_argument("--recompute", default=None, choices=RECOMPUTE_MODES,
+                      help="activation recomputation (default none)")
     pol = parser.add_argument_group("communication policy")
     pol.add_argument("--priority", action="append", default=[], metavar="KIND=VALUE",
                      help="shared priority in [0, 1] of a transfer kind (repeatable; replaces the defaults)")
@@ -106,6 +138,30 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
     out.add_argument("--print-order", action="store_true",
                      help="print each GPU's compute order (0F0 0F1 ... (0F7;7B3) ...) before drawing")
     return parser
+
+
+def _environment(args) -> tuple[EnvParams, Workload | None]:
+    """The environment the flags describe, and its workload when --model is given."""
+    given = {"n": args.num_groups, "sync_freq": args.sync_freq, "fwd_len": args.fwd_len, "bwd_len": args.bwd_len,
+             "prop_len": args.prop_len, "sync_base_len": args.sync_base_len, "w_fraction": args.w_fraction}
+    given = {key: value for key, value in given.items() if value is not None}
+    env = dict(num_gpus=args.num_gpus, fwd_impact=args.fwd_impact, bwd_impact=args.bwd_impact,
+               ingress_capacity=args.ingress_capacity, schedule=args.schedule, chunks=args.chunks,
+               fb_overlap=args.fb_overlap, compute_jitter=args.compute_jitter, comm_jitter=args.comm_jitter,
+               jitter_dist=args.jitter_dist, slow_gpu=args.slow_gpu, slow_factor=args.slow_factor, seed=args.seed)
+    keys = {key: getattr(args, key) for key in WORKLOAD_KEYS if getattr(args, key) is not None}
+    if args.model is None:
+        if keys:
+            raise ParameterError(next(iter(keys)), next(iter(keys.values())), "needs --model")
+        return EnvParams(**env, **given), None
+    for key in ("model", "gpu"):
+        if key in keys and keys[key].lstrip().startswith("{"):
+            try:
+                keys[key] = json.loads(keys[key])
+            except json.JSONDecodeError as error:
+                raise ParameterError(key, keys[key], f"is not a JSON object ({error.msg})") from None
+    workload = Workload(**keys)
+    return workload_environment(workload, **env, **given), workload
 
 
 def _pairs(items: Sequence[str], flag: str) -> dict[str, str]:
@@ -136,14 +192,7 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
 
     def body() -> int:
         try:
-            params = EnvParams(n=args.num_groups, num_gpus=args.num_gpus, sync_freq=args.sync_freq,
-                               fwd_len=args.fwd_len, bwd_len=args.bwd_len, prop_len=args.prop_len,
-                               sync_base_len=args.sync_base_len, fwd_impact=args.fwd_impact,
-                               bwd_impact=args.bwd_impact, ingress_capacity=args.ingress_capacity,
-                               schedule=args.schedule, chunks=args.chunks, w_fraction=args.w_fraction,
-                               fb_overlap=args.fb_overlap, compute_jitter=args.compute_jitter,
-                               comm_jitter=args.comm_jitter, jitter_dist=args.jitter_dist, slow_gpu=args.slow_gpu,
-                               slow_factor=args.slow_factor, seed=args.seed)
+            params, workload = _environment(args)
             if args.sample < 0:
                 raise ParameterError("sample", args.sample, "must be an integer >= 0")
             policy = _policy(args, default_priorities, default_exclusive_tiers)
@@ -155,6 +204,8 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
                                                chunks=params.chunks)))
         schedule = simulate(params, policy, args.sample)
         ideal = ideal_time(params)
+        report = workload_report(workload, params, schedule.completion_time, schedule.peak_activations) \
+            if workload is not None else None
         name = schedule_name(params)
         if params.jittered:
             name += f", sample {args.sample} of seed {params.seed}"
@@ -171,15 +222,20 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
         fig, ax = plt.subplots(figsize=(width, 1.2 + 0.42 * rows), layout="constrained")
         plot_gantt(ax, schedule, layout=layout, show_throttling=args.show_throttling,
                    show_completion_time=args.show_completion_time, show_memory=args.show_memory,
-                   stage_chunk=build_task_graph(params).stage_chunk)
-        ax.set_title(gantt_title(schedule, schedule_name=name, ideal_time=ideal), fontsize=9, loc="left")
+                   stage_chunk=build_task_graph(params).stage_chunk, seconds=workload is not None)
+        ax.set_title(gantt_title(schedule, schedule_name=name, ideal_time=ideal,
+                                 workload=workload_title(params, workload) if workload else None),
+                     fontsize=9, loc="left")
         output = args.output or (Path("outputs/gantt") /
                                  f"gantt_{layout}_{params.schedule}_n{params.n}_gpus{params.num_gpus}.png")
         with atomic_output(output) as temporary:
             fig.savefig(temporary, dpi=130, format="png")
         peak = max(schedule.peak_activations)
-        print(f"{name}: completion time {schedule.completion_time:.6g} (ideal {ideal:.6g}), peak activations "
-              f"{peak:g} micro-batches; chart: {output}")
+        unit = " s" if workload is not None else ""
+        print(f"{name}: completion time {schedule.completion_time:.6g}{unit} (ideal {ideal:.6g}{unit}), peak "
+              f"activations {peak:g} micro-batches; chart: {output}")
+        if report is not None:
+            print("\n".join(f"  {line}" for line in [workload.label(params.num_gpus)] + report.lines()))
         if args.trace:
             with atomic_output(args.trace) as temporary:
                 temporary.write_text(json.dumps(chrome_trace(schedule)))

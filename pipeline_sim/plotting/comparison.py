@@ -20,11 +20,13 @@ def figure_size(count: int) -> tuple[float, float]:
     return 12.0, 2.2 + 0.62 * count
 
 
-def plot_schedule_comparison(fig: Figure, summary: pd.DataFrame, *, title: str) -> dict:
+def plot_schedule_comparison(fig: Figure, summary: pd.DataFrame, *, title: str, unit: str = "model units") -> dict:
     """Draw each schedule's best, default-policy and worst completion time, its ideal, and its peak activations.
 
     One row per schedule: a bar from the best to the worst policy, the best policy
-    named beside it; on the right, the largest per-GPU activation peak in micro-batches.
+    named beside it; on the right, the largest per-GPU activation peak in micro-batches,
+    or, for a workload, the peak memory of the fullest GPU in GB against the GPU's
+    capacity (red where it does not fit; throughput and MFU beside the best time).
     The fastest schedule's name is set in bold. Returns the axes by name.
     """
     count = len(summary)
@@ -46,18 +48,28 @@ def plot_schedule_comparison(fig: Figure, summary: pd.DataFrame, *, title: str) 
     times.scatter(summary["worst_time"], y, color=WORST, marker="X", s=55, zorder=3)
     times.scatter(summary["ideal_time"], y, color=IDEAL, marker="|", s=260, linewidths=2.2, zorder=2)
     span = float(summary["worst_time"].max() - min(summary["ideal_time"].min(), summary["best_time"].min()))
-    for row in summary.itertuples():
-        times.annotate(f"{row.best_time:.4g}  {row.best_policy}", (row.best_time, row.Index), xytext=(0, 9),
-                       textcoords="offset points", ha="left", va="bottom", fontsize=8, color=BEST)
-        times.annotate(f"{row.worst_time:.4g}", (row.worst_time, row.Index), xytext=(6, 0),
-                       textcoords="offset points", ha="left", va="center", fontsize=8, color=WORST)
     low = float(min(summary["ideal_time"].min(), summary["best_time"].min(),
                     summary["best_min"].min() if sampled else np.inf))
-    times.set_xlim(low - 0.05 * span - 1e-9, float(summary["worst_time"].max()) + 0.16 * span + 1e-9)
+    left_end, right_end = low - 0.05 * span - 1e-9, float(summary["worst_time"].max()) + 0.16 * span + 1e-9
+    times.set_xlim(left_end, right_end)
+    workload = "peak_memory_gb" in summary
+    for row in summary.itertuples():
+        extra = f"  {row.tokens_per_second:,.0f} tokens/s, MFU {row.mfu:.1%}" if workload else ""
+        # a label past the middle reads leftwards from its point, so that it stays inside the axes
+        leftwards = (row.best_time - left_end) > 0.5 * (right_end - left_end)
+        times.annotate(f"{row.best_time:.4g}  {row.best_policy}{extra}", (row.best_time, row.Index), xytext=(0, 9),
+                       textcoords="offset points", ha="right" if leftwards else "left", va="bottom", fontsize=8,
+                       color=BEST)
+        times.annotate(f"{row.worst_time:.4g}", (row.worst_time, row.Index), xytext=(6, 0),
+                       textcoords="offset points", ha="left", va="center", fontsize=8, color=WORST)
     times.set_yticks(y, summary["schedule"])
     times.get_yticklabels()[winner].set_fontweight("bold")
+    if workload:  # a layout that does not fit is flagged, never dropped
+        for label, fits in zip(times.get_yticklabels(), summary["memory_fits"].astype(str).eq("True")):
+            if not fits:
+                label.set_color(WORST)
     times.set_ylim(count - 0.5 + 0.2 * sampled, -0.7)
-    times.set_xlabel("mean completion time over samples (model units)" if sampled else "completion time (model units)")
+    times.set_xlabel(f"mean completion time over samples ({unit})" if sampled else f"completion time ({unit})")
     times.grid(axis="x", linestyle=":", linewidth=0.6)
     times.set_axisbelow(True)
     times.tick_params(axis="y", length=0, labelsize=9)
@@ -74,18 +86,37 @@ def plot_schedule_comparison(fig: Figure, summary: pd.DataFrame, *, title: str) 
            if sampled else []),
         loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3 if sampled else 4, fontsize=8, frameon=False)
 
-    peaks = summary["peak_activations"].to_numpy(dtype=float)
-    memory.barh(y, peaks, color="#9E9AC8", height=0.55)
-    for i, peak in enumerate(peaks):
-        if not math.isnan(peak):
-            memory.text(peak, i, f" {peak:g}", va="center", ha="left", fontsize=8)
-    memory.set_xlim(0, np.nanmax(peaks) * 1.25 if np.isfinite(peaks).any() else 1)
-    memory.set_xlabel("peak activations\n(micro-batches, busiest GPU)")
+    if workload:
+        _memory_in_gb(memory, summary)
+    else:
+        peaks = summary["peak_activations"].to_numpy(dtype=float)
+        memory.barh(y, peaks, color="#9E9AC8", height=0.55)
+        for i, peak in enumerate(peaks):
+            if not math.isnan(peak):
+                memory.text(peak, i, f" {peak:g}", va="center", ha="left", fontsize=8)
+        memory.set_xlim(0, np.nanmax(peaks) * 1.25 if np.isfinite(peaks).any() else 1)
+        memory.set_xlabel("peak activations\n(micro-batches, busiest GPU)")
     memory.tick_params(axis="y", left=False, labelleft=False)
     memory.grid(axis="x", linestyle=":", linewidth=0.6)
     memory.set_axisbelow(True)
 
     best = summary.loc[winner]
+    if workload and not bool(summary["memory_fits"].astype(str).eq("True").all()):
+        title += "\nred: does not fit in the GPU's memory"
     fig.suptitle(f"{title}\nfastest: {best['schedule']} with {best['best_policy']} = {best['best_time']:.5g}",
                  fontsize=10, y=1 - 0.12 / height, va="top")
     return {"times": times, "memory": memory}
+
+
+def _memory_in_gb(ax, summary: pd.DataFrame) -> None:
+    """Peak memory of the fullest GPU per schedule, red where it exceeds the GPU's memory (dashed line)."""
+    peaks = summary["peak_memory_gb"].to_numpy(dtype=float)
+    fits = summary["memory_fits"].astype(str).eq("True").to_numpy()
+    capacity = float(summary["gpu_memory_gb"].iloc[0])
+    ax.barh(np.arange(len(peaks)), peaks, color=np.where(fits, "#9E9AC8", WORST), height=0.55)
+    for i, (peak, activations) in enumerate(zip(peaks, summary["peak_activations"])):
+        ax.text(peak, i, f" {peak:.1f} GB ({activations:g} mb)", va="center", ha="left", fontsize=8,
+                color="#222222" if fits[i] else WORST)
+    ax.axvline(capacity, color=WORST, linestyle="--", linewidth=1)
+    ax.set_xlim(0, max(np.nanmax(peaks), capacity) * 1.45)
+    ax.set_xlabel(f"peak memory, fullest GPU (GB)\n(dashed: the GPU's {capacity:g} GB)")

@@ -10,6 +10,7 @@ from matplotlib.axes import Axes
 from matplotlib.colors import to_rgb
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
+from matplotlib.ticker import FuncFormatter
 
 from ..model import COMM_KINDS, COMPUTE_KINDS, Schedule, Task, TaskKind
 from ..results import noise_name
@@ -113,14 +114,15 @@ def _draw_memory(ax: Axes, steps: list[tuple[float, float]], y: float, scale: fl
 
 def plot_gantt(ax: Axes, schedule: Schedule, *, layout: str = "single_channel", show_throttling: bool = False,
                show_completion_time: bool = False, show_memory: bool = False,
-               stage_chunk: Sequence[int] | None = None) -> list:
+               stage_chunk: Sequence[int] | None = None, seconds: bool = False) -> list:
     """Draw ``schedule`` on ``ax``, one row group per GPU; return the patches drawn.
 
     Compute tasks are full-height bars, a GPU's later chunks lighter (``stage_chunk[s]``:
     which of its GPU's chunks stage ``s`` is; by default every stage is a first chunk).
     In communication rows, a transfer's height at any time is its rate, so concurrent
     transfers stack from the row's floor up to the port's capacity. ``show_memory``
-    adds a row per GPU with its in-flight activations (docs/model.md section 7).
+    adds a row per GPU with its in-flight activations (docs/model.md section 7). With
+    ``seconds`` (a workload's times) the axis reads in ms or s, whichever fits.
     """
     rows = LAYOUTS[layout] + ((("activations", ()),) if show_memory else ())
     p = schedule.params.num_gpus
@@ -170,7 +172,12 @@ def plot_gantt(ax: Axes, schedule: Schedule, *, layout: str = "single_channel", 
     ax.set_yticks(ticks, tick_labels)
     ax.set_ylim(ticks[-1] + 0.75, -0.75)
     ax.set_xlim(0, span * 1.02)
-    ax.set_xlabel("time (model units)")
+    if seconds:
+        scale, unit = (1e3, "ms") if span < 2.0 else (1.0, "s")
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x * scale:g}"))
+        ax.set_xlabel(f"time ({unit})")
+    else:
+        ax.set_xlabel("time (model units)")
     ax.grid(axis="x", linestyle=":", linewidth=0.5)
     ax.set_axisbelow(True)
 
@@ -194,20 +201,27 @@ def plot_gantt(ax: Axes, schedule: Schedule, *, layout: str = "single_channel", 
         ax.axvline(total, color=THROTTLE_COLOR, linestyle="--", linewidth=1.2)
         label_gpu = 1 if p > 1 else 0
         label_y = ticks[label_gpu * len(rows)] - 0.45
-        ax.text(total, label_y, f"completion {total:.4g} ", color=THROTTLE_COLOR, fontsize=8,
+        unit = " s" if seconds else ""
+        ax.text(total, label_y, f"completion {total:.4g}{unit} ", color=THROTTLE_COLOR, fontsize=8,
                 ha="right", va="bottom", backgroundcolor="white")
-        handles.append(Line2D([], [], color=THROTTLE_COLOR, linestyle="--", label=f"completion time {total:.4g}"))
+        handles.append(Line2D([], [], color=THROTTLE_COLOR, linestyle="--",
+                              label=f"completion time {total:.4g}{unit}"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False)
     return artists
 
 
-def gantt_title(schedule: Schedule, *, schedule_name: str, ideal_time: float) -> str:
+def gantt_title(schedule: Schedule, *, schedule_name: str, ideal_time: float, workload: str | None = None) -> str:
+    """The chart's title; ``workload``, a workload's description (its times are then seconds)."""
     params = schedule.params
+    unit = " s" if workload else ""
     first = (f"{schedule_name}, {params.num_gpus} GPUs, n={params.n} micro-batches, sync every {params.sync_freq}; "
-             f"completion time {schedule.completion_time:.4g} (ideal {ideal_time:.4g})")
-    second = (f"fwd {params.fwd_len:g}, bwd {params.bwd_len:g}, prop {params.prop_len:g}, "
-              f"sync {params.sync_base_len:g}, impact fwd {params.fwd_impact:g} / bwd {params.bwd_impact:g}, "
-              f"ingress {params.ingress_capacity:g}; policy {schedule.policy.label}")
+             f"completion time {schedule.completion_time:.4g}{unit} (ideal {ideal_time:.4g}{unit})")
+    if workload:
+        second = f"{workload}; policy {schedule.policy.label}"
+    else:
+        second = (f"fwd {params.fwd_len:g}, bwd {params.bwd_len:g}, prop {params.prop_len:g}, "
+                  f"sync {params.sync_base_len:g}, impact fwd {params.fwd_impact:g} / bwd {params.bwd_impact:g}, "
+                  f"ingress {params.ingress_capacity:g}; policy {schedule.policy.label}")
     noise = noise_name(params, sep="; ")
     if params.jittered:
         noise = f"one sampled iteration: {noise}"

@@ -81,7 +81,7 @@ def figure_size(k: int) -> tuple[float, float]:
 
 
 def plot_policy_heatmaps(fig: Figure, rows: pd.DataFrame, k: int, *, title: str,
-                         metric: str = "completion_time") -> dict:
+                         metric: str = "completion_time", unit: str = "model units") -> dict:
     """Draw every policy of one environment's ``rows`` (a sweep with ``k`` steps per unit) on ``fig``.
 
     Cells show ``metric`` (a column of the rows, lower is better). Returns the axes by
@@ -136,7 +136,7 @@ def plot_policy_heatmaps(fig: Figure, rows: pd.DataFrame, k: int, *, title: str,
     mappable = axes["simplex"].collections[0]
     name = METRICS.get(metric, metric)
     fig.colorbar(mappable, ax=list(axes.values()), shrink=0.8,
-                 label=name if metric == "slowdown" else f"{name} (model units)")
+                 label=name if metric == "slowdown" else f"{name} ({unit})")
 
     worst = rows.loc[rows[metric].idxmax()]
     first = winners.iloc[0]

@@ -19,7 +19,7 @@ def figure_size() -> tuple[float, float]:
     return 11.0, 6.0
 
 
-def plot_robustness(fig: Figure, family: pd.DataFrame, key: str, *, title: str) -> dict:
+def plot_robustness(fig: Figure, family: pd.DataFrame, key: str, *, title: str, unit: str = "model units") -> dict:
     """Mean (solid) and p95 (dashed) completion time against the jitter level, one colour per policy followed.
 
     The policies are the few best at the lowest level and the best at each other level;
@@ -40,7 +40,7 @@ def plot_robustness(fig: Figure, family: pd.DataFrame, key: str, *, title: str) 
     levels = sorted(family["level"].unique())
     ax.set_xticks(levels, [f"{level:.0%}" for level in levels])
     ax.set_xlabel(JITTER_LABELS.get(key, key))
-    ax.set_ylabel("completion time (model units)")
+    ax.set_ylabel(f"completion time ({unit})")
     ax.grid(linestyle=":", linewidth=0.6)
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False, title="policy (why shown)",
               title_fontsize=8)

@@ -1,0 +1,398 @@
+"""From a model, a GPU, a parallel layout and a network to the simulator's parameters, in seconds and bytes.
+
+A workload is one more way to fill in an environment (docs/model.md section 11): it
+derives ``n``, ``fwd_len``, ``bwd_len``, ``prop_len``, ``sync_base_len``, ``w_fraction``
+and (unless given) ``sync_freq``, all times in seconds; the simulator does not change.
+After a simulation, ``workload_report`` turns its completion time and activation peaks
+into iteration seconds, tokens per second, achieved MFU and memory per GPU.
+
+Sources: FLOPs as Megatron-LM's ``num_floating_point_operations`` (training =
+3 x forward; logits 2 s h V); activation bytes per layer from Korthikanti et al.,
+"Reducing Activation Recomputation in Large Transformer Models" (2022), table 2;
+static memory 16 bytes per parameter (bf16 weights and gradients, fp32 master copy and
+two Adam moments); gradient sync as a ring all-reduce, 2 (d - 1) / d of the bytes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields, replace
+from typing import Mapping
+
+from .model import EnvParams, ParameterError, _check_float, _check_int
+from .schedules import get_schedule
+
+RECOMPUTE_MODES = ("none", "selective", "full")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelShape:
+    """A transformer's shape; ``kv_heads`` None means as many as ``heads``; ``seq_len`` its training length."""
+
+    layers: int
+    hidden: int
+    heads: int
+    ffn_hidden: int
+    vocab: int
+    kv_heads: int | None = None
+    gated_mlp: bool = False
+    seq_len: int = 2048
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        for key in ("layers", "hidden", "heads", "ffn_hidden", "vocab", "seq_len"):
+            _check_int(f"model.{key}", getattr(self, key), 1)
+        if self.kv_heads is None:
+            object.__setattr__(self, "kv_heads", self.heads)
+        _check_int("model.kv_heads", self.kv_heads, 1)
+        if self.heads % self.kv_heads:
+            raise ParameterError("model.kv_heads", self.kv_heads, f"must divide heads = {self.heads}")
+        if not isinstance(self.gated_mlp, bool):
+            raise ParameterError("model.gated_mlp", self.gated_mlp, "must be true or false")
+        if not self.name:
+            object.__setattr__(self, "name", self.describe())
+
+    def describe(self) -> str:
+        """Every field, for a custom model: ``layers=2 hidden=64 heads=4 kv_heads=4 ffn_hidden=256 vocab=1000``."""
+        text = " ".join(f"{key}={getattr(self, key)}" for key in ("layers", "hidden", "heads", "kv_heads",
+                                                                  "ffn_hidden", "vocab", "seq_len"))
+        return text + (" gated" if self.gated_mlp else "")
+
+
+MODEL_PRESETS: dict[str, ModelShape] = {shape.name: shape for shape in (
+    ModelShape(name="gpt3-175b", layers=96, hidden=12288, heads=96, ffn_hidden=49152, vocab=51200, seq_len=2048),
+    ModelShape(name="llama2-7b", layers=32, hidden=4096, heads=32, ffn_hidden=11008, vocab=32000, gated_mlp=True,
+               seq_len=4096),
+    ModelShape(name="llama2-70b", layers=80, hidden=8192, heads=64, kv_heads=8, ffn_hidden=28672, vocab=32000,
+               gated_mlp=True, seq_len=4096),
+    ModelShape(name="llama3-8b", layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336, vocab=128256,
+               gated_mlp=True, seq_len=8192),
+    ModelShape(name="llama3-70b", layers=80, hidden=8192, heads=64, kv_heads=8, ffn_hidden=28672, vocab=128256,
+               gated_mlp=True, seq_len=8192),
+    ModelShape(name="llama3-405b", layers=126, hidden=16384, heads=128, kv_heads=8, ffn_hidden=53248, vocab=128256,
+               gated_mlp=True, seq_len=8192),
+)}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GpuSpec:
+    """Peak dense BF16 throughput (TFLOP/s) and memory (GB, 10^9 bytes)."""
+
+    tflops: float
+    memory_gb: float
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        _check_float("gpu.tflops", self.tflops, 0.0, low_open=True)
+        _check_float("gpu.memory_gb", self.memory_gb, 0.0, low_open=True)
+        if not self.name:
+            object.__setattr__(self, "name", f"tflops={self.tflops:g} memory_gb={self.memory_gb:g}")
+
+
+GPU_PRESETS: dict[str, GpuSpec] = {gpu.name: gpu for gpu in (
+    GpuSpec(name="a100-40gb", tflops=312.0, memory_gb=40.0),
+    GpuSpec(name="a100-80gb", tflops=312.0, memory_gb=80.0),
+    GpuSpec(name="h100-80gb", tflops=989.0, memory_gb=80.0),
+    GpuSpec(name="h200-141gb", tflops=989.0, memory_gb=141.0),
+)}
+
+
+def _preset(key: str, value: object, presets: Mapping, kind: type) -> object:
+    if isinstance(value, kind):
+        return value
+    if isinstance(value, str):
+        found = presets.get(value.lower())
+        if found is None:
+            raise ParameterError(key, value, f"unknown preset; valid: {', '.join(presets)}, or an object of fields")
+        return found
+    if isinstance(value, Mapping):
+        allowed = [f.name for f in fields(kind) if f.name != "name"]
+        unknown = [name for name in value if name not in allowed]
+        if unknown:
+            raise ParameterError(key, unknown[0], f"unknown field; allowed: {', '.join(allowed)}")
+        try:
+            return kind(**value)
+        except TypeError:
+            missing = [name for name in allowed if name not in value and name in _REQUIRED[kind]]
+            raise ParameterError(key, dict(value), f"lacks {', '.join(missing)}") from None
+    raise ParameterError(key, value, f"must be a preset name ({', '.join(presets)}) or an object of fields")
+
+
+_REQUIRED = {ModelShape: ("layers", "hidden", "heads", "ffn_hidden", "vocab"), GpuSpec: ("tflops", "memory_gb")}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Workload:
+    """A model on a cluster (docs/model.md section 11). Invalid values raise ``ParameterError``.
+
+    ``model`` and ``gpu`` take a preset name or an object of fields. ``seq_len`` None:
+    the model's training length; ``global_batch_size`` None: micro-batch size x data
+    parallel x the environment's ``n``; ``sequence_parallel`` None: on when
+    ``tensor_parallel`` > 1. Bandwidths are GB/s per GPU.
+    """
+
+    model: ModelShape | str | Mapping
+    gpu: GpuSpec | str | Mapping = "a100-80gb"
+    seq_len: int | None = None
+    compute_efficiency: float = 0.5
+    tensor_parallel: int = 1
+    data_parallel: int = 1
+    micro_batch_size: int = 1
+    global_batch_size: int | None = None
+    sequence_parallel: bool | None = None
+    recompute: str = "none"
+    dtype_bytes: int = 2
+    bytes_per_param: float = 16.0
+    p2p_bandwidth: float = 50.0
+    dp_bandwidth: float = 50.0
+
+    def __post_init__(self) -> None:
+        model = _preset("model", self.model, MODEL_PRESETS, ModelShape)
+        object.__setattr__(self, "model", model)
+        object.__setattr__(self, "gpu", _preset("gpu", self.gpu, GPU_PRESETS, GpuSpec))
+        if self.seq_len is None:
+            object.__setattr__(self, "seq_len", model.seq_len)
+        _check_int("seq_len", self.seq_len, 1)
+        _check_float("compute_efficiency", self.compute_efficiency, 0.0, low_open=True, high=1.0, high_closed=True)
+        for key in ("tensor_parallel", "data_parallel", "micro_batch_size", "dtype_bytes"):
+            _check_int(key, getattr(self, key), 1)
+        t = self.tensor_parallel
+        if model.heads % t or model.kv_heads % t:
+            raise ParameterError("tensor_parallel", t, f"must divide heads = {model.heads} and kv_heads = "
+                                                       f"{model.kv_heads} of {model.name}")
+        if self.global_batch_size is not None:
+            _check_int("global_batch_size", self.global_batch_size, 1)
+            per_step = self.micro_batch_size * self.data_parallel
+            if self.global_batch_size % per_step:
+                raise ParameterError("global_batch_size", self.global_batch_size,
+                                     f"must be a multiple of micro_batch_size x data_parallel = {per_step}")
+        if self.sequence_parallel is None:
+            object.__setattr__(self, "sequence_parallel", t > 1)
+        if not isinstance(self.sequence_parallel, bool):
+            raise ParameterError("sequence_parallel", self.sequence_parallel, "must be true or false")
+        if self.recompute not in RECOMPUTE_MODES:
+            raise ParameterError("recompute", self.recompute, f"must be one of {', '.join(RECOMPUTE_MODES)}")
+        _check_float("bytes_per_param", self.bytes_per_param, 0.0)
+        _check_float("p2p_bandwidth", self.p2p_bandwidth, 0.0, low_open=True)
+        _check_float("dp_bandwidth", self.dp_bandwidth, 0.0, low_open=True)
+
+    @property
+    def shape(self) -> ModelShape:
+        assert isinstance(self.model, ModelShape)
+        return self.model
+
+    @property
+    def device(self) -> GpuSpec:
+        assert isinstance(self.gpu, GpuSpec)
+        return self.gpu
+
+    def micro_batches(self, n: int | None = None) -> int:
+        """Micro-batches per iteration: global batch / (micro-batch size x data parallel), else ``n``."""
+        if self.global_batch_size is None:
+            if n is None:
+                raise ParameterError("global_batch_size", None, "is needed when n is not given")
+            return n
+        return self.global_batch_size // (self.micro_batch_size * self.data_parallel)
+
+    def cells(self) -> dict[str, object]:
+        """The workload's columns of a CSV row (a preset by name, a custom model or GPU by its fields)."""
+        return {key: (value.name if isinstance(value, (ModelShape, GpuSpec)) else value)
+                for key, value in ((f.name, getattr(self, f.name)) for f in fields(self))}
+
+    def label(self, num_gpus: int) -> str:
+        """``gpt3-175b on 64 x a100-80gb (tensor 8, pipeline 8, data 1), batch 64 x 2048 tokens``."""
+        total = num_gpus * self.tensor_parallel * self.data_parallel
+        batch = self.global_batch_size if self.global_batch_size is not None else "?"
+        return (f"{self.shape.name} on {total} x {self.device.name} (tensor {self.tensor_parallel}, pipeline "
+                f"{num_gpus}, data {self.data_parallel}), batch {batch} x {self.seq_len} tokens")
+
+
+WORKLOAD_KEYS = tuple(f.name for f in fields(Workload))
+
+
+def model_from_cell(text: str) -> ModelShape:
+    """A model from its CSV cell: a preset's name or a custom model's ``describe()`` text."""
+    if text in MODEL_PRESETS:
+        return MODEL_PRESETS[text]
+    words = text.split()
+    values = dict(word.split("=", 1) for word in words if "=" in word)
+    return ModelShape(**{key: int(value) for key, value in values.items()}, gated_mlp="gated" in words)
+
+
+def gpu_from_cell(text: str) -> GpuSpec:
+    """A GPU from its CSV cell: a preset's name or a custom GPU's ``tflops=... memory_gb=...`` text."""
+    if text in GPU_PRESETS:
+        return GPU_PRESETS[text]
+    values = dict(word.split("=", 1) for word in text.split())
+    return GpuSpec(tflops=float(values["tflops"]), memory_gb=float(values["memory_gb"]))
+
+
+def seconds_text(seconds: float) -> str:
+    """``73.6 ms``, ``15.7 s``, ``126 us``: a duration in the unit that reads best."""
+    if seconds >= 1.0 or seconds == 0.0:
+        return f"{seconds:.3g} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.3g} ms"
+    return f"{seconds * 1e6:.3g} us"
+
+
+# -- formulas (docs/model.md section 11) ------------------------------------------------
+
+def layer_forward_flops(shape: ModelShape, seq_len: int) -> float:
+    """One transformer layer's forward FLOPs for one sequence: 4 s h^2 (1 + g/a + s/h) + 4 s h f'."""
+    s, h = seq_len, shape.hidden
+    ffn = shape.ffn_hidden * (1.5 if shape.gated_mlp else 1.0)
+    assert shape.kv_heads is not None
+    return 4.0 * s * h * h * (1.0 + shape.kv_heads / shape.heads + s / h) + 4.0 * s * h * ffn
+
+
+def logits_forward_flops(shape: ModelShape, seq_len: int) -> float:
+    """The output layer's forward FLOPs for one sequence: 2 s h V."""
+    return 2.0 * seq_len * shape.hidden * shape.vocab
+
+
+def iteration_flops(workload: Workload, global_batch: int) -> float:
+    """Model FLOPs of one training iteration: 3 x forward over every layer and the logits (no recompute)."""
+    shape, s = workload.shape, workload.seq_len
+    assert s is not None
+    return 3.0 * global_batch * (shape.layers * layer_forward_flops(shape, s) + logits_forward_flops(shape, s))
+
+
+def layer_params(shape: ModelShape) -> float:
+    """Parameters of one layer: attention 2 h^2 (1 + g/a), MLP 2 h f', two norms 2 h (biases left out)."""
+    h = shape.hidden
+    ffn = shape.ffn_hidden * (1.5 if shape.gated_mlp else 1.0)
+    assert shape.kv_heads is not None
+    return 2.0 * h * h * (1.0 + shape.kv_heads / shape.heads) + 2.0 * h * ffn + 2.0 * h
+
+
+def activation_bytes_per_layer(workload: Workload) -> float:
+    """Bytes one layer keeps for one micro-batch until its backward (Korthikanti et al. 2022, table 2).
+
+    The paper counts 16-bit activations; another ``dtype_bytes`` scales the count.
+    """
+    shape, s, b, t = workload.shape, workload.seq_len, workload.micro_batch_size, workload.tensor_parallel
+    assert s is not None
+    sbh, h, a = s * b * shape.hidden, shape.hidden, shape.heads
+    if workload.recompute == "full":
+        per_token = 2.0
+    elif workload.recompute == "selective":
+        per_token = 34.0 / t if workload.sequence_parallel else 10.0 + 24.0 / t
+    elif workload.sequence_parallel:
+        per_token = (34.0 + 5.0 * a * s / h) / t
+    else:
+        per_token = 10.0 + 24.0 / t + 5.0 * a * s / (h * t)
+    return sbh * per_token * workload.dtype_bytes / 2.0
+
+
+def gpu_params(workload: Workload, num_gpus: int, schedule: str = "1f1b", chunks: int = 2) -> list[float]:
+    """Parameters held by each GPU (per tensor-parallel rank): its layers, and the embeddings of the first
+    and last stage wherever the schedule places them. Layers are spread evenly over the stages."""
+    shape, t = workload.shape, workload.tensor_parallel
+    spec = get_schedule(schedule)
+    v = spec.v(chunks)
+    stages = num_gpus * v
+    held = [shape.layers / num_gpus * layer_params(shape) / t] * num_gpus
+    embedding = shape.vocab * shape.hidden / t
+    for stage in (0, stages - 1):
+        held[spec.placement(stage, num_gpus, v)] += embedding
+    return held
+
+
+def derived_parameters(workload: Workload, *, num_gpus: int, schedule: str = "1f1b", chunks: int = 2,
+                       n: int | None = None) -> dict[str, int | float]:
+    """The environment parameters a workload sets, times in seconds (without ``sync_freq``)."""
+    shape, s, b, t, d = (workload.shape, workload.seq_len, workload.micro_batch_size, workload.tensor_parallel,
+                         workload.data_parallel)
+    assert s is not None
+    speed = workload.device.tflops * 1e12 * workload.compute_efficiency
+    # the logits are spread evenly over the stages, so that every GPU's share is the same
+    stage_flops = (shape.layers * layer_forward_flops(shape, s) + logits_forward_flops(shape, s)) / num_gpus
+    fwd = stage_flops * b / t / speed
+    bwd = 2.0 * fwd + (fwd if workload.recompute == "full" else 0.0)
+    message = s * b * shape.hidden * workload.dtype_bytes / (t if workload.sequence_parallel else 1)
+    params = max(gpu_params(workload, num_gpus, schedule, chunks))
+    sync = 2.0 * (d - 1) / d * params * workload.dtype_bytes / (workload.dp_bandwidth * 1e9)
+    return {"n": workload.micro_batches(n), "fwd_len": fwd, "bwd_len": bwd,
+            "prop_len": message / (workload.p2p_bandwidth * 1e9), "sync_base_len": sync, "w_fraction": 0.5}
+
+
+#: The environment parameters a workload sets; ``sync_freq`` defaults to ``n`` unless given.
+DERIVED_KEYS = ("n", "fwd_len", "bwd_len", "prop_len", "sync_base_len", "w_fraction", "sync_freq")
+
+
+def workload_environment(workload: Workload, **env: object) -> EnvParams:
+    """The environment of ``workload`` with the other parameters ``env`` (``num_gpus``, ``schedule``, noise...).
+
+    ``sync_freq`` defaults to ``n`` (one gradient sync per iteration); ``n`` may be given
+    only when the workload has no ``global_batch_size``.
+    """
+    for key in DERIVED_KEYS:
+        if key in env and key not in ("n", "sync_freq"):
+            raise ParameterError(key, env[key], "is derived from the workload; leave it out")
+    if "n" in env and workload.global_batch_size is not None:
+        raise ParameterError("n", env["n"], "is derived from global_batch_size; give one of them")
+    base = EnvParams(**{key: value for key, value in env.items() if key != "n"})  # checks num_gpus, schedule...
+    derived = derived_parameters(workload, num_gpus=base.num_gpus, schedule=base.schedule, chunks=base.chunks,
+                                 n=env.get("n", EnvParams().n))  # type: ignore[arg-type]
+    sync_freq = env.get("sync_freq", derived["n"])
+    return replace(base, **derived, sync_freq=sync_freq)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadReport:
+    """What an iteration of a workload means in seconds, tokens and bytes."""
+
+    fwd_seconds: float
+    bwd_seconds: float
+    prop_seconds: float
+    sync_seconds: float
+    iteration_seconds: float
+    tokens_per_second: float
+    mfu: float
+    memory_gb: tuple[float, ...]  # per GPU: static + peak activations
+    gpu_memory_gb: float
+
+    @property
+    def peak_memory_gb(self) -> float:
+        return max(self.memory_gb)
+
+    @property
+    def memory_fits(self) -> bool:
+        return self.peak_memory_gb <= self.gpu_memory_gb
+
+    def lines(self) -> list[str]:
+        """The report as text, for the command line."""
+        fits = "fits" if self.memory_fits else "DOES NOT FIT"
+        return [f"derived times: fwd {seconds_text(self.fwd_seconds)}, bwd {seconds_text(self.bwd_seconds)}, "
+                f"prop {seconds_text(self.prop_seconds)}, sync {seconds_text(self.sync_seconds)}",
+                f"iteration {seconds_text(self.iteration_seconds)}, {self.tokens_per_second:,.0f} tokens/s, "
+                f"MFU {self.mfu:.1%}",
+                f"peak memory per GPU: {' '.join(f'{gb:.1f}' for gb in self.memory_gb)} GB of "
+                f"{self.gpu_memory_gb:g} GB: {fits}"]
+
+    def columns(self) -> dict[str, float | bool]:
+        return {"tokens_per_second": self.tokens_per_second, "mfu": self.mfu, "peak_memory_gb": self.peak_memory_gb,
+                "gpu_memory_gb": self.gpu_memory_gb, "memory_fits": self.memory_fits}
+
+
+#: The report's columns of a workload sweep's CSV (iteration seconds are ``completion_time``).
+REPORT_COLUMNS = ("tokens_per_second", "mfu", "peak_memory_gb", "gpu_memory_gb", "memory_fits")
+
+
+def workload_report(workload: Workload, params: EnvParams, completion_time: float,
+                    gpu_peak_activations: list[float] | tuple[float, ...]) -> WorkloadReport:
+    """Iteration time, throughput, MFU and memory of one simulated iteration of ``workload`` in ``params``."""
+    batch = params.n * workload.micro_batch_size * workload.data_parallel
+    total_gpus = params.num_gpus * workload.tensor_parallel * workload.data_parallel
+    assert workload.seq_len is not None
+    peak_flops = workload.device.tflops * 1e12
+    mfu = iteration_flops(workload, batch) / (completion_time * total_gpus * peak_flops) if completion_time else math.nan
+    per_microbatch = activation_bytes_per_layer(workload) * workload.shape.layers / params.num_gpus
+    static = gpu_params(workload, params.num_gpus, params.schedule, params.chunks)
+    memory = tuple((held * workload.bytes_per_param + peak * per_microbatch) / 1e9
+                   for held, peak in zip(static, gpu_peak_activations))
+    return WorkloadReport(fwd_seconds=params.fwd_len, bwd_seconds=params.bwd_len, prop_seconds=params.prop_len,
+                          sync_seconds=params.sync_base_len, iteration_seconds=completion_time,
+                          tokens_per_second=batch * workload.seq_len / completion_time if completion_time else math.nan,
+                          mfu=mfu, memory_gb=memory, gpu_memory_gb=workload.device.memory_gb)

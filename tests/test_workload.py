@@ -1,0 +1,235 @@
+"""The workload layer (docs/model.md section 11): formulas by hand, derived environments, reports, bad input."""
+
+import csv
+
+import pytest
+from conftest import ROOT, assert_one_line_error, run_script
+
+from pipeline_sim import EnvParams, ParameterError, Policy, simulate
+from pipeline_sim.config import ConfigError, EnvironmentGrid
+from pipeline_sim.workload import (MODEL_PRESETS, ModelShape, Workload, activation_bytes_per_layer, gpu_params,
+                                   iteration_flops, layer_forward_flops, layer_params, logits_forward_flops,
+                                   workload_environment, workload_report)
+
+TINY = ModelShape(layers=2, hidden=8, heads=2, kv_heads=1, ffn_hidden=16, vocab=10, seq_len=4)
+
+
+def test_flops_of_a_tiny_model_by_hand():
+    # 4 s h^2 (1 + g/a + s/h) + 4 s h f = 4*4*64*(1 + 1/2 + 4/8) + 4*4*8*16 = 2048 + 2048
+    assert layer_forward_flops(TINY, 4) == 4096
+    gated = ModelShape(layers=2, hidden=8, heads=2, kv_heads=1, ffn_hidden=16, vocab=10, gated_mlp=True)
+    assert layer_forward_flops(gated, 4) == 2048 + 4 * 4 * 8 * 24
+    assert logits_forward_flops(TINY, 4) == 2 * 4 * 8 * 10
+    # three global-batch sequences: 3 x 3 x (2 layers x 4096 + 640)
+    assert iteration_flops(Workload(model=TINY), 3) == 9 * (2 * 4096 + 640)
+
+
+@pytest.mark.parametrize("batch, seq_len", [(1, 2048), (64, 2048), (512, 4096)])
+def test_flops_of_gpt3_equal_the_closed_form(batch, seq_len):
+    shape = MODEL_PRESETS["gpt3-175b"]
+    s, l, h, v = seq_len, shape.layers, shape.hidden, shape.vocab
+    closed = 72 * batch * s * l * h * h * (1 + s / (6 * h) + v / (12 * l * h))
+    assert iteration_flops(Workload(model=shape, seq_len=seq_len), batch) == pytest.approx(closed, rel=1e-12)
+
+
+def test_parameters_of_gpt3_are_175_billion():
+    shape = MODEL_PRESETS["gpt3-175b"]
+    total = shape.layers * layer_params(shape) + 2 * shape.vocab * shape.hidden
+    assert 174e9 < total < 176e9
+
+
+ACT = ModelShape(layers=2, hidden=8, heads=2, kv_heads=2, ffn_hidden=16, vocab=10, seq_len=4)
+
+
+@pytest.mark.parametrize("recompute, tensor, sequence, expected", [
+    ("none", 1, False, 64 * (34 + 5)),             # s b h (34 + 5 a s / h), s b h = 4 * 2 * 8 = 64, 5as/h = 5
+    ("none", 2, False, 64 * (10 + 12 + 2.5)),      # s b h (10 + 24/t + 5 a s / (h t))
+    ("none", 2, True, 64 * 39 / 2),                # divided by t with sequence parallelism
+    ("selective", 2, True, 64 * 34 / 2),           # 34 s b h / t
+    ("selective", 2, False, 64 * (10 + 12)),       # s b h (10 + 24/t): only the attention core is recomputed
+    ("selective", 1, False, 64 * 34),
+    ("full", 2, True, 64 * 2),                     # 2 s b h: the layer's input alone
+])
+def test_activation_bytes_per_layer_by_hand(recompute, tensor, sequence, expected):
+    workload = Workload(model=ACT, micro_batch_size=2, tensor_parallel=tensor, sequence_parallel=sequence,
+                        recompute=recompute)
+    assert activation_bytes_per_layer(workload) == pytest.approx(expected)
+    assert activation_bytes_per_layer(Workload(model=ACT, micro_batch_size=2, tensor_parallel=tensor,
+                                               sequence_parallel=sequence, recompute=recompute, dtype_bytes=4)) \
+        == pytest.approx(2 * expected)
+
+
+DERIVE = ModelShape(layers=4, hidden=8, heads=2, kv_heads=2, ffn_hidden=32, vocab=16, seq_len=4)
+
+
+def tiny_workload(**kwargs):
+    # 1,000 FLOP/s peak at efficiency 0.5; 100 bytes/s links
+    values = dict(model=DERIVE, gpu={"tflops": 1e-9, "memory_gb": 3.5e-5}, compute_efficiency=0.5, data_parallel=2,
+                  micro_batch_size=2, global_batch_size=8, p2p_bandwidth=1e-7, dp_bandwidth=1e-7)
+    return Workload(**(values | kwargs))
+
+
+def test_the_derived_environment_of_a_tiny_workload_field_by_field():
+    params = workload_environment(tiny_workload(), num_gpus=2)
+    # n = 8 / (2 x 2); one gradient sync per iteration
+    assert (params.n, params.sync_freq, params.num_gpus, params.w_fraction) == (2, 2, 2, 0.5)
+    # layer: 4*4*64*(1 + 1 + 4/8) + 4*4*8*32 = 2560 + 4096; logits 2*4*8*16 = 1024, spread over 2 GPUs
+    stage_flops = (4 * 6656 + 1024) / 2
+    assert params.fwd_len == pytest.approx(stage_flops * 2 / 500)            # micro-batch 2, 500 FLOP/s
+    assert params.bwd_len == pytest.approx(2 * params.fwd_len)
+    assert params.prop_len == pytest.approx(4 * 2 * 8 * 2 / 100)             # s b h bytes at 100 B/s
+    # per GPU: 2 layers x (2*64*2 + 2*8*32 + 2*8) + one embedding 16*8; ring all-reduce over 2 GPUs
+    held = 2 * 784 + 128
+    assert gpu_params(tiny_workload(), 2) == [held, held]
+    assert params.sync_base_len == pytest.approx(2 * (1 / 2) * held * 2 / 100)
+    full = workload_environment(tiny_workload(recompute="full"), num_gpus=2)
+    assert full.bwd_len == pytest.approx(3 * full.fwd_len)
+    assert workload_environment(tiny_workload(data_parallel=1, global_batch_size=2), num_gpus=2).sync_base_len == 0
+
+
+def test_embeddings_follow_the_schedules_placement():
+    shape = MODEL_PRESETS["gpt3-175b"]
+    layers = shape.layers / 4 * layer_params(shape)
+    embedding = shape.vocab * shape.hidden
+    assert gpu_params(Workload(model=shape), 4, "1f1b") == [layers + embedding, layers, layers, layers + embedding]
+    assert gpu_params(Workload(model=shape), 4, "zb-v") == [layers + 2 * embedding, layers, layers, layers]
+
+
+def test_the_report_of_one_iteration():
+    workload = tiny_workload()
+    params = workload_environment(workload, num_gpus=2)
+    schedule = simulate(params, Policy())
+    report = workload_report(workload, params, schedule.completion_time, schedule.peak_activations)
+    assert schedule.peak_activations == [2, 1]
+    assert report.iteration_seconds == schedule.completion_time
+    assert report.tokens_per_second == pytest.approx(8 * 4 / schedule.completion_time)
+    total_gpus = 2 * 1 * 2
+    assert report.mfu == pytest.approx(iteration_flops(workload, 8) / (schedule.completion_time * total_gpus * 1000))
+    per_microbatch = 4 * 2 * 8 * (34 + 5 * 2 * 4 / 8) * 2       # two layers per GPU, no recompute
+    static = (2 * 784 + 128) * 16
+    assert report.memory_gb == pytest.approx(((static + 2 * per_microbatch) / 1e9, (static + per_microbatch) / 1e9))
+    assert not report.memory_fits and report.gpu_memory_gb == 3.5e-5
+    assert report.lines()[2].endswith("DOES NOT FIT")
+
+
+def test_n_and_sync_freq_may_be_given_when_the_workload_does_not_set_them():
+    params = workload_environment(Workload(model=DERIVE), num_gpus=2, n=6, sync_freq=3)
+    assert (params.n, params.sync_freq) == (6, 3)
+    with pytest.raises(ParameterError, match="derived from global_batch_size"):
+        workload_environment(tiny_workload(), num_gpus=2, n=6)
+    with pytest.raises(ParameterError, match="fwd_len"):
+        workload_environment(tiny_workload(), num_gpus=2, fwd_len=1.0)
+
+
+@pytest.mark.parametrize("kwargs, fragment", [
+    ({"model": "gpt4"}, "model = 'gpt4': unknown preset; valid: gpt3-175b, llama2-7b, llama2-70b, llama3-8b"),
+    ({"model": "gpt3-175b", "global_batch_size": 65, "data_parallel": 2}, "must be a multiple of"),
+    ({"model": "gpt3-175b", "p2p_bandwidth": -1.0}, "p2p_bandwidth = -1.0: must be a finite number > 0"),
+    ({"model": "gpt3-175b", "tensor_parallel": 5}, "tensor_parallel = 5: must divide heads = 96"),
+    ({"model": {"layers": 2}}, "lacks hidden, heads, ffn_hidden, vocab"),
+    ({"model": "llama3-8b", "gpu": "v100"}, "valid: a100-40gb, a100-80gb, h100-80gb, h200-141gb"),
+    ({"model": "llama3-8b", "recompute": "some"}, "must be one of none, selective, full"),
+])
+def test_bad_workloads(kwargs, fragment):
+    with pytest.raises(ParameterError, match=fragment.replace("(", r"\(").replace(")", r"\)")):
+        Workload(**kwargs)
+
+
+@pytest.mark.parametrize("grid, fragment", [
+    ({"model": "gpt4"}, "config key 'model': model = 'gpt4': unknown preset; valid: gpt3-175b"),
+    ({"model": "gpt3-175b", "global_batch_size": 65, "data_parallel": 2},
+     "global_batch_size = 65: must be a multiple of micro_batch_size x data_parallel = 2"),
+    ({"model": "gpt3-175b", "dp_bandwidth": [50, -2]}, "config key 'dp_bandwidth': dp_bandwidth = -2.0"),
+    ({"model": ["gpt3-175b", "llama2-7b"], "tensor_parallel": 3}, "tensor_parallel = 3: must divide heads = 32"),
+    ({"tensor_parallel": 2}, "config key 'tensor_parallel': a workload key needs 'model'"),
+    ({"model": "gpt3-175b", "bwd_len": 2}, "config key 'bwd_len': derived from the workload"),
+    ({"model": "gpt3-175b", "n": 4, "global_batch_size": 8}, "give n or global_batch_size, not both"),
+])
+def test_bad_workload_configs_get_one_line(tmp_path, grid, fragment):
+    import json
+
+    config = tmp_path / "bad.json"
+    config.write_text(json.dumps(grid))
+    result = run_script("data_generator.py", "--config", str(config), "-o", str(tmp_path / "x.csv"), cwd=tmp_path)
+    assert_one_line_error(result, fragment)
+
+
+@pytest.mark.parametrize("args, fragment", [
+    (["--model", "gpt4"], "--model: model = 'gpt4': unknown preset; valid: gpt3-175b"),
+    (["--model", "gpt3-175b", "--tensor-parallel", "5"], "--tensor-parallel: tensor_parallel = 5: must divide"),
+    (["--model", "gpt3-175b", "--global-batch-size", "65", "--data-parallel", "2"], "--global-batch-size"),
+    (["--model", "gpt3-175b", "--p2p-bandwidth", "-1"], "--p2p-bandwidth: p2p_bandwidth = -1.0"),
+    (["--model", "gpt3-175b", "--fwd-len", "2"], "--fwd-len: fwd_len = 2.0: is derived from the workload"),
+    (["--tensor-parallel", "2"], "--tensor-parallel: tensor_parallel = 2: needs --model"),
+    (["--model", "{\"layers\": 2"], "--model: model = '{\"layers\": 2': is not a JSON object"),
+])
+def test_bad_workload_flags_get_one_line(tmp_path, args, fragment):
+    result = run_script("schedule_visualizer_single_channel.py", *args, "--no-show", cwd=tmp_path)
+    assert_one_line_error(result, fragment)
+
+
+def test_a_grid_without_model_keeps_its_columns():
+    grid = EnvironmentGrid.from_mapping({"n": [4, 8]})
+    assert not grid.has_workload and [w for _, w in grid.cases()] == [None, None]
+
+
+def test_a_workload_grid_sweeps_workload_keys_and_derives_the_rest():
+    grid = EnvironmentGrid.from_mapping({"model": ["gpt3-175b", "llama3-8b"], "tensor_parallel": 8, "num_gpus": 8,
+                                         "global_batch_size": 64, "p2p_bandwidth": [12.5, 25]})
+    cases = list(grid.cases())
+    assert len(grid) == 4 and grid.varying() == ["model", "p2p_bandwidth"]
+    assert [(w.shape.name, w.p2p_bandwidth) for _, w in cases] == [
+        ("gpt3-175b", 12.5), ("gpt3-175b", 25.0), ("llama3-8b", 12.5), ("llama3-8b", 25.0)]
+    for params, workload in cases:
+        assert params == workload_environment(workload, num_gpus=8)
+        assert params.n == 64 and params.sync_freq == 64
+    assert cases[0][0].prop_len == pytest.approx(2 * cases[1][0].prop_len)
+    with pytest.raises(ConfigError):
+        EnvironmentGrid.from_mapping({"model": "gpt3-175b", "fwd_len": 1.0})
+
+
+def test_a_workload_sweep_through_the_pipeline(tmp_path):
+    import json
+
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps({
+        "model": {"layers": 8, "hidden": 256, "heads": 8, "ffn_hidden": 1024, "vocab": 1000, "seq_len": 512},
+        "gpu": ["a100-40gb", {"tflops": 100, "memory_gb": 0.05}], "num_gpus": 4, "data_parallel": 2,
+        "global_batch_size": 16, "p2p_bandwidth": 0.05, "dp_bandwidth": 0.05, "schedule": ["1f1b", "zb-h1"]}))
+    result = run_script("run_full_pipeline.py", "-c", str(config), "--priority_step", "0.5", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "s/iteration" in result.stdout and "tokens/s, MFU" in result.stdout and "DOES NOT FIT" in result.stdout
+    (output,) = (tmp_path / "outputs" / "data").glob("tiny_*.csv")
+    with open(output, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 4 * 37
+    for row in rows:
+        workload = Workload(model=json.loads(config.read_text())["model"],
+                            gpu="a100-40gb" if row["gpu"] == "a100-40gb" else {"tflops": 100, "memory_gb": 0.05},
+                            data_parallel=2, global_batch_size=16, p2p_bandwidth=0.05, dp_bandwidth=0.05)
+        params = workload_environment(workload, num_gpus=4, schedule=row["schedule"])
+        assert float(row["fwd_len"]) == params.fwd_len and float(row["sync_base_len"]) == params.sync_base_len
+        assert int(row["n"]) == 8 and int(row["sync_freq"]) == 8
+        time = float(row["completion_time"])
+        assert float(row["tokens_per_second"]) == pytest.approx(16 * 512 / time)
+        assert row["memory_fits"] == str(float(row["peak_memory_gb"]) <= float(row["gpu_memory_gb"]))
+    assert {row["memory_fits"] for row in rows} == {"True", "False"}
+    folder = tmp_path / "outputs" / "heatmaps" / output.stem
+    comparisons = sorted(folder.glob("compare_*.png"))
+    assert len(comparisons) == 2 and len(list(folder.glob("*.png"))) == 6
+    assert all(path.name.startswith("compare_layers8-hidden256") or path.name.startswith("layers8-hidden256")
+               for path in folder.glob("*.png"))
+
+
+def test_the_visualizer_reports_a_workload_in_seconds(tmp_path):
+    result = run_script("schedule_visualizer_single_channel.py", "--model", "gpt3-175b", "--num-gpus", "8",
+                        "--tensor-parallel", "8", "--global-batch-size", "16", "--recompute", "selective",
+                        "--no-show", "--output", "g.png", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert "completion time" in lines[0] and " s (ideal" in lines[0]
+    assert lines[1].strip() == "gpt3-175b on 64 x a100-80gb (tensor 8, pipeline 8, data 1), batch 16 x 2048 tokens"
+    assert lines[2].strip().startswith("derived times: fwd 73.6 ms, bwd 147 ms, prop 126 us, sync 0 s")
+    assert "MFU" in lines[3] and lines[4].strip().endswith("fits")
+    from conftest import assert_png_drawn
+    assert_png_drawn(tmp_path / "g.png", min_width=1000, min_height=500)
