@@ -27,6 +27,7 @@ from typing import Iterator, Mapping
 
 from .model import EnvParams, ParameterError
 from .schedules import SCHEDULE_PARAMETERS, SCHEDULES, get_schedule
+from .taskgraph import estimated_tasks
 from .workload import DERIVED_KEYS, WORKLOAD_KEYS, GpuSpec, ModelShape, Workload, workload_environment
 
 INTEGER_KEYS = ("n", "num_gpus", "sync_freq", "chunks", "slow_gpu", "seed", "seq_len", "tensor_parallel",
@@ -37,7 +38,10 @@ OBJECT_KEYS = ("model", "gpu")
 BOOLEAN_KEYS = ("sequence_parallel",)
 #: Keys of the grid file that are settings of the sweep, not environment parameters.
 SETTING_KEYS = ("samples",)
-MAX_RANGE_VALUES = 100_000
+MAX_RANGE_VALUES = 100_000  # values of one key, as a range or a list
+#: Combinations of a grid (before the schedule rules thin them); more is a typo, not a study.
+MAX_COMBINATIONS = 1_000_000
+MAX_CONFIG_BYTES = 10 * 2 ** 20
 
 
 class ConfigError(ValueError):
@@ -48,9 +52,11 @@ def _number(key: str, value: object, where: str) -> int | float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         kind = "an integer" if key in INTEGER_KEYS else "a number"
         raise ConfigError(f"{where}: {value!r} is not {kind}")
+    if not math.isfinite(value):
+        raise ConfigError(f"{where}: {value!r} is not a finite number")
     if key in INTEGER_KEYS:
-        if isinstance(value, float) and not value.is_integer():
-            raise ConfigError(f"{where}: {value!r} is not an integer")
+        if isinstance(value, float) and not value.is_integer() or abs(value) > 2 ** 53:
+            raise ConfigError(f"{where}: {value!r} is not an integer (at most 2^53)")
         return int(value)
     return float(value)
 
@@ -127,6 +133,8 @@ def _values(key: str, raw: object, base: Mapping[str, object]) -> list:
     elif isinstance(raw, list):
         if not raw:
             raise ConfigError(f"{where}: empty list; give at least one value")
+        if len(raw) > MAX_RANGE_VALUES:
+            raise ConfigError(f"{where}: list of {len(raw):,} values; at most {MAX_RANGE_VALUES:,} are allowed")
         values = [_number(key, item, where) for item in raw]
     else:
         values = [_number(key, raw, where)]
@@ -170,6 +178,15 @@ class EnvironmentGrid:
         # each value is judged in the default environment, on the grid's largest GPU count (for slow_gpu)
         gpus = _values("num_gpus", raw["num_gpus"], defaults) if "num_gpus" in raw else [defaults["num_gpus"]]
         base = {**defaults, "num_gpus": max(gpus)}
+        for key, value in raw.items():  # sizes first, before anything is expanded
+            if _count(value) > MAX_RANGE_VALUES:
+                what = "list of" if isinstance(value, list) else "range gives"
+                raise ConfigError(f"config key {key!r}: {what} {_count(value):,} values; at most "
+                                  f"{MAX_RANGE_VALUES:,} are allowed")
+        counts = [_count(raw[key]) for key in raw if key not in SETTING_KEYS]
+        if math.prod(counts) > MAX_COMBINATIONS:
+            raise ConfigError(f"{source}: the values multiply to {math.prod(counts):,} combinations; at most "
+                              f"{MAX_COMBINATIONS:,} are allowed")
         values = [(name, tuple(_values(name, raw[name], base)) if name in raw else (defaults[name],))
                   for name in names]
         workload_keys = [key for key in WORKLOAD_KEYS if key in raw]
@@ -178,22 +195,36 @@ class EnvironmentGrid:
                               f"object of fields)")
         if "model" in raw:
             values += _workload_grid(raw)
+        combinations = math.prod(len(v) for _, v in values)
+        if combinations > MAX_COMBINATIONS:
+            raise ConfigError(f"{source}: the values multiply to {combinations:,} combinations; at most "
+                              f"{MAX_COMBINATIONS:,} are allowed")
         return cls(tuple(values), samples, frozenset(raw) - set(SETTING_KEYS))
 
     @classmethod
     def load(cls, path: str | Path) -> EnvironmentGrid:
         path = Path(path)
+        if path.is_dir():
+            raise ConfigError(f"config {path}: is a folder; give a JSON file")
         try:
-            text = path.read_text(encoding="utf-8")
+            with open(path, "rb") as handle:
+                data = handle.read(MAX_CONFIG_BYTES + 1)
+            if len(data) > MAX_CONFIG_BYTES:
+                raise ConfigError(f"config {path}: larger than {MAX_CONFIG_BYTES // 2 ** 20} MB; a grid config is "
+                                  f"a few lines of JSON")
+            text = data.decode("utf-8")
         except FileNotFoundError:
             raise ConfigError(f"config {path}: no such file") from None
         except (OSError, UnicodeDecodeError) as error:
             raise ConfigError(f"config {path}: cannot read it ({getattr(error, 'strerror', None) or error})") from None
         try:
-            raw = json.loads(text)
+            raw = json.loads(text, object_pairs_hook=_unique_keys)
         except json.JSONDecodeError as error:
             raise ConfigError(f"config {path}: invalid JSON at line {error.lineno}, column {error.colno}: "
                               f"{error.msg}") from None
+        except RecursionError:
+            raise ConfigError(f"config {path}: JSON nested too deeply; a grid config is one object of "
+                              f"values and lists") from None
         return cls.from_mapping(raw, f"config {path}")
 
     def _environment(self, combo: Mapping[str, object]) -> tuple[EnvParams, Workload | None]:
@@ -219,15 +250,25 @@ class EnvironmentGrid:
             yield dict(zip(names, combo))
 
     @cached_property
-    def _scan(self) -> tuple[int, tuple[tuple[str, str], ...]]:
-        valid, invalid = 0, []
+    def _scan(self) -> tuple[int, tuple[tuple[str, str], ...], int, int, str]:
+        """Valid count, the invalid combinations, the summed and the largest estimated tasks (and where)."""
+        valid, invalid, total, largest, where = 0, [], 0, 0, ""
         for combo in self._combinations():
             try:
-                self._environment(combo)
-                valid += 1
+                params, _ = self._environment(combo)
             except ParameterError as error:
                 invalid.append((_describe(combo, self), str(error)))
-        return valid, tuple(invalid)
+                continue
+            valid += 1
+            tasks = estimated_tasks(params)
+            total += tasks
+            if tasks > largest:
+                largest, where = tasks, _describe(combo, self)
+        return valid, tuple(invalid), total, largest, where
+
+    def task_estimate(self) -> tuple[int, int, str]:
+        """Estimated tasks of one simulation of every valid environment summed, the largest, and its environment."""
+        return self._scan[2], self._scan[3], self._scan[4]
 
     def invalid(self) -> tuple[tuple[str, str], ...]:
         """The combinations that break a schedule's requirement: (the varying parameters, the reason)."""
@@ -260,6 +301,28 @@ class EnvironmentGrid:
 
     def as_dict(self) -> dict[str, list]:
         return {name: [_plain(value) for value in values] for name, values in self.values} | {"samples": self.samples}
+
+
+def _count(value: object) -> int:
+    """How many values a key's entry gives, without expanding it (1 for what the checks will refuse)."""
+    if isinstance(value, list):
+        return len(value)
+    if isinstance(value, dict) and all(isinstance(value.get(k), (int, float)) and not isinstance(value.get(k), bool)
+                                       and math.isfinite(value[k]) for k in ("start", "stop", "step")):
+        if value["step"] > 0 and value["stop"] >= value["start"]:
+            start, stop, step = (Decimal(repr(value[k])) for k in ("start", "stop", "step"))
+            return int((stop - start) / step) + 1  # as _expand_range counts
+    return 1
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    """A JSON object whose keys are each given once (JSON would silently keep the last)."""
+    seen: dict[str, object] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise ConfigError(f"config key {key!r} is given twice; give it once (a list for several values)")
+        seen[key] = value
+    return seen
 
 
 def _plain(value: object) -> object:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import numbers
 from typing import Mapping
 
 from .allocation import LEVEL_TOLERANCE, choose_sending_set, exclusive_key, is_throttled, layered_rates
@@ -342,7 +343,7 @@ def calculate_full_pipeline_schedule(
                        w_fraction=w_fraction, fb_overlap=fb_overlap, compute_jitter=compute_jitter,
                        comm_jitter=comm_jitter, jitter_dist=jitter_dist, slow_gpu=slow_gpu, slow_factor=slow_factor,
                        seed=seed)
-    if isinstance(sample, bool) or not isinstance(sample, int) or sample < 0:
+    if isinstance(sample, bool) or not isinstance(sample, numbers.Integral) or sample < 0:
         raise ParameterError("sample", sample, "must be an integer >= 0")
     policy = Policy(priorities=dict(priorities or {}), exclusive_tiers=dict(exclusive_tiers or {}))
     return simulate(params, policy, sample)

@@ -7,6 +7,7 @@ fractions of full speed (compute) or of one link's bandwidth (communication).
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
@@ -172,13 +173,26 @@ class ParameterError(ValueError):
 
 
 def _check_int(name: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
         raise ParameterError(name, value, f"must be an integer >= {minimum}")
+
+
+#: Bounds of a task's work (section 1): every accepted environment gives finite times, and no work is so small
+#: that the engine's tolerance for simultaneous instants (1e-9 x max(1, t)) would swallow it.
+MIN_LENGTH, MAX_LENGTH = 1e-6, 1e9
+
+
+def _check_length(name: str, value: object, *, zero: bool) -> None:
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) and \
+        (MIN_LENGTH <= value <= MAX_LENGTH or (zero and value == 0))
+    if not ok:
+        allowed = f"0 or {MIN_LENGTH:g}..{MAX_LENGTH:g}" if zero else f"from {MIN_LENGTH:g} to {MAX_LENGTH:g}"
+        raise ParameterError(name, value, f"must be a finite number {allowed}")
 
 
 def _check_float(name: str, value: object, low: float, *, low_open: bool = False,
                  high: float | None = None, high_closed: bool = False) -> None:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
     if ok:
         ok = (value > low if low_open else value >= low) and \
              (high is None or (value <= high if high_closed else value < high))
@@ -227,13 +241,11 @@ class EnvParams:
         _check_int("n", self.n, 1)
         _check_int("num_gpus", self.num_gpus, 1)
         _check_int("sync_freq", self.sync_freq, 1)
-        _check_float("fwd_len", self.fwd_len, 0.0, low_open=True)
-        _check_float("bwd_len", self.bwd_len, 0.0, low_open=True)
-        _check_float("prop_len", self.prop_len, 0.0)
-        _check_float("sync_base_len", self.sync_base_len, 0.0)
+        for name in ("fwd_len", "bwd_len", "prop_len", "sync_base_len"):
+            _check_length(name, getattr(self, name), zero=name in ("prop_len", "sync_base_len"))
         _check_float("fwd_impact", self.fwd_impact, 0.0, high=1.0)
         _check_float("bwd_impact", self.bwd_impact, 0.0, high=1.0)
-        _check_float("ingress_capacity", self.ingress_capacity, 0.0, low_open=True)
+        _check_float("ingress_capacity", self.ingress_capacity, 1e-6, high=1e6, high_closed=True)
         spec = get_schedule(self.schedule)
         _check_int("chunks", self.chunks, 2)
         _check_float("w_fraction", self.w_fraction, 0.0, high=1.0)
@@ -244,15 +256,21 @@ class EnvParams:
         _check_float("comm_jitter", self.comm_jitter, 0.0, high=1.0, high_closed=True)
         if self.jitter_dist not in JITTER_DISTRIBUTIONS:
             raise ParameterError("jitter_dist", self.jitter_dist, f"must be one of {', '.join(JITTER_DISTRIBUTIONS)}")
-        if isinstance(self.slow_gpu, bool) or not isinstance(self.slow_gpu, int) or \
+        if isinstance(self.slow_gpu, bool) or not isinstance(self.slow_gpu, numbers.Integral) or \
                 not -1 <= self.slow_gpu < self.num_gpus:
             raise ParameterError("slow_gpu", self.slow_gpu, f"must be -1 (no straggler) or a GPU 0..{self.num_gpus - 1}")
-        _check_float("slow_factor", self.slow_factor, 1.0)
+        _check_float("slow_factor", self.slow_factor, 1.0, high=1e6, high_closed=True)
         _check_int("seed", self.seed, 0)
         if self.seed >= 2 ** 63:
             raise ParameterError("seed", self.seed, "must be an integer from 0 to 2^63 - 1")
         for name in self.ignored():
             object.__setattr__(self, name, _SCHEDULE_DEFAULTS[name])
+        for f in fields(self):  # numpy scalars and the like become plain Python numbers
+            value = getattr(self, f.name)
+            if f.type == "int" and type(value) is not int:
+                object.__setattr__(self, f.name, int(value))
+            elif f.type == "float" and type(value) is not float:
+                object.__setattr__(self, f.name, float(value))
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -285,6 +303,8 @@ _SCHEDULE_DEFAULTS = {"chunks": 2, "w_fraction": 0.5, "fb_overlap": 0.0}
 
 
 _TIER_RE = re.compile(r"[a-z]")
+#: The smallest positive shared priority: smaller ones would round a transfer's rate to nothing.
+MIN_PRIORITY = 1e-6
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -303,8 +323,9 @@ class Policy:
         for kind, value in self.priorities.items():
             if kind not in COMM_KINDS:
                 raise ParameterError("priorities", kind, f"unknown kind; allowed kinds: {names}")
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
-                raise ParameterError(f"priorities[{kind}]", value, "must be a number in [0, 1]")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                    not (value == 0.0 or MIN_PRIORITY <= value <= 1.0):
+                raise ParameterError(f"priorities[{kind}]", value, f"must be 0 or a number from {MIN_PRIORITY:g} to 1")
         for kind, tier in self.exclusive_tiers.items():
             if kind not in COMM_KINDS:
                 raise ParameterError("exclusive_tiers", kind, f"unknown kind; allowed kinds: {names}")

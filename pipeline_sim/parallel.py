@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import multiprocessing
+import multiprocessing.context
 import signal
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor
@@ -18,6 +20,7 @@ _Result = TypeVar("_Result")
 def _init_worker() -> None:
     # Ctrl-C goes to the whole process group; only the parent should react to it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the parent's clean-stop handler is not for workers
     # A parent killed outright (SIGKILL) must not leave its workers running; Linux only.
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
@@ -35,7 +38,8 @@ def ordered_map(function: Callable[[_Item], _Result], items: Iterable[_Item], wo
     if workers <= 1:
         yield from map(function, items)
         return
-    pool = ProcessPoolExecutor(max_workers=workers, initializer=_init_worker)
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_init_worker, mp_context=_context())
+    finished = False
     try:
         pending = deque()
         for item in items:
@@ -44,5 +48,17 @@ def ordered_map(function: Callable[[_Item], _Result], items: Iterable[_Item], wo
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()
+        finished = True
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        if not finished:
+            # Interrupted or abandoned: the work in flight is not wanted, so the workers stop now
+            # instead of finishing it (a second Ctrl-C would otherwise wait on them).
+            for process in list(getattr(pool, "_processes", {}).values()):
+                process.terminate()
+        pool.shutdown(wait=finished, cancel_futures=True)
+
+
+def _context() -> multiprocessing.context.BaseContext:
+    """Fork where the platform has it (workers start at once and share the parent's imports), else spawn."""
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")

@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 from typing import Iterator
 
+import numpy as np
 import pandas as pd
 
 from .config import INTEGER_KEYS, STRING_KEYS
@@ -28,9 +29,19 @@ class ResultsError(ValueError):
 
 
 def load_results(path: str | Path) -> pd.DataFrame:
+    """A sweep's CSV, checked: complete lines, the generator's columns, finite positive times."""
     path = Path(path)
+    if path.is_dir():
+        raise ResultsError(f"CSV {path}: is a folder; give the CSV file a sweep wrote")
     if not path.is_file():
         raise ResultsError(f"CSV {path}: no such file")
+    if path.name.endswith(".partial"):
+        raise ResultsError(f"CSV {path}: is an unfinished sweep's partial file; finish the sweep with --resume "
+                           f"and draw its CSV")
+    with open(path, "rb") as handle:
+        handle.seek(0, 2)
+        if handle.tell() and (handle.seek(-1, 2), handle.read(1))[1] != b"\n":
+            raise ResultsError(f"CSV {path}: its last line is cut (no line end); was it copied while written?")
     try:
         frame = pd.read_csv(path, dtype={column: "string" for column in TIER_COLUMNS})
     except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as error:
@@ -42,8 +53,15 @@ def load_results(path: str | Path) -> pd.DataFrame:
                            f"give a CSV written by data_generator.py")
     if frame.empty:
         raise ResultsError(f"CSV {path} has a header but no rows")
-    if frame["completion_time"].isna().any() or not pd.api.types.is_numeric_dtype(frame["completion_time"]):
-        raise ResultsError(f"CSV {path}: completion_time has missing or non-numeric values")
+    for column in [name for name in ("completion_time", *METRICS, "ideal_time") if name in frame.columns]:
+        values = pd.to_numeric(frame[column], errors="coerce")
+        bad = ~(np.isfinite(values) & (values >= 0 if column == "completion_std" else values > 0))
+        if bad.any():
+            row = int(np.flatnonzero(bad.to_numpy())[0])
+            cell = frame[column].iloc[row]
+            text = repr(cell) if isinstance(cell, str) else f"{float(cell):g}"
+            raise ResultsError(f"CSV {path}: line {row + 2} has {column} = {text}; "
+                               f"every time must be a finite number > 0")
     return frame
 
 

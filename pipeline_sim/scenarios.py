@@ -10,11 +10,23 @@ from .model import COMM_KINDS, ParameterError, Policy
 DEFAULT_STEP = 0.1
 
 
+#: The finest priority grid: step 0.01.
+MAX_STEPS = 100
+
+
+def policy_count(steps: int) -> int:
+    """Policies of the grid with ``steps`` steps per unit: simplex, one exclusive, two exclusive, weak orders."""
+    return (steps + 1) * (steps + 2) // 2 + 3 * (steps + 1) + 9 + 13
+
+
 def steps_per_unit(step: float) -> int:
     """How many steps of ``step`` make 1; raises ``ParameterError`` unless that is a whole number."""
     if isinstance(step, bool) or not isinstance(step, (int, float)) or not 0.0 < step <= 1.0:
         raise ParameterError("step", step, "must be a number in (0, 1] that divides 1, e.g. 0.2, 0.1, 0.05")
     count = round(1.0 / step)
+    if count > MAX_STEPS:
+        raise ParameterError("step", step, f"is finer than 1/{MAX_STEPS} = {1 / MAX_STEPS:g}, which already gives "
+                                           f"{policy_count(MAX_STEPS):,} policies per environment")
     if abs(count * step - 1.0) > 1e-9:
         raise ParameterError("step", step, f"does not divide 1 into a whole number of steps "
                                            f"(1 / {step:g} = {1.0 / step:.6g}); try 0.2, 0.1 or 0.05")

@@ -27,10 +27,12 @@ import numpy as np
 
 from .config import ConfigError, EnvironmentGrid
 from .engine import simulate
+from .files import OutputError, exclusive_writer, output_target
 from .metrics import ScheduleMetrics, schedule_metrics
 from .model import COMM_KINDS, EnvParams, ParameterError, Policy
 from .parallel import ordered_map
 from .scenarios import DEFAULT_STEP, policy_grid, steps_per_unit
+from .taskgraph import MAX_TASKS
 from .workload import REPORT_COLUMNS, WORKLOAD_KEYS, Workload, workload_report
 
 SIMULATORS = ("single_channel", "dual_channel")
@@ -54,6 +56,10 @@ def sweep_columns(workload: bool) -> tuple[tuple[str, ...], tuple[str, ...]]:
         (*SAMPLE_COLUMNS[:env], *WORKLOAD_KEYS, *SAMPLE_COLUMNS[env:])
 #: Simulations a chunk of work aims at when samples multiply its rows.
 CHUNK_SIMULATIONS = 128
+#: Measured cost of one task of a simulation on one core (benchmarks/bench.py; a slow day's figure).
+SECONDS_PER_TASK = 15e-6
+#: The longest sweep run without --allow-large.
+MAX_HOURS = 24
 
 
 class ResumeError(ValueError):
@@ -74,6 +80,7 @@ class SweepPlan:
     skip_invalid: bool = False
     samples: int | None = None  # noise draws per (environment, policy); None: the grid's own setting
     with_samples: bool = False  # also write one row per sample
+    allow_large: bool = False  # run beyond the size limits (tasks per simulation, estimated hours)
 
     def __post_init__(self) -> None:
         if self.samples is None:
@@ -91,6 +98,20 @@ class SweepPlan:
                               f"{where}: {reason}{more}; fix the config or pass --skip-invalid to leave them out")
         if not len(self.grid):
             raise ConfigError("no combination of the grid can run; fix the config")
+        if not self.allow_large:
+            self._check_size()
+
+    def _check_size(self) -> None:
+        """Refuse, before any work, a sweep that cannot fit in memory or finish in a day."""
+        total, largest, where = self.grid.task_estimate()
+        if largest > MAX_TASKS:
+            raise ConfigError(f"{where} has about {largest:,} tasks per simulation; at most {MAX_TASKS:,} fit in "
+                              f"memory (pass --allow-large to try anyway)")
+        hours = total * len(self.policies) * self.samples * SECONDS_PER_TASK / (os.cpu_count() or 1) / 3600
+        if hours > MAX_HOURS:
+            raise ConfigError(f"{self.num_simulations:,} simulations of about {total * len(self.policies) * self.samples:,} "
+                              f"tasks would take about {hours:,.0f} hours on this machine; at most {MAX_HOURS} are "
+                              f"allowed (shrink the grid, or pass --allow-large)")
 
     @property
     def policies(self) -> tuple[Policy, ...]:
@@ -230,6 +251,14 @@ def rows_per_chunk(plan: SweepPlan, workers: int) -> int:
     return max(1, min(math.ceil(per_env / pieces), by_samples))
 
 
+def useful_workers(plan: SweepPlan, workers: int) -> int:
+    """``workers``, or fewer when the sweep has fewer chunks of work than that (chunks sized for the cores)."""
+    per_env = len(plan.policies)
+    sized_for = min(workers, os.cpu_count() or 1)
+    chunks = plan.num_environments * math.ceil(per_env / rows_per_chunk(plan, sized_for))
+    return max(1, min(workers, chunks))
+
+
 def partial_paths(output: Path) -> tuple[Path, Path]:
     """The partial CSV and its fingerprint file for ``output``."""
     return output.with_name(output.name + ".partial"), output.with_name(output.name + ".partial.json")
@@ -274,58 +303,92 @@ def resumable(output: Path, plan: SweepPlan) -> bool:
         return False
 
 
+def _not_resumable(partial: Path, meta: Path) -> str:
+    """Why a partial file cannot be continued by this sweep, said precisely."""
+    if not meta.exists():
+        return (f"{partial} has lost its record {meta.name}, so which sweep wrote it is unknown; remove it or "
+                f"pass --overwrite to start over")
+    try:
+        json.loads(meta.read_text())["fingerprint"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"{meta} is damaged, so which sweep wrote {partial} is unknown; remove both or pass --overwrite"
+    return (f"{partial} was written by a different config, step, simulator or samples setting; remove it, "
+            f"drop --resume or pass --overwrite")
+
+
 def run_sweep(plan: SweepPlan, output: str | os.PathLike, *, workers: int = 1, resume: bool = False,
-              samples_output: str | os.PathLike | None = None) -> Iterator[int]:
+              samples_output: str | os.PathLike | None = None, overwrite: bool = False) -> Iterator[int]:
     """Run ``plan`` into the CSV ``output``; yield the rows on disk, first before any new work.
 
     With ``resume``, continue ``output``'s partial file if there is one (it must come
-    from the same plan); otherwise start afresh. Closing the generator early leaves
-    the partial file holding every finished row. When ``plan.with_samples``, one row per
-    sample also goes to ``samples_output``.
+    from the same plan); otherwise start afresh, which an existing output or partial file
+    refuses unless ``overwrite``. One run at a time writes an output (``<output>.lock``).
+    Closing the generator early leaves the partial file holding every finished row. When
+    ``plan.with_samples``, one row per sample also goes to ``samples_output``.
     """
-    output = Path(output)
-    partial, meta = partial_paths(output)
-    sample_partial = samples_path(output)
+    output = output_target(output)
     if plan.with_samples and samples_output is None:
         raise ValueError("a plan with samples needs a samples_output path")
-    done = 0
-    if resume and partial.exists():
-        if not resumable(output, plan):
-            raise ResumeError(f"{partial} was written by a different config, step, simulator or samples setting; "
-                              f"remove it or drop --resume")
-        done = _complete_lines(partial, plan.header)
-        if done > plan.num_rows:
-            raise ResumeError(f"{partial} has {done} rows, more than the {plan.num_rows} this sweep writes")
-        if plan.with_samples:
-            expected = done * plan.samples
-            if not sample_partial.exists() or _complete_lines(sample_partial, plan.sample_header, expected) < expected:
-                raise ResumeError(f"{sample_partial} lacks rows of the samples already summarised in {partial}; "
-                                  f"remove both or drop --resume")
-    else:
-        try:
-            output.parent.mkdir(parents=True, exist_ok=True)
-            partial.write_text(plan.header, encoding="utf-8")
+    if samples_output is not None:
+        samples_output = output_target(samples_output)
+        if samples_output == output:
+            raise OutputError(f"the samples file and the CSV are both {output}; give them different paths")
+    partial, meta = partial_paths(output)
+    sample_partial = samples_path(output)
+    for path in (partial, meta, sample_partial):
+        output_target(path)  # refuses a folder, a device or a FIFO in their place
+        if path.is_symlink():
+            raise OutputError(f"{path} is a link; remove it")
+    with exclusive_writer(output):
+        done = 0
+        if resume and partial.exists():
+            if not resumable(output, plan):
+                raise ResumeError(_not_resumable(partial, meta))
+            done = _complete_lines(partial, plan.header)
+            if done > plan.num_rows:
+                raise ResumeError(f"{partial} has {done} rows, more than the {plan.num_rows} this sweep writes")
             if plan.with_samples:
-                sample_partial.write_text(plan.sample_header, encoding="utf-8")
-            meta.write_text(json.dumps({"fingerprint": plan.fingerprint(), "output": str(output)}),
-                            encoding="utf-8")
-        except OSError as error:
-            raise OSError(error.errno, f"cannot write {output}: {error.strerror or error}") from None
-    yield done
-    with open(partial, "a", encoding="utf-8", newline="") as handle, \
-            open(sample_partial if plan.with_samples else os.devnull, "a", encoding="utf-8", newline="") as samples:
-        chunks = plan.chunks(done, rows_per_chunk(plan, workers))
-        for text, sample_text, count in ordered_map(simulate_chunk, chunks, workers):
-            samples.write(sample_text)  # samples first: a summarised row always has its samples on disk
-            samples.flush()
-            handle.write(text)
-            handle.flush()
-            done += count
-            yield done
-        os.fsync(handle.fileno())
+                expected = done * plan.samples
+                if not sample_partial.exists() or \
+                        _complete_lines(sample_partial, plan.sample_header, expected) < expected:
+                    raise ResumeError(f"{sample_partial} lacks rows of the samples already summarised in "
+                                      f"{partial}; remove both or drop --resume")
+        else:
+            if not overwrite:
+                if partial.exists():
+                    what = "rows of this very sweep" if resumable(output, plan) else "rows of another sweep"
+                    raise ResumeError(f"{partial} holds {what}; pass --resume to continue it or --overwrite to "
+                                      f"start over")
+                for existing in (output, samples_output):
+                    if existing is not None and existing.exists():
+                        raise ResumeError(f"{existing} exists; pass --overwrite to replace it or choose another "
+                                          f"output")
+            try:
+                output.parent.mkdir(parents=True, exist_ok=True)
+                partial.write_text(plan.header, encoding="utf-8")
+                if plan.with_samples:
+                    sample_partial.write_text(plan.sample_header, encoding="utf-8")
+                meta.write_text(json.dumps({"fingerprint": plan.fingerprint(), "output": str(output)}),
+                                encoding="utf-8")
+            except OSError as error:
+                raise OSError(error.errno, f"cannot write {output}: {error.strerror or error}") from None
+        yield done
+        with open(partial, "a", encoding="utf-8", newline="") as handle, \
+                open(sample_partial if plan.with_samples else os.devnull, "a", encoding="utf-8",
+                     newline="") as samples:
+            chunks = plan.chunks(done, rows_per_chunk(plan, workers))
+            for text, sample_text, count in ordered_map(simulate_chunk, chunks, workers):
+                samples.write(sample_text)  # samples first: a summarised row always has its samples on disk
+                samples.flush()
+                handle.write(text)
+                handle.flush()
+                done += count
+                yield done
+            os.fsync(handle.fileno())
+            if plan.with_samples:
+                os.fsync(samples.fileno())
         if plan.with_samples:
-            os.fsync(samples.fileno())
-    if plan.with_samples:
-        os.replace(sample_partial, samples_output)
-    os.replace(partial, output)
-    meta.unlink(missing_ok=True)
+            assert samples_output is not None
+            os.replace(sample_partial, samples_output)
+        os.replace(partial, output)
+        meta.unlink(missing_ok=True)

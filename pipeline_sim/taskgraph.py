@@ -58,6 +58,21 @@ class ScheduleError(ValueError):
     """A schedule's orders that do not describe one runnable iteration (a defect in its builder)."""
 
 
+#: The most tasks one simulation may have: beyond it memory runs to gigabytes (about 1 kB a task).
+MAX_TASKS = 1_000_000
+
+
+def estimated_tasks(params: EnvParams) -> int:
+    """An upper bound on the tasks of ``params``' graph, computed without building it.
+
+    Per micro-batch and stage: a forward, a backward (or its I and W halves) and the two
+    pipeline transfers; plus the gradient syncs.
+    """
+    stages = params.num_gpus * params.v
+    syncs = stages * (params.n // params.sync_freq + 1)
+    return params.n * stages * 5 + syncs
+
+
 def build_task_graph(params: EnvParams, sample: int = 0) -> TaskGraph:
     """The task graph of ``params``, with the work of its ``sample``-th noise draw (section 8)."""
     return _build(params, sample if params.jittered else 0)

@@ -13,13 +13,17 @@ from pipeline_sim.model import sync_points
     ("n", 2.5, "n = 2.5"),
     ("num_gpus", True, "num_gpus = True"),
     ("sync_freq", -1, "sync_freq = -1"),
-    ("fwd_len", 0.0, "fwd_len = 0.0: must be a finite number > 0"),
+    ("fwd_len", 0.0, "fwd_len = 0.0: must be a finite number from 1e-06 to 1e+09"),
+    ("fwd_len", 1e308, "fwd_len = 1e+308: must be a finite number from 1e-06 to 1e+09"),
     ("bwd_len", float("nan"), "bwd_len = nan"),
-    ("prop_len", -0.1, "prop_len = -0.1: must be a finite number >= 0"),
+    ("prop_len", -0.1, "prop_len = -0.1: must be a finite number 0 or 1e-06..1e+09"),
+    ("prop_len", 1e-320, "prop_len = 1e-320"),
     ("sync_base_len", float("inf"), "sync_base_len = inf"),
     ("fwd_impact", 1.0, "fwd_impact = 1.0: must be a finite number with 0 <= x < 1"),
     ("bwd_impact", -0.2, "bwd_impact = -0.2"),
     ("ingress_capacity", 0, "ingress_capacity = 0"),
+    ("ingress_capacity", 1e-320, "ingress_capacity = 1e-320: must be a finite number with 1e-06 <= x <= 1e+06"),
+    ("slow_factor", 1e300, "slow_factor = 1e+300"),
 ])
 def test_invalid_parameters_name_the_field_value_and_range(name, value, fragment):
     with pytest.raises(ValueError, match=None) as info:
@@ -29,7 +33,8 @@ def test_invalid_parameters_name_the_field_value_and_range(name, value, fragment
 
 
 @pytest.mark.parametrize("kwargs, fragment", [
-    ({"priorities": {"fwd_prop": 1.5}}, "priorities[fwd_prop] = 1.5: must be a number in [0, 1]"),
+    ({"priorities": {"fwd_prop": 1.5}}, "priorities[fwd_prop] = 1.5: must be 0 or a number from 1e-06 to 1"),
+    ({"priorities": {"fwd_prop": 1e-310}}, "priorities[fwd_prop] = 1e-310: must be 0 or a number from 1e-06 to 1"),
     ({"priorities": {"activations": 0.5}}, "unknown kind; allowed kinds: fwd_prop, grad_prop, grad_sync"),
     ({"exclusive_tiers": {"grad_sync": "9"}}, "exclusive_tiers[grad_sync] = '9': must be one letter"),
     ({"exclusive_tiers": {"grad_sync": "A"}}, "exclusive_tiers[grad_sync] = 'A'"),

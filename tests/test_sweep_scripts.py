@@ -135,7 +135,7 @@ def test_full_pipeline_resumes_the_newest_partial(tmp_path):
     ('{"bwd_len": {"start": 2, "stop": 3, "step": 0}}', ["config key 'bwd_len'", "step 0.0 must be > 0"]),
     ('{"bwd_len": {"start": 3, "stop": 2, "step": 0.5}}', ["config key 'bwd_len'", "stop 2.0 is below start 3.0"]),
     ('{"bwd_impact": 1.0}', ["config key 'bwd_impact'", "bwd_impact = 1.0", "0 <= x < 1"]),
-    ('{"ingress_capacity": -1}', ["ingress_capacity = -1.0", "> 0"]),
+    ('{"ingress_capacity": -1}', ["ingress_capacity = -1.0", "1e-06 <= x <= 1e+06"]),
     ("[]", ["top level must be a JSON object"]),
 ])
 def test_generator_config_mistakes(tmp_path, content, fragments):

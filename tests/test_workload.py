@@ -113,7 +113,8 @@ def test_the_report_of_one_iteration():
 
 
 def test_n_and_sync_freq_may_be_given_when_the_workload_does_not_set_them():
-    params = workload_environment(Workload(model=DERIVE), num_gpus=2, n=6, sync_freq=3)
+    workload = Workload(model=DERIVE, gpu={"tflops": 1e-9, "memory_gb": 1.0}, p2p_bandwidth=1e-7)
+    params = workload_environment(workload, num_gpus=2, n=6, sync_freq=3)
     assert (params.n, params.sync_freq) == (6, 3)
     with pytest.raises(ParameterError, match="derived from global_batch_size"):
         workload_environment(tiny_workload(), num_gpus=2, n=6)

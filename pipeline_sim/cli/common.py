@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from typing import Callable
 
@@ -19,8 +20,16 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
+def _terminated(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt("terminated")
+
+
 def run_command(prog: str, body: Callable[[], int]) -> int:
-    """Run a command's body, turning user mistakes and interrupts into one line and an exit status."""
+    """Run a command's body, turning user mistakes and interrupts into one line and an exit status.
+
+    SIGTERM is handled as Ctrl-C is: the run stops cleanly and says how to resume.
+    """
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         return body()
     except (UserError, ValueError) as error:
@@ -31,7 +40,7 @@ def run_command(prog: str, body: Callable[[], int]) -> int:
         print(f"{prog}: error: {where}{error.strerror or error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as interrupt:
-        print(f"\n{prog}: {interrupt or 'interrupted'}", file=sys.stderr)
+        print(f"\n{prog}: {str(interrupt) or 'interrupted'}", file=sys.stderr)
         return 130
 
 

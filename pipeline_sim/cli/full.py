@@ -35,7 +35,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     def body() -> int:
         plan, csv = generate(args.config, step=args.step, simulator=args.simulator, output=None,
                              workers=args.workers, resume=args.resume, skip_invalid=args.skip_invalid,
-                             samples=args.samples, samples_output=args.samples_output)
+                             samples=args.samples, samples_output=args.samples_output, overwrite=args.overwrite,
+                             allow_large=args.allow_large)
         heatmap_dir = HEATMAP_DIR / csv.stem
         drawn = write_heatmaps(csv, heatmap_dir, args.workers, args.metric)
         draws = f" x {plan.samples} samples" if plan.samples > 1 else ""

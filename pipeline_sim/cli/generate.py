@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import sys
 import time
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Sequence
 
 from ..config import EnvironmentGrid
 from ..scenarios import DEFAULT_STEP
-from ..sweep import SIMULATORS, SweepPlan, partial_paths, resumable, run_sweep
-from .common import Parser, positive_int, run_command, script_name
+from ..sweep import SIMULATORS, SweepPlan, partial_paths, resumable, run_sweep, useful_workers
+from .common import Parser, UserError, positive_int, run_command, script_name
 
 DATA_DIR = Path("outputs/data")
 
@@ -27,11 +28,17 @@ def add_sweep_arguments(parser: Parser, *, step_flags: Sequence[str]) -> None:
                         help="worker processes (default: all %(default)s cores; 1 runs serially)")
     parser.add_argument("--resume", action="store_true",
                         help="continue an interrupted sweep from its .partial file instead of starting over")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace an existing output and discard an unfinished sweep's .partial file "
+                             "(without it, both are refused)")
     parser.add_argument("--samples", type=positive_int, metavar="N", default=None,
                         help="noise draws per (environment, policy) (default: the config's \"samples\", else 1); "
                              "rows then give the mean completion time and its spread")
     parser.add_argument("--samples-output", type=Path, metavar="FILE", default=None,
                         help="also write one row per (environment, policy, sample) with its completion time")
+    parser.add_argument("--allow-large", action="store_true",
+                        help="run a sweep beyond the size limits (a million tasks per simulation, a day of "
+                             "estimated work) instead of refusing it")
     parser.add_argument("--skip-invalid", action="store_true",
                         help="leave out the combinations that break a schedule's requirement (interleaved-1f1b: "
                              "n a multiple of num_gpus; dualpipe-v: n >= 2 x num_gpus) instead of refusing the config")
@@ -45,25 +52,37 @@ def default_output(config: Path, plan: SweepPlan, resume: bool) -> Path:
             output = partial.with_name(partial.name.removesuffix(".partial"))
             if resumable(output, plan):
                 return output
-    return DATA_DIR / f"{config.stem}_{time.strftime('%Y%m%d-%H%M%S')}.csv"
+    stem = f"{config.stem}_{time.strftime('%Y%m%d-%H%M%S')}"
+    for suffix in ("", *(f"-{k}" for k in range(2, 1000))):  # runs started in one second get their own files
+        output = DATA_DIR / f"{stem}{suffix}.csv"
+        if not any(path.exists() for path in (output, *partial_paths(output), output.with_name(output.name + ".lock"))):
+            return output
+    raise UserError(f"{DATA_DIR}: a thousand sweeps of {config.stem} started this second; give --output")
 
 
 def generate(config: Path, *, step: float, simulator: str, output: Path | None, workers: int,
              resume: bool, skip_invalid: bool = False, samples: int | None = None,
-             samples_output: Path | None = None) -> tuple[SweepPlan, Path]:
+             samples_output: Path | None = None, overwrite: bool = False,
+             allow_large: bool = False) -> tuple[SweepPlan, Path]:
     """Run the sweep with a progress bar; report on stderr/stdout. Returns the plan and the CSV written."""
     from tqdm import tqdm
 
     plan = SweepPlan(EnvironmentGrid.load(config), step=step, simulator=simulator, skip_invalid=skip_invalid,
-                     samples=samples, with_samples=samples_output is not None)
+                     samples=samples, with_samples=samples_output is not None, allow_large=allow_large)
+    asked = workers
+    workers = useful_workers(plan, workers)
     output = output or default_output(config, plan, resume)
+    for written in filter(None, (output, samples_output)):
+        if written.resolve() == config.resolve():
+            raise UserError(f"{written} is the config itself; choose another output")
     partial, _ = partial_paths(output)
-    progress = run_sweep(plan, output, workers=workers, resume=resume, samples_output=samples_output)
+    progress = run_sweep(plan, output, workers=workers, resume=resume, samples_output=samples_output,
+                         overwrite=overwrite)
     done = next(progress) * plan.samples  # checks that the output can be written before announcing the work
     draws = f" x {plan.samples} samples" if plan.samples > 1 else ""
     print(f"{plan.num_environments:,} environments x {len(plan.policies)} policies{draws} = "
-          f"{plan.num_simulations:,} simulations on {workers} worker{'s' if workers > 1 else ''} -> {output}",
-          flush=True)
+          f"{plan.num_simulations:,} simulations on {workers} worker{'s' if workers > 1 else ''} -> {output}"
+          + (f" (--workers {asked}: no more chunks of work than that)" if workers < asked else ""), flush=True)
     if skipped := len(plan.grid.invalid()):
         print(f"left out {skipped:,} combination{'s' if skipped > 1 else ''} that break a schedule's requirement "
               f"(--skip-invalid), e.g. {plan.grid.invalid()[0][0]}", flush=True)
@@ -76,10 +95,11 @@ def generate(config: Path, *, step: float, simulator: str, output: Path | None, 
     try:
         for rows in progress:
             bar.update(rows * plan.samples - bar.n)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, BrokenProcessPool) as error:
         progress.close()
         bar.close()
-        raise KeyboardInterrupt(f"interrupted after {bar.n:,} of {plan.num_simulations:,} simulations; "
+        why = "a worker process died" if isinstance(error, BrokenProcessPool) else str(error) or "interrupted"
+        raise KeyboardInterrupt(f"{why} after {bar.n:,} of {plan.num_simulations:,} simulations; "
                                 f"rows kept in {partial}; rerun with --resume to continue") from None
     bar.close()
     return plan, output
@@ -107,7 +127,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     def body() -> int:
         plan, output = generate(args.config, step=args.step, simulator=args.simulator, output=args.output,
                                 workers=args.workers, resume=args.resume, skip_invalid=args.skip_invalid,
-                                samples=args.samples, samples_output=args.samples_output)
+                                samples=args.samples, samples_output=args.samples_output, overwrite=args.overwrite,
+                                allow_large=args.allow_large)
         print(f"wrote {plan.num_rows:,} rows to {output}")
         if args.samples_output:
             print(f"wrote {plan.num_simulations:,} samples to {args.samples_output}")

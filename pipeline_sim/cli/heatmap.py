@@ -10,9 +10,10 @@ from typing import Sequence
 
 import pandas as pd
 
-from ..files import atomic_output
+from ..files import atomic_output, output_folder
 from ..model import EnvParams
 from ..parallel import ordered_map
+from ..scenarios import policy_count
 from ..results import (METRICS, ResultsError, best_rows, env_slug, env_title, environments, group_slug,
                        jitter_families, load_results, schedule_groups, simplex_steps, workload_of)
 from ..workload import Workload
@@ -115,6 +116,7 @@ def write_heatmaps(csv: Path, output_dir: Path, workers: int = 1, metric: str = 
     family of jitter levels into ``output_dir``."""
     from tqdm import tqdm
 
+    output_folder(output_dir)
     frame = load_results(csv)
     if metric not in frame.columns:
         raise ResultsError(f"CSV {csv} has no column {metric!r} to colour; it was written before noise statistics "
@@ -126,7 +128,11 @@ def write_heatmaps(csv: Path, output_dir: Path, workers: int = 1, metric: str = 
         slug = env_slug(params, workload)
         if rows["policy"].duplicated().any():
             raise ResultsError(f"CSV {csv}: environment {slug} lists a policy twice")
-        job = HeatmapJob(params, workload, rows, simplex_steps(rows), output_dir / f"{slug}.png", metric)
+        steps = simplex_steps(rows)
+        if len(rows) != policy_count(steps):
+            raise ResultsError(f"CSV {csv}: environment {slug} has {len(rows)} of the {policy_count(steps)} policies "
+                               f"of its grid; the CSV is incomplete")
+        job = HeatmapJob(params, workload, rows, steps, output_dir / f"{slug}.png", metric)
         jobs.append(job)
         heatmaps.append((params, workload, best_rows(rows, metric=metric).iloc[0], job.path))
     for params, workload, summary in schedule_groups(frame):
@@ -138,9 +144,15 @@ def write_heatmaps(csv: Path, output_dir: Path, workers: int = 1, metric: str = 
         jobs.append(RobustnessJob(params, workload, key, family, path))
         robustness.append(path)
     drawn = ordered_map(_draw, jobs, min(workers, len(jobs)))
-    for _ in tqdm(drawn, total=len(jobs), unit="figure", file=sys.stderr, dynamic_ncols=True, mininterval=0.5,
-                  disable=len(jobs) < 2):
-        pass
+    count = 0
+    try:
+        for _ in tqdm(drawn, total=len(jobs), unit="figure", file=sys.stderr, dynamic_ncols=True, mininterval=0.5,
+                      disable=len(jobs) < 2):
+            count += 1
+    except KeyboardInterrupt:
+        drawn.close()
+        raise KeyboardInterrupt(f"interrupted after {count} of {len(jobs)} figures (each written whole); the CSV "
+                                f"is complete: draw them all with plot_heatmap.py {csv} -o {output_dir}") from None
     return Drawn(heatmaps, comparisons, robustness)
 
 

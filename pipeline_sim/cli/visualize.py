@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from ..engine import simulate
-from ..files import atomic_output
+from ..files import atomic_output, output_target
 from ..metrics import ideal_time
 from ..model import COMM_KINDS, EnvParams, ParameterError, Policy
 from ..results import schedule_name, workload_title
 from ..workload import DERIVED_KEYS, RECOMPUTE_MODES, WORKLOAD_KEYS, Workload, workload_environment, workload_report
 from ..schedules import SCHEDULES, compute_orders, format_orders
-from ..taskgraph import build_task_graph
+from ..taskgraph import MAX_TASKS, build_task_graph, estimated_tasks
 from ..trace import chrome_trace
 from .common import Parser, UserError, run_command, script_name, use_display
 
@@ -125,7 +125,8 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
                      help="exclusive tier letter of a kind, 'a' highest (repeatable; replaces the defaults)")
     out = parser.add_argument_group("output")
     out.add_argument("--output", type=Path, default=None,
-                     help=f"PNG to write (default outputs/gantt/gantt_{layout}_n<N>_gpus<P>.png)")
+                     help=f"chart to write, in the format its extension names (.png, .svg, .pdf, .jpg, ...; "
+                          f"default outputs/gantt/gantt_{layout}_<schedule>_n<N>_gpus<P>.png)")
     out.add_argument("--trace", type=Path, default=None, metavar="FILE.json",
                      help="also write a Chrome/Perfetto trace (one process per GPU, one thread per channel)")
     out.add_argument("--no-show", action="store_true", help="save only, never open a window")
@@ -164,6 +165,20 @@ def _environment(args) -> tuple[EnvParams, Workload | None]:
     return workload_environment(workload, **env, **given), workload
 
 
+#: What the chart may be saved as, by file extension.
+IMAGE_FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf", ".jpg": "jpg", ".jpeg": "jpg", ".eps": "eps",
+                 ".ps": "ps", ".tif": "tif", ".tiff": "tif", ".webp": "webp"}
+
+
+def _image_format(path: Path) -> str:
+    """The format the output's extension names; an unknown extension is refused."""
+    found = IMAGE_FORMATS.get(path.suffix.lower())
+    if found is None:
+        raise UserError(f"--output {path}: the extension {path.suffix or '(none)'!r} names no image format; "
+                        f"use one of {', '.join(IMAGE_FORMATS)}")
+    return found
+
+
 def _pairs(items: Sequence[str], flag: str) -> dict[str, str]:
     pairs = {}
     for item in items:
@@ -199,6 +214,15 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
         except ParameterError as error:
             flag = FLAGS.get(error.name.split("[")[0], error.name)
             raise UserError(f"{flag}: {error}") from None
+        if estimated_tasks(params) > MAX_TASKS:
+            raise UserError(f"n = {params.n} on {params.num_gpus} GPUs gives about {estimated_tasks(params):,} tasks; "
+                            f"at most {MAX_TASKS:,} can be simulated and drawn")
+        output = args.output or (Path("outputs/gantt") /
+                                 f"gantt_{layout}_{params.schedule}_n{params.n}_gpus{params.num_gpus}.png")
+        output_target(output)  # a folder, a device or a FIFO is refused before its extension is judged
+        image_format = _image_format(output)
+        if args.trace is not None and output_target(args.trace) == output_target(output):
+            raise UserError(f"--trace and --output are both {output}; give them different paths")
         if args.print_order:
             print(format_orders(compute_orders(params.schedule, num_gpus=params.num_gpus, n=params.n,
                                                chunks=params.chunks)))
@@ -226,10 +250,8 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
         ax.set_title(gantt_title(schedule, schedule_name=name, ideal_time=ideal,
                                  workload=workload_title(params, workload) if workload else None),
                      fontsize=9, loc="left")
-        output = args.output or (Path("outputs/gantt") /
-                                 f"gantt_{layout}_{params.schedule}_n{params.n}_gpus{params.num_gpus}.png")
         with atomic_output(output) as temporary:
-            fig.savefig(temporary, dpi=130, format="png")
+            fig.savefig(temporary, dpi=130, format=image_format)
         peak = max(schedule.peak_activations)
         unit = " s" if workload is not None else ""
         print(f"{name}: completion time {schedule.completion_time:.6g}{unit} (ideal {ideal:.6g}{unit}), peak "

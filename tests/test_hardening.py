@@ -1,0 +1,326 @@
+"""Nothing lost, nothing overwritten, nothing hangs: each class of hostile input, in a temporary directory."""
+
+import csv
+import json
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from conftest import ROOT, assert_one_line_error, run_script
+
+from pipeline_sim import EnvParams, calculate_full_pipeline_schedule
+from pipeline_sim.cli.common import run_command
+
+QUICK = ROOT / "configs" / "quick.json"
+#: A sweep long enough to interrupt (1,452 simulations, a few seconds).
+BIG = {"n": [8, 16], "bwd_len": {"start": 1.0, "stop": 1.5, "step": 0.1}}
+
+
+@pytest.fixture(scope="module")
+def big_reference(tmp_path_factory):
+    """The bytes of one uninterrupted run of BIG."""
+    folder = tmp_path_factory.mktemp("reference")
+    config = write_config(folder, BIG)
+    result = run_script("data_generator.py", "-c", str(config), "-o", "clean.csv", cwd=folder)
+    assert result.returncode == 0, result.stderr
+    return (folder / "clean.csv").read_bytes()
+
+
+def write_config(folder, grid, name="grid.json"):
+    path = folder / name
+    path.write_text(json.dumps(grid))
+    return path
+
+
+# -- data that must never be lost or destroyed --------------------------------------------
+
+def special_files(folder):
+    fifo = folder / "fifo"
+    os.mkfifo(fifo)
+    made = {"a FIFO": fifo, "a folder": folder / "adir"}
+    made["a folder"].mkdir()
+    try:
+        os.mknod(folder / "device", stat.S_IFCHR | 0o600, os.makedev(1, 7))
+        made["a device"] = folder / "device"
+    except PermissionError:
+        pass  # not root: no device node to test with
+    return made
+
+
+def test_an_output_that_is_not_a_regular_file_is_refused_and_kept(tmp_path):
+    for kind, path in special_files(tmp_path).items():
+        before = os.lstat(path)
+        sweep = run_script("data_generator.py", "-c", str(QUICK), "-o", str(path), cwd=tmp_path)
+        assert_one_line_error(sweep, f"{path} is {kind}")
+        chart = run_script("schedule_visualizer_single_channel.py", "--no-show", "--output", str(path),
+                           cwd=tmp_path)
+        assert_one_line_error(chart, f"{path} is {kind}")
+        after = os.lstat(path)
+        assert (after.st_mode, after.st_ino) == (before.st_mode, before.st_ino)
+
+
+def test_a_symlink_is_written_through(tmp_path):
+    (tmp_path / "link.csv").symlink_to("target.csv")
+    result = run_script("data_generator.py", "-c", str(QUICK), "-o", "link.csv", "--step", "0.5", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "link.csv").is_symlink() and (tmp_path / "target.csv").stat().st_size > 0
+    assert not list(tmp_path.glob("*.partial*")) and not list(tmp_path.glob("*.lock"))
+
+
+def test_a_file_in_the_middle_of_an_output_path(tmp_path):
+    (tmp_path / "afile").write_text("keep me")
+    result = run_script("data_generator.py", "-c", str(QUICK), "-o", "afile/out.csv", cwd=tmp_path)
+    assert_one_line_error(result, "cannot write afile/out.csv: afile is a file, not a folder")
+    maps = run_script("plot_heatmap.py", str(ROOT / "tests" / "data" / "quick_step0.5.csv"), "-o", "afile/maps",
+                      cwd=tmp_path)
+    assert_one_line_error(maps, "cannot write into afile/maps: afile is a file, not a folder")
+    assert (tmp_path / "afile").read_text() == "keep me"
+
+
+def start(args, cwd):
+    return subprocess.Popen([sys.executable, *map(str, args)], cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_rows(partial, process, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if partial.exists() and partial.read_text().count("\n") > 1:
+            return
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.1)
+    raise AssertionError("the sweep wrote no row")
+
+
+def interrupted_sweep(folder):
+    """BIG, stopped by Ctrl-C after its first rows, into ``out.csv``; returns the config."""
+    config = write_config(folder, BIG)
+    process = start([ROOT / "data_generator.py", "-c", config, "-o", "out.csv", "--workers", "1"], folder)
+    wait_for_rows(folder / "out.csv.partial", process)
+    process.send_signal(signal.SIGINT)
+    process.communicate(timeout=60)
+    return config
+
+
+def test_one_writer_per_output(tmp_path, big_reference):
+    config = write_config(tmp_path, BIG)
+    first = start([ROOT / "data_generator.py", "-c", config, "-o", "out.csv", "--workers", "1"], tmp_path)
+    try:
+        wait_for_rows(tmp_path / "out.csv.partial", first)
+        for extra in ([], ["--resume"], ["--overwrite"]):
+            second = run_script("data_generator.py", "-c", str(config), "-o", "out.csv", *extra, cwd=tmp_path)
+            assert_one_line_error(second, f"another run (pid {first.pid}) is writing out.csv")
+    finally:
+        first.send_signal(signal.SIGINT)
+        first.communicate(timeout=60)
+    # the first run's rows are intact: a resume completes it to the same bytes as one clean run
+    resumed = run_script("data_generator.py", "-c", str(config), "-o", "out.csv", "--resume", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert (tmp_path / "out.csv").read_bytes() == big_reference
+
+
+def test_default_names_do_not_collide(tmp_path):
+    for simulator in ("single_channel", "dual_channel"):
+        result = run_script("data_generator.py", "-c", str(QUICK), "--step", "0.5", "--simulator", simulator,
+                            cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+    outputs = sorted((tmp_path / "outputs" / "data").glob("quick_*.csv"))
+    assert len(outputs) == 2
+    simulators = [{row["simulator"] for row in csv.DictReader(open(path))} for path in outputs]
+    assert sorted(map(tuple, simulators)) == [("dual_channel",), ("single_channel",)]
+
+
+def test_an_existing_output_or_partial_is_never_discarded_silently(tmp_path):
+    config = interrupted_sweep(tmp_path)
+    kept = (tmp_path / "out.csv.partial").read_bytes()
+    again = run_script("data_generator.py", "-c", str(config), "-o", "out.csv", cwd=tmp_path)
+    assert_one_line_error(again, "out.csv.partial holds rows of this very sweep; pass --resume", "--overwrite")
+    assert (tmp_path / "out.csv.partial").read_bytes() == kept
+    other = run_script("data_generator.py", "-c", str(QUICK), "-o", "out.csv", cwd=tmp_path)
+    assert_one_line_error(other, "holds rows of another sweep")
+    done = run_script("data_generator.py", "-c", str(QUICK), "-o", "done.csv", cwd=tmp_path)
+    assert done.returncode == 0
+    assert_one_line_error(run_script("data_generator.py", "-c", str(QUICK), "-o", "done.csv", cwd=tmp_path),
+                          "done.csv exists; pass --overwrite")
+    replaced = run_script("data_generator.py", "-c", str(QUICK), "-o", "out.csv", "--overwrite", cwd=tmp_path)
+    assert replaced.returncode == 0, replaced.stderr
+    assert not (tmp_path / "out.csv.partial").exists()
+
+
+def test_an_output_may_not_be_an_input_or_another_output(tmp_path):
+    config = write_config(tmp_path, {"n": 4})
+    text = config.read_text()
+    assert_one_line_error(run_script("data_generator.py", "-c", str(config), "-o", str(config), cwd=tmp_path),
+                          "is the config itself")
+    assert_one_line_error(run_script("data_generator.py", "-c", str(config), "-o", "a.csv", "--samples-output",
+                                     "a.csv", cwd=tmp_path), "the samples file and the CSV are both")
+    assert config.read_text() == text
+    chart = run_script("schedule_visualizer_single_channel.py", "--no-show", "--output", "c.png", "--trace", "c.png",
+                       cwd=tmp_path)
+    assert_one_line_error(chart, "--trace and --output are both c.png")
+    assert not (tmp_path / "c.png").exists()
+
+
+@pytest.mark.parametrize("name, magic", [("c.svg", b"<?xml"), ("c.pdf", b"%PDF"), ("c.jpg", b"\xff\xd8\xff"),
+                                         ("c.png", b"\x89PNG")])
+def test_the_chart_has_the_format_its_extension_names(tmp_path, name, magic):
+    result = run_script("schedule_visualizer_single_channel.py", "--no-show", "--output", name, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / name).read_bytes().startswith(magic)
+
+
+def test_an_unknown_extension_is_refused(tmp_path):
+    result = run_script("schedule_visualizer_single_channel.py", "--no-show", "--output", "c.txt", cwd=tmp_path)
+    assert_one_line_error(result, "the extension '.txt' names no image format; use one of .png, .svg, .pdf")
+
+
+# -- nothing hangs, nothing explodes ------------------------------------------------------
+
+@pytest.mark.parametrize("signals", [[signal.SIGINT], [signal.SIGINT, signal.SIGINT], [signal.SIGTERM]])
+def test_interrupts_stop_at_once_keep_every_row_and_resume(tmp_path, signals, big_reference):
+    config = write_config(tmp_path, BIG)
+    process = start([ROOT / "data_generator.py", "-c", config, "-o", "out.csv", "--workers", "2"], tmp_path)
+    wait_for_rows(tmp_path / "out.csv.partial", process)
+    for sent in signals:
+        process.send_signal(sent)
+        time.sleep(0.05)
+    _, err = process.communicate(timeout=30)  # a hang fails here
+    assert process.returncode == 130
+    last = err.replace("\r", "\n").strip().splitlines()[-1]
+    assert "rows kept in out.csv.partial; rerun with --resume to continue" in last
+    resumed = run_script("data_generator.py", "-c", str(config), "-o", "out.csv", "--resume", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert (tmp_path / "out.csv").read_bytes() == big_reference
+
+
+def test_an_interrupt_always_says_something(capsys):
+    def body():
+        raise KeyboardInterrupt()
+    assert run_command("tool", body) == 130
+    assert capsys.readouterr().err.strip() == "tool: interrupted"
+
+
+@pytest.mark.parametrize("grid, args, fragment", [
+    ({"n": 10_000_000}, [], "n=10000000, num_gpus=4 has about 240,000,004 tasks per simulation; at most 1,000,000"),
+    ({"num_gpus": 10_000_000}, [], "tasks per simulation; at most 1,000,000 fit in memory (pass --allow-large"),
+    ({"n": 8}, ["--step", "1e-9"], "step = 1e-09: is finer than 1/100 = 0.01"),
+    ({"n": {"start": 1, "stop": 99999, "step": 1}, "bwd_len": {"start": 1, "stop": 99999, "step": 1},
+      "fwd_len": {"start": 1, "stop": 99999, "step": 1}}, [], "combinations; at most 1,000,000 are allowed"),
+    ({"n": list(range(1, 1_000_002))}, [], "list of 1,000,001 values; at most 100,000 are allowed"),
+    ({"n": {"start": 1, "stop": 1000, "step": 1}, "num_gpus": [4, 8, 16, 32, 64, 128]}, [],
+     "hours on this machine; at most 24 are allowed (shrink the grid, or pass --allow-large)"),
+])
+def test_work_that_cannot_finish_or_fit_is_refused_before_it_starts(tmp_path, grid, args, fragment):
+    config = write_config(tmp_path, grid)
+    result = run_script("data_generator.py", "-c", str(config), "-o", "x.csv", *args, cwd=tmp_path, timeout=120)
+    assert_one_line_error(result, fragment)
+    assert not list(tmp_path.glob("x.csv*"))
+
+
+def test_the_visualizer_refuses_a_graph_too_large_to_draw(tmp_path):
+    result = run_script("schedule_visualizer_single_channel.py", "-n", "10000000", "--no-show", cwd=tmp_path)
+    assert_one_line_error(result, "n = 10000000 on 4 GPUs gives about 240,000,004 tasks; at most 1,000,000")
+
+
+def test_never_more_workers_than_chunks(tmp_path):
+    result = run_script("data_generator.py", "-c", str(QUICK), "-o", "q.csv", "--workers", "1000", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    workers = int(result.stdout.split(" simulations on ")[1].split(" worker")[0])
+    assert 1 <= workers <= 16 and "(--workers 1000: no more chunks of work than that)" in result.stdout
+
+
+# -- every input, one clear line ------------------------------------------------------------
+
+@pytest.mark.parametrize("text, fragment", [
+    ('{"fwd_len": {"start": 1, "stop": Infinity, "step": 1}}', "config key 'fwd_len' stop: inf is not a finite"),
+    ('{"fwd_len": {"start": -Infinity, "stop": 1, "step": 1}}', "config key 'fwd_len' start: -inf is not a finite"),
+    ('{"fwd_len": {"start": 1, "stop": 2, "step": Infinity}}', "config key 'fwd_len' step: inf is not a finite"),
+    ('{"fwd_len": {"start": NaN, "stop": 2, "step": 1}}', "config key 'fwd_len' start: nan is not a finite number"),
+    ('{"fwd_len": NaN}', "config key 'fwd_len'"),
+    ('{"n": 1e20}', "config key 'n': 1e+20 is not an integer (at most 2^53)"),
+    ('{"n": 8, "n": 16}', "config key 'n' is given twice"),
+    ("[" * 100_000, "JSON nested too deeply"),
+    ('{"fwd_len": 1e308}', "fwd_len = 1e+308: must be a finite number from 1e-06 to 1e+09"),
+])
+def test_config_mistakes_get_one_line(tmp_path, text, fragment):
+    (tmp_path / "bad.json").write_text(text)
+    result = run_script("data_generator.py", "-c", "bad.json", "-o", "x.csv", cwd=tmp_path)
+    assert_one_line_error(result, fragment)
+
+
+def test_an_endless_config_is_not_read_whole(tmp_path):
+    (tmp_path / "huge.json").write_bytes(b" " * (11 * 2 ** 20))
+    assert_one_line_error(run_script("data_generator.py", "-c", "huge.json", "-o", "x.csv", cwd=tmp_path),
+                          "larger than 10 MB")
+    (tmp_path / "adir").mkdir()
+    assert_one_line_error(run_script("data_generator.py", "-c", "adir", "-o", "x.csv", cwd=tmp_path),
+                          "config adir: is a folder")
+
+
+def test_accepted_values_give_finite_validated_results():
+    from pipeline_sim.validate import validate_schedule
+
+    for kwargs in ({"fwd_len": 1e9, "bwd_len": 1e-6}, {"prop_len": 1e9, "sync_base_len": 1e-6},
+                   {"priorities": {"fwd_prop": 1e-6, "grad_prop": 1.0, "grad_sync": 1e-6}},
+                   {"ingress_capacity": 1e-6}, {"ingress_capacity": 1e6}):
+        schedule = calculate_full_pipeline_schedule(**kwargs)
+        assert np.isfinite(schedule.completion_time) and schedule.completion_time > 0
+        assert validate_schedule(schedule) == []
+
+
+def test_numpy_integers_are_integers():
+    params = EnvParams(n=np.int64(8), num_gpus=np.int32(4), fwd_len=np.float32(1.0))
+    assert params == EnvParams() and type(params.n) is int and type(params.fwd_len) is float
+    assert calculate_full_pipeline_schedule(n=np.int64(8), sample=np.int64(0)).completion_time > 0
+
+
+def quick_rows():
+    return (ROOT / "tests" / "data" / "quick_step0.5.csv").read_text().splitlines(keepends=True)
+
+
+def with_cell(rows, row, column, value):
+    header = rows[0].rstrip("\n").split(",")
+    cells = rows[row].rstrip("\n").split(",")
+    cells[header.index(column)] = value
+    return rows[:row] + [",".join(cells) + "\n"] + rows[row + 1:]
+
+
+@pytest.mark.parametrize("name, lines, fragment", [
+    ("torn.csv", lambda rows: "".join(rows)[:3000], "its last line is cut (no line end)"),
+    ("one.csv", lambda rows: "".join(rows[:2]), "has 1 of the 26 policies of its grid; the CSV is incomplete"),
+    ("part.csv", lambda rows: "".join(rows[:20]), "has 19 of the 37 policies of its grid; the CSV is incomplete"),
+    ("negative.csv", lambda rows: "".join(with_cell(rows, 5, "completion_time", "-3.0")),
+     "line 6 has completion_time = -3; every time must be a finite number > 0"),
+    ("infinite.csv", lambda rows: "".join(with_cell(rows, 7, "completion_time", "inf")),
+     "line 8 has completion_time = inf"),
+    ("out.csv.partial", lambda rows: "".join(rows), "is an unfinished sweep's partial file; finish the sweep with"),
+])
+def test_plot_heatmap_checks_what_it_reads(tmp_path, name, lines, fragment):
+    (tmp_path / name).write_text(lines(quick_rows()))
+    result = run_script("plot_heatmap.py", name, "-o", "maps", cwd=tmp_path)
+    assert_one_line_error(result, fragment)
+    assert not list((tmp_path / "maps").glob("*.png")) if (tmp_path / "maps").exists() else True
+
+
+def test_misleading_messages_are_gone(tmp_path):
+    (tmp_path / "adir").mkdir()
+    assert_one_line_error(run_script("plot_heatmap.py", "adir", cwd=tmp_path), "CSV adir: is a folder")
+    assert_one_line_error(run_script("data_generator.py", "-c", str(QUICK), "-o", "adir", cwd=tmp_path),
+                          "adir is a folder; give the path of a file to write")
+    config = interrupted_sweep(tmp_path)
+    record = (tmp_path / "out.csv.partial.json").read_text()
+    (tmp_path / "out.csv.partial.json").write_text(record[:10])
+    result = run_script("data_generator.py", "-c", str(config), "-o", "out.csv", "--resume", cwd=tmp_path)
+    assert_one_line_error(result, "out.csv.partial.json is damaged, so which sweep wrote out.csv.partial is unknown")
+    (tmp_path / "out.csv.partial.json").unlink()
+    result = run_script("data_generator.py", "-c", str(config), "-o", "out.csv", "--resume", cwd=tmp_path)
+    assert_one_line_error(result, "out.csv.partial has lost its record out.csv.partial.json")
+    other = write_config(tmp_path, {"n": [4, 5]}, "other.json")
+    (tmp_path / "out.csv.partial.json").write_text(record)
+    result = run_script("data_generator.py", "-c", str(other), "-o", "out.csv", "--resume", cwd=tmp_path)
+    assert_one_line_error(result, "was written by a different config, step, simulator or samples setting")
