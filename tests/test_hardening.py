@@ -324,3 +324,15 @@ def test_misleading_messages_are_gone(tmp_path):
     (tmp_path / "out.csv.partial.json").write_text(record)
     result = run_script("data_generator.py", "-c", str(other), "-o", "out.csv", "--resume", cwd=tmp_path)
     assert_one_line_error(result, "was written by a different config, step, simulator or samples setting")
+
+
+def test_a_reader_that_stops_early_ends_the_run_quietly(tmp_path):
+    process = subprocess.Popen([sys.executable, str(ROOT / "data_generator.py"), "-c", str(QUICK), "-o", "q.csv",
+                                "--step", "0.5"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    assert "simulations on" in process.stdout.readline()
+    process.stdout.close()  # as `| head -1` does
+    err = process.stderr.read()
+    process.wait(timeout=60)
+    assert process.returncode == 0 and "error" not in err.lower(), err
+    assert (tmp_path / "q.csv").read_text().count("\n") == 2 * 37 + 1

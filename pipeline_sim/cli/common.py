@@ -32,6 +32,10 @@ def run_command(prog: str, body: Callable[[], int]) -> int:
     signal.signal(signal.SIGTERM, _terminated)
     try:
         return body()
+    except BrokenPipeError:
+        # The reader of our output has gone (``| head``): nothing is wrong with the work, so stop quietly.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except (UserError, ValueError) as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
