@@ -177,6 +177,9 @@ def test_the_chart_has_the_format_its_extension_names(tmp_path, name, magic):
 def test_an_unknown_extension_is_refused(tmp_path):
     result = run_script("schedule_visualizer_single_channel.py", "--no-show", "--output", "c.txt", cwd=tmp_path)
     assert_one_line_error(result, "the extension '.txt' names no image format; use one of .png, .svg, .pdf")
+    result = run_script("schedule_visualizer_single_channel.py", "--no-show", "--trace", "t.png", cwd=tmp_path)
+    assert_one_line_error(result, "--trace t.png: a trace is JSON; give a path ending in .json")
+    assert not list(tmp_path.iterdir())
 
 
 # -- nothing hangs, nothing explodes ------------------------------------------------------
@@ -292,8 +295,8 @@ def with_cell(rows, row, column, value):
 
 @pytest.mark.parametrize("name, lines, fragment", [
     ("torn.csv", lambda rows: "".join(rows)[:3000], "its last line is cut (no line end)"),
-    ("one.csv", lambda rows: "".join(rows[:2]), "has 1 of the 26 policies of its grid; the CSV is incomplete"),
-    ("part.csv", lambda rows: "".join(rows[:20]), "has 19 of the 37 policies of its grid; the CSV is incomplete"),
+    ("one.csv", lambda rows: "".join(rows[:2]), "has 1 of the 26 policies of its grid; pass --skip-incomplete"),
+    ("part.csv", lambda rows: "".join(rows[:20]), "has 19 of the 37 policies of its grid; pass --skip-incomplete"),
     ("negative.csv", lambda rows: "".join(with_cell(rows, 5, "completion_time", "-3.0")),
      "line 6 has completion_time = -3; every time must be a finite number > 0"),
     ("infinite.csv", lambda rows: "".join(with_cell(rows, 7, "completion_time", "inf")),
@@ -336,3 +339,13 @@ def test_a_reader_that_stops_early_ends_the_run_quietly(tmp_path):
     process.wait(timeout=60)
     assert process.returncode == 0 and "error" not in err.lower(), err
     assert (tmp_path / "q.csv").read_text().count("\n") == 2 * 37 + 1
+
+
+def test_plot_heatmap_can_draw_the_complete_environments_and_name_the_others(tmp_path):
+    rows = quick_rows()
+    (tmp_path / "cut.csv").write_text("".join(rows[:1] + rows[1:38] + rows[38:60]))  # the second environment cut
+    result = run_script("plot_heatmap.py", "cut.csv", "-o", "maps", "--skip-incomplete", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert len(list((tmp_path / "maps").glob("*.png"))) == 1
+    assert "left out 1 incomplete environment: n8_gpus4_sf4_" in result.stdout
+    assert "(has 22 of the 37 policies of its grid)" in result.stdout

@@ -109,11 +109,17 @@ class Drawn:
     heatmaps: list[tuple[EnvParams, Workload | None, pd.Series, Path]]
     comparisons: list[tuple[EnvParams, Workload | None, pd.DataFrame, Path]]
     robustness: list[Path]
+    left_out: list[str]  # incomplete environments, named, with what is wrong
 
 
-def write_heatmaps(csv: Path, output_dir: Path, workers: int = 1, metric: str = "completion_time") -> Drawn:
+def write_heatmaps(csv: Path, output_dir: Path, workers: int = 1, metric: str = "completion_time",
+                   skip_incomplete: bool = False) -> Drawn:
     """Draw every environment of ``csv`` (coloured by ``metric``), every group of schedules to compare and every
-    family of jitter levels into ``output_dir``."""
+    family of jitter levels into ``output_dir``.
+
+    An incomplete environment (policies missing or repeated) is refused, or, with
+    ``skip_incomplete``, left out of every figure and named in ``Drawn.left_out``.
+    """
     from tqdm import tqdm
 
     output_folder(output_dir)
@@ -122,19 +128,24 @@ def write_heatmaps(csv: Path, output_dir: Path, workers: int = 1, metric: str = 
         raise ResultsError(f"CSV {csv} has no column {metric!r} to colour; it was written before noise statistics "
                            f"existed, so use --metric completion_time")
     jobs: list[HeatmapJob | ComparisonJob | RobustnessJob] = []
-    heatmaps, comparisons, robustness = [], [], []
+    heatmaps, comparisons, robustness, left_out, complete = [], [], [], [], []
     for params, rows in environments(frame):  # check every environment before drawing any
         workload = workload_of(rows)
         slug = env_slug(params, workload)
-        if rows["policy"].duplicated().any():
-            raise ResultsError(f"CSV {csv}: environment {slug} lists a policy twice")
-        steps = simplex_steps(rows)
-        if len(rows) != policy_count(steps):
-            raise ResultsError(f"CSV {csv}: environment {slug} has {len(rows)} of the {policy_count(steps)} policies "
-                               f"of its grid; the CSV is incomplete")
+        try:
+            steps = _complete(rows)
+        except ResultsError as problem:
+            if not skip_incomplete:
+                raise ResultsError(f"CSV {csv}: environment {slug} {problem}; pass --skip-incomplete to draw the "
+                                   f"others") from None
+            left_out.append(f"{slug} ({problem})")
+            continue
+        complete.append(rows.index)
         job = HeatmapJob(params, workload, rows, steps, output_dir / f"{slug}.png", metric)
         jobs.append(job)
         heatmaps.append((params, workload, best_rows(rows, metric=metric).iloc[0], job.path))
+    if left_out:
+        frame = frame.loc[[i for index in complete for i in index]]
     for params, workload, summary in schedule_groups(frame):
         job = ComparisonJob(params, workload, summary, output_dir / f"compare_{group_slug(params, workload)}.png")
         jobs.append(job)
@@ -153,7 +164,20 @@ def write_heatmaps(csv: Path, output_dir: Path, workers: int = 1, metric: str = 
         drawn.close()
         raise KeyboardInterrupt(f"interrupted after {count} of {len(jobs)} figures (each written whole); the CSV "
                                 f"is complete: draw them all with plot_heatmap.py {csv} -o {output_dir}") from None
-    return Drawn(heatmaps, comparisons, robustness)
+    return Drawn(heatmaps, comparisons, robustness, left_out)
+
+
+def _complete(rows: pd.DataFrame) -> int:
+    """The steps per unit of an environment's policy grid; ``ResultsError`` when a policy is missing or repeated."""
+    if rows["policy"].duplicated().any():
+        raise ResultsError("lists a policy twice")
+    try:
+        steps = simplex_steps(rows)
+    except ResultsError:
+        raise ResultsError(f"has {len(rows)} rows, not a whole policy grid") from None
+    if len(rows) != policy_count(steps):
+        raise ResultsError(f"has {len(rows)} of the {policy_count(steps)} policies of its grid")
+    return steps
 
 
 def describe(drawn: Drawn) -> str:
@@ -185,6 +209,9 @@ def build_parser(prog: str) -> Parser:
     parser.add_argument("--workers", type=positive_int, metavar="N", default=os.cpu_count() or 1,
                         help="processes drawing in parallel (default: all %(default)s cores)")
     add_metric_argument(parser)
+    parser.add_argument("--skip-incomplete", action="store_true",
+                        help="draw the complete environments of a CSV that has incomplete ones, and name those "
+                             "(default: refuse the CSV)")
     return parser
 
 
@@ -193,8 +220,11 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     args = build_parser(prog).parse_args(argv)
 
     def body() -> int:
-        drawn = write_heatmaps(args.csv, args.output_dir, args.workers, args.metric)
+        drawn = write_heatmaps(args.csv, args.output_dir, args.workers, args.metric, args.skip_incomplete)
         print(f"wrote {describe(drawn)} to {args.output_dir}")
+        if drawn.left_out:
+            print(f"left out {len(drawn.left_out)} incomplete environment{'s' if len(drawn.left_out) > 1 else ''}: "
+                  + "; ".join(drawn.left_out))
         return 0
 
     return run_command(prog, body)

@@ -221,8 +221,11 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
                                  f"gantt_{layout}_{params.schedule}_n{params.n}_gpus{params.num_gpus}.png")
         output_target(output)  # a folder, a device or a FIFO is refused before its extension is judged
         image_format = _image_format(output)
-        if args.trace is not None and output_target(args.trace) == output_target(output):
-            raise UserError(f"--trace and --output are both {output}; give them different paths")
+        if args.trace is not None:
+            if output_target(args.trace) == output_target(output):
+                raise UserError(f"--trace and --output are both {output}; give them different paths")
+            if args.trace.suffix.lower() != ".json":
+                raise UserError(f"--trace {args.trace}: a trace is JSON; give a path ending in .json")
         if args.print_order:
             print(format_orders(compute_orders(params.schedule, num_gpus=params.num_gpus, n=params.n,
                                                chunks=params.chunks)))
