@@ -1,15 +1,18 @@
-"""Simulate one 1F1B iteration and draw it: per GPU a compute row and two communication rows (pipeline transfers and grad_sync).
+"""Simulate one iteration of a pipeline schedule and draw it: per GPU a compute row and two communication rows.
+
+The two rows are the pipeline transfers (fwd_prop, grad_prop) and grad_sync.
 
 Run ``python schedule_visualizer_duel_channel.py --help`` for the options.
 """
 
 from pipeline_sim import calculate_full_pipeline_schedule  # noqa: F401 - part of this script's API
 from pipeline_sim.cli.visualize import script_main
+from pipeline_sim.model import DEFAULT_POLICY
 
-#: Shared priorities of the transfer kinds used unless --priority/--exclusive are given.
-DEFAULT_PRIORITIES = {"fwd_prop": 0.5, "grad_prop": 0.3, "grad_sync": 0.2}
+#: Shared priorities of the transfer kinds used unless --priority/--exclusive are given (edit to change them).
+DEFAULT_PRIORITIES: dict[str, float] = dict(DEFAULT_POLICY.priorities)  # fwd_prop 0.5, grad_prop 0.3, grad_sync 0.2
 #: Exclusive tiers ('a' highest) used unless --priority/--exclusive are given.
-DEFAULT_EXCLUSIVE_TIERS: dict[str, str] = {}
+DEFAULT_EXCLUSIVE_TIERS: dict[str, str] = dict(DEFAULT_POLICY.exclusive_tiers)
 
 if __name__ == "__main__":
     raise SystemExit(script_main("dual_channel", DEFAULT_PRIORITIES, DEFAULT_EXCLUSIVE_TIERS))

@@ -19,8 +19,8 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -170,7 +170,8 @@ def main() -> int:
     rows = scaling(0.2 if args.quick else 1.0)
     print("\n  n  GPUs   tasks   ms/sim   us/task")
     for row in rows:
-        print(f"{row['n']:>4} {row['num_gpus']:>4} {row['tasks']:>7} {row['ms_per_sim']:>8.2f} {row['us_per_task']:>9.2f}")
+        print(f"{row['n']:>4} {row['num_gpus']:>4} {row['tasks']:>7} {row['ms_per_sim']:>8.2f} "
+              f"{row['us_per_task']:>9.2f}")
     smallest, largest = rows[0]["us_per_task"], rows[-1]["us_per_task"]
     print(f"time per task at n=512, 64 GPUs is {largest / smallest:.2f}x that at n=8, 4 GPUs", flush=True)
 

@@ -258,7 +258,8 @@ class EnvParams:
             raise ParameterError("jitter_dist", self.jitter_dist, f"must be one of {', '.join(JITTER_DISTRIBUTIONS)}")
         if isinstance(self.slow_gpu, bool) or not isinstance(self.slow_gpu, numbers.Integral) or \
                 not -1 <= self.slow_gpu < self.num_gpus:
-            raise ParameterError("slow_gpu", self.slow_gpu, f"must be -1 (no straggler) or a GPU 0..{self.num_gpus - 1}")
+            raise ParameterError("slow_gpu", self.slow_gpu,
+                                 f"must be -1 (no straggler) or a GPU 0..{self.num_gpus - 1}")
         _check_float("slow_factor", self.slow_factor, 1.0, high=1e6, high_closed=True)
         _check_int("seed", self.seed, 0)
         if self.seed >= 2 ** 63:
@@ -334,8 +335,8 @@ class Policy:
         # Normalise to plain dicts in kind order so that equal policies compare and hash alike.
         object.__setattr__(self, "priorities",
                            {TaskKind(k).value: float(self.priorities[k]) for k in COMM_KINDS if k in self.priorities})
-        object.__setattr__(self, "exclusive_tiers",
-                           {TaskKind(k).value: self.exclusive_tiers[k] for k in COMM_KINDS if k in self.exclusive_tiers})
+        tiers = self.exclusive_tiers
+        object.__setattr__(self, "exclusive_tiers", {TaskKind(k).value: tiers[k] for k in COMM_KINDS if k in tiers})
 
     def __hash__(self) -> int:
         return hash((tuple(self.priorities.items()), tuple(self.exclusive_tiers.items())))
@@ -353,8 +354,13 @@ class Policy:
         tiers = sorted(set(self.exclusive_tiers.values()))
         exclusive = ">".join("=".join(letter[TaskKind(k)] for k in COMM_KINDS if self.exclusive_tiers.get(k) == t)
                              for t in tiers)
-        shared = " ".join(f"{letter[k]}{self.shared_priority(k):g}" for k in COMM_KINDS if k not in self.exclusive_tiers)
+        shared = " ".join(f"{letter[k]}{self.shared_priority(k):g}" for k in COMM_KINDS
+                          if k not in self.exclusive_tiers)
         return " | ".join(part for part in (exclusive, shared) if part)
+
+
+#: The policy the visualizers use unless told otherwise, and that the schedule comparison marks.
+DEFAULT_POLICY = Policy(priorities={"fwd_prop": 0.5, "grad_prop": 0.3, "grad_sync": 0.2})
 
 
 def sync_points(n: int, sync_freq: int) -> list[int]:

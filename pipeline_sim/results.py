@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from .config import INTEGER_KEYS, STRING_KEYS
-from .model import COMM_KINDS, EnvParams
+from .model import COMM_KINDS, DEFAULT_POLICY, EnvParams
 from .workload import DERIVED_KEYS, WORKLOAD_KEYS, Workload, gpu_from_cell, model_from_cell, seconds_text
 
 #: Columns every generator CSV has; later metric columns are optional for reading.
@@ -171,8 +171,9 @@ def _slug_parts(params: EnvParams, workload: Workload | None = None) -> tuple[st
         base = (f"n{params.n}_gpus{params.num_gpus}_sf{params.sync_freq}_fwd{params.fwd_len:g}_bwd{params.bwd_len:g}"
                 f"_prop{params.prop_len:g}_sync{params.sync_base_len:g}_fi{params.fwd_impact:g}"
                 f"_bi{params.bwd_impact:g}_in{params.ingress_capacity:g}")
+    ignored = params.ignored()
     schedule = f"_{params.schedule}" + "".join(f"_{short}{getattr(params, name):g}"
-                                               for name, short in _SCHEDULE_SHORT.items() if name not in params.ignored())
+                                               for name, short in _SCHEDULE_SHORT.items() if name not in ignored)
     noise = ""
     if params.jittered:
         noise += f"_cj{params.compute_jitter:g}_mj{params.comm_jitter:g}_{params.jitter_dist}_seed{params.seed}"
@@ -205,7 +206,8 @@ def workload_title(params: EnvParams, workload: Workload) -> str:
     """``gpt3-175b on 64 x a100-80gb (tensor 8, pipeline 8, data 1), batch 64 x 2048 tokens; ...``."""
     w = workload
     return (f"{w.label(params.num_gpus).replace('batch ?', f'batch {params.n * w.micro_batch_size * w.data_parallel}')}"
-            f", micro-batch {w.micro_batch_size}, {'no' if w.recompute == 'none' else w.recompute} recompute; p2p {w.p2p_bandwidth:g} GB/s, "
+            f", micro-batch {w.micro_batch_size}, {'no' if w.recompute == 'none' else w.recompute} recompute; "
+            f"p2p {w.p2p_bandwidth:g} GB/s, "
             f"dp {w.dp_bandwidth:g} GB/s, efficiency {w.compute_efficiency:g}\n"
             f"fwd {seconds_text(params.fwd_len)}, bwd {seconds_text(params.bwd_len)}, "
             f"prop {seconds_text(params.prop_len)}, "
@@ -227,7 +229,7 @@ def env_title(params: EnvParams, workload: Workload | None = None, *, schedule: 
 
 
 #: The policy that the visualizers use unless told otherwise; the comparison marks it.
-DEFAULT_POLICY_LABEL = "F0.5 G0.3 S0.2"
+DEFAULT_POLICY_LABEL = DEFAULT_POLICY.label
 
 
 def schedule_groups(frame: pd.DataFrame) -> Iterator[tuple[EnvParams, Workload | None, pd.DataFrame]]:

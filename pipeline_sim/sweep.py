@@ -107,9 +107,10 @@ class SweepPlan:
         if largest > MAX_TASKS:
             raise ConfigError(f"{where} has about {largest:,} tasks per simulation; at most {MAX_TASKS:,} fit in "
                               f"memory (pass --allow-large to try anyway)")
-        hours = total * len(self.policies) * self.samples * SECONDS_PER_TASK / (os.cpu_count() or 1) / 3600
+        tasks = total * len(self.policies) * self.samples
+        hours = tasks * SECONDS_PER_TASK / (os.cpu_count() or 1) / 3600
         if hours > MAX_HOURS:
-            raise ConfigError(f"{self.num_simulations:,} simulations of about {total * len(self.policies) * self.samples:,} "
+            raise ConfigError(f"{self.num_simulations:,} simulations of about {tasks:,} "
                               f"tasks would take about {hours:,.0f} hours on this machine; at most {MAX_HOURS} are "
                               f"allowed (shrink the grid, or pass --allow-large)")
 

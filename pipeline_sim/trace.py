@@ -27,8 +27,8 @@ def chrome_trace(schedule: Schedule) -> dict:
         events.append({
             "ph": "X", "name": task.label, "cat": str(task.kind), "pid": task.gpu, "tid": _CHANNELS[channel],
             "ts": task.start * MICROSECONDS_PER_UNIT, "dur": (task.end - task.start) * MICROSECONDS_PER_UNIT,
-            "args": {"task": str(task.id), "stage": task.stage, "receiver": task.receiver, "ready": task.ready, "throttled": task.throttled,
-                     "segments": [list(segment) for segment in task.segments]},
+            "args": {"task": str(task.id), "stage": task.stage, "receiver": task.receiver, "ready": task.ready,
+                     "throttled": task.throttled, "segments": [list(segment) for segment in task.segments]},
         })
     return {
         "traceEvents": events,

@@ -387,7 +387,8 @@ def workload_report(workload: Workload, params: EnvParams, completion_time: floa
     total_gpus = params.num_gpus * workload.tensor_parallel * workload.data_parallel
     assert workload.seq_len is not None
     peak_flops = workload.device.tflops * 1e12
-    mfu = iteration_flops(workload, batch) / (completion_time * total_gpus * peak_flops) if completion_time else math.nan
+    flops = iteration_flops(workload, batch)
+    mfu = flops / (completion_time * total_gpus * peak_flops) if completion_time else math.nan
     per_microbatch = activation_bytes_per_layer(workload) * workload.shape.layers / params.num_gpus
     static = gpu_params(workload, params.num_gpus, params.schedule, params.chunks)
     memory = tuple((held * workload.bytes_per_param + peak * per_microbatch) / 1e9

@@ -12,7 +12,6 @@ from pipeline_sim.allocation import choose_sending_set, exclusive_key, layered_r
 from pipeline_sim.metrics import ideal_time, schedule_metrics
 from pipeline_sim.validate import validate_schedule
 
-
 SCHEDULES = ("gpipe", "1f1b", "interleaved-1f1b", "zb-h1", "zb-v", "dualpipe-v")
 
 
@@ -25,8 +24,10 @@ def random_case(rng: random.Random) -> tuple[EnvParams, Policy]:
         n=n, num_gpus=p, sync_freq=rng.randint(1, 4), schedule=schedule, chunks=rng.randint(2, 3),
         w_fraction=rng.choice([0.0, 0.5, rng.uniform(0, 0.99)]), fb_overlap=rng.choice([0.0, rng.uniform(0, 0.5)]),
         fwd_len=rng.choice([0.5, 1.0, rng.uniform(0.1, 3)]), bwd_len=rng.choice([1.0, 2.0, rng.uniform(0.1, 4)]),
-        prop_len=rng.choice([0.0, 0.5, 1.0, rng.uniform(0, 3)]), sync_base_len=rng.choice([0.0, 2.0, rng.uniform(0, 5)]),
-        fwd_impact=rng.choice([0.0, 0.2, rng.uniform(0, 0.99)]), bwd_impact=rng.choice([0.0, 0.2, rng.uniform(0, 0.99)]),
+        prop_len=rng.choice([0.0, 0.5, 1.0, rng.uniform(0, 3)]),
+        sync_base_len=rng.choice([0.0, 2.0, rng.uniform(0, 5)]),
+        fwd_impact=rng.choice([0.0, 0.2, rng.uniform(0, 0.99)]),
+        bwd_impact=rng.choice([0.0, 0.2, rng.uniform(0, 0.99)]),
         ingress_capacity=rng.choice([0.5, 1.0, 1.5, 2.0, rng.uniform(0.1, 3)]))
     priorities, tiers = {}, {}
     for kind in COMM_KINDS:
@@ -120,7 +121,6 @@ def test_validator_catches_a_wrong_completion_time(good):
 def test_a_stuck_simulation_names_what_waits():
     from pipeline_sim import SimulationStuckError
     from pipeline_sim.engine import _Simulation
-
     from pipeline_sim.taskgraph import build_task_graph
 
     sim = _Simulation(build_task_graph(EnvParams(n=2, num_gpus=2)), Policy())

@@ -2,9 +2,16 @@
 
 import pytest
 
-from pipeline_sim import EnvParams, ParameterError, Policy, TaskId, TaskKind, calculate_full_pipeline_schedule
+from pipeline_sim import (
+    EnvParams,
+    ParameterError,
+    Policy,
+    TaskId,
+    TaskKind,
+    calculate_full_pipeline_schedule,
+    compute_orders,
+)
 from pipeline_sim.metrics import schedule_metrics
-from pipeline_sim import compute_orders
 from pipeline_sim.model import sync_points
 
 

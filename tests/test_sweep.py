@@ -129,4 +129,5 @@ def test_golden_csv(tmp_path):
     from conftest import ROOT
 
     plan = SweepPlan(EnvironmentGrid.load(ROOT / "configs" / "quick.json"), step=0.5)
-    assert sweep(plan, tmp_path / "quick.csv", workers=2) == (ROOT / "tests" / "data" / "quick_step0.5.csv").read_bytes()
+    golden = (ROOT / "tests" / "data" / "quick_step0.5.csv").read_bytes()
+    assert sweep(plan, tmp_path / "quick.csv", workers=2) == golden

@@ -9,7 +9,6 @@ import sys
 import time
 
 import pytest
-
 from conftest import ROOT, assert_one_line_error, assert_png_drawn, run_script
 
 from pipeline_sim import calculate_full_pipeline_schedule
@@ -207,7 +206,7 @@ def test_plot_heatmap_rejects_a_cut_csv(tmp_path):
     cut = tmp_path / "cut.csv"
     cut.write_text("".join(lines[:40]))
     result = run_script("plot_heatmap.py", str(cut), cwd=tmp_path)
-    assert_one_line_error(result, "no simplex grid")
+    assert_one_line_error(result, "has 39 rows, not a whole policy grid; pass --skip-incomplete")
 
 
 @pytest.mark.parametrize("script, flags", [

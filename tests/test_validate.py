@@ -4,8 +4,7 @@ import copy
 
 import pytest
 
-from pipeline_sim import EnvParams, Policy, simulate
-from pipeline_sim import validate
+from pipeline_sim import EnvParams, Policy, simulate, validate
 from pipeline_sim.taskgraph import build_task_graph
 
 

@@ -3,7 +3,6 @@
 import importlib
 
 import pytest
-
 from conftest import assert_one_line_error, assert_png_drawn, run_script
 
 from pipeline_sim import calculate_full_pipeline_schedule

@@ -3,7 +3,14 @@
 import pytest
 
 from pipeline_sim import calculate_full_pipeline_schedule
-from pipeline_sim.allocation import SHARED_LAYER, ZERO_LAYER, choose_sending_set, exclusive_key, is_throttled, layered_rates
+from pipeline_sim.allocation import (
+    SHARED_LAYER,
+    ZERO_LAYER,
+    choose_sending_set,
+    exclusive_key,
+    is_throttled,
+    layered_rates,
+)
 from pipeline_sim.metrics import ideal_time
 from pipeline_sim.validate import validate_schedule
 

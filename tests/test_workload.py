@@ -3,13 +3,23 @@
 import csv
 
 import pytest
-from conftest import ROOT, assert_one_line_error, run_script
+from conftest import assert_one_line_error, run_script
 
-from pipeline_sim import EnvParams, ParameterError, Policy, simulate
+from pipeline_sim import ParameterError, Policy, simulate
 from pipeline_sim.config import ConfigError, EnvironmentGrid
-from pipeline_sim.workload import (MODEL_PRESETS, ModelShape, Workload, activation_bytes_per_layer, gpu_params,
-                                   iteration_flops, layer_forward_flops, layer_params, logits_forward_flops,
-                                   workload_environment, workload_report)
+from pipeline_sim.workload import (
+    MODEL_PRESETS,
+    ModelShape,
+    Workload,
+    activation_bytes_per_layer,
+    gpu_params,
+    iteration_flops,
+    layer_forward_flops,
+    layer_params,
+    logits_forward_flops,
+    workload_environment,
+    workload_report,
+)
 
 TINY = ModelShape(layers=2, hidden=8, heads=2, kv_heads=1, ffn_hidden=16, vocab=10, seq_len=4)
 

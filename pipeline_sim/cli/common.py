@@ -62,7 +62,8 @@ def use_display(no_show: bool) -> bool:
     """Choose the matplotlib backend before pyplot is imported; True when a window may be shown."""
     import matplotlib
 
-    has_display = sys.platform in ("darwin", "win32") or bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+    has_display = sys.platform in ("darwin", "win32") or \
+        bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
     show = has_display and not no_show
     if not show:
         matplotlib.use("Agg")

@@ -6,9 +6,9 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from ..results import SCHEDULE_KEYS, parameter_value
 from .common import Parser, run_command, script_name
 from .generate import add_sweep_arguments, generate
-from ..results import SCHEDULE_KEYS, parameter_value
 from .heatmap import add_metric_argument, describe, write_heatmaps
 
 HEATMAP_DIR = Path("outputs/heatmaps")

@@ -13,9 +13,21 @@ import pandas as pd
 from ..files import atomic_output, output_folder
 from ..model import EnvParams
 from ..parallel import ordered_map
+from ..results import (
+    METRICS,
+    ResultsError,
+    best_rows,
+    env_slug,
+    env_title,
+    environments,
+    group_slug,
+    jitter_families,
+    load_results,
+    schedule_groups,
+    simplex_steps,
+    workload_of,
+)
 from ..scenarios import policy_count
-from ..results import (METRICS, ResultsError, best_rows, env_slug, env_title, environments, group_slug,
-                       jitter_families, load_results, schedule_groups, simplex_steps, workload_of)
 from ..workload import Workload
 from .common import Parser, positive_int, run_command, script_name
 

@@ -11,12 +11,12 @@ from typing import Mapping, Sequence
 from ..engine import simulate
 from ..files import atomic_output, output_target
 from ..metrics import ideal_time
-from ..model import COMM_KINDS, EnvParams, ParameterError, Policy
+from ..model import COMM_KINDS, DEFAULT_POLICY, EnvParams, ParameterError, Policy
 from ..results import schedule_name, workload_title
-from ..workload import DERIVED_KEYS, RECOMPUTE_MODES, WORKLOAD_KEYS, Workload, workload_environment, workload_report
 from ..schedules import SCHEDULES, compute_orders, format_orders
 from ..taskgraph import MAX_TASKS, build_task_graph, estimated_tasks
 from ..trace import chrome_trace
+from ..workload import DERIVED_KEYS, RECOMPUTE_MODES, WORKLOAD_KEYS, Workload, workload_environment, workload_report
 from .common import Parser, UserError, run_command, script_name, use_display
 
 #: The flag that sets each library parameter, for error messages.
@@ -64,9 +64,9 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
                        ("bwd_impact", "slowdown of backwards by grad_sync traffic, in [0, 1)"),
                        ("ingress_capacity", "receive capacity of each GPU, in links")):
         derived = name in DERIVED_KEYS
-        env.add_argument("--" + name.replace("_", "-"), type=float, default=None if derived else getattr(defaults, name),
-                         help=f"{text} (default {getattr(defaults, name)}" + ("; derived with --model)" if derived
-                                                                             else ")"))
+        default = getattr(defaults, name)
+        env.add_argument("--" + name.replace("_", "-"), type=float, default=None if derived else default,
+                         help=f"{text} (default {default}" + ("; derived with --model)" if derived else ")"))
     env.add_argument("--sync-solo-w", type=float, default=None, metavar="W",
                      help="accepted for compatibility with older command lines; has no effect")
     sched = parser.add_argument_group("schedule (see docs/model.md section 6)")
@@ -278,3 +278,13 @@ def script_main(layout: str, default_priorities: Mapping[str, float],
     """Entry point of a visualizer script, with that script's default policy."""
     return main(sys.argv[1:], layout=layout, prog=script_name(sys.argv[0]), default_priorities=default_priorities,
                 default_exclusive_tiers=default_exclusive_tiers)
+
+
+def single_channel() -> int:
+    """Console entry point ``pipeline-sim-gantt``: the single-channel visualizer with the default policy."""
+    return script_main("single_channel", DEFAULT_POLICY.priorities, DEFAULT_POLICY.exclusive_tiers)
+
+
+def dual_channel() -> int:
+    """Console entry point ``pipeline-sim-gantt-dual``: the dual-channel visualizer with the default policy."""
+    return script_main("dual_channel", DEFAULT_POLICY.priorities, DEFAULT_POLICY.exclusive_tiers)
