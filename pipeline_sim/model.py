@@ -396,9 +396,6 @@ class Schedule:
                 return t
         raise KeyError(f"no task {text}")
 
-    def by_id(self) -> dict[TaskId, Task]:
-        return {t.id: t for t in self.tasks}
-
     @property
     def spans(self) -> list[float]:
         """Per GPU, from the start of its first compute action to the end of its last (section 6.5)."""

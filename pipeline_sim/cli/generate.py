@@ -22,8 +22,8 @@ def add_sweep_arguments(parser: Parser, *, step_flags: Sequence[str]) -> None:
                         help="recorded in the CSV; both simulators share one core, so numbers are equal "
                              "(default %(default)s)")
     parser.add_argument(*step_flags, dest="step", type=float, default=DEFAULT_STEP,
-                        help="resolution of the shared priorities; must divide 1 (default %(default)s: "
-                             "121 policies per environment)")
+                        help="resolution of the shared priorities; must divide 1 and be at least 0.01 "
+                             "(default %(default)s: 121 policies per environment)")
     parser.add_argument("--workers", type=positive_int, metavar="N", default=os.cpu_count() or 1,
                         help="worker processes (default: all %(default)s cores; 1 runs serially)")
     parser.add_argument("--resume", action="store_true",
