@@ -8,8 +8,8 @@ import multiprocessing
 import multiprocessing.context
 import signal
 from collections import deque
-from concurrent.futures import ProcessPoolExecutor
-from typing import Callable, Iterable, Iterator, TypeVar
+from concurrent.futures import Future, ProcessPoolExecutor
+from typing import Callable, Generator, Iterable, TypeVar
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
@@ -29,7 +29,8 @@ def _init_worker() -> None:
         pass
 
 
-def ordered_map(function: Callable[[_Item], _Result], items: Iterable[_Item], workers: int) -> Iterator[_Result]:
+def ordered_map(function: Callable[[_Item], _Result], items: Iterable[_Item],
+                workers: int) -> Generator[_Result, None, None]:
     """``map`` over processes, results in input order, at most ``4 x workers`` items in flight.
 
     Each function call should take long enough (tens of milliseconds or more) for
@@ -41,7 +42,7 @@ def ordered_map(function: Callable[[_Item], _Result], items: Iterable[_Item], wo
     pool = ProcessPoolExecutor(max_workers=workers, initializer=_init_worker, mp_context=_context())
     finished = False
     try:
-        pending = deque()
+        pending: deque[Future[_Result]] = deque()
         for item in items:
             pending.append(pool.submit(function, item))
             if len(pending) >= 4 * workers:

@@ -21,7 +21,7 @@ import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Generator, Iterator
 
 import numpy as np
 
@@ -78,12 +78,12 @@ class SweepPlan:
     step: float = DEFAULT_STEP
     simulator: str = "single_channel"
     skip_invalid: bool = False
-    samples: int | None = None  # noise draws per (environment, policy); None: the grid's own setting
+    samples: int = 0  # noise draws per (environment, policy); 0: the grid's own setting
     with_samples: bool = False  # also write one row per sample
     allow_large: bool = False  # run beyond the size limits (tasks per simulation, estimated hours)
 
     def __post_init__(self) -> None:
-        if self.samples is None:
+        if self.samples == 0:
             object.__setattr__(self, "samples", self.grid.samples)
         if isinstance(self.samples, bool) or not isinstance(self.samples, int) or self.samples < 1:
             raise ParameterError("samples", self.samples, "must be an integer >= 1")
@@ -318,7 +318,7 @@ def _not_resumable(partial: Path, meta: Path) -> str:
 
 
 def run_sweep(plan: SweepPlan, output: str | os.PathLike, *, workers: int = 1, resume: bool = False,
-              samples_output: str | os.PathLike | None = None, overwrite: bool = False) -> Iterator[int]:
+              samples_output: str | os.PathLike | None = None, overwrite: bool = False) -> Generator[int, None, None]:
     """Run ``plan`` into the CSV ``output``; yield the rows on disk, first before any new work.
 
     With ``resume``, continue ``output``'s partial file if there is one (it must come

@@ -68,7 +68,7 @@ def generate(config: Path, *, step: float, simulator: str, output: Path | None, 
     from tqdm import tqdm
 
     plan = SweepPlan(EnvironmentGrid.load(config), step=step, simulator=simulator, skip_invalid=skip_invalid,
-                     samples=samples, with_samples=samples_output is not None, allow_large=allow_large)
+                     samples=samples or 0, with_samples=samples_output is not None, allow_large=allow_large)
     asked = workers
     workers = useful_workers(plan, workers)
     output = output or default_output(config, plan, resume)

@@ -92,8 +92,9 @@ class RobustnessJob:
         from ..plotting.robustness import figure_size, plot_robustness
 
         fig = Figure(figsize=figure_size())
-        plot_robustness(fig, self.family, self.key, title=env_title(replace(self.params, **{self.key: 0.0}),
-                                                                    self.workload), unit=_unit(self.workload))
+        lowest: dict = {self.key: 0.0}
+        plot_robustness(fig, self.family, self.key, title=env_title(replace(self.params, **lowest), self.workload),
+                        unit=_unit(self.workload))
         return _save(fig, self.path)
 
 
@@ -153,15 +154,16 @@ def write_heatmaps(csv: Path, output_dir: Path, workers: int = 1, metric: str = 
             left_out.append(f"{slug} ({problem})")
             continue
         complete.append(rows.index)
-        job = HeatmapJob(params, workload, rows, steps, output_dir / f"{slug}.png", metric)
-        jobs.append(job)
-        heatmaps.append((params, workload, best_rows(rows, metric=metric).iloc[0], job.path))
+        heatmap = HeatmapJob(params, workload, rows, steps, output_dir / f"{slug}.png", metric)
+        jobs.append(heatmap)
+        heatmaps.append((params, workload, best_rows(rows, metric=metric).iloc[0], heatmap.path))
     if left_out:
         frame = frame.loc[[i for index in complete for i in index]]
     for params, workload, summary in schedule_groups(frame):
-        job = ComparisonJob(params, workload, summary, output_dir / f"compare_{group_slug(params, workload)}.png")
-        jobs.append(job)
-        comparisons.append((params, workload, summary, job.path))
+        comparison = ComparisonJob(params, workload, summary,
+                                   output_dir / f"compare_{group_slug(params, workload)}.png")
+        jobs.append(comparison)
+        comparisons.append((params, workload, summary, comparison.path))
     for params, workload, key, family in jitter_families(frame):
         path = output_dir / f"robustness_{key}_{env_slug(params, workload)}.png"
         jobs.append(RobustnessJob(params, workload, key, family, path))

@@ -41,7 +41,8 @@ def _panels(rows: pd.DataFrame, k: int, metric: str) -> dict[str, tuple[np.ndarr
     tiers = rows[list(TIER_COLUMNS)].to_numpy(dtype=object)
     simplex, single, double = _grid((k + 1, k + 1)), _grid((3, k + 1)), _grid((3, 3))
     cells: dict[str, dict[tuple[int, int], int]] = {"simplex": {}, "one": {}, "two": {}, "three": {}}
-    triple_labels, triple_times = [], []
+    triple_labels: list[str] = []
+    triple_times: list[float] = []
     for position, (fam, time, prio, tier) in enumerate(zip(family, times, prios, tiers)):
         tiered = [i for i in range(3) if isinstance(tier[i], str)]
         if fam == 0:
