@@ -1,316 +1,207 @@
-"""The event-driven fluid simulation of one iteration of any schedule (docs/model.md sections 2, 3 and 6).
+"""Simulating an environment: the task graph as arrays, handed to the compiled kernel (``kernel.py``).
 
-Between two events every active task progresses at a constant rate; an event is a
-task ending (every readiness follows from an ending, or from time 0). At an event
-the loop applies all endings and the readiness chains they cause, then recomputes
-rates. Rates are recomputed only where the event can change them: the sending
-sets of the GPUs whose ready transfers changed, and the layered allocation of the
-group of GPUs those transfers couple through ingress limits. Everything else keeps
-its rate, which is what a recomputation from scratch would give it, so this is the
-same model, evaluated lazily: a task's remaining work is brought up to date only
-when its rate changes. The engine reads the task graph (``taskgraph.py``) and never
-asks which schedule produced it.
-
-Left out on purpose: latency (a transfer's cost is its work only), contention
-inside a GPU other than through ``grad_sync`` traffic, and the receiving side of
-``grad_sync`` (data-parallel peers are outside the model).
+``simulate`` returns every task's timeline (for charts, traces, the validator and the
+API); ``simulate_figures`` returns only the figures a sweep keeps, for many policies in
+one kernel call. Both run the same kernel; neither asks which schedule built the graph.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
 import numbers
-from typing import Mapping
+import os
+import sys
+from functools import lru_cache
+from pathlib import Path
+from typing import Mapping, NamedTuple, Sequence
 
-from .allocation import LEVEL_TOLERANCE, choose_sending_set, exclusive_key, is_throttled, layered_rates
-from .model import COMM_KINDS, EnvParams, ParameterError, Policy, Schedule, Task
-from .taskgraph import TaskGraph, build_task_graph
+import llvmlite.binding
+import numba
+import numpy as np
 
-#: Tasks whose projected ends lie within this relative distance end at the same event.
-END_TOLERANCE = 1e-9
-#: Two rates closer than this (relative) are the same rate: no new segment starts between them.
-RATE_TOLERANCE = 1e-12
+from . import kernel
+from .model import COMM_KINDS, EnvParams, ParameterError, Policy, Schedule, Task, TaskKind
+from .taskgraph import GraphTask, TaskGraph, build_task_graph, task_lengths
 
-_GRAD_SYNC = COMM_KINDS.index("grad_sync")  # position in COMM_KINDS, which is also the tie order
+_COMM_NUMBER = {kind: number for number, kind in enumerate(COMM_KINDS)}
+_FALLS = (TaskKind.BACKWARD, TaskKind.BACKWARD_WEIGHT)
+
+
+#: How long the first compile of the kernel takes on a 2-core machine (benchmarks/bench.py).
+COMPILE_SECONDS = 25
 
 
 class SimulationStuckError(RuntimeError):
     """Nothing can progress although tasks remain; the message names them."""
 
 
-class _Run:
-    """Mutable simulation state of one task (the public record is ``task``; ``node`` its place in the graph)."""
+class GraphArrays(NamedTuple):
+    """A task graph's structure as the kernel reads it; ``*_start``/``*_task`` pairs are compressed rows.
 
-    __slots__ = ("task", "node", "comm", "remaining", "rate", "since", "heap_seq", "throttled_now",
-                 "waiting", "weight", "share", "layer", "receiver", "tier_rank", "priority", "key", "impact")
+    Per task: its GPU, receiver (-1: none), transfer kind number (-1: compute), stage,
+    index, compute impact, how many tasks it waits for, the forward parts starting with it
+    (``rises``) and the backward or weight-gradient parts ending with it (``falls``).
+    """
 
-    def __init__(self, task: Task, node: int, comm: int, impact: float = 0.0,
-                 tier_rank: int | None = None, priority: float = 0.0) -> None:
-        self.task = task
-        self.node = node
-        self.comm = comm  # -1 for compute, else the position in COMM_KINDS
-        self.remaining = task.length
-        self.rate = 0.0
-        self.since = 0.0
-        self.heap_seq = -1  # sequence number of this run's live heap entry, -1 if none
-        self.throttled_now = False
-        self.waiting = 0  # unmet dependencies (compute tasks)
-        self.weight = 0.0
-        self.share = 0.0
-        self.layer = 0
-        self.receiver = task.receiver
-        self.tier_rank = tier_rank
-        self.priority = priority
-        self.key: tuple = ()
-        self.impact = impact
+    gpu: np.ndarray
+    receiver: np.ndarray
+    comm: np.ndarray
+    stage: np.ndarray
+    index: np.ndarray
+    impact: np.ndarray
+    needs_count: np.ndarray
+    release_start: np.ndarray
+    release_task: np.ndarray
+    order_start: np.ndarray
+    order_task: np.ndarray
+    peer_start: np.ndarray
+    peer_task: np.ndarray
+    rises: np.ndarray
+    falls: np.ndarray
+
+    def kernel_arguments(self, lengths: np.ndarray) -> tuple:
+        """The graph arguments of ``kernel.simulate``, from ``length`` to ``peer_task``."""
+        return (lengths, *self[:13])
 
 
-class _Simulation:
-    def __init__(self, graph: TaskGraph, policy: Policy) -> None:
-        self.graph = graph
-        self.params = params = graph.params
-        p = params.num_gpus
-        tier_letters = sorted(set(policy.exclusive_tiers.values()))
-        tier_rank = [tier_letters.index(policy.exclusive_tiers[kind]) if kind in policy.exclusive_tiers else None
-                     for kind in COMM_KINDS]
-        priority = [policy.shared_priority(kind) for kind in COMM_KINDS]
-        comm_of = {kind: i for i, kind in enumerate(COMM_KINDS)}
+def _rows(lists: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
+    starts = np.zeros(len(lists) + 1, dtype=np.int64)
+    np.cumsum([len(row) for row in lists], out=starts[1:])
+    return starts, np.array([x for row in lists for x in row], dtype=np.int64)
 
-        self.tasks: list[Task] = []
-        self.runs: list[_Run] = []
-        for node, (spec, needs) in enumerate(zip(graph.tasks, graph.needs)):
-            task = Task(spec.kind, spec.gpu, spec.stage, spec.index, spec.length, spec.receiver, spec.parts)
-            comm = comm_of.get(spec.kind, -1)
-            if comm < 0:
-                run = _Run(task, node, -1, spec.impact)
-                run.waiting = len(needs)
-            else:
-                run = _Run(task, node, comm, 0.0, tier_rank[comm], priority[comm])
-            self.tasks.append(task)
-            self.runs.append(run)
-        self.order = [[self.runs[i] for i in order] for order in graph.orders]
 
-        self.next_compute = [0] * p
-        self.busy: list[_Run | None] = [None] * p
-        self.ready_comm: list[list[_Run]] = [[] for _ in range(p)]
-        self.sending: list[list[_Run]] = [[] for _ in range(p)]
-        self.sends_to: list[tuple[int, ...]] = [()] * p  # receivers of each GPU's sending set now
-        self.sync_rate = [0.0] * p
-        self.inflow = [0.0] * p  # scratch: summed sender-only shares into each GPU of a group
-        self.dirty_comm: set[int] = set()
-        self.dirty_compute: set[int] = set()
-        self.heap: list[tuple[float, int, _Run]] = []
-        self.seq = 0
-        self.done = 0
+@lru_cache(maxsize=256)
+def graph_arrays(params: EnvParams) -> GraphArrays:
+    """The arrays of ``params``' task graph (its structure: the same for every noise draw)."""
+    graph = build_task_graph(params)
+    tasks = graph.tasks
+    ints = lambda values: np.array(values, dtype=np.int64)  # noqa: E731
+    arrays = GraphArrays(
+        ints([t.gpu for t in tasks]), ints([-1 if t.receiver is None else t.receiver for t in tasks]),
+        ints([_COMM_NUMBER.get(t.kind, -1) for t in tasks]), ints([t.stage for t in tasks]),
+        ints([t.index for t in tasks]), np.array([t.impact for t in tasks], dtype=float),
+        ints([len(needs) for needs in graph.needs]), *_rows(graph.releases), *_rows(graph.orders),
+        *_rows(graph.peers), *activation_changes(tasks))
+    for array in arrays:
+        array.flags.writeable = False
+    return arrays
 
-    # -- running ----------------------------------------------------------------------
 
-    def run(self) -> float:
-        now = 0.0
-        for s in range(self.params.num_gpus):
-            self._try_start_compute(s, now)
-        self._reallocate(now)
-        total = len(self.tasks)
-        while self.done < total:
-            now, ending = self._next_endings()
-            for run in ending:
-                self._finish(run, now)
-            self._reallocate(now)
-        return max(task.end for task in self.tasks)
+def activation_changes(tasks: Sequence[GraphTask | Task]) -> tuple[np.ndarray, np.ndarray]:
+    """Per task, the forward parts that start with it and the backward or weight-gradient parts that end with
+    it: the rises and falls of its GPU's activations (docs/model.md section 7)."""
+    return (np.array([sum(part.kind is TaskKind.FORWARD for part in t.parts) for t in tasks], dtype=np.int64),
+            np.array([sum(part.kind in _FALLS for part in t.parts) for t in tasks], dtype=np.int64))
 
-    def _next_endings(self) -> tuple[float, list[_Run]]:
-        heap = self.heap
-        while heap and heap[0][2].heap_seq != heap[0][1]:
-            heapq.heappop(heap)
-        if not heap:
-            raise SimulationStuckError(self._stuck_message())
-        now = heap[0][0]
-        limit = now + END_TOLERANCE * max(1.0, abs(now))
-        ending = []
-        while heap and heap[0][0] <= limit:
-            _, seq, run = heapq.heappop(heap)
-            if run.heap_seq == seq:
-                ending.append(run)
-        return now, ending
 
-    def _set_rate(self, run: _Run, rate: float, throttled: bool, now: float) -> None:
-        """Close the stretch at the old rate and continue at the new one.
-
-        A throttled stretch at rate 0 (a flow waiting at a receiver that higher layers
-        saturate) counts as throttled time but is no segment: nothing progresses.
-        """
-        if throttled == run.throttled_now and abs(rate - run.rate) <= RATE_TOLERANCE * run.rate:
-            return  # the same rate: a new segment starts only when something really changes
-        task = run.task
-        if now > run.since:
-            if run.rate > 0.0:
-                run.remaining -= run.rate * (now - run.since)
-                task.segments.append((run.since, now, run.rate))
-            if run.throttled_now:  # flagged only once the stretch has lasted, never for an instant
-                task.throttled_time += now - run.since
-                task.throttled = True
-        run.since = now
-        run.rate = rate
-        run.throttled_now = throttled
-        if rate > 0.0:
-            if math.isnan(task.start):
-                task.start = now
-            self.seq += 1
-            run.heap_seq = self.seq
-            remaining = run.remaining if run.remaining > 0.0 else 0.0
-            heapq.heappush(self.heap, (now + remaining / rate, self.seq, run))
-        else:
-            run.heap_seq = -1
-
-    def _finish(self, run: _Run, now: float) -> None:
-        self._set_rate(run, 0.0, False, now)
-        run.remaining = 0.0
-        run.task.end = now
-        self.done += 1
-        s = run.task.gpu
-        if run.comm < 0:
-            self.busy[s] = None
-            self._try_start_compute(s, now)
-        else:
-            self.ready_comm[s].remove(run)
-            self.dirty_comm.add(s)
-        self._release_dependents(run, now)
-
-    def _release_dependents(self, run: _Run, now: float) -> None:
-        runs = self.runs
-        for node in self.graph.releases[run.node]:
-            dependent = runs[node]
-            if dependent.comm >= 0:
-                self._make_ready(dependent, now)
-            else:
-                dependent.waiting -= 1
-                self._try_start_compute(dependent.task.gpu, now)
-
-    def _make_ready(self, run: _Run, now: float) -> None:
-        task = run.task
-        task.ready = now
-        if task.length == 0.0:
-            task.start = task.end = now
-            self.done += 1
-            self._release_dependents(run, now)
-            return
-        if run.tier_rank is not None:
-            run.key = exclusive_key(run.tier_rank, now, task.index, run.comm, task.stage)
-        self.ready_comm[task.gpu].append(run)
-        self.dirty_comm.add(task.gpu)
-
-    def _try_start_compute(self, s: int, now: float) -> None:
-        order = self.order[s]
-        while self.busy[s] is None and self.next_compute[s] < len(order):
-            run = order[self.next_compute[s]]
-            if run.waiting:
-                return
-            self.next_compute[s] += 1
-            task = run.task
-            task.ready = now
-            if task.length == 0.0:  # a W of no work ends the instant it may start
-                task.start = task.end = now
-                self.done += 1
-                self._release_dependents(run, now)
-                continue
-            self.busy[s] = run
-            self.dirty_compute.add(s)
-
-    # -- rates ------------------------------------------------------------------------
-
-    def _reallocate(self, now: float) -> None:
-        if self.dirty_comm:
-            self._reallocate_comm(now)
-        for s in sorted(self.dirty_compute):
-            run = self.busy[s]
-            if run is not None:
-                self._set_rate(run, 1.0 - run.impact * self.sync_rate[s], False, now)  # section 3.3
-        self.dirty_compute.clear()
-
-    def _reallocate_comm(self, now: float) -> None:
-        sending, sends_to = self.sending, self.sends_to
-        seeds = set(self.dirty_comm)
-        for s in self.dirty_comm:
-            new = choose_sending_set(self.ready_comm[s])
-            for run in sending[s]:
-                if run.receiver is not None:
-                    seeds.add(run.receiver)  # its receiver's other inflow may speed up
-                if (run.rate or run.throttled_now) and run not in new:
-                    self._set_rate(run, 0.0, False, now)
-            sending[s] = new
-            sends_to[s] = tuple(run.receiver for run in new if run.receiver is not None)
-        self.dirty_comm.clear()
-
-        # Two GPUs are coupled while a flow between them shares an ingress limit. The rates
-        # that can change are those of the connected groups of coupled GPUs around the
-        # seeds; a walk over each GPU's peers in the task graph finds them, whatever the
-        # shape of the network (a line, a ring, flows both ways).
-        peers = self.graph.peers
-        grouped: set[int] = set()
-        for seed in sorted(seeds):
-            if seed in grouped:
-                continue
-            grouped.add(seed)
-            group = [seed]
-            for g in group:  # grows while it is walked: breadth first
-                for h in peers[g]:
-                    if h not in grouped and (h in sends_to[g] or g in sends_to[h]):
-                        grouped.add(h)
-                        group.append(h)
-            group.sort()
-            self._allocate_group(group, now)
-
-    def _allocate_group(self, group: list[int], now: float) -> None:
-        """Rates of every flow sent by the GPUs of ``group``, which no other flow couples to."""
-        flows = []
-        inflow = self.inflow
-        for g in group:
-            inflow[g] = 0.0
-        for g in group:
-            for run in self.sending[g]:
-                flows.append(run)
-                if run.receiver is not None:
-                    inflow[run.receiver] += run.share  # the group is closed: every receiver lies in it
-        capacity = self.params.ingress_capacity
-        if max([inflow[g] for g in group]) <= capacity * (1.0 + LEVEL_TOLERANCE):
-            # Sender-only shares that respect every ingress limit are already the layered
-            # max-min allocation, and no flow is throttled; this loop apart from the general
-            # one is worth ~7%.
-            for run in flows:
-                if run.share != run.rate or run.throttled_now:
-                    self._set_rate(run, run.share, False, now)
-        else:
-            rates = layered_rates([run.task.gpu for run in flows], [run.receiver for run in flows],
-                                  [run.weight for run in flows], [run.layer for run in flows], capacity)
-            for run, rate in zip(flows, rates):
-                self._set_rate(run, rate, is_throttled(rate, run.share), now)
-        sync_rate = self.sync_rate
-        for g in group:
-            sync = 0.0
-            for run in self.sending[g]:
-                if run.comm == _GRAD_SYNC:
-                    sync += run.rate
-            if sync != sync_rate[g]:
-                sync_rate[g] = sync
-                self.dirty_compute.add(g)
-
-    def _stuck_message(self) -> str:
-        waiting = []
-        for s in range(self.params.num_gpus):
-            if self.busy[s] is None and self.next_compute[s] < len(self.order[s]):
-                run = self.order[s][self.next_compute[s]]
-                unmet = [str(self.tasks[i].id) for i in self.graph.needs[run.node] if math.isnan(self.tasks[i].end)]
-                waiting.append(f"{run.task.id} waits for {', '.join(unmet) or 'its predecessor'}")
-            waiting.extend(f"{run.task.id} is ready but gets no bandwidth" for run in self.ready_comm[s])
-        return "simulation stuck, nothing can progress: " + "; ".join(waiting or ["no task is ready"])
+def policy_arrays(policies: Sequence[Policy]) -> tuple[np.ndarray, np.ndarray]:
+    """Per policy and transfer kind (``COMM_KINDS`` order): exclusive tier rank (0 = 'a', -1 shared), priority."""
+    tiers = np.full((len(policies), len(COMM_KINDS)), -1, dtype=np.int64)
+    priorities = np.zeros((len(policies), len(COMM_KINDS)))
+    for row, policy in enumerate(policies):
+        letters = sorted(set(policy.exclusive_tiers.values()))
+        for k, kind in enumerate(COMM_KINDS):
+            tier = policy.tier(kind)
+            tiers[row, k] = -1 if tier is None else letters.index(tier)
+            priorities[row, k] = policy.shared_priority(kind)
+    return tiers, priorities
 
 
 def simulate(params: EnvParams, policy: Policy, sample: int = 0) -> Schedule:
     """Simulate one iteration of ``params`` under ``policy``: the ``sample``-th draw of its noise, if any."""
-    sim = _Simulation(build_task_graph(params, sample), policy)
-    completion = sim.run()
-    return Schedule(params=params, policy=policy, tasks=sim.tasks, completion_time=completion, sample=sample)
+    graph = build_task_graph(params, sample)
+    arrays = graph_arrays(params)
+    lengths = task_lengths(params, sample)
+    tiers, priorities = policy_arrays([policy])
+    room = 4 * len(lengths) + 64
+    while True:
+        status, F, I, segment_count, seg_task, seg_times, P = kernel.simulate(
+            *arrays.kernel_arguments(lengths), tiers[0], priorities[0], params.ingress_capacity, room)
+        if segment_count <= room:
+            break
+        room = segment_count  # the same run again, with room for every segment
+    ready, start, end = F[kernel.READY].tolist(), F[kernel.START].tolist(), F[kernel.END].tolist()
+    if status == kernel.STUCK:
+        raise SimulationStuckError(_stuck_message(graph, ready, end, P[kernel.NEXT].tolist(),
+                                                  P[kernel.BUSY].tolist()))
+    segments: list[list[tuple[float, float, float]]] = [[] for _ in graph.tasks]
+    for i, t0, t1, rate in zip(seg_task.tolist(), *seg_times.tolist()):
+        segments[i].append((t0, t1, rate))
+    throttled = (I[kernel.THROTTLED] == 1).tolist()
+    tasks = [Task(spec.kind, spec.gpu, spec.stage, spec.index, spec.length, spec.receiver, spec.parts, r, s, e,
+                  flag, wait, stretch)
+             for spec, r, s, e, flag, wait, stretch in zip(graph.tasks, ready, start, end, throttled,
+                                                          F[kernel.THROTTLED_TIME].tolist(), segments)]
+    return Schedule(params=params, policy=policy, tasks=tasks, completion_time=max(end), sample=sample)
+
+
+def simulate_figures(params: EnvParams, policies: Sequence[Policy], sample: int = 0) -> np.ndarray:
+    """The figures of ``kernel.figures`` for every policy of ``policies`` in draw ``sample``, one row each."""
+    arrays = graph_arrays(params)
+    tiers, priorities = policy_arrays(policies)
+    out = kernel.simulate_policies(*arrays.kernel_arguments(task_lengths(params, sample)), arrays.rises,
+                                   arrays.falls, params.v, tiers, priorities, params.ingress_capacity)
+    stuck = np.isnan(out[:, 0])
+    if stuck.any():
+        simulate(params, policies[int(np.argmax(stuck))], sample)  # raises, naming what waits
+    return out
+
+
+def _kernel_stamp() -> str:
+    """What numba's cached kernel depends on: its source, numba, Python and the CPU."""
+    source = os.stat(kernel.__file__)
+    return " ".join(map(str, (source.st_mtime_ns, source.st_size, numba.__version__, sys.version_info[:2],
+                              llvmlite.binding.get_host_cpu_name())))
+
+
+def _stamp_path() -> Path:
+    return Path(kernel.simulate_policies.stats.cache_path) / "pipeline_sim_kernel.stamp"
+
+
+def kernel_is_compiled() -> bool:
+    """Whether this installation has compiled the kernel before: the next use then loads it in a second.
+
+    Numba caches the machine code beside the package, or in a user directory when the
+    package is read-only; a stamp there records a completed compile.
+    """
+    if numba.config.DISABLE_JIT:
+        return True
+    try:
+        return _stamp_path().read_text() == _kernel_stamp()
+    except OSError:
+        return False
+
+
+def compile_kernel() -> None:
+    """Compile every entry point of the kernel, or load it from the cache (worker processes forked later share
+    it); about ``COMPILE_SECONDS`` the first time on an installation."""
+    from .metrics import schedule_metrics
+
+    params = EnvParams(n=2, num_gpus=2)
+    simulate_figures(params, [Policy()])
+    schedule_metrics(simulate(params, Policy()))
+    if not numba.config.DISABLE_JIT:
+        try:
+            _stamp_path().write_text(_kernel_stamp())
+        except OSError:
+            pass  # a cache nobody may write to: numba compiles in memory, and so will the next run
+
+
+def _stuck_message(graph: TaskGraph, ready: list[float], end: list[float], next_compute: list[int],
+                   busy: list[int]) -> str:
+    tasks = graph.tasks
+    ident = lambda i: Task(tasks[i].kind, tasks[i].gpu, tasks[i].stage, tasks[i].index, 0.0,  # noqa: E731
+                           parts=tasks[i].parts).id
+    waiting = []
+    for s, order in enumerate(graph.orders):
+        if busy[s] < 0 and next_compute[s] < len(order):
+            node = order[next_compute[s]]
+            unmet = [str(ident(i)) for i in graph.needs[node] if math.isnan(end[i])]
+            waiting.append(f"{ident(node)} waits for {', '.join(unmet) or 'its predecessor'}")
+        waiting.extend(f"{ident(i)} is ready but gets no bandwidth" for i, task in enumerate(tasks)
+                       if task.gpu == s and task.kind in _COMM_NUMBER and not math.isnan(ready[i])
+                       and math.isnan(end[i]))
+    return "simulation stuck, nothing can progress: " + "; ".join(waiting or ["no task is ready"])
 
 
 def calculate_full_pipeline_schedule(
@@ -334,8 +225,8 @@ def calculate_full_pipeline_schedule(
     variation of compute and transfer work (``jitter_dist`` ``lognormal`` or ``normal``);
     ``slow_gpu`` (-1: none) computes ``slow_factor`` times slower; the result is draw
     number ``sample`` of the random stream ``seed``. Invalid arguments raise
-    ``ValueError`` naming the argument, its value and what is allowed. The result
-    exposes per GPU ``spans`` and ``peak_activations``.
+    ``ValueError`` naming the argument, its value and what is allowed. ``metrics.schedule_metrics``
+    gives its summary figures (spans, bubbles, peak activations per GPU).
     """
     params = EnvParams(n=n, num_gpus=num_gpus, sync_freq=sync_freq, fwd_len=fwd_len, bwd_len=bwd_len,
                        prop_len=prop_len, sync_base_len=sync_base_len, fwd_impact=fwd_impact,

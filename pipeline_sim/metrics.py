@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
 
+import numpy as np
+
+from .engine import activation_changes, simulate_figures
+from .kernel import figures
 from .model import EnvParams, Policy, Schedule
 
 
@@ -53,28 +57,39 @@ def ideal_time(params: EnvParams) -> float:
     For ``1f1b`` with no straggler that is ``(n + p - 1) x (fwd_len + bwd_len)``.
     Computed by the one engine, once per environment.
     """
-    from .engine import simulate
-
     free = replace(params, prop_len=0.0, sync_base_len=0.0, compute_jitter=0.0, comm_jitter=0.0)
-    return simulate(free, Policy()).completion_time
+    return float(simulate_figures(free, [Policy()])[0, 0])
+
+
+def metric_columns(figures: np.ndarray, ideal: float) -> dict[str, list]:
+    """Per simulation (rows of ``kernel.figures``' output), every ``ScheduleMetrics`` field, as Python values.
+
+    Per-GPU fields are tuples; ``throttled_transfers`` is an int. Sums over GPUs run in GPU order.
+    """
+    p = (figures.shape[1] - 3) // 3
+    total = figures[:, 0]
+    busy, spans, peaks = figures[:, 3:3 + p], figures[:, 3 + p:3 + 2 * p], figures[:, 3 + 2 * p:]
+    bubbles = 1.0 - busy / total[:, None]
+    summed = bubbles[:, 0].copy()
+    for g in range(1, p):
+        summed += bubbles[:, g]
+    rows = lambda array: [tuple(row) for row in array.tolist()]  # noqa: E731
+    return {"completion_time": total.tolist(), "ideal_time": [ideal] * len(total),
+            "slowdown": (total / ideal).tolist(), "busy_time": rows(busy), "bubble_fraction": rows(bubbles),
+            "mean_bubble_fraction": (summed / p).tolist(), "max_bubble_fraction": bubbles.max(axis=1).tolist(),
+            "throttled_time": figures[:, 1].tolist(), "throttled_transfers": figures[:, 2].astype(int).tolist(),
+            "spans": rows(spans), "max_span": spans.max(axis=1).tolist(), "gpu_peak_activations": rows(peaks),
+            "peak_activations": peaks.max(axis=1).tolist()}
 
 
 def schedule_metrics(schedule: Schedule) -> ScheduleMetrics:
-    total = schedule.completion_time
-    busy = [0.0] * schedule.params.num_gpus
-    throttled_time = 0.0
-    throttled = 0
-    for task in schedule.tasks:
-        if task.parts:
-            busy[task.gpu] += task.end - task.start
-        elif task.throttled:
-            throttled += 1
-            throttled_time += task.throttled_time
-    bubbles = tuple(1.0 - b / total for b in busy)
-    ideal = ideal_time(schedule.params)
-    spans, peaks = tuple(schedule.spans), tuple(schedule.peak_activations)
-    return ScheduleMetrics(
-        completion_time=total, ideal_time=ideal, slowdown=total / ideal, busy_time=tuple(busy),
-        bubble_fraction=bubbles, mean_bubble_fraction=sum(bubbles) / len(bubbles),
-        max_bubble_fraction=max(bubbles), throttled_time=throttled_time, throttled_transfers=throttled,
-        spans=spans, max_span=max(spans), gpu_peak_activations=peaks, peak_activations=max(peaks))
+    """The summary of one simulated schedule, by the same figures a sweep computes."""
+    tasks = schedule.tasks
+    ints = lambda values: np.array(values, dtype=np.int64)  # noqa: E731
+    p = schedule.params.num_gpus
+    out = np.empty((1, 3 + 3 * p))
+    figures(ints([t.gpu for t in tasks]), ints([-1 if t.parts else 0 for t in tasks]), *activation_changes(tasks),
+            p, schedule.params.v, np.array([t.start for t in tasks]), np.array([t.end for t in tasks]),
+            ints([t.throttled for t in tasks]), np.array([t.throttled_time for t in tasks]), out[0])
+    columns = metric_columns(out, ideal_time(schedule.params))
+    return ScheduleMetrics(**{name: values[0] for name, values in columns.items()})

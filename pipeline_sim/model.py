@@ -396,22 +396,6 @@ class Schedule:
                 return t
         raise KeyError(f"no task {text}")
 
-    @property
-    def spans(self) -> list[float]:
-        """Per GPU, from the start of its first compute action to the end of its last (section 6.5)."""
-        first = [math.inf] * self.params.num_gpus
-        last = [-math.inf] * self.params.num_gpus
-        for t in self.tasks:
-            if t.parts:
-                first[t.gpu] = min(first[t.gpu], t.start)
-                last[t.gpu] = max(last[t.gpu], t.end)
-        return [end - start for start, end in zip(first, last)]
-
-    @property
-    def peak_activations(self) -> list[float]:
-        """Per GPU, the most activations in flight at once, in micro-batches of its whole share (section 7)."""
-        return [max(level for _, level in steps) for steps in self.activation_steps()]
-
     def activation_steps(self) -> list[list[tuple[float, float]]]:
         """Per GPU, ``(time, in-flight activations from then on)``, starting with ``(0, 0)``.
 

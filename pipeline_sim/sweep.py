@@ -20,15 +20,16 @@ import json
 import math
 import os
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Generator, Iterator
 
 import numpy as np
 
 from .config import ConfigError, EnvironmentGrid
-from .engine import simulate
+from .engine import simulate_figures
 from .files import OutputError, exclusive_writer, output_target
-from .metrics import ScheduleMetrics, schedule_metrics
+from .metrics import ScheduleMetrics, ideal_time, metric_columns
 from .model import COMM_KINDS, EnvParams, ParameterError, Policy
 from .parallel import ordered_map
 from .scenarios import DEFAULT_STEP, policy_grid, steps_per_unit
@@ -182,20 +183,37 @@ def _environment_cells(params: EnvParams, workload: Workload | None = None) -> l
     return cells + (list(workload.cells().values()) if workload is not None else [])
 
 
-def summarise(metrics: list[ScheduleMetrics]) -> dict[str, float | int]:
-    """One row's metric columns from the metrics of its samples: mean completion time and its spread, other means.
+def _csv_text(cells: list[object]) -> str:
+    """Cells as one CSV fragment (quoted where needed), without a line end."""
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="").writerow([_cell(value) for value in cells])
+    return buffer.getvalue()
+
+
+@lru_cache(maxsize=16)
+def _policy_texts(step: float) -> tuple[str, ...]:
+    """Per policy of the grid at ``step``, its CSV cells: label, shared priorities, tiers."""
+    return tuple(_csv_text([policy.label,
+                            *(None if kind in policy.exclusive_tiers else policy.shared_priority(kind)
+                              for kind in COMM_KINDS),
+                            *(policy.tier(kind) for kind in COMM_KINDS)])
+                 for policy in policy_grid(step))
+
+
+def summarise(samples: list[dict[str, float | int]]) -> dict[str, float | int]:
+    """One row's metric columns from the scalar metrics of its samples (``ScheduleMetrics.SCALARS``): mean
+    completion time and its spread, other means.
 
     With one sample every column is that sample's value (the spread's standard deviation
     is 0); with more, the standard deviation is the sample one (n - 1).
     """
-    values = [m.scalars() for m in metrics]
-    times = np.array([v["completion_time"] for v in values])
-    if len(values) == 1:
-        row: dict[str, float | int] = dict(values[0])
+    if len(samples) == 1:
+        row: dict[str, float | int] = dict(samples[0])
         time = row["completion_time"]
         row.update({name: time for name in STATISTICS}, completion_std=0.0)
         return row
-    row = {name: math.fsum(v[name] for v in values) / len(values) for name in values[0]}
+    times = np.array([v["completion_time"] for v in samples])
+    row = {name: math.fsum(v[name] for v in samples) / len(samples) for name in samples[0]}
     p50, p95, p99 = np.percentile(times, [50, 95, 99])
     row.update(completion_std=float(times.std(ddof=1)), completion_min=float(times.min()),
                completion_p50=float(p50), completion_p95=float(p95), completion_p99=float(p99),
@@ -203,44 +221,38 @@ def summarise(metrics: list[ScheduleMetrics]) -> dict[str, float | int]:
     return row
 
 
-def result_row(environment: list[object], simulator: str, samples: int, policy: Policy,
-               metrics: dict[str, float | int], report: dict[str, float | bool] | None = None) -> list[str]:
-    """One CSV row from its environment's cells (``_environment_cells``), its policy and its metrics."""
-    prios = [None if kind in policy.exclusive_tiers else policy.shared_priority(kind) for kind in COMM_KINDS]
-    tiers = [policy.tier(kind) for kind in COMM_KINDS]
-    values = [*environment, simulator, samples, policy.label, *prios, *tiers,
-              *(metrics[name] for name in _METRIC_COLUMNS), *(report or {}).values()]
-    return [_cell(value) for value in values]
-
-
 def simulate_chunk(chunk: Chunk) -> tuple[str, str, int]:
     """CSV text of a chunk's rows, of its samples (empty unless asked for), and how many rows. Pure.
 
-    Samples run outermost, so one environment's noisy task graph is built once per sample
-    and shared by every policy of the chunk.
+    Samples run outermost: each is one kernel call for every policy of the chunk. The
+    cells that every row of the chunk shares are formatted once.
     """
     policies = policy_grid(chunk.step)[chunk.first:chunk.stop]
     draws = chunk.samples if chunk.params.jittered else 1  # without jitter every sample is the same simulation
-    runs = [[schedule_metrics(simulate(chunk.params, policy, sample)) for policy in policies]
-            for sample in range(draws)]
-    runs += [runs[0]] * (chunk.samples - draws)
-    buffer, samples = io.StringIO(), io.StringIO()
-    writer, sample_writer = csv.writer(buffer, lineterminator="\n"), csv.writer(samples, lineterminator="\n")
+    ideal = ideal_time(chunk.params)
+    runs = [metric_columns(simulate_figures(chunk.params, policies, sample), ideal) for sample in range(draws)]
+    scalars = [[dict(zip(ScheduleMetrics.SCALARS, values)) for values in zip(*(run[name] for name in
+                                                                               ScheduleMetrics.SCALARS))]
+               for run in runs]
     environment = _environment_cells(chunk.params, chunk.workload)
+    prefix = _csv_text([*environment, chunk.simulator, chunk.samples]) + ","
+    sample_prefix = _csv_text([*environment, chunk.simulator]) + ","
+    policy_texts = _policy_texts(chunk.step)[chunk.first:chunk.stop]
+    rows, sample_rows = [], []
     for i, policy in enumerate(policies):
-        metrics = [runs[sample][i] for sample in range(chunk.samples)]
         # identical draws summarise as one: the mean of repeated floats may not be that float
-        summary = summarise(metrics[:draws])
-        report = None
+        summary = summarise([scalars[sample][i] for sample in range(draws)])
+        cells = [summary[name] for name in _METRIC_COLUMNS]
         if chunk.workload is not None:  # activation peaks follow the orders alone: any sample's will do
-            report = workload_report(chunk.workload, chunk.params, float(summary["completion_time"]),
-                                     metrics[0].gpu_peak_activations).columns()
-        writer.writerow(result_row(environment, chunk.simulator, chunk.samples, policy, summary, report))
+            cells += workload_report(chunk.workload, chunk.params, float(summary["completion_time"]),
+                                     runs[0]["gpu_peak_activations"][i]).columns().values()
+        rows.append(f"{prefix}{policy_texts[i]},{','.join(_cell(value) for value in cells)}\n")
         if chunk.with_samples:
-            for sample, m in enumerate(metrics):
-                sample_writer.writerow([_cell(v) for v in (*environment, chunk.simulator, policy.label, sample,
-                                                             m.completion_time)])
-    return buffer.getvalue(), samples.getvalue(), chunk.stop - chunk.first
+            label = _csv_text([policy.label])
+            for sample in range(chunk.samples):
+                time = runs[min(sample, draws - 1)]["completion_time"][i]
+                sample_rows.append(f"{sample_prefix}{label},{sample},{time!r}\n")
+    return "".join(rows), "".join(sample_rows), chunk.stop - chunk.first
 
 
 def rows_per_chunk(plan: SweepPlan, workers: int) -> int:

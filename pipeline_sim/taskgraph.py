@@ -75,32 +75,58 @@ def estimated_tasks(params: EnvParams) -> int:
 
 def build_task_graph(params: EnvParams, sample: int = 0) -> TaskGraph:
     """The task graph of ``params``, with the work of its ``sample``-th noise draw (section 8)."""
-    return _build(params, sample if params.jittered else 0)
+    graph = _build(params)
+    if _noise_rows(params) is None:
+        return graph
+    lengths = task_lengths(params, sample).tolist()
+    return graph._replace(tasks=tuple(task._replace(length=length) for task, length in zip(graph.tasks, lengths)))
 
 
-def _with_noise(tasks: list[GraphTask], params: EnvParams, sample: int) -> list[GraphTask]:
-    """Every task's work times its factor: its own draw (a pair: the mean of its parts'), the straggler's on top."""
+def task_lengths(params: EnvParams, sample: int = 0) -> np.ndarray:
+    """Every task's work in the ``sample``-th noise draw of ``params`` (section 8), in task order.
+
+    A task's factor is its own draw (a pair: the mean of its parts'), the straggler's on top.
+    """
+    noise = _noise_rows(params)
+    if noise is None:
+        return _base_lengths(params)
+    rows, owners, compute, slow = noise
+    z = standard_normals(params.seed, sample if params.jittered else 0, rows)
+    factors = np.where(compute, work_factors(z, params.compute_jitter, params.jitter_dist),
+                       work_factors(z, params.comm_jitter, params.jitter_dist))
+    count = len(slow)
+    per_task = np.bincount(owners, weights=factors, minlength=count) / np.bincount(owners, minlength=count)
+    lengths = _base_lengths(params) * (per_task * np.where(slow, params.slow_factor, 1.0))
+    lengths.flags.writeable = False  # as the noise-free lengths: the kernel is compiled for one array type
+    return lengths
+
+
+@lru_cache(maxsize=256)
+def _base_lengths(params: EnvParams) -> np.ndarray:
+    lengths = np.array([task.length for task in _build(params).tasks], dtype=float)
+    lengths.flags.writeable = False
+    return lengths
+
+
+@lru_cache(maxsize=256)
+def _noise_rows(params: EnvParams) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """The identity ``(kind number, stage, index)`` of every draw, the task owning it and whether it is compute
+    work, and per task whether the straggler slows it; None for an environment without noise."""
+    if not params.jittered and params.slow_gpu < 0:
+        return None
     rows, owners, compute = [], [], []
+    tasks = _build(params).tasks
     for i, task in enumerate(tasks):
         for kind, stage, index in (task.parts or ((task.kind, task.stage, task.index),)):
             rows.append((KIND_NUMBERS[kind], stage, index))
             owners.append(i)
             compute.append(bool(task.parts))
-    z = standard_normals(params.seed, sample, np.array(rows, dtype=np.int64))
-    is_compute = np.array(compute)
-    factors = np.where(is_compute, work_factors(z, params.compute_jitter, params.jitter_dist),
-                       work_factors(z, params.comm_jitter, params.jitter_dist))
-    per_task = np.bincount(owners, weights=factors, minlength=len(tasks)) / np.bincount(owners, minlength=len(tasks))
-    noisy = []
-    for task, factor in zip(tasks, per_task.tolist()):
-        if task.parts and task.gpu == params.slow_gpu:
-            factor *= params.slow_factor
-        noisy.append(task._replace(length=task.length * factor))
-    return noisy
+    slow = np.array([bool(task.parts) and task.gpu == params.slow_gpu for task in tasks])
+    return np.array(rows, dtype=np.int64), np.array(owners), np.array(compute), slow
 
 
 @lru_cache(maxsize=256)
-def _build(params: EnvParams, sample: int) -> TaskGraph:
+def _build(params: EnvParams) -> TaskGraph:
     spec = get_schedule(params.schedule)
     p, n, v = params.num_gpus, params.n, params.v
     stages = p * v
@@ -200,9 +226,6 @@ def _build(params: EnvParams, sample: int) -> TaskGraph:
             input_gradient(s, m)
             if part(_I, s, m) is not None and part(_W, s, m) is None:
                 raise ScheduleError(f"the orders of {params.schedule} split {Action(_I, s, m)} but never run its W")
-
-    if params.jittered or params.slow_gpu >= 0:
-        tasks = _with_noise(tasks, params, sample)
 
     kind_rank = {kind: rank for rank, kind in enumerate(COMM_KINDS)}
     releases: list[list[int]] = [[] for _ in tasks]

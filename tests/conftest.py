@@ -9,6 +9,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def compiled_kernel():
+    """The kernel is compiled (or loaded) once, before any test: the scripts run later load it from the cache."""
+    from pipeline_sim.engine import compile_kernel
+
+    compile_kernel()
+
+
 def run_script(script: str, *args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
     """Run one of the top-level scripts as a user would, from ``cwd``."""
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "MPLBACKEND")}

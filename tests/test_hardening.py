@@ -18,7 +18,7 @@ from pipeline_sim.cli.common import run_command
 
 QUICK = ROOT / "configs" / "quick.json"
 #: A sweep long enough to interrupt (1,452 simulations, a few seconds).
-BIG = {"n": [8, 16], "bwd_len": {"start": 1.0, "stop": 1.5, "step": 0.1}}
+BIG = {"n": [64, 128], "num_gpus": 8, "bwd_len": {"start": 1.0, "stop": 1.5, "step": 0.1}}
 
 
 @pytest.fixture(scope="module")

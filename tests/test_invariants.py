@@ -6,9 +6,9 @@ import random
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from reference_allocation import choose_sending_set, exclusive_key, layered_rates
 
 from pipeline_sim import COMM_KINDS, EnvParams, Policy, TaskKind, simulate
-from pipeline_sim.allocation import choose_sending_set, exclusive_key, layered_rates
 from pipeline_sim.metrics import ideal_time, schedule_metrics
 from pipeline_sim.validate import validate_schedule
 
@@ -47,7 +47,7 @@ def test_random_schedules_are_valid(seed):
     schedule = simulate(params, policy)
     assert validate_schedule(schedule) == [], (params, policy)
     assert schedule.completion_time >= ideal_time(params) * (1 - 1e-9)
-    assert all(0 < span <= schedule.completion_time * (1 + 1e-12) for span in schedule.spans)
+    assert all(0 < span <= schedule.completion_time * (1 + 1e-12) for span in schedule_metrics(schedule).spans)
     metrics = schedule_metrics(schedule)
     assert all(0.0 <= b < 1.0 for b in metrics.bubble_fraction)
     assert metrics.throttled_time >= 0.0
@@ -118,16 +118,19 @@ def test_validator_catches_a_wrong_completion_time(good):
     assert any("completion time" in error for error in validate_schedule(broken))
 
 
-def test_a_stuck_simulation_names_what_waits():
-    from pipeline_sim import SimulationStuckError
-    from pipeline_sim.engine import _Simulation
-    from pipeline_sim.taskgraph import build_task_graph
+def test_a_stuck_simulation_names_what_waits(monkeypatch):
+    from pipeline_sim import SimulationStuckError, engine
 
-    sim = _Simulation(build_task_graph(EnvParams(n=2, num_gpus=2)), Policy())
-    first_forward_of_gpu_1 = sim.order[1][0]
-    first_forward_of_gpu_1.waiting += 1  # a dependency that no task will ever satisfy
+    params = EnvParams(n=2, num_gpus=2)
+    arrays = engine.graph_arrays(params)
+    graph = engine.build_task_graph(params)
+    needs = arrays.needs_count.copy()
+    needs[graph.orders[1][0]] += 1  # a dependency that no task will ever satisfy
+    monkeypatch.setattr(engine, "graph_arrays", lambda _: arrays._replace(needs_count=needs))
     with pytest.raises(SimulationStuckError, match=r"1F0 waits for its predecessor"):
-        sim.run()
+        simulate(params, Policy())
+    with pytest.raises(SimulationStuckError, match=r"1F0 waits for its predecessor"):
+        engine.simulate_figures(params, [Policy(), Policy(priorities={"fwd_prop": 0.5})])
 
 
 class _Proxy:

@@ -160,9 +160,9 @@ def test_free_communication_equals_list_scheduling(seed):
 
 def test_activation_peaks():
     one = calculate_full_pipeline_schedule(schedule="1f1b", num_gpus=4, n=8)
-    assert one.peak_activations == [4, 3, 2, 1]
+    assert schedule_metrics(one).gpu_peak_activations == (4, 3, 2, 1)
     gpipe = calculate_full_pipeline_schedule(schedule="gpipe", num_gpus=4, n=8)
-    assert gpipe.peak_activations == [8, 8, 8, 8]
+    assert schedule_metrics(gpipe).gpu_peak_activations == (8, 8, 8, 8)
     metrics = schedule_metrics(one)
     assert metrics.peak_activations == 4 and metrics.gpu_peak_activations == (4, 3, 2, 1)
     assert all(steps[-1][1] == 0 for steps in one.activation_steps())  # every activation is freed
@@ -171,7 +171,7 @@ def test_activation_peaks():
 def test_spans_run_from_first_compute_start_to_last_end():
     s = calculate_full_pipeline_schedule(schedule="1f1b", num_gpus=2, n=1, fwd_len=1, bwd_len=1, prop_len=1,
                                          sync_base_len=0)
-    assert s.spans == [6.0, 2.0]  # GPU 0: F [0,1] .. B [5,6]; GPU 1: F [2,3], B [3,4]
+    assert schedule_metrics(s).spans == (6.0, 2.0)  # GPU 0: F [0,1] .. B [5,6]; GPU 1: F [2,3], B [3,4]
 
 
 def test_task_records_carry_stage_and_parts():

@@ -1,16 +1,10 @@
 """docs/model.md section 4, and further timelines worked out by hand."""
 
+import numpy as np
 import pytest
 
-from pipeline_sim import calculate_full_pipeline_schedule
-from pipeline_sim.allocation import (
-    SHARED_LAYER,
-    ZERO_LAYER,
-    choose_sending_set,
-    exclusive_key,
-    is_throttled,
-    layered_rates,
-)
+from pipeline_sim import calculate_full_pipeline_schedule, kernel
+from pipeline_sim.kernel import SHARED_LAYER, ZERO_LAYER, layered_rates
 from pipeline_sim.metrics import ideal_time
 from pipeline_sim.validate import validate_schedule
 
@@ -192,13 +186,36 @@ def test_ingress_backpressure_marks_throttled_transfers():
     assert free.completion_time <= s.completion_time
 
 
+def is_throttled(rate, share):
+    return rate < share * (1.0 - kernel.THROTTLE_TOLERANCE)
+
+
 class Ready:
     """A ready transfer as the allocation sees it."""
 
     def __init__(self, name, priority=1.0, tier_rank=None, ready=0.0, index=0, kind_order=0):
         self.name, self.priority, self.tier_rank = name, priority, tier_rank
-        self.key = exclusive_key(tier_rank, ready, index, kind_order) if tier_rank is not None else ()
-        self.weight = self.share = None
+        self.ready, self.index, self.kind_order = ready, index, kind_order
+        self.weight = self.share = self.layer = None
+
+
+def choose_sending_set(ready):
+    """The kernel's sending set of one GPU whose ready transfers are ``ready``, in ready order."""
+    count = len(ready)
+    F = np.zeros((kernel.TASK_FLOATS, count))
+    I = np.zeros((kernel.TASK_INTS, count), dtype=np.int64)
+    Q = np.zeros((2, 1, count), dtype=np.int64)
+    A, _ = kernel.scratch(count, 1)
+    for i, run in enumerate(ready):
+        Q[kernel.READY_QUEUE, 0, i] = i
+        I[kernel.TIER, i] = -1 if run.tier_rank is None else run.tier_rank
+        I[kernel.INDEX, i], I[kernel.COMM, i] = run.index, run.kind_order
+        F[kernel.KEY, i], F[kernel.PRIORITY, i] = kernel.ready_key(run.ready), run.priority
+    size = kernel.choose_sending_set(0, count, Q, F, I, A)
+    chosen = [ready[i] for i in A[kernel.CHOSEN, :size]]
+    for i, run in zip(A[kernel.CHOSEN, :size], chosen):
+        run.weight, run.share, run.layer = F[kernel.WEIGHT, i], F[kernel.SHARE, i], I[kernel.LAYER, i]
+    return chosen
 
 
 def names(chosen):

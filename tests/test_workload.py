@@ -7,6 +7,7 @@ from conftest import assert_one_line_error, run_script
 
 from pipeline_sim import ParameterError, Policy, simulate
 from pipeline_sim.config import ConfigError, EnvironmentGrid
+from pipeline_sim.metrics import schedule_metrics
 from pipeline_sim.workload import (
     MODEL_PRESETS,
     ModelShape,
@@ -109,8 +110,9 @@ def test_the_report_of_one_iteration():
     workload = tiny_workload()
     params = workload_environment(workload, num_gpus=2)
     schedule = simulate(params, Policy())
-    report = workload_report(workload, params, schedule.completion_time, schedule.peak_activations)
-    assert schedule.peak_activations == [2, 1]
+    peaks = schedule_metrics(schedule).gpu_peak_activations
+    report = workload_report(workload, params, schedule.completion_time, peaks)
+    assert peaks == (2, 1)
     assert report.iteration_seconds == schedule.completion_time
     assert report.tokens_per_second == pytest.approx(8 * 4 / schedule.completion_time)
     total_gpus = 2 * 1 * 2

@@ -20,6 +20,17 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
 
+def ready_kernel() -> None:
+    """Compile the simulation kernel before any work (or load it), saying so when this installation has not
+    compiled it before. Worker processes forked afterwards share it."""
+    from ..engine import COMPILE_SECONDS, compile_kernel, kernel_is_compiled
+
+    if not kernel_is_compiled():
+        print(f"compiling the simulation kernel, once per installation, about {COMPILE_SECONDS} s", file=sys.stderr,
+              flush=True)
+    compile_kernel()
+
+
 def _terminated(signum: int, frame: object) -> None:
     raise KeyboardInterrupt("terminated")
 

@@ -12,7 +12,7 @@ from typing import Sequence
 from ..config import EnvironmentGrid
 from ..scenarios import DEFAULT_STEP
 from ..sweep import SIMULATORS, SweepPlan, partial_paths, resumable, run_sweep, useful_workers
-from .common import Parser, UserError, positive_int, run_command, script_name
+from .common import Parser, UserError, positive_int, ready_kernel, run_command, script_name
 
 DATA_DIR = Path("outputs/data")
 
@@ -90,6 +90,7 @@ def generate(config: Path, *, step: float, simulator: str, output: Path | None, 
         print(f"resuming: {done // plan.samples:,} rows already in {partial}", flush=True)
     elif resume:
         print("nothing to resume for this config; starting a new sweep", flush=True)
+    ready_kernel()
     bar = tqdm(total=plan.num_simulations, initial=done, unit="sim", dynamic_ncols=True, mininterval=0.5,
                smoothing=0.05, file=sys.stderr)
     try:

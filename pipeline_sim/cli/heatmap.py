@@ -44,14 +44,14 @@ class HeatmapJob:
     metric: str = "completion_time"
 
     def draw(self) -> Path:
-        from matplotlib.figure import Figure
+        from ..plotting.heatmap import heatmap_figure
 
-        from ..plotting.heatmap import figure_size, plot_policy_heatmaps
-
-        fig = Figure(figsize=figure_size(self.steps), layout="constrained")
-        plot_policy_heatmaps(fig, self.rows, self.steps, title=env_title(self.params, self.workload),
-                             metric=self.metric, unit=_unit(self.workload))
-        return _save(fig, self.path)
+        figure = heatmap_figure(self.steps)  # one per worker, redrawn for each environment
+        figure.draw(self.rows, title=env_title(self.params, self.workload), metric=self.metric,
+                    unit=_unit(self.workload))
+        with atomic_output(self.path) as temporary:
+            figure.save(temporary)
+        return self.path
 
 
 @dataclass(frozen=True)

@@ -10,14 +10,14 @@ from typing import Mapping, Sequence
 
 from ..engine import simulate
 from ..files import atomic_output, output_target
-from ..metrics import ideal_time
+from ..metrics import schedule_metrics
 from ..model import COMM_KINDS, DEFAULT_POLICY, EnvParams, ParameterError, Policy
 from ..results import schedule_name, workload_title
 from ..schedules import SCHEDULES, compute_orders, format_orders
 from ..taskgraph import MAX_TASKS, build_task_graph, estimated_tasks
 from ..trace import chrome_trace
 from ..workload import DERIVED_KEYS, RECOMPUTE_MODES, WORKLOAD_KEYS, Workload, workload_environment, workload_report
-from .common import Parser, UserError, run_command, script_name, use_display
+from .common import Parser, UserError, ready_kernel, run_command, script_name, use_display
 
 #: The flag that sets each library parameter, for error messages.
 FLAGS = {
@@ -229,9 +229,11 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
         if args.print_order:
             print(format_orders(compute_orders(params.schedule, num_gpus=params.num_gpus, n=params.n,
                                                chunks=params.chunks)))
+        ready_kernel()
         schedule = simulate(params, policy, args.sample)
-        ideal = ideal_time(params)
-        report = workload_report(workload, params, schedule.completion_time, schedule.peak_activations) \
+        metrics = schedule_metrics(schedule)
+        ideal = metrics.ideal_time
+        report = workload_report(workload, params, schedule.completion_time, metrics.gpu_peak_activations) \
             if workload is not None else None
         name = schedule_name(params)
         if params.jittered:
@@ -255,7 +257,7 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
                      fontsize=9, loc="left")
         with atomic_output(output) as temporary:
             fig.savefig(temporary, dpi=130, format=image_format)
-        peak = max(schedule.peak_activations)
+        peak = metrics.peak_activations
         unit = " s" if workload is not None else ""
         print(f"{name}: completion time {schedule.completion_time:.6g}{unit} (ideal {ideal:.6g}{unit}), peak "
               f"activations {peak:g} micro-batches; chart: {output}")

@@ -1,1 +1,1 @@
-"""Drawing of computed results. Only this package imports matplotlib and seaborn."""
+"""Drawing of computed results. Only this package imports matplotlib."""

@@ -7,17 +7,28 @@ policy is outlined and named. Reads the sweep's rows only; never simulates.
 
 from __future__ import annotations
 
+from functools import lru_cache
+from pathlib import Path as FilePath
+from typing import IO
+
 import numpy as np
 import pandas as pd
-import seaborn as sns
+from matplotlib import colormaps
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.collections import PathCollection
 from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
+from matplotlib.font_manager import FontProperties
 from matplotlib.patches import Rectangle
+from matplotlib.path import Path
+from matplotlib.textpath import TextPath, text_to_path
+from PIL import Image
 
 from ..model import COMM_KINDS
 from ..results import METRICS, PRIO_COLUMNS, TIER_COLUMNS, best_rows, policy_family
 
 CMAP = "RdYlGn_r"  # green = fast
+DPI = 110
 BEST_EDGE = "black"
 _SHORT = {"fwd_prop": "F", "grad_prop": "G", "grad_sync": "S"}
 _PAIRS = ((0, 1), (0, 2), (1, 2))
@@ -81,71 +92,199 @@ def figure_size(k: int) -> tuple[float, float]:
     return 2 * side + 1.8, side + 1.6
 
 
-def plot_policy_heatmaps(fig: Figure, rows: pd.DataFrame, k: int, *, title: str,
-                         metric: str = "completion_time", unit: str = "model units") -> dict:
-    """Draw every policy of one environment's ``rows`` (a sweep with ``k`` steps per unit) on ``fig``.
+_TITLES = {"simplex": "shared priorities (rest: grad_sync share)",
+           "one": "one exclusive kind (tier a), the other two shared",
+           "two": "two exclusive kinds (X, Y as listed), the third shared",
+           "three": "three exclusive kinds (weak orders)"}
 
-    Cells show ``metric`` (a column of the rows, lower is better). Returns the axes by
-    panel name. Colours share one scale; the best policy's cell is outlined, its number
-    set in bold, and its label given in the title.
+
+def _rectangles(k: int) -> dict[str, tuple[float, float, float, float]]:
+    """Each panel's and the colour bar's place, in inches from the figure's lower left: (x, y, width, height).
+
+    Fixed, so that a figure is laid out once and redrawn for every environment: the
+    simplex square on the left; on the right one-, two- and three-exclusive panels in
+    heights 3 : 3 : 1.6, each with room for its ticks and title; the colour bar last.
     """
-    panels = _panels(rows, k, metric)
-    times = rows[metric].to_numpy(dtype=float)
-    norm = Normalize(vmin=float(times.min()), vmax=float(times.max()) if times.max() > times.min() else times.min() + 1)
-    winners = best_rows(rows, metric=metric)
-    best_positions = set(rows.index.get_indexer(winners.index))
+    width, height = figure_size(k)
+    side = height - 1.6 - 0.4
+    left, bottom = 0.65, 0.7
+    right_x = left + side + 1.35
+    right_w = width - 1.25 - right_x
+    low = 1.15  # the weak orders' rotated labels below the lowest panel
+    gaps = 0.5 + 0.8  # between the panels: tick labels, an axis label, a title
+    unit = (bottom + side - low - gaps) / 7.6
+    three = (right_x, low, right_w, 1.6 * unit)
+    two = (right_x, low + 1.6 * unit + 0.5, right_w, 3 * unit)
+    one = (right_x, low + 4.6 * unit + gaps, right_w, 3 * unit)
+    return {"simplex": (left, bottom, side, side), "one": one, "two": two, "three": three,
+            "colorbar": (width - 0.95, bottom, 0.18, side)}
 
-    side = figure_size(k)[1] - 1.6
-    cell_points = 72 * side / (k + 1)
-    font = float(np.clip(cell_points * 0.27, 3.5, 9))
-    grid = fig.add_gridspec(3, 2, width_ratios=[1, 1], height_ratios=[3, 3, 1.6])
-    axes = {"simplex": fig.add_subplot(grid[:, 0]), "one": fig.add_subplot(grid[0, 1]),
-            "two": fig.add_subplot(grid[1, 1]), "three": fig.add_subplot(grid[2, 1])}
-    titles = {"simplex": "shared priorities (rest: grad_sync share)", "one": "one exclusive kind (tier a), "
-              "the other two shared", "two": "two exclusive kinds (X, Y as listed), the third shared",
-              "three": "three exclusive kinds (weak orders)"}
-    for name, ax in axes.items():
-        matrix, cells, xlabels, ylabels = panels[name]
-        size = font if name in ("simplex", "one") else min(9.0, font + 1.5)
-        sns.heatmap(matrix, ax=ax, cmap=CMAP, norm=norm, cbar=False, annot=True, fmt=".4g",
-                    annot_kws={"size": size}, mask=np.isnan(matrix), linewidths=0.4, linecolor="white",
-                    xticklabels=xlabels, yticklabels=ylabels, square=(name == "simplex"))
-        ax.set_title(titles[name], fontsize=9)
-        ax.tick_params(labelsize=7, length=0)
-        if name == "simplex":
-            step = 1 if k <= 10 else 2
-            ax.set_xticks(np.arange(0, k + 1, step) + 0.5, xlabels[::step], rotation=0)
-            ax.set_yticks(np.arange(0, k + 1, step) + 0.5, ylabels[::step], rotation=0)
-            ax.set_xlabel("fwd_prop share")
-            ax.set_ylabel("grad_prop share")
-        elif name == "one":
-            ax.set_xlabel("share of the first shared kind (F before G before S)", fontsize=8)
-            ax.tick_params(axis="y", rotation=0)
-        elif name == "three":
-            ax.tick_params(axis="x", rotation=45)
-            ax.set_yticks([])
-        else:
-            ax.tick_params(axis="y", rotation=0)
-        for (row, col), position in cells.items():
-            if position in best_positions:
-                ax.add_patch(Rectangle((col, row), 1, 1, fill=False, edgecolor=BEST_EDGE, linewidth=2.5,
-                                       clip_on=False))
-                for text in ax.texts:
-                    x, y = text.get_position()
-                    if int(x) == col and int(y) == row:
-                        text.set_fontweight("bold")
-    mappable = axes["simplex"].collections[0]
-    name = METRICS.get(metric, metric)
-    fig.colorbar(mappable, ax=list(axes.values()), shrink=0.8,
-                 label=name if metric == "slowdown" else f"{name} ({unit})")
 
-    worst = rows.loc[rows[metric].idxmax()]
-    first = winners.iloc[0]
-    gain = 100 * (1 - first[metric] / worst[metric]) if worst[metric] else 0.0
-    ties = f" (and {len(winners) - 1} tied)" if len(winners) > 1 else ""
-    samples = int(first.get("samples", 1))
-    over = f" over {samples} samples" if samples > 1 else ""
-    fig.suptitle(f"{title}\n{name}{over} - best: {first['policy']} = {first[metric]:.6g}{ties};  "
-                 f"worst: {worst['policy']} = {worst[metric]:.6g} - the best is {gain:.1f}% lower",
-                 fontsize=10)
-    return axes
+def _text_colour(rgba: np.ndarray) -> np.ndarray:
+    """Black on light cells, white on dark ones (relative luminance, as seaborn's annotated heatmaps)."""
+    rgb = np.where(rgba[:, :3] <= 0.03928, rgba[:, :3] / 12.92, ((rgba[:, :3] + 0.055) / 1.055) ** 2.4)
+    luminance = rgb @ np.array([0.2126, 0.7152, 0.0722])
+    return np.where(luminance[:, None] > 0.408, [[0.15, 0.15, 0.15, 1.0]], [[1.0, 1.0, 1.0, 1.0]])
+
+
+@lru_cache(maxsize=64)
+def _glyph(char: str, bold: bool) -> tuple[np.ndarray, np.ndarray, float]:
+    """One character's outline at size 1 (vertices, path codes) and its advance."""
+    prop = FontProperties(weight="bold" if bold else "normal")
+    outline = TextPath((0, 0), char, size=1, prop=prop)
+    advance = text_to_path.get_text_width_height_descent(char, prop, ismath=False)[0] / prop.get_size_in_points()
+    return outline.vertices, outline.codes, advance
+
+
+def _number_path(text: str, bold: bool, x: float, y: float, scale_x: float, scale_y: float) -> Path:
+    """``text`` centred on (x, y) in data units, as one filled outline: a cell's number.
+
+    Numbers are drawn as paths of cached glyph outlines rather than as text artists:
+    laying out and rendering a few hundred texts per figure would cost most of its time.
+    """
+    glyphs = [_glyph(char, bold) for char in text]
+    width = sum(advance for _, _, advance in glyphs)
+    left, vertices, codes = -width / 2, [], []
+    for outline, kinds, advance in glyphs:
+        if len(outline):
+            vertices.append(outline + (left, -0.36))  # digits are about 0.73 high: centred on the cell
+            codes.append(kinds)
+        left += advance
+    points = np.concatenate(vertices) * (scale_x, -scale_y) + (x, y)  # rows grow downwards
+    return Path(points, np.concatenate(codes))
+
+
+class HeatmapFigure:
+    """The heatmap figure of sweeps with ``k`` steps per unit, laid out once and redrawn per environment.
+
+    ``draw`` replaces the cell values, colours, numbers, outlines and titles; nothing
+    is laid out again, so a worker draws environment after environment on one figure.
+    """
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+        self.fig = fig = Figure(figsize=figure_size(k), dpi=DPI)
+        width, height = figure_size(k)
+        shapes = {"simplex": (k + 1, k + 1), "one": (3, k + 1), "two": (3, 3), "three": (1, 13)}
+        self.norm = Normalize(0.0, 1.0)
+        self.cmap = colormaps[CMAP]
+        side = height - 2.0
+        font = float(np.clip(72 * side / (k + 1) * 0.27, 3.5, 9))
+        self.axes, self.meshes, self.texts, self.scales = {}, {}, {}, {}
+        for name, (rows, cols) in shapes.items():
+            x, y, w, h = _rectangles(k)[name]
+            ax = fig.add_axes((x / width, y / height, w / width, h / height))
+            mesh = ax.pcolormesh(np.ma.masked_all((rows, cols)), cmap=self.cmap, norm=self.norm, edgecolors="white",
+                                 linewidth=0.4)
+            ax.set_xlim(0, cols)
+            ax.set_ylim(rows, 0)  # row 0 on top, as a table reads
+            for spine in ax.spines.values():
+                spine.set_visible(False)
+            ax.tick_params(labelsize=7, length=0)
+            ax.set_title(_TITLES[name], fontsize=9)
+            size = font if name in ("simplex", "one") else min(8.0 if name == "three" else 9.0, font + 1.5)
+            # data units per point of type, across and down
+            self.scales[name] = (size / 72 * cols / w, size / 72 * rows / h)
+            self.texts[name] = ax.add_collection(PathCollection([], linewidths=0, antialiased=True))
+            self.axes[name], self.meshes[name] = ax, mesh
+        shares = [f"{i / k:g}" for i in range(k + 1)]
+        step = 1 if k <= 10 else 2
+        simplex = self.axes["simplex"]
+        simplex.set_xticks(np.arange(0, k + 1, step) + 0.5, shares[::step])
+        simplex.set_yticks(np.arange(0, k + 1, step) + 0.5, shares[::-1][::step])
+        simplex.set_xlabel("fwd_prop share")
+        simplex.set_ylabel("grad_prop share")
+        one = self.axes["one"]
+        one.set_xticks(np.arange(k + 1) + 0.5, shares)
+        one.set_xlabel("share of the first shared kind (F before G before S)", fontsize=8)
+        two = self.axes["two"]
+        two.set_xticks(np.arange(3) + 0.5, ["X>Y", "Y>X", "X=Y"])
+        two.set_yticks(np.arange(3) + 0.5, [f"{_SHORT[COMM_KINDS[a]]},{_SHORT[COMM_KINDS[b]]} excl."
+                                            for a, b in _PAIRS])
+        one.set_yticks(np.arange(3) + 0.5,
+                       [f"{_SHORT[COMM_KINDS[alone]]} excl.\n(x: {_SHORT[COMM_KINDS[_first_shared(alone)]]} share)"
+                        for alone in range(3)])
+        self.axes["three"].set_yticks([])
+        x, y, w, h = _rectangles(k)["colorbar"]
+        self.colorbar = fig.colorbar(self.meshes["simplex"], cax=fig.add_axes((x / width, y / height, w / width,
+                                                                                 h / height)))
+        self.outlines: list[Rectangle] = []
+        self.canvas = FigureCanvasAgg(fig)
+        self.background = None  # the pixels of everything that no environment changes, once rendered
+
+    def draw(self, rows: pd.DataFrame, *, title: str, metric: str = "completion_time",
+             unit: str = "model units") -> None:
+        """Show every policy of one environment's ``rows`` (lower ``metric`` is better).
+
+        Colours share one scale; the best policy's cell is outlined, its number set in
+        bold, and its label given in the title, with the worst and the gap between them.
+        """
+        panels = _panels(rows, self.k, metric)
+        times = rows[metric].to_numpy(dtype=float)
+        low, high = float(times.min()), float(times.max())
+        self.meshes["simplex"].set_clim(low, high if high > low else low + 1)  # the norm all panels share
+        winners = best_rows(rows, metric=metric)
+        best = set(rows.index.get_indexer(winners.index))
+        for outline in self.outlines:
+            outline.remove()
+        self.outlines = []
+        for name, (matrix, cells, xlabels, _) in panels.items():
+            ax, texts = self.axes[name], self.texts[name]
+            if name == "three":
+                matrix = np.pad(matrix, ((0, 0), (0, 13 - matrix.shape[1])), constant_values=np.nan)
+                if [label.get_text() for label in ax.get_xticklabels()] != xlabels:
+                    ax.set_xticks(np.arange(len(xlabels)) + 0.5, xlabels, rotation=45, ha="right",
+                                  rotation_mode="anchor")
+                    self.background = None
+            masked = np.ma.masked_invalid(matrix)
+            self.meshes[name].set_array(masked)
+            colours = _text_colour(self.cmap(self.norm(masked.filled(low)).ravel()))
+            bold = {cell for cell, position in cells.items() if position in best}
+            paths, faces = [], []
+            for (r, c), value in np.ndenumerate(matrix):
+                if not np.isnan(value):
+                    paths.append(_number_path(f"{value:.4g}", (r, c) in bold, c + 0.5, r + 0.5, *self.scales[name]))
+                    faces.append(colours[r * matrix.shape[1] + c])
+            texts.set_paths(paths)
+            texts.set_facecolor(faces)
+            for r, c in bold:
+                self.outlines.append(ax.add_patch(Rectangle((c, r), 1, 1, fill=False, edgecolor=BEST_EDGE,
+                                                            linewidth=2.5, clip_on=False)))
+        name = METRICS.get(metric, metric)
+        self.colorbar.set_label(name if metric == "slowdown" else f"{name} ({unit})")
+        worst = rows.loc[rows[metric].idxmax()]
+        first = winners.iloc[0]
+        gain = 100 * (1 - first[metric] / worst[metric]) if worst[metric] else 0.0
+        ties = f" (and {len(winners) - 1} tied)" if len(winners) > 1 else ""
+        samples = int(first.get("samples", 1))
+        over = f" over {samples} samples" if samples > 1 else ""
+        self.fig.suptitle(f"{title}\n{name}{over} - best: {first['policy']} = {first[metric]:.6g}{ties};  "
+                          f"worst: {worst['policy']} = {worst[metric]:.6g} - the best is {gain:.1f}% lower",
+                          fontsize=10)
+
+
+    def _changing(self) -> list:
+        """The artists that ``draw`` changes; the rest of the figure is rendered once."""
+        return [*self.meshes.values(), *self.texts.values(), *self.outlines, self.colorbar.ax, self.fig._suptitle]
+
+    def save(self, target: str | FilePath | IO[bytes]) -> None:
+        """Write the figure as a PNG at ``DPI``: the background once, then what changed since the last environment."""
+        if self.background is None:
+            changing = self._changing()
+            for artist in changing:
+                artist.set_visible(False)
+            self.canvas.draw()
+            self.background = self.canvas.copy_from_bbox(self.fig.bbox)
+            for artist in changing:
+                artist.set_visible(True)
+        self.canvas.restore_region(self.background)
+        for artist in self._changing():
+            self.fig.draw_artist(artist)
+        Image.fromarray(np.asarray(self.canvas.buffer_rgba())).save(target, format="png", compress_level=3,
+                                                                    dpi=(DPI, DPI))
+
+
+@lru_cache(maxsize=4)
+def heatmap_figure(k: int) -> HeatmapFigure:
+    """This process's figure for sweeps of ``k`` steps per unit, made on first use."""
+    return HeatmapFigure(k)

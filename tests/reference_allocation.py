@@ -1,4 +1,5 @@
-"""Bandwidth sharing between transfers (docs/model.md sections 3.1 and 3.2).
+"""An independent reference of bandwidth sharing (docs/model.md sections 3.1 and 3.2), in plain Python over
+lists and objects, against which the tests check the compiled kernel's rates.
 
 Two steps: each sending GPU picks its *sending set* from its ready transfers
 (exclusive tier, else shared priorities, else the priority-0 layer), then the

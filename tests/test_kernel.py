@@ -1,0 +1,84 @@
+"""The compiled kernel against the same functions run as plain Python, and its compile-once behaviour."""
+
+import json
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+from test_invariants import random_case
+
+from pipeline_sim import engine, simulate
+from pipeline_sim.metrics import schedule_metrics
+
+# Plain Python runs the kernel about a hundred times slower: a sample of cases, every schedule among them.
+PURE_CASES = [random_case(random.Random(7000 + seed)) for seed in range(24)]
+
+_PURE_RUN = """
+import json, random, sys
+sys.path[:0] = [{root!r}, {tests!r}]
+from test_invariants import random_case
+from pipeline_sim import kernel, simulate
+assert not hasattr(kernel.simulate, 'py_func')  # plain Python, not a compiled dispatcher
+out = []
+for seed in range(24):
+    params, policy = random_case(random.Random(7000 + seed))
+    s = simulate(params, policy)
+    out.append([s.completion_time] + [[t.ready, t.start, t.end, t.throttled_time, t.segments] for t in s.tasks])
+print(json.dumps(out))
+"""
+
+
+def test_pure_python_run_gives_the_same_bits():
+    assert len({params.schedule for params, _ in PURE_CASES}) == 6
+    env = dict(os.environ, NUMBA_DISABLE_JIT="1")
+    code = _PURE_RUN.format(root=str(ROOT), tests=str(ROOT / "tests"))
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    pure = json.loads(result.stdout)
+    for (params, policy), expected in zip(PURE_CASES, pure):
+        s = simulate(params, policy)
+        compiled = [s.completion_time] + [[t.ready, t.start, t.end, t.throttled_time, [list(x) for x in t.segments]]
+                                          for t in s.tasks]
+        assert compiled == expected, (params, policy)  # JSON keeps every bit of a float
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_figures_of_many_policies_equal_one_simulation_each(seed):
+    rng = random.Random(9000 + seed)
+    cases = [random_case(rng) for _ in range(3)]
+    params = cases[0][0]
+    policies = [policy for _, policy in cases]
+    figures = engine.simulate_figures(params, policies)
+    for policy, row in zip(policies, figures):
+        metrics = schedule_metrics(simulate(params, policy))
+        p = params.num_gpus
+        assert row[0] == metrics.completion_time and row[1] == metrics.throttled_time
+        assert row[2] == metrics.throttled_transfers
+        assert tuple(row[3:3 + p]) == metrics.busy_time and tuple(row[3 + p:3 + 2 * p]) == metrics.spans
+        assert tuple(row[3 + 2 * p:]) == metrics.gpu_peak_activations
+
+
+def test_peaks_are_the_highest_step_of_the_activation_curve():
+    for seed in range(100):
+        params, policy = random_case(random.Random(11000 + seed))
+        s = simulate(params, policy)
+        curve = [max(level for _, level in steps) for steps in s.activation_steps()]
+        assert tuple(curve) == schedule_metrics(s).gpu_peak_activations
+
+
+def test_the_first_compile_is_announced_once(tmp_path, monkeypatch, capsys):
+    """Without a stamp of a completed compile the command line says it compiles; afterwards it says nothing."""
+    from pipeline_sim.cli.common import ready_kernel
+
+    monkeypatch.setattr(engine, "_stamp_path", lambda: tmp_path / "stamp")
+    assert not engine.kernel_is_compiled()
+    ready_kernel()
+    assert "compiling the simulation kernel, once per installation, about" in capsys.readouterr().err
+    assert engine.kernel_is_compiled()
+    ready_kernel()
+    assert capsys.readouterr().err == ""
+    (tmp_path / "stamp").write_text("an older kernel")
+    assert not engine.kernel_is_compiled()
