@@ -1,16 +1,19 @@
-"""Speed and memory of the simulator and the sweep, printed as a table and as JSON.
+"""Speed and memory of the simulator, the sweep and the figures, printed as a table and as JSON.
 
-    python benchmarks/bench.py              # everything (about 70 seconds on 2 cores)
-    python benchmarks/bench.py --quick      # smaller samples and a 10,000-simulation memory sweep
+    python benchmarks/bench.py              # everything (about three minutes on 2 cores)
+    python benchmarks/bench.py --quick      # smaller samples, no first compile, a 100,000-simulation memory sweep
     python benchmarks/bench.py --json out.json
 
 Measures: simulations per second on one core (default environment, all 121 policies
-of the sweep: shared, exclusive and priority-0 layers), and the same for each schedule
-(n=8, or 10 for dualpipe-v, on 4 GPUs); time per simulated task for
-n in {8, 32, 128, 512} x num_gpus in {4, 16, 64}; the example config's sweep with one
-worker and with every core, and the parallel efficiency; a noisy sweep (20 samples)
-against a noise-free one as large, in simulations per second; peak memory (resident set,
-summed over the sweep's processes) of a 100,000-simulation sweep.
+of the sweep: shared, exclusive and priority-0 layers), compiled and as plain Python
+(the same kernel with NUMBA_DISABLE_JIT=1), and the full-record API; the same for each
+schedule (n=8, or 10 for dualpipe-v, on 4 GPUs); time per simulated task for
+n in {8, 32, 128, 512} x num_gpus in {4, 16, 64} (144 to 160,000 tasks); the example
+config's sweep with one worker and with every core; the example pipeline end to end,
+split into start-up, kernel load, simulations and figures; CPU time per heatmap; a noisy
+sweep (20 samples) against a noise-free one as large; the first compile of the kernel
+into an empty cache; peak memory (resident set, summed over the sweep's processes) of a
+1,000,000-simulation sweep.
 """
 
 from __future__ import annotations
@@ -31,28 +34,62 @@ sys.path.insert(0, str(ROOT))
 
 from pipeline_sim import SCHEDULES, EnvParams, Policy, simulate  # noqa: E402
 from pipeline_sim.config import EnvironmentGrid  # noqa: E402
+from pipeline_sim.engine import compile_kernel, graph_arrays, simulate_figures  # noqa: E402
 from pipeline_sim.scenarios import policy_grid  # noqa: E402
 from pipeline_sim.sweep import SweepPlan, run_sweep  # noqa: E402
 
 SIZES_N = (8, 32, 128, 512)
 SIZES_GPUS = (4, 16, 64)
 SCALING_POLICY = Policy(priorities={"fwd_prop": 0.5, "grad_prop": 0.3, "grad_sync": 0.2})
-# 827 environments x 121 policies = 100,067 simulations of the default size.
-MEMORY_GRID = {"bwd_len": {"start": 1.0, "stop": 9.26, "step": 0.01}}
-MEMORY_GRID_QUICK = {"bwd_len": {"start": 1.0, "stop": 1.82, "step": 0.01}}
+# 827 x 10 environments x 121 policies = 1,000,670 simulations of the default size (827 x 121 with --quick).
+MEMORY_GRID = {"bwd_len": {"start": 1.0, "stop": 9.26, "step": 0.01},
+               "fwd_len": [1.0, 1.1, 1.2, 1.3, 1.4, 1.5, 1.6, 1.7, 1.8, 1.9]}
+MEMORY_GRID_QUICK = {"bwd_len": {"start": 1.0, "stop": 9.26, "step": 0.01}}
 
 
 def sims_per_second(seconds: float, params: EnvParams | None = None) -> dict:
+    """The sweep's path: every policy of the grid in one kernel call, figures only."""
     params, policies = params or EnvParams(), policy_grid(0.1)
-    simulate(params, policies[0])  # warm caches
+    simulate_figures(params, policies)  # warm caches
+    count, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        simulate_figures(params, policies)
+        count += len(policies)
+    elapsed = time.perf_counter() - start
+    tasks = len(graph_arrays(params).gpu)
+    return {"simulations": count, "seconds": elapsed, "sims_per_second": count / elapsed, "tasks": tasks}
+
+
+def api_sims_per_second(seconds: float) -> float:
+    """``simulate``: one call per policy, every task's timeline and segments returned as Python objects."""
+    params, policies = EnvParams(), policy_grid(0.1)
     count, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
         for policy in policies:
             simulate(params, policy)
         count += len(policies)
-    elapsed = time.perf_counter() - start
-    tasks = len(simulate(params, policies[0]).tasks)
-    return {"simulations": count, "seconds": elapsed, "sims_per_second": count / elapsed, "tasks": tasks}
+    return count / (time.perf_counter() - start)
+
+
+_PURE = """
+import sys, time
+sys.path.insert(0, {root!r})
+from pipeline_sim import EnvParams
+from pipeline_sim.engine import simulate_figures
+from pipeline_sim.scenarios import policy_grid
+policies = policy_grid(0.1)
+start = time.perf_counter()
+simulate_figures(EnvParams(), policies)
+print(len(policies) / (time.perf_counter() - start))
+"""
+
+
+def pure_python_sims_per_second() -> float:
+    """The same kernel run as plain Python (NUMBA_DISABLE_JIT=1), all 121 policies once."""
+    env = dict(os.environ, NUMBA_DISABLE_JIT="1")
+    result = subprocess.run([sys.executable, "-c", _PURE.format(root=str(ROOT))], env=env, capture_output=True,
+                            text=True, check=True)
+    return float(result.stdout)
 
 
 def per_schedule(seconds: float) -> list[dict]:
@@ -69,9 +106,10 @@ def scaling(budget: float) -> list[dict]:
         for n in SIZES_N:
             params = EnvParams(n=n, num_gpus=num_gpus)
             runs, elapsed, tasks = 0, 0.0, 0
+            tasks = len(graph_arrays(params).gpu)
             while runs == 0 or elapsed < budget:
                 start = time.perf_counter()
-                tasks = len(simulate(params, SCALING_POLICY).tasks)
+                simulate_figures(params, [SCALING_POLICY])
                 elapsed += time.perf_counter() - start
                 runs += 1
             per_sim = elapsed / runs
@@ -87,6 +125,77 @@ def sweep_wall_time(workers: int) -> float:
         for _ in run_sweep(plan, Path(folder) / "example.csv", workers=workers):
             pass
         return time.perf_counter() - start
+
+
+_PIPELINE = """
+import sys, time
+start = time.perf_counter()
+sys.path.insert(0, {root!r})
+from pathlib import Path
+from pipeline_sim.cli.heatmap import write_heatmaps
+from pipeline_sim.config import EnvironmentGrid
+from pipeline_sim.engine import compile_kernel
+from pipeline_sim.sweep import SweepPlan, run_sweep
+imported = time.perf_counter()
+compile_kernel()
+loaded = time.perf_counter()
+plan = SweepPlan(EnvironmentGrid.load(Path({root!r}) / "configs" / "example.json"))
+for _ in run_sweep(plan, Path({folder!r}) / "example.csv", workers={workers}):
+    pass
+simulated = time.perf_counter()
+write_heatmaps(Path({folder!r}) / "example.csv", Path({folder!r}) / "figures", workers={workers})
+drawn = time.perf_counter()
+print(imported - start, loaded - imported, simulated - loaded, drawn - simulated)
+"""
+
+
+def example_pipeline(workers: int) -> dict:
+    """``run_full_pipeline.py`` on the example config, wall time, and the same steps timed one by one."""
+    with tempfile.TemporaryDirectory() as folder:
+        start = time.perf_counter()
+        subprocess.run([sys.executable, str(ROOT / "run_full_pipeline.py"), "-c",
+                        str(ROOT / "configs" / "example.json"), "--workers", str(workers)],
+                       cwd=folder, check=True, capture_output=True)
+        wall = time.perf_counter() - start
+    with tempfile.TemporaryDirectory() as folder:
+        start = time.perf_counter()
+        result = subprocess.run([sys.executable, "-c", _PIPELINE.format(root=str(ROOT), folder=folder,
+                                                                        workers=workers)],
+                                check=True, capture_output=True, text=True)
+        total = time.perf_counter() - start
+    _, load, simulations, figures = map(float, result.stdout.split())  # start-up: interpreter and imports
+    return {"wall_seconds": wall, "workers": workers, "start_up": total - load - simulations - figures,
+            "kernel_load": load, "simulations": simulations, "figures": figures}
+
+
+def heatmap_cpu(count: int = 18) -> float:
+    """CPU seconds per heatmap of the example config (121 policies), drawn one after another in one process."""
+    import pandas as pd
+
+    from pipeline_sim.plotting.heatmap import heatmap_figure
+
+    plan = SweepPlan(EnvironmentGrid.load(ROOT / "configs" / "example.json"))
+    with tempfile.TemporaryDirectory() as folder:
+        for _ in run_sweep(plan, Path(folder) / "example.csv", workers=1):
+            pass
+        rows = pd.read_csv(Path(folder) / "example.csv")
+        environments = [rows.iloc[i:i + 121].reset_index(drop=True) for i in range(0, len(rows), 121)]
+        figure = heatmap_figure(10)
+        start = time.process_time()
+        for i in range(count):
+            figure.draw(environments[i % len(environments)], title=f"environment {i}")
+            figure.save(Path(folder) / f"{i}.png")
+        return (time.process_time() - start) / count
+
+
+def first_compile() -> float:
+    """Seconds to compile the kernel into an empty cache, in a fresh process."""
+    with tempfile.TemporaryDirectory() as folder:
+        env = dict(os.environ, NUMBA_CACHE_DIR=folder)
+        code = (f"import sys, time; sys.path.insert(0, {str(ROOT)!r}); from pipeline_sim.engine import "
+                "compile_kernel; start = time.perf_counter(); compile_kernel(); print(time.perf_counter() - start)")
+        result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        return float(result.stdout)
 
 
 NOISY_GRID = {"compute_jitter": 0.2, "comm_jitter": 0.1, "samples": 20}
@@ -159,9 +268,13 @@ def main() -> int:
     args = parser.parse_args()
     cores = os.cpu_count() or 1
 
+    compile_kernel()
     single = sims_per_second(1.0 if args.quick else 4.0)
-    print(f"single core, default environment, 121-policy mix: {single['sims_per_second']:,.0f} simulations/s",
-          flush=True)
+    pure = pure_python_sims_per_second()
+    api = api_sims_per_second(1.0 if args.quick else 3.0)
+    print(f"single core, default environment, 121-policy mix: {single['sims_per_second']:,.0f} simulations/s "
+          f"compiled, {pure:,.0f} as plain Python: {single['sims_per_second'] / pure:.0f}x; "
+          f"{api:,.0f}/s through simulate() with every timeline", flush=True)
     schedules = per_schedule(0.5 if args.quick else 2.0)
     print("\n  schedule           n  tasks   sims/s   us/task")
     for row in schedules:
@@ -174,6 +287,16 @@ def main() -> int:
               f"{row['us_per_task']:>9.2f}")
     smallest, largest = rows[0]["us_per_task"], rows[-1]["us_per_task"]
     print(f"time per task at n=512, 64 GPUs is {largest / smallest:.2f}x that at n=8, 4 GPUs", flush=True)
+
+    pipeline = example_pipeline(cores)
+    print(f"example pipeline (2,178 simulations, 18 heatmaps) on {cores} workers: {pipeline['wall_seconds']:.2f} s "
+          f"wall; steps: start-up {pipeline['start_up']:.2f} s, kernel load {pipeline['kernel_load']:.2f} s, "
+          f"simulations {pipeline['simulations']:.2f} s, figures {pipeline['figures']:.2f} s", flush=True)
+    heatmap = heatmap_cpu()
+    print(f"one heatmap (121 policies, step 0.1): {heatmap:.3f} s of CPU", flush=True)
+    compile_seconds = None if args.quick else first_compile()
+    if compile_seconds is not None:
+        print(f"first compile of the kernel into an empty cache: {compile_seconds:.1f} s", flush=True)
 
     serial = sweep_wall_time(1)
     parallel = sweep_wall_time(cores)
@@ -192,7 +315,10 @@ def main() -> int:
 
     results = {
         "machine": {"python": platform.python_version(), "cores": cores, "platform": platform.platform()},
-        "single_core": single, "schedules": schedules, "scaling": rows, "scaling_ratio": largest / smallest,
+        "single_core": single, "pure_python_sims_per_second": pure,
+        "kernel_over_pure_python": single["sims_per_second"] / pure, "api_sims_per_second": api,
+        "example_pipeline": pipeline, "heatmap_cpu_seconds": heatmap, "first_compile_seconds": compile_seconds,
+        "schedules": schedules, "scaling": rows, "scaling_ratio": largest / smallest,
         "sweep": {"simulations": 2178, "serial_seconds": serial, "parallel_seconds": parallel, "workers": cores,
                   "parallel_efficiency": efficiency},
         "noisy_sweep": noisy, "memory": memory,

@@ -28,7 +28,7 @@ _FALLS = (TaskKind.BACKWARD, TaskKind.BACKWARD_WEIGHT)
 
 
 #: How long the first compile of the kernel takes on a 2-core machine (benchmarks/bench.py).
-COMPILE_SECONDS = 25
+COMPILE_SECONDS = 30
 
 
 class SimulationStuckError(RuntimeError):
@@ -94,7 +94,8 @@ def activation_changes(tasks: Sequence[GraphTask | Task]) -> tuple[np.ndarray, n
             np.array([sum(part.kind in _FALLS for part in t.parts) for t in tasks], dtype=np.int64))
 
 
-def policy_arrays(policies: Sequence[Policy]) -> tuple[np.ndarray, np.ndarray]:
+@lru_cache(maxsize=64)
+def policy_arrays(policies: tuple[Policy, ...]) -> tuple[np.ndarray, np.ndarray]:
     """Per policy and transfer kind (``COMM_KINDS`` order): exclusive tier rank (0 = 'a', -1 shared), priority."""
     tiers = np.full((len(policies), len(COMM_KINDS)), -1, dtype=np.int64)
     priorities = np.zeros((len(policies), len(COMM_KINDS)))
@@ -112,7 +113,7 @@ def simulate(params: EnvParams, policy: Policy, sample: int = 0) -> Schedule:
     graph = build_task_graph(params, sample)
     arrays = graph_arrays(params)
     lengths = task_lengths(params, sample)
-    tiers, priorities = policy_arrays([policy])
+    tiers, priorities = policy_arrays((policy,))
     room = 4 * len(lengths) + 64
     while True:
         status, F, I, segment_count, seg_task, seg_times, P = kernel.simulate(
@@ -138,7 +139,7 @@ def simulate(params: EnvParams, policy: Policy, sample: int = 0) -> Schedule:
 def simulate_figures(params: EnvParams, policies: Sequence[Policy], sample: int = 0) -> np.ndarray:
     """The figures of ``kernel.figures`` for every policy of ``policies`` in draw ``sample``, one row each."""
     arrays = graph_arrays(params)
-    tiers, priorities = policy_arrays(policies)
+    tiers, priorities = policy_arrays(tuple(policies))
     out = kernel.simulate_policies(*arrays.kernel_arguments(task_lengths(params, sample)), arrays.rises,
                                    arrays.falls, params.v, tiers, priorities, params.ingress_capacity)
     stuck = np.isnan(out[:, 0])

@@ -85,11 +85,17 @@ def metric_columns(figures: np.ndarray, ideal: float) -> dict[str, list]:
 def schedule_metrics(schedule: Schedule) -> ScheduleMetrics:
     """The summary of one simulated schedule, by the same figures a sweep computes."""
     tasks = schedule.tasks
-    ints = lambda values: np.array(values, dtype=np.int64)  # noqa: E731
+
+    def ints(values: list) -> np.ndarray:
+        array = np.array(values, dtype=np.int64)
+        array.flags.writeable = False  # as the graph's arrays: one compiled signature serves both
+        return array
+
     p = schedule.params.num_gpus
     out = np.empty((1, 3 + 3 * p))
-    figures(ints([t.gpu for t in tasks]), ints([-1 if t.parts else 0 for t in tasks]), *activation_changes(tasks),
+    figures(ints([t.gpu for t in tasks]), ints([-1 if t.parts else 0 for t in tasks]),
+            *map(ints, activation_changes(tasks)),
             p, schedule.params.v, np.array([t.start for t in tasks]), np.array([t.end for t in tasks]),
-            ints([t.throttled for t in tasks]), np.array([t.throttled_time for t in tasks]), out[0])
+            np.array([t.throttled for t in tasks], dtype=np.int64), np.array([t.throttled_time for t in tasks]), out[0])
     columns = metric_columns(out, ideal_time(schedule.params))
     return ScheduleMetrics(**{name: values[0] for name, values in columns.items()})

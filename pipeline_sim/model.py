@@ -396,6 +396,20 @@ class Schedule:
                 return t
         raise KeyError(f"no task {text}")
 
+    @property
+    def spans(self) -> list[float]:
+        """Per GPU, from the start of its first compute action to the end of its last (section 6.5)."""
+        from .metrics import schedule_metrics
+
+        return list(schedule_metrics(self).spans)
+
+    @property
+    def peak_activations(self) -> list[float]:
+        """Per GPU, the most activations in flight at once, in micro-batches of its whole share (section 7)."""
+        from .metrics import schedule_metrics
+
+        return list(schedule_metrics(self).gpu_peak_activations)
+
     def activation_steps(self) -> list[list[tuple[float, float]]]:
         """Per GPU, ``(time, in-flight activations from then on)``, starting with ``(0, 0)``.
 

@@ -56,7 +56,7 @@ def sweep_columns(workload: bool) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return (*COLUMNS[:env], *WORKLOAD_KEYS, *COLUMNS[env:], *REPORT_COLUMNS), \
         (*SAMPLE_COLUMNS[:env], *WORKLOAD_KEYS, *SAMPLE_COLUMNS[env:])
 #: Simulations a chunk of work aims at when samples multiply its rows.
-CHUNK_SIMULATIONS = 128
+CHUNK_SIMULATIONS = 2048
 #: Measured cost of one task of a simulation on one core (benchmarks/bench.py; a slow day's figure).
 SECONDS_PER_TASK = 15e-6
 #: The longest sweep run without --allow-large.

@@ -168,6 +168,11 @@ def write_heatmaps(csv: Path, output_dir: Path, workers: int = 1, metric: str = 
         path = output_dir / f"robustness_{key}_{env_slug(params, workload)}.png"
         jobs.append(RobustnessJob(params, workload, key, family, path))
         robustness.append(path)
+    if len(jobs) > 1:
+        from ..plotting.heatmap import heatmap_figure
+
+        for steps in {job.steps for job in jobs if isinstance(job, HeatmapJob)}:
+            heatmap_figure(steps).render_background()  # once here, not once per forked worker
     drawn = ordered_map(_draw, jobs, min(workers, len(jobs)))
     count = 0
     try:

@@ -209,6 +209,7 @@ class HeatmapFigure:
         self.colorbar = fig.colorbar(self.meshes["simplex"], cax=fig.add_axes((x / width, y / height, w / width,
                                                                                  h / height)))
         self.outlines: list[Rectangle] = []
+        self.title = fig.suptitle("", fontsize=10)
         self.canvas = FigureCanvasAgg(fig)
         self.background = None  # the pixels of everything that no environment changes, once rendered
 
@@ -258,29 +259,32 @@ class HeatmapFigure:
         ties = f" (and {len(winners) - 1} tied)" if len(winners) > 1 else ""
         samples = int(first.get("samples", 1))
         over = f" over {samples} samples" if samples > 1 else ""
-        self.fig.suptitle(f"{title}\n{name}{over} - best: {first['policy']} = {first[metric]:.6g}{ties};  "
-                          f"worst: {worst['policy']} = {worst[metric]:.6g} - the best is {gain:.1f}% lower",
-                          fontsize=10)
+        self.title.set_text(f"{title}\n{name}{over} - best: {first['policy']} = {first[metric]:.6g}{ties};  "
+                            f"worst: {worst['policy']} = {worst[metric]:.6g} - the best is {gain:.1f}% lower")
 
 
     def _changing(self) -> list:
         """The artists that ``draw`` changes; the rest of the figure is rendered once."""
-        return [*self.meshes.values(), *self.texts.values(), *self.outlines, self.colorbar.ax, self.fig._suptitle]
+        return [*self.meshes.values(), *self.texts.values(), *self.outlines, self.colorbar.ax, self.title]
+
+    def render_background(self) -> None:
+        """Render, once, every pixel that no environment changes: axes, ticks, titles, labels."""
+        changing = self._changing()
+        for artist in changing:
+            artist.set_visible(False)
+        self.canvas.draw()
+        self.background = self.canvas.copy_from_bbox(self.fig.bbox)
+        for artist in changing:
+            artist.set_visible(True)
 
     def save(self, target: str | FilePath | IO[bytes]) -> None:
         """Write the figure as a PNG at ``DPI``: the background once, then what changed since the last environment."""
         if self.background is None:
-            changing = self._changing()
-            for artist in changing:
-                artist.set_visible(False)
-            self.canvas.draw()
-            self.background = self.canvas.copy_from_bbox(self.fig.bbox)
-            for artist in changing:
-                artist.set_visible(True)
+            self.render_background()
         self.canvas.restore_region(self.background)
         for artist in self._changing():
             self.fig.draw_artist(artist)
-        Image.fromarray(np.asarray(self.canvas.buffer_rgba())).save(target, format="png", compress_level=3,
+        Image.fromarray(np.asarray(self.canvas.buffer_rgba())).save(target, format="png", compress_level=1,
                                                                     dpi=(DPI, DPI))
 
 
