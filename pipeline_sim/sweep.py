@@ -58,7 +58,7 @@ def sweep_columns(workload: bool) -> tuple[tuple[str, ...], tuple[str, ...]]:
 #: Simulations a chunk of work aims at when samples multiply its rows.
 CHUNK_SIMULATIONS = 2048
 #: Measured cost of one task of a simulation on one core (benchmarks/bench.py; a slow day's figure).
-SECONDS_PER_TASK = 15e-6
+SECONDS_PER_TASK = 2e-6
 #: The longest sweep run without --allow-large.
 MAX_HOURS = 24
 

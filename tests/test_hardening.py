@@ -219,7 +219,7 @@ def test_an_interrupt_always_says_something(capsys):
     ({"n": {"start": 1, "stop": 99999, "step": 1}, "bwd_len": {"start": 1, "stop": 99999, "step": 1},
       "fwd_len": {"start": 1, "stop": 99999, "step": 1}}, [], "combinations; at most 1,000,000 are allowed"),
     ({"n": list(range(1, 1_000_002))}, [], "list of 1,000,001 values; at most 100,000 are allowed"),
-    ({"n": {"start": 1, "stop": 1000, "step": 1}, "num_gpus": [4, 8, 16, 32, 64, 128]}, [],
+    ({"n": {"start": 1, "stop": 1000, "step": 1}, "num_gpus": [4, 8, 16, 32, 64, 128], "bwd_len": [1.0, 2.0]}, [],
      "hours on this machine; at most 24 are allowed (shrink the grid, or pass --allow-large)"),
 ])
 def test_work_that_cannot_finish_or_fit_is_refused_before_it_starts(tmp_path, grid, args, fragment):
