@@ -13,7 +13,8 @@ config's sweep with one worker and with every core; the example pipeline end to 
 split into start-up, kernel load, simulations and figures; CPU time per heatmap; a noisy
 sweep (20 samples) against a noise-free one as large; the first compile of the kernel
 into an empty cache; peak memory (resident set, summed over the sweep's processes) of a
-1,000,000-simulation sweep.
+1,000,000-simulation sweep; with the [cluster] extra, a 200,000-simulation sweep on the
+process pool and on a local Dask cluster.
 """
 
 from __future__ import annotations
@@ -198,6 +199,38 @@ def first_compile() -> float:
         return float(result.stdout)
 
 
+# 1,653 environments x 121 policies = 200,013 simulations
+CLUSTER_GRID = {"bwd_len": {"start": 1.0, "stop": 17.525, "step": 0.01}}
+
+
+def cluster_overhead(workers: int) -> dict | None:
+    """A 200,013-simulation sweep on the process pool and on a local Dask cluster of as many processes (its
+    start included), wall time each and their ratio; None without the [cluster] extra."""
+    try:
+        import distributed  # noqa: F401
+    except ImportError:
+        return None
+    from pipeline_sim.cluster import DaskCluster
+
+    plan = SweepPlan(EnvironmentGrid.from_mapping(CLUSTER_GRID))
+    seconds = {}
+    with tempfile.TemporaryDirectory() as folder:
+        for name in ("pool", "dask"):
+            start = time.perf_counter()
+            cluster = DaskCluster("local", workers) if name == "dask" else None
+            try:
+                for _ in run_sweep(plan, Path(folder) / f"{name}.csv", workers=workers, cluster=cluster):
+                    pass
+            finally:
+                if cluster is not None:
+                    cluster.close()
+            seconds[name] = time.perf_counter() - start
+        same = (Path(folder) / "pool.csv").read_bytes() == (Path(folder) / "dask.csv").read_bytes()
+    return {"simulations": plan.num_simulations, "workers": workers, "pool_seconds": seconds["pool"],
+            "dask_seconds": seconds["dask"], "dask_over_pool": seconds["dask"] / seconds["pool"],
+            "byte_identical": same}
+
+
 NOISY_GRID = {"compute_jitter": 0.2, "comm_jitter": 0.1, "samples": 20}
 PLAIN_GRID = {"bwd_len": {"start": 2.0, "stop": 2.19, "step": 0.01}}  # 20 environments: as many simulations
 
@@ -313,6 +346,13 @@ def main() -> int:
     print(f"memory sweep: {memory['simulations']:,} simulations in {memory['seconds']:.1f} s on {cores} workers, "
           f"peak resident memory {memory['peak_rss_mb']:.0f} MB (all processes)", flush=True)
 
+    cluster = cluster_overhead(cores)
+    if cluster is not None:
+        print(f"cluster sweep: {cluster['simulations']:,} simulations on {cores} workers: "
+              f"{cluster['pool_seconds']:.1f} s on the process pool, {cluster['dask_seconds']:.1f} s on a local Dask "
+              f"cluster (its start included): "
+              f"{cluster['dask_over_pool']:.2f}x; byte-identical: {cluster['byte_identical']}", flush=True)
+
     results = {
         "machine": {"python": platform.python_version(), "cores": cores, "platform": platform.platform()},
         "single_core": single, "pure_python_sims_per_second": pure,
@@ -321,7 +361,7 @@ def main() -> int:
         "schedules": schedules, "scaling": rows, "scaling_ratio": largest / smallest,
         "sweep": {"simulations": 2178, "serial_seconds": serial, "parallel_seconds": parallel, "workers": cores,
                   "parallel_efficiency": efficiency},
-        "noisy_sweep": noisy, "memory": memory,
+        "noisy_sweep": noisy, "memory": memory, "cluster": cluster,
     }
     text = json.dumps(results, indent=2)
     print("\n" + text)

@@ -26,6 +26,7 @@ from typing import Generator, Iterator
 
 import numpy as np
 
+from .cluster import DaskCluster
 from .config import ConfigError, EnvironmentGrid
 from .engine import simulate_figures
 from .files import OutputError, exclusive_writer, output_target
@@ -330,14 +331,17 @@ def _not_resumable(partial: Path, meta: Path) -> str:
 
 
 def run_sweep(plan: SweepPlan, output: str | os.PathLike, *, workers: int = 1, resume: bool = False,
-              samples_output: str | os.PathLike | None = None, overwrite: bool = False) -> Generator[int, None, None]:
+              samples_output: str | os.PathLike | None = None, overwrite: bool = False,
+              cluster: DaskCluster | None = None) -> Generator[int, None, None]:
     """Run ``plan`` into the CSV ``output``; yield the rows on disk, first before any new work.
 
     With ``resume``, continue ``output``'s partial file if there is one (it must come
     from the same plan); otherwise start afresh, which an existing output or partial file
     refuses unless ``overwrite``. One run at a time writes an output (``<output>.lock``).
     Closing the generator early leaves the partial file holding every finished row. When
-    ``plan.with_samples``, one row per sample also goes to ``samples_output``.
+    ``plan.with_samples``, one row per sample also goes to ``samples_output``. With
+    ``cluster`` (a Dask scheduler, or a local Dask cluster) the chunks run there instead of
+    on ``workers`` local processes, and the file is the same bytes.
     """
     output = output_target(output)
     if plan.with_samples and samples_output is None:
@@ -389,8 +393,14 @@ def run_sweep(plan: SweepPlan, output: str | os.PathLike, *, workers: int = 1, r
         with open(partial, "a", encoding="utf-8", newline="") as handle, \
                 open(sample_partial if plan.with_samples else os.devnull, "a", encoding="utf-8",
                      newline="") as samples:
-            chunks = plan.chunks(done, rows_per_chunk(plan, workers))
-            for text, sample_text, count in ordered_map(simulate_chunk, chunks, workers):
+            size = rows_per_chunk(plan, workers)
+            chunks = plan.chunks(done, size)
+            # a Dask task carries up to CHUNK_SIMULATIONS simulations (its scheduling costs a millisecond), and
+            # there are still four per worker
+            batch = max(1, min(CHUNK_SIMULATIONS // (size * plan.samples), plan.num_rows // size // (4 * workers)))
+            results = cluster.map(simulate_chunk, chunks, batch) if cluster else \
+                ordered_map(simulate_chunk, chunks, workers)
+            for text, sample_text, count in results:
                 samples.write(sample_text)  # samples first: a summarised row always has its samples on disk
                 samples.flush()
                 handle.write(text)

@@ -17,9 +17,10 @@ def compiled_kernel():
     compile_kernel()
 
 
-def run_script(script: str, *args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
-    """Run one of the top-level scripts as a user would, from ``cwd``."""
-    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "MPLBACKEND")}
+def run_script(script: str, *args: str, cwd: Path, timeout: float = 300,
+               env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """Run one of the top-level scripts as a user would, from ``cwd`` (in ``env``, else this environment)."""
+    env = {k: v for k, v in (env or os.environ).items() if k not in ("DISPLAY", "WAYLAND_DISPLAY", "MPLBACKEND")}
     return subprocess.run([sys.executable, str(ROOT / script), *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout)
 

@@ -7,8 +7,9 @@ import sys
 import time
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
-from typing import Sequence
+from typing import Generator, Sequence
 
+from ..cluster import CLUSTER_VARIABLE, DaskCluster
 from ..config import EnvironmentGrid
 from ..scenarios import DEFAULT_STEP
 from ..sweep import SIMULATORS, SweepPlan, partial_paths, resumable, run_sweep, useful_workers
@@ -26,6 +27,10 @@ def add_sweep_arguments(parser: Parser, *, step_flags: Sequence[str]) -> None:
                              "(default %(default)s: 121 policies per environment)")
     parser.add_argument("--workers", type=positive_int, metavar="N", default=os.cpu_count() or 1,
                         help="worker processes (default: all %(default)s cores; 1 runs serially)")
+    parser.add_argument("--cluster", metavar="ADDRESS", default=os.environ.get(CLUSTER_VARIABLE) or None,
+                        help="run the simulations on the Dask cluster at ADDRESS (tcp://host:8786), or on a local "
+                             "one of --workers processes with 'local'; needs pip install \"pipeline-sim[cluster]\" "
+                             f"(default: ${CLUSTER_VARIABLE}, else this machine's process pool)")
     parser.add_argument("--resume", action="store_true",
                         help="continue an interrupted sweep from its .partial file instead of starting over")
     parser.add_argument("--overwrite", action="store_true",
@@ -60,12 +65,18 @@ def default_output(config: Path, plan: SweepPlan, resume: bool) -> Path:
     raise UserError(f"{DATA_DIR}: a thousand sweeps of {config.stem} started this second; give --output")
 
 
+def _where(workers: int, cluster: str | None) -> str:
+    processes = f"{workers} worker{'s' if workers > 1 else ''}"
+    if cluster is None:
+        return processes
+    return f"a local Dask cluster of {processes}" if cluster == "local" else f"the Dask cluster at {cluster}"
+
+
 def generate(config: Path, *, step: float, simulator: str, output: Path | None, workers: int,
              resume: bool, skip_invalid: bool = False, samples: int | None = None,
              samples_output: Path | None = None, overwrite: bool = False,
-             allow_large: bool = False) -> tuple[SweepPlan, Path]:
+             allow_large: bool = False, cluster: str | None = None) -> tuple[SweepPlan, Path]:
     """Run the sweep with a progress bar; report on stderr/stdout. Returns the plan and the CSV written."""
-    from tqdm import tqdm
 
     plan = SweepPlan(EnvironmentGrid.load(config), step=step, simulator=simulator, skip_invalid=skip_invalid,
                      samples=samples or 0, with_samples=samples_output is not None, allow_large=allow_large)
@@ -76,13 +87,29 @@ def generate(config: Path, *, step: float, simulator: str, output: Path | None, 
         if written.resolve() == config.resolve():
             raise UserError(f"{written} is the config itself; choose another output")
     partial, _ = partial_paths(output)
-    progress = run_sweep(plan, output, workers=workers, resume=resume, samples_output=samples_output,
-                         overwrite=overwrite)
+    dask = DaskCluster(cluster, workers).connect() if cluster else None  # an unreachable one: one line, no files
+    try:
+        progress = run_sweep(plan, output, workers=workers, resume=resume, samples_output=samples_output,
+                             overwrite=overwrite, cluster=dask)
+        try:
+            _announce(plan, progress, output, partial, workers, asked, resume, cluster)
+        finally:
+            progress.close()  # a sweep that stopped early keeps its rows and releases its lock
+    finally:
+        if dask is not None:
+            dask.close()
+    return plan, output
+
+
+def _announce(plan: SweepPlan, progress: Generator[int, None, None], output: Path, partial: Path, workers: int,
+              asked: int, resume: bool, cluster: str | None) -> None:
+    """Say what the sweep runs and where, then follow it to the end."""
     done = next(progress) * plan.samples  # checks that the output can be written before announcing the work
     draws = f" x {plan.samples} samples" if plan.samples > 1 else ""
     print(f"{plan.num_environments:,} environments x {len(plan.policies)} policies{draws} = "
-          f"{plan.num_simulations:,} simulations on {workers} worker{'s' if workers > 1 else ''} -> {output}"
-          + (f" (--workers {asked}: no more chunks of work than that)" if workers < asked else ""), flush=True)
+          f"{plan.num_simulations:,} simulations on {_where(workers, cluster)} -> {output}"
+          + (f" (--workers {asked}: no more chunks of work than that)" if workers < asked and cluster in (None, "local")
+             else ""), flush=True)
     if skipped := len(plan.grid.invalid()):
         print(f"left out {skipped:,} combination{'s' if skipped > 1 else ''} that break a schedule's requirement "
               f"(--skip-invalid), e.g. {plan.grid.invalid()[0][0]}", flush=True)
@@ -91,6 +118,13 @@ def generate(config: Path, *, step: float, simulator: str, output: Path | None, 
     elif resume:
         print("nothing to resume for this config; starting a new sweep", flush=True)
     ready_kernel()
+    _follow(progress, plan, done, partial)
+
+
+def _follow(progress: Generator[int, None, None], plan: SweepPlan, done: int, partial: Path) -> None:
+    """Show the sweep's progress until it ends; an interruption says what is kept and how to continue."""
+    from tqdm import tqdm
+
     bar = tqdm(total=plan.num_simulations, initial=done, unit="sim", dynamic_ncols=True, mininterval=0.5,
                smoothing=0.05, file=sys.stderr)
     try:
@@ -103,7 +137,6 @@ def generate(config: Path, *, step: float, simulator: str, output: Path | None, 
         raise KeyboardInterrupt(f"{why} after {bar.n:,} of {plan.num_simulations:,} simulations; "
                                 f"rows kept in {partial}; rerun with --resume to continue") from None
     bar.close()
-    return plan, output
 
 
 def build_parser(prog: str) -> Parser:
@@ -129,7 +162,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         plan, output = generate(args.config, step=args.step, simulator=args.simulator, output=args.output,
                                 workers=args.workers, resume=args.resume, skip_invalid=args.skip_invalid,
                                 samples=args.samples, samples_output=args.samples_output, overwrite=args.overwrite,
-                                allow_large=args.allow_large)
+                                allow_large=args.allow_large, cluster=args.cluster)
         print(f"wrote {plan.num_rows:,} rows to {output}")
         if args.samples_output:
             print(f"wrote {plan.num_simulations:,} samples to {args.samples_output}")
