@@ -39,6 +39,12 @@ ZERO_LAYER = 1_001
 #: The position of grad_sync in COMM_KINDS (fwd_prop, grad_prop, grad_sync), which is also the tie order.
 GRAD_SYNC = 2
 
+#: Compiled once per installation and kept in numba's cache.
+_compiled = njit(cache=True)
+#: The same, for functions that allocate nothing: without reference counting of their array arguments, which
+#: per call cost more than the function's own work.
+_inner = njit(cache=True, _nrt=False)  # type: ignore[call-overload]  # numba's own option, absent from its stubs
+
 #: What ``simulate`` returns in ``status``.
 DONE, STUCK = 0, 1
 
@@ -48,14 +54,14 @@ _RELEASE, _TRY_START = 0, 1  # frames of the explicit stack that replaces recurs
 # -- the allocation (section 3.2) -------------------------------------------------------
 
 
-@njit(cache=True, _nrt=False)
+@_inner
 def ready_key(ready: float) -> float:
     """The ready time as exclusive tiers compare it: in units of 1e-9, rounded, so that float noise
     cannot reorder transfers that became ready together."""
     return np.rint(ready * 1e9)
 
 
-@njit(cache=True, _nrt=False)
+@_inner
 def key_before(a_tier: int, a_ready: float, a_index: int, a_kind: int, a_stage: int,
                b_tier: int, b_ready: float, b_index: int, b_kind: int, b_stage: int) -> bool:
     """Whether transfer a sends before b in an exclusive tier: tier ('a' first), then earliest ready
@@ -97,7 +103,7 @@ FLOWS, CHOSEN, SENDER, RECEIVER_OF, LAYER_OF, MEMBER, EGRESS_OF, INGRESS_OF, POR
 WEIGHT_OF, RATE_OF, CAPACITY, FREE, UNFROZEN, LEVEL, LEFT = range(7)
 
 
-@njit(cache=True, _nrt=False)
+@_inner
 def _insert(A: np.ndarray, first: int, stop: int, value: int) -> int:
     """Insert ``value`` into the sorted distinct ``A[PORTS, first:stop]`` unless present; return the new stop."""
     k = stop
@@ -113,7 +119,7 @@ def _insert(A: np.ndarray, first: int, stop: int, value: int) -> int:
     return stop + 1
 
 
-@njit(cache=True, _nrt=False)
+@_inner
 def _position(A: np.ndarray, first: int, stop: int, value: int) -> int:
     for j in range(first, stop):
         if A[PORTS, j] == value:
@@ -121,7 +127,7 @@ def _position(A: np.ndarray, first: int, stop: int, value: int) -> int:
     return -1
 
 
-@njit(cache=True, _nrt=False)
+@_inner
 def _fill(count: int, A: np.ndarray, AF: np.ndarray) -> None:
     """Weighted max-min fair rates of the flows ``A[MEMBER, :count]`` (one layer), by progressive filling.
 
@@ -189,7 +195,7 @@ def _fill(count: int, A: np.ndarray, AF: np.ndarray) -> None:
         open_count = still_open
 
 
-@njit(cache=True, _nrt=False)
+@_inner
 def _layered(count: int, ingress_capacity: float, num_gpus: int, A: np.ndarray, AF: np.ndarray) -> None:
     """Rates ``AF[RATE_OF, :count]`` of every sending set's flows: layer by layer, lowest layer number first.
 
@@ -223,7 +229,7 @@ def _layered(count: int, ingress_capacity: float, num_gpus: int, A: np.ndarray, 
         previous = layer
 
 
-@njit(cache=True)
+@_compiled
 def scratch(flows: int, num_gpus: int) -> tuple[np.ndarray, np.ndarray]:
     """Scratch rows for ``flows`` flows among ``num_gpus`` GPUs (``A``, ``AF``)."""
     width = max(2 * flows, num_gpus) + 1
@@ -247,7 +253,7 @@ def layered_rates(senders: list[int], receivers: list[int | None], weights: list
     return AF[RATE_OF, :count].tolist()
 
 
-@njit(cache=True, _nrt=False)
+@_inner
 def choose_sending_set(s: int, count: int, Q: np.ndarray, F: np.ndarray, I: np.ndarray, A: np.ndarray) -> int:
     """Fill ``A[CHOSEN]`` with the sending set among GPU s's ``count`` ready transfers (``Q[READY_QUEUE, s]``, in
     ready order) and return its size; set ``WEIGHT``, ``SHARE`` and ``LAYER`` of each chosen task.
@@ -296,19 +302,19 @@ def choose_sending_set(s: int, count: int, Q: np.ndarray, F: np.ndarray, I: np.n
 # -- the event loop (sections 2, 3 and 6) -----------------------------------------------
 
 
-@njit(cache=True, _nrt=False)
+@_inner
 def _heap_less(HT: np.ndarray, HI: np.ndarray, a: int, b: int) -> bool:
     return HT[a] < HT[b] or (HT[a] == HT[b] and HI[0, a] < HI[0, b])
 
 
-@njit(cache=True, _nrt=False)
+@_inner
 def _heap_swap(HT: np.ndarray, HI: np.ndarray, a: int, b: int) -> None:
     HT[a], HT[b] = HT[b], HT[a]
     HI[0, a], HI[0, b] = HI[0, b], HI[0, a]
     HI[1, a], HI[1, b] = HI[1, b], HI[1, a]
 
 
-@njit(cache=True, _nrt=False)
+@_inner
 def _sift_down(HT: np.ndarray, HI: np.ndarray, size: int, i: int) -> None:
     while True:
         child = 2 * i + 1
@@ -322,7 +328,7 @@ def _sift_down(HT: np.ndarray, HI: np.ndarray, size: int, i: int) -> None:
         i = child
 
 
-@njit(cache=True, _nrt=False)
+@_inner
 def _heap_push(HT: np.ndarray, HI: np.ndarray, I: np.ndarray, C: np.ndarray, at: float, number: int,
                task: int) -> None:
     """Push ``(at, number, task)`` (time, sequence number, task) on the heap of projected ends.
@@ -349,7 +355,7 @@ def _heap_push(HT: np.ndarray, HI: np.ndarray, I: np.ndarray, C: np.ndarray, at:
     C[_HEAP_SIZE] = size + 1
 
 
-@njit(cache=True, _nrt=False)
+@_inner
 def _heap_pop(HT: np.ndarray, HI: np.ndarray, C: np.ndarray) -> None:
     size = C[_HEAP_SIZE] - 1
     _heap_swap(HT, HI, 0, size)
@@ -357,7 +363,7 @@ def _heap_pop(HT: np.ndarray, HI: np.ndarray, C: np.ndarray) -> None:
     _sift_down(HT, HI, size, 0)
 
 
-@njit(cache=True, _nrt=False)
+@_inner
 def _set_rate(i: int, rate: float, throttled: bool, now: float, F: np.ndarray, I: np.ndarray, HT: np.ndarray,
               HI: np.ndarray, SI: np.ndarray, SF: np.ndarray, C: np.ndarray) -> None:
     """Close task i's stretch at its old rate and continue at the new one.
@@ -393,7 +399,7 @@ def _set_rate(i: int, rate: float, throttled: bool, now: float, F: np.ndarray, I
         I[LIVE, i] = -1
 
 
-@njit(cache=True, _nrt=False)
+@_inner
 def _mark(P: np.ndarray, C: np.ndarray, flag: int, members: int, counter: int, g: int) -> None:
     if P[flag, g] == 0:
         P[flag, g] = 1
@@ -401,14 +407,14 @@ def _mark(P: np.ndarray, C: np.ndarray, flag: int, members: int, counter: int, g
         C[counter] += 1
 
 
-@njit(cache=True, _nrt=False)
+@_inner
 def _push(K: np.ndarray, C: np.ndarray, kind: int, a: int) -> None:
     top = C[_STACK]
     K[0, top], K[1, top], K[2, top] = kind, a, 0
     C[_STACK] = top + 1
 
 
-@njit(cache=True, _nrt=False)
+@_inner
 def _settle(now: float, F: np.ndarray, I: np.ndarray, P: np.ndarray, Q: np.ndarray, K: np.ndarray, C: np.ndarray,
             release_start: np.ndarray, release_task: np.ndarray, order_start: np.ndarray,
             order_task: np.ndarray) -> None:
@@ -464,7 +470,7 @@ def _settle(now: float, F: np.ndarray, I: np.ndarray, P: np.ndarray, Q: np.ndarr
             _mark(P, C, DIRTY_COMPUTE, DIRTY_COMPUTE_LIST, _DIRTY_COMPUTE, s)
 
 
-@njit(cache=True, _nrt=False)
+@_inner
 def _sort_row(P: np.ndarray, row: int, first: int, stop: int) -> None:
     """Sort ``P[row, first:stop]`` in place (insertion sort: the rows are a few GPUs long)."""
     for k in range(first + 1, stop):
@@ -476,7 +482,7 @@ def _sort_row(P: np.ndarray, row: int, first: int, stop: int) -> None:
         P[row, j + 1] = value
 
 
-@njit(cache=True, _nrt=False)
+@_inner
 def _coupled(h: int, other: int, P: np.ndarray, Q: np.ndarray, I: np.ndarray) -> bool:
     """Whether a flow of one GPU's sending set goes to the other."""
     for k in range(P[SENDING_COUNT, h]):
@@ -488,7 +494,7 @@ def _coupled(h: int, other: int, P: np.ndarray, Q: np.ndarray, I: np.ndarray) ->
     return False
 
 
-@njit(cache=True, _nrt=False)
+@_inner
 def _sending_sets(now: float, F: np.ndarray, I: np.ndarray, P: np.ndarray, Q: np.ndarray, A: np.ndarray,
                   HT: np.ndarray, HI: np.ndarray, SI: np.ndarray, SF: np.ndarray, C: np.ndarray,
                   peer_start: np.ndarray, peer_task: np.ndarray) -> int:
@@ -551,7 +557,7 @@ def _sending_sets(now: float, F: np.ndarray, I: np.ndarray, P: np.ndarray, Q: np
     return groups
 
 
-@njit(cache=True, _nrt=False)
+@_inner
 def _group_flows(g: int, ingress_capacity: float, F: np.ndarray, I: np.ndarray, P: np.ndarray, PF: np.ndarray,
                  Q: np.ndarray, A: np.ndarray) -> int:
     """List the flows of group g in ``A[FLOWS]`` and return their count, negative when sender-only shares
@@ -575,7 +581,7 @@ def _group_flows(g: int, ingress_capacity: float, F: np.ndarray, I: np.ndarray, 
     return -count if highest <= ingress_capacity * (1.0 + LEVEL_TOLERANCE) else count
 
 
-@njit(cache=True, _nrt=False)
+@_inner
 def _contended_rates(count: int, ingress_capacity: float, num_gpus: int, F: np.ndarray, I: np.ndarray,
                      A: np.ndarray, AF: np.ndarray) -> None:
     """The layered allocation of the flows ``A[FLOWS, :count]``, into ``AF[RATE_OF, :count]``."""
@@ -588,7 +594,7 @@ def _contended_rates(count: int, ingress_capacity: float, num_gpus: int, F: np.n
     _layered(count, ingress_capacity, num_gpus, A, AF)
 
 
-@njit(cache=True, _nrt=False)
+@_inner
 def _set_group_rates(g: int, count: int, contended: bool, now: float, F: np.ndarray, I: np.ndarray, P: np.ndarray,
                      PF: np.ndarray, Q: np.ndarray, A: np.ndarray, AF: np.ndarray, HT: np.ndarray, HI: np.ndarray,
                      SI: np.ndarray, SF: np.ndarray, C: np.ndarray) -> None:
@@ -613,7 +619,7 @@ def _set_group_rates(g: int, count: int, contended: bool, now: float, F: np.ndar
             _mark(P, C, DIRTY_COMPUTE, DIRTY_COMPUTE_LIST, _DIRTY_COMPUTE, h)
 
 
-@njit(cache=True, _nrt=False)
+@_inner
 def _compute_rates(now: float, F: np.ndarray, I: np.ndarray, P: np.ndarray, PF: np.ndarray, HT: np.ndarray,
                    HI: np.ndarray, SI: np.ndarray, SF: np.ndarray, C: np.ndarray) -> None:
     """New rates of the running compute on GPUs whose grad_sync rate changed or that started a task."""
@@ -628,7 +634,7 @@ def _compute_rates(now: float, F: np.ndarray, I: np.ndarray, P: np.ndarray, PF: 
     C[_DIRTY_COMPUTE] = 0
 
 
-@njit(cache=True, _nrt=False)
+@_inner
 def _finish(i: int, now: float, F: np.ndarray, I: np.ndarray, P: np.ndarray, Q: np.ndarray, K: np.ndarray,
             HT: np.ndarray, HI: np.ndarray, SI: np.ndarray, SF: np.ndarray, C: np.ndarray) -> None:
     """End task i now and stack what follows: the next compute of its GPU, then its releases."""
@@ -652,7 +658,7 @@ def _finish(i: int, now: float, F: np.ndarray, I: np.ndarray, P: np.ndarray, Q: 
         _mark(P, C, DIRTY_COMM, DIRTY_COMM_LIST, _DIRTY_COMM, s)
 
 
-@njit(cache=True)
+@_compiled
 def simulate(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.ndarray, stage: np.ndarray,
              index: np.ndarray, impact: np.ndarray, needs_count: np.ndarray, release_start: np.ndarray,
              release_task: np.ndarray, order_start: np.ndarray, order_task: np.ndarray, peer_start: np.ndarray,
@@ -744,7 +750,7 @@ def simulate(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np
     return status, F, I, C[_SEGMENTS], SI[:kept], SF[:, :kept], P
 
 
-@njit(cache=True)
+@_compiled
 def figures(gpu: np.ndarray, comm: np.ndarray, rises: np.ndarray, falls: np.ndarray,
             num_gpus: int, chunks: int, start: np.ndarray, end: np.ndarray, throttled: np.ndarray,
             throttled_time: np.ndarray, out: np.ndarray) -> None:
@@ -806,7 +812,7 @@ def figures(gpu: np.ndarray, comm: np.ndarray, rises: np.ndarray, falls: np.ndar
     out[2] = throttle_count
 
 
-@njit(cache=True)
+@_compiled
 def simulate_policies(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.ndarray,
                       stage: np.ndarray, index: np.ndarray, impact: np.ndarray, needs_count: np.ndarray,
                       release_start: np.ndarray, release_task: np.ndarray, order_start: np.ndarray,
