@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections import deque
-from typing import Callable, Generator, Iterable, Iterator, TypeVar
+from typing import Any, Callable, Generator, Iterable, Iterator, TypeVar
 
 _Item = TypeVar("_Item")
 _Result = TypeVar("_Result")
@@ -35,7 +35,8 @@ class DaskCluster:
 
     def __init__(self, address: str, workers: int = 1) -> None:
         self.address, self.workers = address, workers
-        self.client = self.local = None
+        self.client: Any = None  # a distributed.Client once connected
+        self.local: Any = None  # the LocalCluster this object started, if any
 
     def connect(self) -> DaskCluster:
         """Start or reach the cluster now; ``ClusterError`` in one line when Dask is missing or the scheduler

@@ -23,7 +23,7 @@ from decimal import Decimal
 from functools import cached_property
 from itertools import islice, product
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Any, Iterator, Mapping
 
 from .model import EnvParams, ParameterError
 from .schedules import SCHEDULE_PARAMETERS, SCHEDULES, get_schedule
@@ -79,7 +79,7 @@ def _expand_range(key: str, spec: Mapping[str, object]) -> list[int | float]:
     return [int(v) if key in INTEGER_KEYS else float(v) for v in values]
 
 
-def _names(key: str, raw: object) -> list[str]:
+def _names(key: str, raw: Any) -> list[Any]:
     where = f"config key {key!r}"
     names = raw if isinstance(raw, list) else [raw]
     if not names:
@@ -94,7 +94,7 @@ def _names(key: str, raw: object) -> list[str]:
     return values
 
 
-def _workload_values(key: str, raw: object, base: Mapping[str, object]) -> list:
+def _workload_values(key: str, raw: object, base: Mapping[str, Any]) -> list:
     """The values of a workload key, each checked in the workload ``base``."""
     where = f"config key {key!r}"
     items = raw if isinstance(raw, list) else [raw]
@@ -123,7 +123,7 @@ def _workload_values(key: str, raw: object, base: Mapping[str, object]) -> list:
     return values
 
 
-def _values(key: str, raw: object, base: Mapping[str, object]) -> list:
+def _values(key: str, raw: object, base: Mapping[str, Any]) -> list:
     """The values of ``key``, each checked against its domain in the environment ``base``."""
     where = f"config key {key!r}"
     if key in STRING_KEYS:
@@ -153,7 +153,7 @@ def _values(key: str, raw: object, base: Mapping[str, object]) -> list:
 class EnvironmentGrid:
     """The values of every parameter; iterating gives the environments in grid order."""
 
-    values: tuple[tuple[str, tuple[object, ...]], ...]
+    values: tuple[tuple[str, tuple[Any, ...]], ...]
     samples: int = 1  # noise draws per (environment, policy): a sweep setting the file may give
     given: frozenset[str] = frozenset()  # the keys the file gave (a workload derives the others it sets)
 
@@ -227,7 +227,7 @@ class EnvironmentGrid:
                               f"values and lists") from None
         return cls.from_mapping(raw, f"config {path}")
 
-    def _environment(self, combo: Mapping[str, object]) -> tuple[EnvParams, Workload | None]:
+    def _environment(self, combo: Mapping[str, Any]) -> tuple[EnvParams, Workload | None]:
         """One combination's environment, and its workload if the grid has one."""
         if not self.has_workload:
             return EnvParams(**combo), None
@@ -236,7 +236,7 @@ class EnvironmentGrid:
                (key not in DERIVED_KEYS or key in self.given)}
         return workload_environment(workload, **env), workload
 
-    def _combinations(self) -> Iterator[dict[str, object]]:
+    def _combinations(self) -> Iterator[dict[str, Any]]:
         """Every combination in grid order, without those that differ only by a parameter their schedule ignores."""
         names = [name for name, _ in self.values]
         position = {name: i for i, name in enumerate(names)}
@@ -299,7 +299,7 @@ class EnvironmentGrid:
         """The parameters given more than one value."""
         return [name for name, values in self.values if len(values) > 1]
 
-    def as_dict(self) -> dict[str, list]:
+    def as_dict(self) -> dict[str, Any]:
         return {name: [_plain(value) for value in values] for name, values in self.values} | {"samples": self.samples}
 
 

@@ -47,7 +47,7 @@ class GraphArrays(NamedTuple):
     receiver: np.ndarray
     comm: np.ndarray
     stage: np.ndarray
-    index: np.ndarray
+    index: np.ndarray  # type: ignore[assignment]  # shadows tuple.index, as GraphTask's
     impact: np.ndarray
     needs_count: np.ndarray
     release_start: np.ndarray
@@ -156,7 +156,7 @@ def _kernel_stamp() -> str:
 
 
 def _stamp_path() -> Path:
-    return Path(kernel.simulate_policies.stats.cache_path) / "pipeline_sim_kernel.stamp"
+    return Path(str(kernel.simulate_policies.stats.cache_path)) / "pipeline_sim_kernel.stamp"
 
 
 def kernel_is_compiled() -> bool:
@@ -165,7 +165,7 @@ def kernel_is_compiled() -> bool:
     Numba caches the machine code beside the package, or in a user directory when the
     package is read-only; a stamp there records a completed compile.
     """
-    if numba.config.DISABLE_JIT:
+    if getattr(numba.config, "DISABLE_JIT"):
         return True
     try:
         return _stamp_path().read_text() == _kernel_stamp()
@@ -181,7 +181,7 @@ def compile_kernel() -> None:
     params = EnvParams(n=2, num_gpus=2)
     simulate_figures(params, [Policy()])
     schedule_metrics(simulate(params, Policy()))
-    if not numba.config.DISABLE_JIT:
+    if not getattr(numba.config, "DISABLE_JIT"):
         try:
             _stamp_path().write_text(_kernel_stamp())
         except OSError:

@@ -22,6 +22,8 @@ GPU other than through ``grad_sync`` traffic, and the receiving side of ``grad_s
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from numba import njit
 
@@ -40,10 +42,10 @@ ZERO_LAYER = 1_001
 GRAD_SYNC = 2
 
 #: Compiled once per installation and kept in numba's cache.
-_compiled = njit(cache=True)
+_compiled: Any = njit(cache=True)  # numba's dispatchers take any arrays; their calls are not type-checked
 #: The same, for functions that allocate nothing: without reference counting of their array arguments, which
 #: per call cost more than the function's own work.
-_inner = njit(cache=True, _nrt=False)  # type: ignore[call-overload]  # numba's own option, absent from its stubs
+_inner: Any = njit(cache=True, _nrt=False)  # type: ignore[call-overload]  # an option numba's stubs lack
 
 #: What ``simulate`` returns in ``status``.
 DONE, STUCK = 0, 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -86,7 +87,7 @@ def schedule_metrics(schedule: Schedule) -> ScheduleMetrics:
     """The summary of one simulated schedule, by the same figures a sweep computes."""
     tasks = schedule.tasks
 
-    def ints(values: list) -> np.ndarray:
+    def ints(values: Any) -> np.ndarray:
         array = np.array(values, dtype=np.int64)
         array.flags.writeable = False  # as the graph's arrays: one compiled signature serves both
         return array

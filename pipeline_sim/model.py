@@ -11,7 +11,7 @@ import numbers
 import re
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
-from typing import Mapping, NamedTuple
+from typing import Any, Mapping, NamedTuple
 
 
 class TaskKind(StrEnum):
@@ -182,15 +182,15 @@ def _check_int(name: str, value: object, minimum: int) -> None:
 MIN_LENGTH, MAX_LENGTH = 1e-6, 1e9
 
 
-def _check_length(name: str, value: object, *, zero: bool) -> None:
+def _check_length(name: str, value: Any, *, zero: bool) -> None:
     ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) and \
-        (MIN_LENGTH <= value <= MAX_LENGTH or (zero and value == 0))
+        (MIN_LENGTH <= float(value) <= MAX_LENGTH or (zero and value == 0))
     if not ok:
         allowed = f"0 or {MIN_LENGTH:g}..{MAX_LENGTH:g}" if zero else f"from {MIN_LENGTH:g} to {MAX_LENGTH:g}"
         raise ParameterError(name, value, f"must be a finite number {allowed}")
 
 
-def _check_float(name: str, value: object, low: float, *, low_open: bool = False,
+def _check_float(name: str, value: Any, low: float, *, low_open: bool = False,
                  high: float | None = None, high_closed: bool = False) -> None:
     ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
     if ok:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 import numpy as np
 import pandas as pd
@@ -65,7 +65,7 @@ def load_results(path: str | Path) -> pd.DataFrame:
     return frame
 
 
-def _value(name: str, cell: object) -> int | float | str:
+def _value(name: str, cell: Any) -> Any:
     if name in STRING_KEYS:
         return str(cell)
     return int(cell) if name in INTEGER_KEYS else float(cell)

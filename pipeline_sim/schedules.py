@@ -19,7 +19,7 @@ from .model import Action, Pair, ParameterError, TaskKind
 F, B, I, W = TaskKind.FORWARD, TaskKind.BACKWARD, TaskKind.BACKWARD_INPUT, TaskKind.BACKWARD_WEIGHT
 
 #: A GPU's compute order: its actions in the order it runs them.
-Order = list[Action | Pair]
+Order = list[Action | Pair]  # a GPU's compute actions in the order it runs them
 
 
 @dataclass(frozen=True)
@@ -61,11 +61,11 @@ def _v_shape(stage: int, num_gpus: int, v: int) -> int:
 # -- orders -----------------------------------------------------------------------------
 
 def _gpipe(p: int, n: int, v: int) -> list[Order]:
-    return [[Action(F, r, m) for m in range(n)] + [Action(B, r, m) for m in range(n)] for r in range(p)]
+    return [[*(Action(F, r, m) for m in range(n)), *(Action(B, r, m) for m in range(n))] for r in range(p)]
 
 
 def _one_f_one_b(p: int, n: int, v: int) -> list[Order]:
-    orders = []
+    orders: list[Order] = []
     for r in range(p):
         warmup = min(p - r - 1, n)
         order: Order = [Action(F, r, m) for m in range(warmup)]
@@ -83,7 +83,7 @@ def _interleaved(p: int, n: int, v: int) -> list[Order]:
     def micro_batch(k: int) -> int:
         return (k // (p * v)) * p + k % p
 
-    orders = []
+    orders: list[Order] = []
     for r in range(p):
         def forward(k: int) -> Action:
             return Action(F, ((k % (p * v)) // p) * p + r, micro_batch(k))
@@ -101,7 +101,7 @@ def _interleaved(p: int, n: int, v: int) -> list[Order]:
 
 
 def _zb_h1(p: int, n: int, v: int) -> list[Order]:
-    orders = []
+    orders: list[Order] = []
     for r in range(p):
         warmup = min(p - r - 1, n)
         order: Order = [Action(F, r, m) for m in range(warmup)]
@@ -121,7 +121,7 @@ def _zb_h1(p: int, n: int, v: int) -> list[Order]:
 def _zb_v(p: int, n: int, v: int) -> list[Order]:
     """PyTorch's ScheduleZBVZeroBubble, written for max(2p - 1, n) micro-batches and cut to n."""
     big_n = max(2 * p - 1, n)
-    orders = []
+    orders: list[Order] = []
     for r in range(p):
         stage = (r, 2 * p - 1 - r)
         f, b = [0, 0], [0, 0]  # next forward and next input-gradient micro-batch of each chunk
@@ -161,13 +161,13 @@ def _zb_v(p: int, n: int, v: int) -> list[Order]:
             w0 += 1
         order += [Action(W, stage[1], m) for m in range(w1, b[1])]
         order += [Action(W, stage[0], m) for m in range(w0, b[0])]
-        orders.append([action for action in order if action.mb < n])
+        orders.append([action for action in order if isinstance(action, Action) and action.mb < n])
     return orders
 
 
 def _dualpipe_v(p: int, n: int, v: int) -> list[Order]:
     """DeepSeek's DualPipeV (PyTorch's ScheduleDualPipeV), model section 6.4."""
-    orders = []
+    orders: list[Order] = []
     for r in range(p):
         stage = (r, 2 * p - 1 - r)
         forwards, backwards = [0, 0], [0, 0]

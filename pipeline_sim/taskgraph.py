@@ -26,7 +26,7 @@ class GraphTask(NamedTuple):
     kind: TaskKind
     gpu: int
     stage: int
-    index: int
+    index: int  # type: ignore[assignment]  # the micro-batch or sync ordinal, as in Task; shadows tuple.index
     length: float
     receiver: int | None = None
     parts: tuple[Action, ...] = ()
@@ -179,12 +179,12 @@ def _build(params: EnvParams) -> TaskGraph:
                 where[TaskKind.GRAD_SYNC, s, k] = len(tasks)
                 tasks.append(GraphTask(TaskKind.GRAD_SYNC, gpu, s, k, params.sync_base_len / v))
 
-    def part(kind: TaskKind, stage: int, mb: int) -> int | None:
+    def part_task(kind: TaskKind, stage: int, mb: int) -> int | None:
         return where.get(("part", kind, stage, mb))
 
     def the_part(*kinds_stage_mb: tuple[TaskKind, int, int]) -> int:
         for key in kinds_stage_mb:
-            found = part(*key)
+            found = part_task(*key)
             if found is not None:
                 return found
         raise ScheduleError(f"the orders of {params.schedule} never run {Action(*kinds_stage_mb[0])}")
@@ -224,7 +224,7 @@ def _build(params: EnvParams) -> TaskGraph:
         for m in range(n):
             the_part((_F, s, m))
             input_gradient(s, m)
-            if part(_I, s, m) is not None and part(_W, s, m) is None:
+            if part_task(_I, s, m) is not None and part_task(_W, s, m) is None:
                 raise ScheduleError(f"the orders of {params.schedule} split {Action(_I, s, m)} but never run its W")
 
     kind_rank = {kind: rank for rank, kind in enumerate(COMM_KINDS)}

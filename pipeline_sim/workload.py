@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields, replace
-from typing import Mapping
+from typing import TYPE_CHECKING, Any, Mapping, TypeVar
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 from .model import EnvParams, ParameterError, _check_float, _check_int
 from .schedules import get_schedule
@@ -42,10 +45,10 @@ class ModelShape:
     def __post_init__(self) -> None:
         for key in ("layers", "hidden", "heads", "ffn_hidden", "vocab", "seq_len"):
             _check_int(f"model.{key}", getattr(self, key), 1)
-        if self.kv_heads is None:
-            object.__setattr__(self, "kv_heads", self.heads)
-        _check_int("model.kv_heads", self.kv_heads, 1)
-        if self.heads % self.kv_heads:
+        kv_heads = self.heads if self.kv_heads is None else self.kv_heads
+        object.__setattr__(self, "kv_heads", kv_heads)
+        _check_int("model.kv_heads", kv_heads, 1)
+        if self.heads % kv_heads:
             raise ParameterError("model.kv_heads", self.kv_heads, f"must divide heads = {self.heads}")
         if not isinstance(self.gated_mlp, bool):
             raise ParameterError("model.gated_mlp", self.gated_mlp, "must be true or false")
@@ -97,7 +100,10 @@ GPU_PRESETS: dict[str, GpuSpec] = {gpu.name: gpu for gpu in (
 )}
 
 
-def _preset(key: str, value: object, presets: Mapping, kind: type) -> object:
+_Preset = TypeVar("_Preset", bound="DataclassInstance")
+
+
+def _preset(key: str, value: object, presets: Mapping[str, _Preset], kind: type[_Preset]) -> _Preset:
     if isinstance(value, kind):
         return value
     if isinstance(value, str):
@@ -157,7 +163,7 @@ class Workload:
         for key in ("tensor_parallel", "data_parallel", "micro_batch_size", "dtype_bytes"):
             _check_int(key, getattr(self, key), 1)
         t = self.tensor_parallel
-        if model.heads % t or model.kv_heads % t:
+        if model.heads % t or (model.kv_heads or model.heads) % t:
             raise ParameterError("tensor_parallel", t, f"must divide heads = {model.heads} and kv_heads = "
                                                        f"{model.kv_heads} of {model.name}")
         if self.global_batch_size is not None:
@@ -216,7 +222,8 @@ def model_from_cell(text: str) -> ModelShape:
         return MODEL_PRESETS[text]
     words = text.split()
     values = dict(word.split("=", 1) for word in words if "=" in word)
-    return ModelShape(**{key: int(value) for key, value in values.items()}, gated_mlp="gated" in words)
+    shape: dict[str, Any] = {key: int(value) for key, value in values.items()}
+    return ModelShape(**shape, gated_mlp="gated" in words)
 
 
 def gpu_from_cell(text: str) -> GpuSpec:
@@ -300,7 +307,7 @@ def gpu_params(workload: Workload, num_gpus: int, schedule: str = "1f1b", chunks
 
 
 def derived_parameters(workload: Workload, *, num_gpus: int, schedule: str = "1f1b", chunks: int = 2,
-                       n: int | None = None) -> dict[str, int | float]:
+                       n: int | None = None) -> dict[str, Any]:
     """The environment parameters a workload sets, times in seconds (without ``sync_freq``)."""
     shape, s, b, t, d = (workload.shape, workload.seq_len, workload.micro_batch_size, workload.tensor_parallel,
                          workload.data_parallel)
@@ -321,7 +328,7 @@ def derived_parameters(workload: Workload, *, num_gpus: int, schedule: str = "1f
 DERIVED_KEYS = ("n", "fwd_len", "bwd_len", "prop_len", "sync_base_len", "w_fraction", "sync_freq")
 
 
-def workload_environment(workload: Workload, **env: object) -> EnvParams:
+def workload_environment(workload: Workload, **env: Any) -> EnvParams:
     """The environment of ``workload`` with the other parameters ``env`` (``num_gpus``, ``schedule``, noise...).
 
     ``sync_freq`` defaults to ``n`` (one gradient sync per iteration); ``n`` may be given
@@ -334,7 +341,7 @@ def workload_environment(workload: Workload, **env: object) -> EnvParams:
         raise ParameterError("n", env["n"], "is derived from global_batch_size; give one of them")
     base = EnvParams(**{key: value for key, value in env.items() if key != "n"})  # checks num_gpus, schedule...
     derived = derived_parameters(workload, num_gpus=base.num_gpus, schedule=base.schedule, chunks=base.chunks,
-                                 n=env.get("n", EnvParams().n))  # type: ignore[arg-type]
+                                 n=env.get("n", EnvParams().n))
     sync_freq = env.get("sync_freq", derived["n"])
     return replace(base, **derived, sync_freq=sync_freq)
 

@@ -261,7 +261,7 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
         unit = " s" if workload is not None else ""
         print(f"{name}: completion time {schedule.completion_time:.6g}{unit} (ideal {ideal:.6g}{unit}), peak "
               f"activations {peak:g} micro-batches; chart: {output}")
-        if report is not None:
+        if report is not None and workload is not None:
             print("\n".join(f"  {line}" for line in [workload.label(params.num_gpus)] + report.lines()))
         if args.trace:
             with atomic_output(args.trace) as temporary:

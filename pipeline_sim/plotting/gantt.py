@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import defaultdict
-from typing import Sequence
+from typing import Sequence, cast
 
+from matplotlib.artist import Artist
 from matplotlib.axes import Axes
 from matplotlib.colors import to_rgb
+from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FuncFormatter
@@ -77,7 +79,8 @@ def _label(ax: Axes, text: str, x0: float, x1: float, y: float, min_width: float
 def _shade(color: str, chunk: int, chunks: int) -> tuple[float, float, float]:
     """``color`` lightened for a GPU's later chunks, so that chunks of one GPU tell apart."""
     fade = CHUNK_LIGHTEN * chunk / max(1, chunks - 1)
-    return tuple(c + (1.0 - c) * fade for c in to_rgb(color))
+    red, green, blue = (c + (1.0 - c) * fade for c in to_rgb(color))
+    return red, green, blue
 
 
 def _compute_label(task: Task, chunked: bool) -> str:
@@ -132,7 +135,7 @@ def plot_gantt(ax: Axes, schedule: Schedule, *, layout: str = "single_channel", 
     memory_scale = max((level for steps in memory for _, level in steps), default=1.0) or 1.0
     span = max(schedule.completion_time, 1e-9)
     label_size = 7
-    axes_points = ax.figure.get_size_inches()[0] * 72 * ax.get_position().width
+    axes_points = cast(Figure, ax.figure).get_size_inches()[0] * 72 * ax.get_position().width
     char_width = span * 1.02 * 0.62 * label_size / axes_points  # data units one label character needs
     by_gpu_kind = defaultdict(list)
     for task in schedule.tasks:
@@ -183,8 +186,9 @@ def plot_gantt(ax: Axes, schedule: Schedule, *, layout: str = "single_channel", 
 
     drawn = {part.kind for task in schedule.tasks if task.end > task.start for part in task.parts}
     drawn |= {task.kind for task in schedule.tasks if task.end > task.start and not task.parts}
-    handles = [Patch(facecolor=KIND_COLORS[kind], label=LEGEND_NAMES.get(kind, str(kind))) for kind in KIND_COLORS
-               if kind in drawn and not (kind is TaskKind.BACKWARD_INPUT and TaskKind.BACKWARD in drawn)]
+    handles: list[Artist] = [Patch(facecolor=KIND_COLORS[kind], label=LEGEND_NAMES.get(kind, str(kind)))
+                             for kind in KIND_COLORS
+                             if kind in drawn and not (kind is TaskKind.BACKWARD_INPUT and TaskKind.BACKWARD in drawn)]
     if TaskKind.BACKWARD_INPUT in drawn and TaskKind.BACKWARD in drawn:
         handles[[h.get_label() for h in handles].index("backward")].set_label("backward (B, or I when split)")
     if any(task.kind is TaskKind.OVERLAP_F_B for task in schedule.tasks):

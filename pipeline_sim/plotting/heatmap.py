@@ -19,7 +19,7 @@ from matplotlib.collections import PathCollection
 from matplotlib.colors import Normalize
 from matplotlib.figure import Figure
 from matplotlib.font_manager import FontProperties
-from matplotlib.patches import Rectangle
+from matplotlib.patches import Patch, Rectangle
 from matplotlib.path import Path
 from matplotlib.textpath import TextPath, text_to_path
 from PIL import Image
@@ -208,7 +208,7 @@ class HeatmapFigure:
         x, y, w, h = _rectangles(k)["colorbar"]
         self.colorbar = fig.colorbar(self.meshes["simplex"], cax=fig.add_axes((x / width, y / height, w / width,
                                                                                  h / height)))
-        self.outlines: list[Rectangle] = []
+        self.outlines: list[Patch] = []
         self.title = fig.suptitle("", fontsize=10)
         self.canvas = FigureCanvasAgg(fig)
         self.background = None  # the pixels of everything that no environment changes, once rendered
