@@ -273,25 +273,36 @@ def _tree_rss_kib(pid: int) -> int:
     return total
 
 
+def _peak_rss_mb(command: list[str]) -> tuple[float, float]:
+    """Run ``command``; its wall seconds and the peak resident memory of it and its workers, in MB."""
+    start = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    peak = 0
+    while process.poll() is None:
+        peak = max(peak, _tree_rss_kib(process.pid))
+        time.sleep(0.05)
+    if process.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} failed with exit status {process.returncode}")
+    return time.perf_counter() - start, peak / 1024
+
+
 def sweep_peak_memory(grid: dict, workers: int) -> dict:
+    """Sweep ``grid`` into a CSV, then draw every heatmap of that CSV: wall time and peak memory of each."""
     with tempfile.TemporaryDirectory() as folder:
         config = Path(folder) / "memory.json"
         config.write_text(json.dumps(grid))
         plan = SweepPlan(EnvironmentGrid.load(config))
-        command = [sys.executable, str(ROOT / "data_generator.py"), "-c", str(config), "-o",
-                   str(Path(folder) / "memory.csv"), "--workers", str(workers)]
-        start = time.perf_counter()
-        process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        peak = 0
-        while process.poll() is None:
-            peak = max(peak, _tree_rss_kib(process.pid))
-            time.sleep(0.05)
-        elapsed = time.perf_counter() - start
-        if process.returncode != 0:
-            raise SystemExit(f"memory sweep failed with exit status {process.returncode}")
-        rows = sum(1 for _ in open(Path(folder) / "memory.csv")) - 1
+        csv = Path(folder) / "memory.csv"
+        elapsed, peak = _peak_rss_mb([sys.executable, str(ROOT / "data_generator.py"), "-c", str(config), "-o",
+                                      str(csv), "--workers", str(workers)])
+        rows = sum(1 for _ in open(csv)) - 1
+        plot_seconds, plot_peak = _peak_rss_mb([sys.executable, str(ROOT / "plot_heatmap.py"), str(csv), "-o",
+                                                str(Path(folder) / "maps"), "--workers", str(workers)])
+        figures = len(list((Path(folder) / "maps").glob("*.png")))
+        csv_mb = csv.stat().st_size / 2 ** 20
     return {"simulations": plan.num_simulations, "rows_written": rows, "workers": workers,
-            "seconds": elapsed, "peak_rss_mb": peak / 1024}
+            "seconds": elapsed, "peak_rss_mb": peak, "plot_seconds": plot_seconds, "plot_peak_rss_mb": plot_peak,
+            "heatmaps": figures, "csv_mb": csv_mb}
 
 
 def main() -> int:
@@ -344,7 +355,9 @@ def main() -> int:
 
     memory = sweep_peak_memory(MEMORY_GRID_QUICK if args.quick else MEMORY_GRID, cores)
     print(f"memory sweep: {memory['simulations']:,} simulations in {memory['seconds']:.1f} s on {cores} workers, "
-          f"peak resident memory {memory['peak_rss_mb']:.0f} MB (all processes)", flush=True)
+          f"peak resident memory {memory['peak_rss_mb']:.0f} MB (all processes); drawing its {memory['heatmaps']:,} "
+          f"heatmaps from the {memory['rows_written']:,}-row CSV ({memory['csv_mb']:.0f} MB): "
+          f"{memory['plot_seconds']:.1f} s, peak {memory['plot_peak_rss_mb']:.0f} MB", flush=True)
 
     cluster = cluster_overhead(cores)
     if cluster is not None:

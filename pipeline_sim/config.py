@@ -25,17 +25,23 @@ from itertools import islice, product
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-from .model import EnvParams, ParameterError
-from .schedules import SCHEDULE_PARAMETERS, SCHEDULES, get_schedule
+from .model import PARAMETERS, SCHEDULE_PARAMETERS, EnvParams, ParameterError
+from .schedules import SCHEDULES, get_schedule
 from .taskgraph import estimated_tasks
 from .workload import DERIVED_KEYS, WORKLOAD_KEYS, GpuSpec, ModelShape, Workload, workload_environment
 
-INTEGER_KEYS = ("n", "num_gpus", "sync_freq", "chunks", "slow_gpu", "seed", "seq_len", "tensor_parallel",
-                "data_parallel", "micro_batch_size", "global_batch_size", "dtype_bytes")
-STRING_KEYS = ("schedule", "jitter_dist", "recompute")
+
+def _keys(kind: type) -> tuple[str, ...]:
+    """The environment parameters and workload keys of type ``kind`` (a workload's ``int | None`` included)."""
+    return tuple(p.name for p in PARAMETERS if p.type is kind) + \
+        tuple(f.name for f in fields(Workload) if str(f.type).split(" | ")[0] == kind.__name__)
+
+
+INTEGER_KEYS = _keys(int)
+STRING_KEYS = _keys(str)
+BOOLEAN_KEYS = _keys(bool)
 #: Workload keys whose values are a preset name or an object of fields, or a list of those.
 OBJECT_KEYS = ("model", "gpu")
-BOOLEAN_KEYS = ("sequence_parallel",)
 #: Keys of the grid file that are settings of the sweep, not environment parameters.
 SETTING_KEYS = ("samples",)
 MAX_RANGE_VALUES = 100_000  # values of one key, as a range or a list

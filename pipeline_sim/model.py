@@ -7,11 +7,12 @@ fractions of full speed (compute) or of one link's bandwidth (communication).
 from __future__ import annotations
 
 import math
-import numbers
 import re
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
-from typing import Any, Mapping, NamedTuple
+from typing import Mapping, NamedTuple
+
+from .parameters import Integers, Interval, Lengths, Names, ParameterError, parameter, parameters_of
 
 
 class TaskKind(StrEnum):
@@ -163,115 +164,89 @@ class Task:
                 f"end={self.end:.6g}, throttled={self.throttled})")
 
 
-class ParameterError(ValueError):
-    """An invalid parameter; ``name`` is the parameter, the message says what is allowed."""
+def _schedule_names() -> tuple[str, ...]:
+    from .schedules import SCHEDULES
 
-    def __init__(self, name: str, value: object, allowed: str) -> None:
-        super().__init__(f"{name} = {value!r}: {allowed}")
-        self.name = name
-        self.value = value
+    return tuple(SCHEDULES)
 
 
-def _check_int(name: str, value: object, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ParameterError(name, value, f"must be an integer >= {minimum}")
+def _jitter_distributions() -> tuple[str, ...]:
+    from .noise import JITTER_DISTRIBUTIONS
 
-
-#: Bounds of a task's work (section 1): every accepted environment gives finite times, and no work is so small
-#: that the engine's tolerance for simultaneous instants (1e-9 x max(1, t)) would swallow it.
-MIN_LENGTH, MAX_LENGTH = 1e-6, 1e9
-
-
-def _check_length(name: str, value: Any, *, zero: bool) -> None:
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value) and \
-        (MIN_LENGTH <= float(value) <= MAX_LENGTH or (zero and value == 0))
-    if not ok:
-        allowed = f"0 or {MIN_LENGTH:g}..{MAX_LENGTH:g}" if zero else f"from {MIN_LENGTH:g} to {MAX_LENGTH:g}"
-        raise ParameterError(name, value, f"must be a finite number {allowed}")
-
-
-def _check_float(name: str, value: Any, low: float, *, low_open: bool = False,
-                 high: float | None = None, high_closed: bool = False) -> None:
-    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
-    if ok:
-        ok = (value > low if low_open else value >= low) and \
-             (high is None or (value <= high if high_closed else value < high))
-    if not ok:
-        allowed = f"{'>' if low_open else '>='} {low:g}"
-        if high is not None:
-            allowed = f"with {low:g} <= x {'<=' if high_closed else '<'} {high:g}"
-        raise ParameterError(name, value, f"must be a finite number {allowed}")
+    return JITTER_DISTRIBUTIONS
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EnvParams:
     """One environment (docs/model.md sections 1 and 6). Invalid values raise ``ValueError``.
 
-    A schedule ignores the parameters it does not read (``chunks`` outside
-    ``interleaved-1f1b``, ``w_fraction`` where nothing is split, ``fb_overlap`` outside
-    ``dualpipe-v``): they are checked, then set to their defaults, so that one
-    simulation has one ``EnvParams``. ``schedule`` is stored in lower case.
+    Each field is a row of the one table of environment parameters (``PARAMETERS``):
+    type, default, domain, help and labels. A schedule ignores the parameters it does not
+    read (``chunks`` outside ``interleaved-1f1b``, ``w_fraction`` where nothing is split,
+    ``fb_overlap`` outside ``dualpipe-v``): they are checked, then set to their defaults,
+    so that one simulation has one ``EnvParams``. ``schedule`` is stored in lower case.
     """
 
-    n: int = 8
-    num_gpus: int = 4
-    sync_freq: int = 1
-    fwd_len: float = 1.0
-    bwd_len: float = 2.0
-    prop_len: float = 1.0
-    sync_base_len: float = 2.0
-    fwd_impact: float = 0.2
-    bwd_impact: float = 0.2
-    ingress_capacity: float = 1.0
-    schedule: str = "1f1b"
-    chunks: int = 2
-    w_fraction: float = 0.5
-    fb_overlap: float = 0.0
-    compute_jitter: float = 0.0
-    comm_jitter: float = 0.0
-    jitter_dist: str = "lognormal"
-    slow_gpu: int = -1
-    slow_factor: float = 1.0
-    seed: int = 0
+    n: int = parameter(8, Integers(1), "micro-batches per iteration", short="n", label="n", group="environment",
+                       metavar="N", flags=("-n", "--num_groups"))
+    num_gpus: int = parameter(4, Integers(1), "pipeline stages, one GPU each", short="gpus", label="GPUs",
+                              group="environment", metavar="P")
+    sync_freq: int = parameter(1, Integers(1), "a grad_sync follows every SYNC_FREQ-th backward", short="sf",
+                               label="sync_freq", group="environment")
+    fwd_len: float = parameter(1.0, Lengths(), "work of one forward", short="fwd", label="fwd", group="environment")
+    bwd_len: float = parameter(2.0, Lengths(), "work of one backward", short="bwd", label="bwd", group="environment")
+    prop_len: float = parameter(1.0, Lengths(zero=True), "work of one activation or gradient transfer", short="prop",
+                                label="prop", group="environment")
+    sync_base_len: float = parameter(2.0, Lengths(zero=True), "work of one grad_sync", short="sync", label="sync",
+                                     group="environment")
+    fwd_impact: float = parameter(0.2, Interval(0.0, 1.0), "slowdown of forwards by grad_sync traffic", short="fi",
+                                  label="fwd impact", group="environment")
+    bwd_impact: float = parameter(0.2, Interval(0.0, 1.0), "slowdown of backwards by grad_sync traffic", short="bi",
+                                  label="bwd impact", group="environment")
+    ingress_capacity: float = parameter(1.0, Interval(1e-6, 1e6, high_closed=True),
+                                        "receive capacity of each GPU, in links", short="in", label="ingress",
+                                        group="environment")
+    schedule: str = parameter("1f1b", Names(_schedule_names, case_insensitive=True),
+                              "the pipeline schedule, case-insensitive", short="", label="", group="schedule",
+                              metavar="NAME")
+    chunks: int = parameter(2, Integers(2), "model chunks per GPU of interleaved-1f1b", short="v", label="v",
+                            group="schedule", metavar="V")
+    w_fraction: float = parameter(0.5, Interval(0.0, 1.0), "share of a split backward that computes weight "
+                                  "gradients (zb-h1, zb-v, dualpipe-v)", short="wf", label="wf", group="schedule",
+                                  metavar="X")
+    fb_overlap: float = parameter(0.0, Interval(0.0, 1.0), "share of the work saved by overlapping a forward and a "
+                                  "backward (dualpipe-v)", short="fbo", label="fbo", group="schedule", metavar="X")
+    compute_jitter: float = parameter(0.0, Interval(0.0, 1.0, high_closed=True), "coefficient of variation of each "
+                                      "compute task's work", short="cj", label="compute jitter", group="jitter",
+                                      metavar="C")
+    comm_jitter: float = parameter(0.0, Interval(0.0, 1.0, high_closed=True), "coefficient of variation of each "
+                                   "transfer's work", short="mj", label="comm jitter", group="jitter", metavar="C")
+    jitter_dist: str = parameter("lognormal", Names(_jitter_distributions), "distribution of the jitter factors",
+                                 short="", label="", group="jitter", metavar="DIST")
+    slow_gpu: int = parameter(-1, Integers(-1), "a straggler GPU, -1 for none", short="slow", label="straggler GPU",
+                              group="straggler", metavar="G")
+    slow_factor: float = parameter(1.0, Interval(1.0, 1e6, high_closed=True), "how many times slower the straggler "
+                                   "computes", short="x", label="straggler factor", group="straggler", metavar="K")
+    seed: int = parameter(0, Integers(0, 2 ** 63 - 1, "2^63 - 1"), "the random stream of the jitter", short="seed",
+                          label="seed", group="jitter")
 
     def __post_init__(self) -> None:
-        from .noise import JITTER_DISTRIBUTIONS
         from .schedules import get_schedule
 
-        _check_int("n", self.n, 1)
-        _check_int("num_gpus", self.num_gpus, 1)
-        _check_int("sync_freq", self.sync_freq, 1)
-        for name in ("fwd_len", "bwd_len", "prop_len", "sync_base_len"):
-            _check_length(name, getattr(self, name), zero=name in ("prop_len", "sync_base_len"))
-        _check_float("fwd_impact", self.fwd_impact, 0.0, high=1.0)
-        _check_float("bwd_impact", self.bwd_impact, 0.0, high=1.0)
-        _check_float("ingress_capacity", self.ingress_capacity, 1e-6, high=1e6, high_closed=True)
+        for p in PARAMETERS:
+            p.domain.check(p.name, getattr(self, p.name))
         spec = get_schedule(self.schedule)
-        _check_int("chunks", self.chunks, 2)
-        _check_float("w_fraction", self.w_fraction, 0.0, high=1.0)
-        _check_float("fb_overlap", self.fb_overlap, 0.0, high=1.0)
         spec.check(self.n, self.num_gpus)
         object.__setattr__(self, "schedule", spec.name)
-        _check_float("compute_jitter", self.compute_jitter, 0.0, high=1.0, high_closed=True)
-        _check_float("comm_jitter", self.comm_jitter, 0.0, high=1.0, high_closed=True)
-        if self.jitter_dist not in JITTER_DISTRIBUTIONS:
-            raise ParameterError("jitter_dist", self.jitter_dist, f"must be one of {', '.join(JITTER_DISTRIBUTIONS)}")
-        if isinstance(self.slow_gpu, bool) or not isinstance(self.slow_gpu, numbers.Integral) or \
-                not -1 <= self.slow_gpu < self.num_gpus:
+        if not self.slow_gpu < self.num_gpus:
             raise ParameterError("slow_gpu", self.slow_gpu,
                                  f"must be -1 (no straggler) or a GPU 0..{self.num_gpus - 1}")
-        _check_float("slow_factor", self.slow_factor, 1.0, high=1e6, high_closed=True)
-        _check_int("seed", self.seed, 0)
-        if self.seed >= 2 ** 63:
-            raise ParameterError("seed", self.seed, "must be an integer from 0 to 2^63 - 1")
         for name in self.ignored():
-            object.__setattr__(self, name, _SCHEDULE_DEFAULTS[name])
-        for f in fields(self):  # numpy scalars and the like become plain Python numbers
-            value = getattr(self, f.name)
-            if f.type == "int" and type(value) is not int:
-                object.__setattr__(self, f.name, int(value))
-            elif f.type == "float" and type(value) is not float:
-                object.__setattr__(self, f.name, float(value))
+            object.__setattr__(self, name, _DEFAULTS[name])
+        for p in PARAMETERS:  # numpy scalars and the like become plain Python numbers
+            value = getattr(self, p.name)
+            if type(value) is not p.type:
+                object.__setattr__(self, p.name, p.type(value))
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -282,10 +257,18 @@ class EnvParams:
 
     def ignored(self) -> tuple[str, ...]:
         """The schedule parameters this environment's schedule does not read."""
-        from .schedules import SCHEDULE_PARAMETERS, get_schedule
+        from .schedules import get_schedule
 
         used = get_schedule(self.schedule).parameters
         return tuple(name for name in SCHEDULE_PARAMETERS if name not in used)
+
+    def relevant(self) -> tuple[str, ...]:
+        """The parameters that make this simulation what it is, in table order: all but those its schedule
+        ignores, the jitter's without jitter, and the straggler's without a straggler."""
+        ignored = set(self.ignored())
+        groups = {"environment", "schedule"} | ({"jitter"} if self.jittered else set()) | \
+            ({"straggler"} if self.slow_gpu >= 0 else set())
+        return tuple(p.name for p in PARAMETERS if p.group in groups and p.name not in ignored)
 
     @property
     def jittered(self) -> bool:
@@ -300,7 +283,12 @@ class EnvParams:
         return get_schedule(self.schedule).v(self.chunks)
 
 
-_SCHEDULE_DEFAULTS = {"chunks": 2, "w_fraction": 0.5, "fb_overlap": 0.0}
+#: The environment parameters, in ``EnvParams`` field order.
+PARAMETERS = parameters_of(EnvParams)
+PARAMETER = {p.name: p for p in PARAMETERS}
+_DEFAULTS = {p.name: p.default for p in PARAMETERS}
+#: The parameters that only some schedules read.
+SCHEDULE_PARAMETERS = tuple(p.name for p in PARAMETERS if p.group == "schedule" and p.name != "schedule")
 
 
 _TIER_RE = re.compile(r"[a-z]")

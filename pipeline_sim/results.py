@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
 
 from .config import INTEGER_KEYS, STRING_KEYS
-from .model import COMM_KINDS, DEFAULT_POLICY, EnvParams
+from .model import COMM_KINDS, DEFAULT_POLICY, PARAMETER, PARAMETERS, EnvParams
+from .parquet import ParquetUnavailable, is_parquet, read_frames, require_pyarrow
 from .workload import DERIVED_KEYS, WORKLOAD_KEYS, Workload, gpu_from_cell, model_from_cell, seconds_text
 
 #: Columns every generator CSV has; later metric columns are optional for reading.
@@ -28,31 +29,69 @@ class ResultsError(ValueError):
     """A CSV that is not a sweep's output."""
 
 
-def load_results(path: str | Path) -> pd.DataFrame:
-    """A sweep's CSV, checked: complete lines, the generator's columns, finite positive times."""
+#: Rows read at a time: a sweep's output is read in pieces, so memory stays flat however many rows it has.
+READ_ROWS = 100_000
+
+
+def read_results(path: str | Path, rows: int = READ_ROWS) -> Iterator[pd.DataFrame]:
+    """A sweep's output (CSV, or Parquet), ``rows`` rows at a time, checked: complete lines, the generator's
+    columns, finite positive times. ``ResultsError`` names the file, the line and the cell."""
     path = Path(path)
     if path.is_dir():
-        raise ResultsError(f"CSV {path}: is a folder; give the CSV file a sweep wrote")
+        raise ResultsError(f"{path}: is a folder; give the CSV or Parquet file a sweep wrote")
     if not path.is_file():
-        raise ResultsError(f"CSV {path}: no such file")
+        raise ResultsError(f"{path}: no such file")
     if path.name.endswith(".partial"):
         raise ResultsError(f"CSV {path}: is an unfinished sweep's partial file; finish the sweep with --resume "
                            f"and draw its CSV")
-    with open(path, "rb") as handle:
-        handle.seek(0, 2)
-        if handle.tell() and (handle.seek(-1, 2), handle.read(1))[1] != b"\n":
-            raise ResultsError(f"CSV {path}: its last line is cut (no line end); was it copied while written?")
+    if is_parquet(path):
+        frames = _parquet_frames(path, rows)
+    else:
+        with open(path, "rb") as handle:
+            handle.seek(0, 2)
+            if handle.tell() and (handle.seek(-1, 2), handle.read(1))[1] != b"\n":
+                raise ResultsError(f"CSV {path}: its last line is cut (no line end); was it copied while written?")
+        frames = _csv_frames(path, rows)
+    line = 2
+    for number, frame in enumerate(frames):
+        if number == 0:
+            missing = [column for column in REQUIRED_COLUMNS if column not in frame.columns]
+            if missing:
+                listed = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
+                raise ResultsError(f"CSV {path} lacks the generator's columns {listed}; "
+                                   f"give a CSV written by data_generator.py")
+            if frame.empty:
+                raise ResultsError(f"CSV {path} has a header but no rows")
+        _check_times(path, frame, line)
+        line += len(frame)
+        yield frame
+
+
+def _csv_frames(path: Path, rows: int) -> Iterator[pd.DataFrame]:
     try:
-        frame = pd.read_csv(path, dtype={column: "string" for column in TIER_COLUMNS})
+        with pd.read_csv(path, dtype={column: "string" for column in TIER_COLUMNS}, chunksize=rows) as reader:
+            empty = True
+            for frame in reader:
+                empty = False
+                yield frame
+            if empty:  # a header alone
+                yield pd.read_csv(path, nrows=0)
     except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as error:
         raise ResultsError(f"CSV {path}: not a readable CSV ({str(error).splitlines()[0]})") from None
-    missing = [column for column in REQUIRED_COLUMNS if column not in frame.columns]
-    if missing:
-        listed = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
-        raise ResultsError(f"CSV {path} lacks the generator's columns {listed}; "
-                           f"give a CSV written by data_generator.py")
-    if frame.empty:
-        raise ResultsError(f"CSV {path} has a header but no rows")
+
+
+def _parquet_frames(path: Path, rows: int) -> Iterator[pd.DataFrame]:
+    try:
+        require_pyarrow()
+    except ParquetUnavailable as error:
+        raise ResultsError(f"{path} is Parquet, which {str(error)[len('Parquet output '):]}") from None
+    try:
+        yield from read_frames(path, rows, TIER_COLUMNS)
+    except ValueError as error:
+        raise ResultsError(f"{path}: {error}") from None
+
+
+def _check_times(path: Path, frame: pd.DataFrame, first_line: int) -> None:
     for column in [name for name in ("completion_time", *METRICS, "ideal_time") if name in frame.columns]:
         values = pd.to_numeric(frame[column], errors="coerce")
         bad = ~(np.isfinite(values) & (values >= 0 if column == "completion_std" else values > 0))
@@ -60,9 +99,13 @@ def load_results(path: str | Path) -> pd.DataFrame:
             row = int(np.flatnonzero(bad.to_numpy())[0])
             cell = frame[column].iloc[row]
             text = repr(cell) if isinstance(cell, str) else f"{float(cell):g}"
-            raise ResultsError(f"CSV {path}: line {row + 2} has {column} = {text}; "
+            raise ResultsError(f"CSV {path}: line {first_line + row} has {column} = {text}; "
                                f"every time must be a finite number > 0")
-    return frame
+
+
+def load_results(path: str | Path) -> pd.DataFrame:
+    """A whole sweep's output in one frame (``read_results`` reads it in pieces)."""
+    return pd.concat(list(read_results(path)), ignore_index=True)
 
 
 def _value(name: str, cell: Any) -> Any:
@@ -71,16 +114,40 @@ def _value(name: str, cell: Any) -> Any:
     return int(cell) if name in INTEGER_KEYS else float(cell)
 
 
-def environments(frame: pd.DataFrame) -> Iterator[tuple[EnvParams, pd.DataFrame]]:
-    """Each environment of the CSV with its rows, in the CSV's order (an empty cell: a parameter its schedule ignores).
+def environments(frames: pd.DataFrame | Iterable[pd.DataFrame]) -> Iterator[tuple[EnvParams, pd.DataFrame]]:
+    """Each environment with its rows, in order, from a frame or from pieces of one (``read_results``); an empty
+    cell is a parameter its schedule ignores.
 
-    In a workload sweep's CSV an environment is also told apart by its workload columns.
+    A sweep writes an environment's rows together; rows of one environment found apart
+    are refused (``ResultsError``). In a workload sweep's output an environment is also
+    told apart by its workload columns.
     """
-    names = [name for name in (*EnvParams.names(), *WORKLOAD_KEYS) if name in frame.columns]
-    for key, rows in frame.groupby(names, sort=False, dropna=False):
-        values = {name: _value(name, cell) for name, cell in zip(names, key)
-                  if not pd.isna(cell) and name in EnvParams.names()}
-        yield EnvParams(**values), rows
+    held: pd.DataFrame | None = None  # the last environment of a piece, which may go on in the next
+    seen: set[tuple] = set()
+    for frame in [frames] if isinstance(frames, pd.DataFrame) else frames:
+        if held is not None:
+            frame = pd.concat([held, frame])
+        names = [name for name in (*EnvParams.names(), *WORKLOAD_KEYS) if name in frame.columns]
+        keys = frame[names]
+        changed = (keys.ne(keys.shift()) & ~(keys.isna() & keys.shift().isna())).any(axis=1).to_numpy()
+        starts = [*np.flatnonzero(changed), len(frame)]
+        for start, stop in zip(starts[:-2], starts[1:-1]):
+            yield _environment(frame.iloc[start:stop], names, seen)
+        held = frame.iloc[starts[-2]:]
+    if held is not None and len(held):
+        yield _environment(held, names, seen)
+
+
+def _environment(rows: pd.DataFrame, names: list[str], seen: set[tuple]) -> tuple[EnvParams, pd.DataFrame]:
+    key = tuple(None if pd.isna(cell) else cell for cell in rows[names].iloc[0])
+    values = {name: _value(name, cell) for name, cell in zip(names, key)
+              if cell is not None and name in EnvParams.names()}
+    params = EnvParams(**values)
+    if key in seen:
+        raise ResultsError(f"the rows of environment {env_slug(params, workload_of(rows))} are not together; a "
+                           f"sweep writes each environment's rows in one run (was the CSV sorted or edited?)")
+    seen.add(key)
+    return params, rows
 
 
 def workload_of(rows: pd.DataFrame) -> Workload | None:
@@ -133,27 +200,41 @@ def simplex_steps(rows: pd.DataFrame) -> int:
 
 
 #: The parameters that say which schedule runs; environments differing only in them are compared side by side.
-SCHEDULE_KEYS = ("schedule", "chunks", "w_fraction", "fb_overlap")
+SCHEDULE_KEYS = tuple(p.name for p in PARAMETERS if p.group == "schedule")
+#: The parameters of the environment proper, that neither a schedule nor the noise sets.
+ENVIRONMENT_KEYS = tuple(p.name for p in PARAMETERS if p.group == "environment")
+#: Those a workload leaves as they are: it names its batch (n) and layout (num_gpus) itself and derives the
+#: lengths, but its sync_freq may be given.
+_BESIDE_WORKLOAD = tuple(name for name in ENVIRONMENT_KEYS if name not in DERIVED_KEYS + ("num_gpus",)
+                         or name == "sync_freq")
+_BESIDE_SYNC = tuple(name for name in _BESIDE_WORKLOAD if name != "sync_freq")  # a workload's title says sync
+_NOISE_GROUPS = ("jitter", "straggler")
 
-#: Short names of the schedule parameters, in labels and file names.
-_SCHEDULE_SHORT = {"chunks": "v", "w_fraction": "wf", "fb_overlap": "fbo"}
+
+def titles(params: EnvParams, names: Sequence[str]) -> list[str]:
+    """``fwd impact=0.2`` for each of ``names`` that matters to ``params`` (``EnvParams.relevant``)."""
+    relevant = params.relevant()
+    return [PARAMETER[name].title(getattr(params, name)) for name in names if name in relevant]
+
+
+def _slugs(params: EnvParams, names: Sequence[str]) -> str:
+    relevant = params.relevant()
+    return "".join(f"_{PARAMETER[name].slug(getattr(params, name))}" for name in names if name in relevant)
+
+
+def _group(*groups: str) -> tuple[str, ...]:
+    return tuple(p.name for p in PARAMETERS if p.group in groups)
 
 
 def schedule_name(params: EnvParams) -> str:
     """The schedule with the parameters it reads: ``zb-h1 wf=0.5``, ``interleaved-1f1b v=2``, ``1f1b``."""
-    return " ".join([params.schedule] + [f"{short}={getattr(params, name):g}" for name, short in _SCHEDULE_SHORT.items()
-                                         if name not in params.ignored()])
+    return " ".join(titles(params, SCHEDULE_KEYS))
 
 
 def noise_name(params: EnvParams, *, sep: str = " ") -> str:
-    """The noise of an environment, empty when there is none: ``compute jitter 0.1 (lognormal, seed 0)``."""
-    words = []
-    if params.jittered:
-        words.append(f"jitter compute {params.compute_jitter:g} / comm {params.comm_jitter:g} "
-                     f"({params.jitter_dist}, seed {params.seed})")
-    if params.slow_gpu >= 0:
-        words.append(f"straggler GPU {params.slow_gpu}, {params.slow_factor:g}x slower")
-    return sep.join(words)
+    """The noise of an environment, empty when there is none:
+    ``compute jitter=0.1, comm jitter=0, lognormal, seed=0``; ``straggler GPU=2, straggler factor=1.5``."""
+    return sep.join(filter(None, (", ".join(titles(params, _group(group))) for group in _NOISE_GROUPS)))
 
 
 def _slug_parts(params: EnvParams, workload: Workload | None = None) -> tuple[str, str, str]:
@@ -163,23 +244,12 @@ def _slug_parts(params: EnvParams, workload: Workload | None = None) -> tuple[st
         base = (f"{_safe(w.shape.name)}_{_safe(w.device.name)}_p{params.num_gpus}_t{w.tensor_parallel}"
                 f"_d{w.data_parallel}_mbs{w.micro_batch_size}_gbs{params.n * w.micro_batch_size * w.data_parallel}"
                 f"_s{w.seq_len}{'_sp' if w.sequence_parallel else ''}_{w.recompute}_eff{w.compute_efficiency:g}"
-                f"_p2p{w.p2p_bandwidth:g}_dp{w.dp_bandwidth:g}_sf{params.sync_freq}_fi{params.fwd_impact:g}"
-                f"_bi{params.bwd_impact:g}_in{params.ingress_capacity:g}")
+                f"_p2p{w.p2p_bandwidth:g}_dp{w.dp_bandwidth:g}{_slugs(params, _BESIDE_WORKLOAD)}")
         if (w.dtype_bytes, w.bytes_per_param) != (2, 16.0):
             base += f"_bytes{w.dtype_bytes}_{w.bytes_per_param:g}"
     else:
-        base = (f"n{params.n}_gpus{params.num_gpus}_sf{params.sync_freq}_fwd{params.fwd_len:g}_bwd{params.bwd_len:g}"
-                f"_prop{params.prop_len:g}_sync{params.sync_base_len:g}_fi{params.fwd_impact:g}"
-                f"_bi{params.bwd_impact:g}_in{params.ingress_capacity:g}")
-    ignored = params.ignored()
-    schedule = f"_{params.schedule}" + "".join(f"_{short}{getattr(params, name):g}"
-                                               for name, short in _SCHEDULE_SHORT.items() if name not in ignored)
-    noise = ""
-    if params.jittered:
-        noise += f"_cj{params.compute_jitter:g}_mj{params.comm_jitter:g}_{params.jitter_dist}_seed{params.seed}"
-    if params.slow_gpu >= 0:
-        noise += f"_slow{params.slow_gpu}x{params.slow_factor:g}"
-    return base, schedule, noise
+        base = _slugs(params, ENVIRONMENT_KEYS)[1:]
+    return base, _slugs(params, SCHEDULE_KEYS), "".join(_slugs(params, _group(group)) for group in _NOISE_GROUPS)
 
 
 def _safe(name: str) -> str:
@@ -190,7 +260,7 @@ def _safe(name: str) -> str:
 def env_slug(params: EnvParams, workload: Workload | None = None) -> str:
     """File-name form of an environment: ``n8_gpus4_sf1_fwd1_bwd2_prop1_sync2_fi0.2_bi0.2_in1_1f1b``.
 
-    Noise, when there is any, adds ``_cj0.1_mj0_lognormal_seed0`` and ``_slow2x1.5``; a
+    Noise, when there is any, adds ``_cj0.1_mj0_lognormal_seed0`` and ``_slow2_x1.5``; a
     workload names its model, GPU, layout and network instead of the derived lengths.
     """
     return "".join(_slug_parts(params, workload))
@@ -211,8 +281,7 @@ def workload_title(params: EnvParams, workload: Workload) -> str:
             f"dp {w.dp_bandwidth:g} GB/s, efficiency {w.compute_efficiency:g}\n"
             f"fwd {seconds_text(params.fwd_len)}, bwd {seconds_text(params.bwd_len)}, "
             f"prop {seconds_text(params.prop_len)}, "
-            f"{_sync_text(params)}, impact fwd/bwd={params.fwd_impact:g}/{params.bwd_impact:g}, "
-            f"ingress={params.ingress_capacity:g}")
+            f"{', '.join([_sync_text(params)] + titles(params, _BESIDE_SYNC))}")
 
 
 def env_title(params: EnvParams, workload: Workload | None = None, *, schedule: bool = True,
@@ -220,9 +289,7 @@ def env_title(params: EnvParams, workload: Workload | None = None, *, schedule: 
     if workload is not None:
         text = workload_title(params, workload)
     else:
-        text = (f"n={params.n}, {params.num_gpus} GPUs, sync_freq={params.sync_freq}, fwd={params.fwd_len:g}, "
-                f"bwd={params.bwd_len:g}, prop={params.prop_len:g}, sync={params.sync_base_len:g}, "
-                f"impact fwd/bwd={params.fwd_impact:g}/{params.bwd_impact:g}, ingress={params.ingress_capacity:g}")
+        text = ", ".join(titles(params, ENVIRONMENT_KEYS))
     if noise and noise_name(params):
         text += f"; {noise_name(params, sep='; ')}"
     return f"{schedule_name(params)}: {text}" if schedule else text
@@ -232,42 +299,43 @@ def env_title(params: EnvParams, workload: Workload | None = None, *, schedule: 
 DEFAULT_POLICY_LABEL = DEFAULT_POLICY.label
 
 
-def schedule_groups(frame: pd.DataFrame) -> Iterator[tuple[EnvParams, Workload | None, pd.DataFrame]]:
-    """Groups of environments that differ only by their schedule (and the parameters a schedule reads).
+def schedule_summary(params: EnvParams, rows: pd.DataFrame) -> dict[str, Any]:
+    """One environment's line of a schedule comparison: ``schedule`` (name with its parameters),
+    ``best_policy``, ``best_time``, ``default_time`` (NaN when the sweep's step has no such policy),
+    ``worst_policy``, ``worst_time``, ``ideal_time``, ``peak_activations``, ``max_span``, the best
+    policy's spread over samples ``best_min``, ``best_p50``, ``best_p95``, ``best_max`` (NaN in a
+    CSV without them) and ``samples``; in a workload sweep also the best policy's
+    ``peak_memory_gb``, ``gpu_memory_gb``, ``memory_fits``, ``tokens_per_second`` and ``mfu``."""
+    best, worst = best_rows(rows).iloc[0], rows.loc[rows["completion_time"].idxmax()]
+    default = rows.loc[rows["policy"] == DEFAULT_POLICY_LABEL, "completion_time"]
+    return {
+        "schedule": schedule_name(params), "best_policy": best["policy"],
+        "best_time": float(best["completion_time"]),
+        "default_time": float(default.iloc[0]) if len(default) else math.nan,
+        "worst_policy": worst["policy"], "worst_time": float(worst["completion_time"]),
+        "ideal_time": float(best.get("ideal_time", math.nan)),
+        "peak_activations": float(best.get("peak_activations", math.nan)),
+        "max_span": float(best.get("max_span", math.nan)),
+        **{f"best_{stat}": float(best.get(f"completion_{stat}", math.nan)) for stat in ("min", "p50", "p95", "max")},
+        "samples": int(best.get("samples", 1)),
+        **{name: best[name] for name in REPORT_SUMMARY if name in best}}
 
-    Yields one environment of the group (for its title) and one summary row per
-    schedule, in CSV order: ``schedule`` (name with its parameters), ``best_policy``,
-    ``best_time``, ``default_time`` (NaN when the sweep's step has no such policy),
-    ``worst_policy``, ``worst_time``, ``ideal_time``, ``peak_activations``, ``max_span``,
-    and the best policy's spread over samples ``best_min``, ``best_p50``, ``best_p95``,
-    ``best_max`` (NaN in a CSV without them) and ``samples``; in a workload sweep also the
-    best policy's ``peak_memory_gb``, ``gpu_memory_gb``, ``memory_fits``,
-    ``tokens_per_second`` and ``mfu``. Only groups of two or more schedules are yielded,
-    each with its workload (None outside a workload sweep).
+
+def schedule_groups(summaries: Iterable[tuple[EnvParams, Workload | None, dict[str, Any]]]
+                    ) -> Iterator[tuple[EnvParams, Workload | None, pd.DataFrame]]:
+    """Groups of environments that differ only by their schedule (and the parameters a schedule reads), from
+    each environment's ``schedule_summary``.
+
+    Yields one environment of the group (for its title), its workload (None outside a
+    workload sweep) and the summaries of its schedules, in order. Only groups of two or
+    more schedules are yielded.
     """
-    groups: dict[tuple, list[tuple[EnvParams, pd.DataFrame]]] = {}
-    for params, rows in environments(frame):
-        groups.setdefault(identity(params, workload_of(rows), SCHEDULE_KEYS), []).append((params, rows))
+    groups: dict[tuple, list[tuple[EnvParams, Workload | None, dict[str, Any]]]] = {}
+    for params, workload, summary in summaries:
+        groups.setdefault(identity(params, workload, SCHEDULE_KEYS), []).append((params, workload, summary))
     for members in groups.values():
-        if len(members) < 2:
-            continue
-        summary = []
-        for params, rows in members:
-            best, worst = best_rows(rows).iloc[0], rows.loc[rows["completion_time"].idxmax()]
-            default = rows.loc[rows["policy"] == DEFAULT_POLICY_LABEL, "completion_time"]
-            summary.append({
-                "schedule": schedule_name(params), "best_policy": best["policy"],
-                "best_time": float(best["completion_time"]),
-                "default_time": float(default.iloc[0]) if len(default) else math.nan,
-                "worst_policy": worst["policy"], "worst_time": float(worst["completion_time"]),
-                "ideal_time": float(best.get("ideal_time", math.nan)),
-                "peak_activations": float(best.get("peak_activations", math.nan)),
-                "max_span": float(best.get("max_span", math.nan)),
-                **{f"best_{stat}": float(best.get(f"completion_{stat}", math.nan)) for stat in ("min", "p50", "p95",
-                                                                                                "max")},
-                "samples": int(best.get("samples", 1)),
-                **{name: best[name] for name in REPORT_SUMMARY if name in best}})
-        yield members[0][0], workload_of(members[0][1]), pd.DataFrame(summary)
+        if len(members) >= 2:
+            yield members[0][0], members[0][1], pd.DataFrame([summary for _, _, summary in members])
 
 
 #: The workload report's columns that a schedule comparison carries for its best policy.
@@ -281,11 +349,18 @@ def group_slug(params: EnvParams, workload: Workload | None = None) -> str:
 
 
 #: Noise parameters whose levels a robustness figure puts on its x axis.
-JITTER_KEYS = ("compute_jitter", "comm_jitter")
+JITTER_KEYS = tuple(p.name for p in PARAMETERS if p.group == "jitter" and p.type is float)
 
 
-def jitter_families(frame: pd.DataFrame, top: int = 3) -> Iterator[tuple[EnvParams, Workload | None, str,
-                                                                         pd.DataFrame]]:
+def curve_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """What a robustness figure reads of an environment's rows: policy, mean and p95 (the mean without samples)."""
+    if "completion_p95" not in rows.columns:
+        rows = rows.assign(completion_p95=rows["completion_time"])
+    return rows[["policy", "completion_time", "completion_p95"]]
+
+
+def jitter_families(environments: Iterable[tuple[EnvParams, Workload | None, pd.DataFrame]], top: int = 3
+                    ) -> Iterator[tuple[EnvParams, Workload | None, str, pd.DataFrame]]:
     """Groups of environments that differ only by one jitter level, for the robustness view.
 
     Yields one environment of the family (for its title), its workload, the jitter key that varies,
@@ -293,13 +368,17 @@ def jitter_families(frame: pd.DataFrame, top: int = 3) -> Iterator[tuple[EnvPara
     ``why`` (``"best at 0%, 10%"`` for the best at each level it wins, ``"#2 at 0%"`` for
     the runners-up among the ``top`` best at the lowest level). Policies whose curves are
     identical share one row, named ``A = B``. Only families of two or more levels are yielded.
+    Of each environment's rows only the policy, mean and p95 columns are kept.
     """
     families: dict[tuple, list[tuple[EnvParams, pd.DataFrame]]] = {}
-    for params, rows in environments(frame):
+    workloads: dict[tuple, Workload | None] = {}
+    for params, workload, rows in environments:
+        rows = curve_rows(rows)
         for key in JITTER_KEYS:
-            family = identity(params, workload_of(rows), (key,))
-            families.setdefault((key, family), []).append((params, rows))
-    for (key, _), members in families.items():
+            family = (key, identity(params, workload, (key,)))
+            families.setdefault(family, []).append((params, rows))
+            workloads[family] = workload
+    for (key, family), members in families.items():
         levels = sorted({getattr(params, key) for params, _ in members})
         if len(levels) < 2 or len(levels) != len(members):
             continue
@@ -320,7 +399,7 @@ def jitter_families(frame: pd.DataFrame, top: int = 3) -> Iterator[tuple[EnvPara
             for params, rows in members:
                 row = rows[rows["policy"] == policy].iloc[0]
                 points.append({"level": getattr(params, key), "mean": float(row["completion_time"]),
-                               "p95": float(row.get("completion_p95", row["completion_time"]))})
+                               "p95": float(row["completion_p95"])})
             # Policies that behave alike draw one curve, else the later one hides the earlier.
             same = tuple((f"{point['mean']:.9g}", f"{point['p95']:.9g}") for point in points)
             names, reasons, _ = curves.setdefault(same, ([], [], points))
@@ -328,4 +407,4 @@ def jitter_families(frame: pd.DataFrame, top: int = 3) -> Iterator[tuple[EnvPara
             reasons.extend([why] if why else [])
         records = [{"policy": " = ".join(names), "why": "; ".join(reasons), **point}
                    for names, reasons, points in curves.values() for point in points]
-        yield members[0][0], workload_of(members[0][1]), key, pd.DataFrame(records)
+        yield members[0][0], workloads[(key, family)], key, pd.DataFrame(records)

@@ -244,8 +244,6 @@ SCHEDULES: dict[str, ScheduleSpec] = {spec.name: spec for spec in (
                  2, _v_shape, _dualpipe_v, ("w_fraction", "fb_overlap"), _at_least_twice_the_gpus),
 )}
 
-#: The parameters a schedule may read; a schedule ignores the others (model section 6).
-SCHEDULE_PARAMETERS = ("chunks", "w_fraction", "fb_overlap")
 
 
 def get_schedule(name: object) -> ScheduleSpec:

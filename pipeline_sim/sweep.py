@@ -19,6 +19,7 @@ import io
 import json
 import math
 import os
+import shutil
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -29,15 +30,18 @@ import numpy as np
 from .cluster import DaskCluster
 from .config import ConfigError, EnvironmentGrid
 from .engine import simulate_figures
-from .files import OutputError, exclusive_writer, output_target
+from .files import OutputError, atomic_output, exclusive_writer, output_target
 from .metrics import ScheduleMetrics, ideal_time, metric_columns
 from .model import COMM_KINDS, EnvParams, ParameterError, Policy
 from .parallel import ordered_map
+from .parquet import PartWriter, merge_parts, part_rows, require_pyarrow, schema
 from .scenarios import DEFAULT_STEP, policy_grid, steps_per_unit
 from .taskgraph import MAX_TASKS
 from .workload import REPORT_COLUMNS, WORKLOAD_KEYS, Workload, workload_report
 
 SIMULATORS = ("single_channel", "dual_channel")
+#: What a sweep's output can be.
+FORMATS = ("csv", "parquet")
 POLICY_COLUMNS = ("policy", *(f"prio_{kind}" for kind in COMM_KINDS), *(f"tier_{kind}" for kind in COMM_KINDS))
 #: Completion-time statistics over samples; percentiles by linear interpolation (numpy's default, Hyndman-Fan 7).
 STATISTICS = ("completion_std", "completion_min", "completion_p50", "completion_p95", "completion_p99",
@@ -83,6 +87,7 @@ class SweepPlan:
     samples: int = 0  # noise draws per (environment, policy); 0: the grid's own setting
     with_samples: bool = False  # also write one row per sample
     allow_large: bool = False  # run beyond the size limits (tasks per simulation, estimated hours)
+    format: str = "csv"  # of the output: csv, or parquet (typed columns in row groups; needs pyarrow)
 
     def __post_init__(self) -> None:
         if self.samples == 0:
@@ -92,6 +97,8 @@ class SweepPlan:
         steps_per_unit(self.step)
         if self.simulator not in SIMULATORS:
             raise ParameterError("simulator", self.simulator, f"must be one of {', '.join(SIMULATORS)}")
+        if self.format not in FORMATS:
+            raise ParameterError("format", self.format, f"must be one of {', '.join(FORMATS)}")
         invalid = self.grid.invalid()
         if invalid and not self.skip_invalid:
             where, reason = invalid[0]
@@ -128,6 +135,17 @@ class SweepPlan:
     def sample_header(self) -> str:
         return ",".join(sweep_columns(self.grid.has_workload)[1]) + "\n"
 
+    def column_types(self) -> dict[str, type]:
+        """The type of each column that is not a float: what a Parquet output stores them as."""
+        from .config import BOOLEAN_KEYS, INTEGER_KEYS, OBJECT_KEYS, STRING_KEYS
+
+        types: dict[str, type] = {**{key: int for key in INTEGER_KEYS}, **{key: str for key in STRING_KEYS},
+                                  **{key: bool for key in BOOLEAN_KEYS}, **{key: str for key in OBJECT_KEYS}}
+        types.update(simulator=str, samples=int, policy=str, memory_fits=bool,
+                     **{column: str for column in POLICY_COLUMNS if column.startswith("tier_")},
+                     throttled_transfers=int if self.samples == 1 else float)  # a mean over samples
+        return types
+
     @property
     def num_environments(self) -> int:
         return len(self.grid)
@@ -142,9 +160,12 @@ class SweepPlan:
 
     def fingerprint(self) -> str:
         """Identifies the rows this plan writes; a partial file resumes only under the same one."""
-        text = json.dumps({"grid": self.grid.as_dict(), "step": self.step, "simulator": self.simulator,
-                           "skip_invalid": self.skip_invalid, "samples": self.samples,
-                           "with_samples": self.with_samples, "columns": self.header}, sort_keys=True)
+        record = {"grid": self.grid.as_dict(), "step": self.step, "simulator": self.simulator,
+                  "skip_invalid": self.skip_invalid, "samples": self.samples, "with_samples": self.with_samples,
+                  "columns": self.header}
+        if self.format != "csv":  # a CSV's record is as it always was, so that older partial files resume
+            record["format"] = self.format
+        text = json.dumps(record, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()
 
     def chunks(self, start_row: int, rows_per_chunk: int) -> Iterator[Chunk]:
@@ -333,7 +354,8 @@ def _not_resumable(partial: Path, meta: Path) -> str:
 def run_sweep(plan: SweepPlan, output: str | os.PathLike, *, workers: int = 1, resume: bool = False,
               samples_output: str | os.PathLike | None = None, overwrite: bool = False,
               cluster: DaskCluster | None = None) -> Generator[int, None, None]:
-    """Run ``plan`` into the CSV ``output``; yield the rows on disk, first before any new work.
+    """Run ``plan`` into ``output`` (a CSV, or Parquet by ``plan.format``); yield the rows on disk, first before
+    any new work.
 
     With ``resume``, continue ``output``'s partial file if there is one (it must come
     from the same plan); otherwise start afresh, which an existing output or partial file
@@ -352,8 +374,12 @@ def run_sweep(plan: SweepPlan, output: str | os.PathLike, *, workers: int = 1, r
             raise OutputError(f"the samples file and the CSV are both {output}; give them different paths")
     partial, meta = partial_paths(output)
     sample_partial = samples_path(output)
-    for path in (partial, meta, sample_partial):
+    parquet = plan.format == "parquet"
+    if parquet:
+        require_pyarrow()
+    for path in (meta, sample_partial) if parquet else (partial, meta, sample_partial):
         output_target(path)  # refuses a folder, a device or a FIFO in their place
+    for path in (partial, meta, sample_partial):
         if path.is_symlink():
             raise OutputError(f"{path} is a link; remove it")
     with exclusive_writer(output):
@@ -361,7 +387,7 @@ def run_sweep(plan: SweepPlan, output: str | os.PathLike, *, workers: int = 1, r
         if resume and partial.exists():
             if not resumable(output, plan):
                 raise ResumeError(_not_resumable(partial, meta))
-            done = _complete_lines(partial, plan.header)
+            done = part_rows(partial) if parquet else _complete_lines(partial, plan.header)
             if done > plan.num_rows:
                 raise ResumeError(f"{partial} has {done} rows, more than the {plan.num_rows} this sweep writes")
             if plan.with_samples:
@@ -382,7 +408,13 @@ def run_sweep(plan: SweepPlan, output: str | os.PathLike, *, workers: int = 1, r
                                           f"output")
             try:
                 output.parent.mkdir(parents=True, exist_ok=True)
-                partial.write_text(plan.header, encoding="utf-8")
+                if parquet:
+                    if partial.is_dir():
+                        shutil.rmtree(partial)
+                    partial.unlink(missing_ok=True)
+                    partial.mkdir()
+                else:
+                    partial.write_text(plan.header, encoding="utf-8")
                 if plan.with_samples:
                     sample_partial.write_text(plan.sample_header, encoding="utf-8")
                 meta.write_text(json.dumps({"fingerprint": plan.fingerprint(), "output": str(output)}),
@@ -390,9 +422,11 @@ def run_sweep(plan: SweepPlan, output: str | os.PathLike, *, workers: int = 1, r
             except OSError as error:
                 raise OSError(error.errno, f"cannot write {output}: {error.strerror or error}") from None
         yield done
-        with open(partial, "a", encoding="utf-8", newline="") as handle, \
+        types = schema(plan.header.rstrip("\n").split(","), plan.column_types()) if parquet else None
+        with open(os.devnull if parquet else partial, "a", encoding="utf-8", newline="") as handle, \
                 open(sample_partial if plan.with_samples else os.devnull, "a", encoding="utf-8",
                      newline="") as samples:
+            parts = PartWriter(partial, types) if parquet else None
             size = rows_per_chunk(plan, workers)
             chunks = plan.chunks(done, size)
             # a Dask task carries up to CHUNK_SIMULATIONS simulations (its scheduling costs a millisecond), and
@@ -400,18 +434,31 @@ def run_sweep(plan: SweepPlan, output: str | os.PathLike, *, workers: int = 1, r
             batch = max(1, min(CHUNK_SIMULATIONS // (size * plan.samples), plan.num_rows // size // (4 * workers)))
             results = cluster.map(simulate_chunk, chunks, batch) if cluster else \
                 ordered_map(simulate_chunk, chunks, workers)
-            for text, sample_text, count in results:
-                samples.write(sample_text)  # samples first: a summarised row always has its samples on disk
-                samples.flush()
-                handle.write(text)
-                handle.flush()
-                done += count
-                yield done
-            os.fsync(handle.fileno())
+            try:
+                for text, sample_text, count in results:
+                    samples.write(sample_text)  # samples first: a summarised row always has its samples on disk
+                    samples.flush()
+                    if parts is not None:
+                        parts.write(text, count)
+                    else:
+                        handle.write(text)
+                        handle.flush()
+                    done += count
+                    yield done
+            finally:
+                if parts is not None:
+                    parts.flush()  # a stopped sweep keeps the rows it gathered
+            if parts is None:
+                os.fsync(handle.fileno())
             if plan.with_samples:
                 os.fsync(samples.fileno())
         if plan.with_samples:
             assert samples_output is not None
             os.replace(sample_partial, samples_output)
-        os.replace(partial, output)
+        if types is not None:
+            with atomic_output(output) as temporary:
+                merge_parts(partial, temporary, types)
+            shutil.rmtree(partial)
+        else:
+            os.replace(partial, output)
         meta.unlink(missing_ok=True)

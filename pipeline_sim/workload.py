@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, Mapping, TypeVar
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-from .model import EnvParams, ParameterError, _check_float, _check_int
+from .model import EnvParams, ParameterError
+from .parameters import Integers, Interval
 from .schedules import get_schedule
 
 RECOMPUTE_MODES = ("none", "selective", "full")
@@ -44,10 +45,10 @@ class ModelShape:
 
     def __post_init__(self) -> None:
         for key in ("layers", "hidden", "heads", "ffn_hidden", "vocab", "seq_len"):
-            _check_int(f"model.{key}", getattr(self, key), 1)
+            Integers(1).check(f"model.{key}", getattr(self, key))
         kv_heads = self.heads if self.kv_heads is None else self.kv_heads
         object.__setattr__(self, "kv_heads", kv_heads)
-        _check_int("model.kv_heads", kv_heads, 1)
+        Integers(1).check("model.kv_heads", kv_heads)
         if self.heads % kv_heads:
             raise ParameterError("model.kv_heads", self.kv_heads, f"must divide heads = {self.heads}")
         if not isinstance(self.gated_mlp, bool):
@@ -86,8 +87,8 @@ class GpuSpec:
     name: str = ""
 
     def __post_init__(self) -> None:
-        _check_float("gpu.tflops", self.tflops, 0.0, low_open=True)
-        _check_float("gpu.memory_gb", self.memory_gb, 0.0, low_open=True)
+        Interval(0.0, low_open=True).check("gpu.tflops", self.tflops)
+        Interval(0.0, low_open=True).check("gpu.memory_gb", self.memory_gb)
         if not self.name:
             object.__setattr__(self, "name", f"tflops={self.tflops:g} memory_gb={self.memory_gb:g}")
 
@@ -158,16 +159,16 @@ class Workload:
         object.__setattr__(self, "gpu", _preset("gpu", self.gpu, GPU_PRESETS, GpuSpec))
         if self.seq_len is None:
             object.__setattr__(self, "seq_len", model.seq_len)
-        _check_int("seq_len", self.seq_len, 1)
-        _check_float("compute_efficiency", self.compute_efficiency, 0.0, low_open=True, high=1.0, high_closed=True)
+        Integers(1).check("seq_len", self.seq_len)
+        Interval(0.0, 1.0, low_open=True, high_closed=True).check("compute_efficiency", self.compute_efficiency)
         for key in ("tensor_parallel", "data_parallel", "micro_batch_size", "dtype_bytes"):
-            _check_int(key, getattr(self, key), 1)
+            Integers(1).check(key, getattr(self, key))
         t = self.tensor_parallel
         if model.heads % t or (model.kv_heads or model.heads) % t:
             raise ParameterError("tensor_parallel", t, f"must divide heads = {model.heads} and kv_heads = "
                                                        f"{model.kv_heads} of {model.name}")
         if self.global_batch_size is not None:
-            _check_int("global_batch_size", self.global_batch_size, 1)
+            Integers(1).check("global_batch_size", self.global_batch_size)
             per_step = self.micro_batch_size * self.data_parallel
             if self.global_batch_size % per_step:
                 raise ParameterError("global_batch_size", self.global_batch_size,
@@ -178,9 +179,9 @@ class Workload:
             raise ParameterError("sequence_parallel", self.sequence_parallel, "must be true or false")
         if self.recompute not in RECOMPUTE_MODES:
             raise ParameterError("recompute", self.recompute, f"must be one of {', '.join(RECOMPUTE_MODES)}")
-        _check_float("bytes_per_param", self.bytes_per_param, 0.0)
-        _check_float("p2p_bandwidth", self.p2p_bandwidth, 0.0, low_open=True)
-        _check_float("dp_bandwidth", self.dp_bandwidth, 0.0, low_open=True)
+        Interval(0.0).check("bytes_per_param", self.bytes_per_param)
+        Interval(0.0, low_open=True).check("p2p_bandwidth", self.p2p_bandwidth)
+        Interval(0.0, low_open=True).check("dp_bandwidth", self.dp_bandwidth)
 
     @property
     def shape(self) -> ModelShape:

@@ -128,7 +128,7 @@ def test_a_straggler_is_its_gpu_compute_scaled():
     ({"jitter_dist": "cauchy"}, "jitter_dist = 'cauchy': must be one of lognormal, normal"),
     ({"slow_gpu": 4}, "slow_gpu = 4: must be -1 (no straggler) or a GPU 0..3"),
     ({"slow_factor": 0.5}, "slow_factor = 0.5: must be a finite number with 1 <= x <= 1e+06"),
-    ({"seed": -1}, "seed = -1: must be an integer >= 0"),
+    ({"seed": -1}, "seed = -1: must be an integer from 0 to 2^63 - 1"),
     ({"sample": -2}, "sample = -2: must be an integer >= 0"),
 ])
 def test_bad_noise_parameters(kwargs, fragment):
@@ -267,7 +267,7 @@ def test_visualizer_draws_one_sampled_iteration(tmp_path):
 
 
 def test_robustness_families_follow_the_winners_and_merge_identical_curves(tmp_path):
-    from pipeline_sim.results import jitter_families, load_results
+    from pipeline_sim.results import environments, jitter_families, load_results, workload_of
 
     base = load_results(ROOT / "tests" / "data" / "quick_step0.5.csv")
     base = base[(base["n"] == base["n"].iloc[0]) & (base["sync_freq"] == base["sync_freq"].iloc[0])]
@@ -285,7 +285,8 @@ def test_robustness_families_follow_the_winners_and_merge_identical_curves(tmp_p
         frames.append(rows)
     frame = pd.concat(frames, ignore_index=True)
     # The twin behaves exactly like the runner-up at every level: one curve for both.
-    (families,) = list(jitter_families(frame, top=3))
+    (families,) = list(jitter_families(((params, workload_of(rows), rows) for params, rows in environments(frame)),
+                                       top=3))
     params, workload, key, family = families
     assert workload is None
     assert key == "compute_jitter" and params.compute_jitter == 0.0

@@ -36,7 +36,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         plan, csv = generate(args.config, step=args.step, simulator=args.simulator, output=None,
                              workers=args.workers, resume=args.resume, skip_invalid=args.skip_invalid,
                              samples=args.samples, samples_output=args.samples_output, overwrite=args.overwrite,
-                             allow_large=args.allow_large, cluster=args.cluster)
+                             allow_large=args.allow_large, cluster=args.cluster, format=args.format)
         heatmap_dir = HEATMAP_DIR / csv.stem
         drawn = write_heatmaps(csv, heatmap_dir, args.workers, args.metric)
         draws = f" x {plan.samples} samples" if plan.samples > 1 else ""

@@ -12,7 +12,7 @@ from typing import Generator, Sequence
 from ..cluster import CLUSTER_VARIABLE, DaskCluster
 from ..config import EnvironmentGrid
 from ..scenarios import DEFAULT_STEP
-from ..sweep import SIMULATORS, SweepPlan, partial_paths, resumable, run_sweep, useful_workers
+from ..sweep import FORMATS, SIMULATORS, SweepPlan, partial_paths, resumable, run_sweep, useful_workers
 from .common import Parser, UserError, positive_int, ready_kernel, run_command, script_name
 
 DATA_DIR = Path("outputs/data")
@@ -31,6 +31,10 @@ def add_sweep_arguments(parser: Parser, *, step_flags: Sequence[str]) -> None:
                         help="run the simulations on the Dask cluster at ADDRESS (tcp://host:8786), or on a local "
                              "one of --workers processes with 'local'; needs pip install \"pipeline-sim[cluster]\" "
                              f"(default: ${CLUSTER_VARIABLE}, else this machine's process pool)")
+    parser.add_argument("--format", choices=FORMATS, default="csv",
+                        help="the output's format: csv, or parquet (typed columns in row groups, written as the "
+                             "sweep streams; needs pip install \"pipeline-sim[cluster]\"); the samples file stays CSV "
+                             "(default %(default)s)")
     parser.add_argument("--resume", action="store_true",
                         help="continue an interrupted sweep from its .partial file instead of starting over")
     parser.add_argument("--overwrite", action="store_true",
@@ -50,16 +54,17 @@ def add_sweep_arguments(parser: Parser, *, step_flags: Sequence[str]) -> None:
 
 
 def default_output(config: Path, plan: SweepPlan, resume: bool) -> Path:
-    """``outputs/data/<config name>_<timestamp>.csv``; with ``resume``, the newest partial of this plan."""
+    """``outputs/data/<config name>_<timestamp>.csv`` (``.parquet``); with ``resume``, the newest partial of this
+    plan."""
     if resume:
-        candidates = sorted(DATA_DIR.glob(f"{config.stem}_*.csv.partial"), reverse=True)
+        candidates = sorted(DATA_DIR.glob(f"{config.stem}_*.{plan.format}.partial"), reverse=True)
         for partial in candidates:
             output = partial.with_name(partial.name.removesuffix(".partial"))
             if resumable(output, plan):
                 return output
     stem = f"{config.stem}_{time.strftime('%Y%m%d-%H%M%S')}"
     for suffix in ("", *(f"-{k}" for k in range(2, 1000))):  # runs started in one second get their own files
-        output = DATA_DIR / f"{stem}{suffix}.csv"
+        output = DATA_DIR / f"{stem}{suffix}.{plan.format}"
         if not any(path.exists() for path in (output, *partial_paths(output), output.with_name(output.name + ".lock"))):
             return output
     raise UserError(f"{DATA_DIR}: a thousand sweeps of {config.stem} started this second; give --output")
@@ -75,11 +80,12 @@ def _where(workers: int, cluster: str | None) -> str:
 def generate(config: Path, *, step: float, simulator: str, output: Path | None, workers: int,
              resume: bool, skip_invalid: bool = False, samples: int | None = None,
              samples_output: Path | None = None, overwrite: bool = False,
-             allow_large: bool = False, cluster: str | None = None) -> tuple[SweepPlan, Path]:
+             allow_large: bool = False, cluster: str | None = None, format: str = "csv") -> tuple[SweepPlan, Path]:
     """Run the sweep with a progress bar; report on stderr/stdout. Returns the plan and the CSV written."""
 
     plan = SweepPlan(EnvironmentGrid.load(config), step=step, simulator=simulator, skip_invalid=skip_invalid,
-                     samples=samples or 0, with_samples=samples_output is not None, allow_large=allow_large)
+                     samples=samples or 0, with_samples=samples_output is not None, allow_large=allow_large,
+                     format=format)
     asked = workers
     workers = useful_workers(plan, workers)
     output = output or default_output(config, plan, resume)
@@ -149,7 +155,7 @@ def build_parser(prog: str) -> Parser:
                         help="JSON grid of environments: each parameter a value, a list, or "
                              "{\"start\": a, \"stop\": b, \"step\": s}; see configs/")
     parser.add_argument("--output", "-o", type=Path, default=None, metavar="PATH",
-                        help=f"CSV to write (default {DATA_DIR}/<config name>_<timestamp>.csv)")
+                        help=f"file to write (default {DATA_DIR}/<config name>_<timestamp>.csv, or .parquet)")
     add_sweep_arguments(parser, step_flags=("--step",))
     return parser
 
@@ -162,7 +168,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         plan, output = generate(args.config, step=args.step, simulator=args.simulator, output=args.output,
                                 workers=args.workers, resume=args.resume, skip_invalid=args.skip_invalid,
                                 samples=args.samples, samples_output=args.samples_output, overwrite=args.overwrite,
-                                allow_large=args.allow_large, cluster=args.cluster)
+                                allow_large=args.allow_large, cluster=args.cluster, format=args.format)
         print(f"wrote {plan.num_rows:,} rows to {output}")
         if args.samples_output:
             print(f"wrote {plan.num_simulations:,} samples to {args.samples_output}")

@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
+from itertools import chain
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Iterator, Sequence
 
 import pandas as pd
 
@@ -14,16 +15,21 @@ from ..files import atomic_output, output_folder
 from ..model import EnvParams
 from ..parallel import ordered_map
 from ..results import (
+    JITTER_KEYS,
     METRICS,
+    REPORT_SUMMARY,
     ResultsError,
     best_rows,
+    curve_rows,
     env_slug,
     env_title,
     environments,
     group_slug,
+    identity,
     jitter_families,
-    load_results,
+    read_results,
     schedule_groups,
+    schedule_summary,
     simplex_steps,
     workload_of,
 )
@@ -119,30 +125,35 @@ class Drawn:
     """What ``write_heatmaps`` drew: per environment (params, workload, its best row, file); per group of
     schedules (params, workload, summary, file)."""
 
-    heatmaps: list[tuple[EnvParams, Workload | None, pd.Series, Path]]
+    heatmaps: list[tuple[EnvParams, Workload | None, dict[str, Any], Path]]
     comparisons: list[tuple[EnvParams, Workload | None, pd.DataFrame, Path]]
     robustness: list[Path]
     left_out: list[str]  # incomplete environments, named, with what is wrong
 
 
+#: What the summary of a run keeps of an environment's best row.
+_BEST_COLUMNS = ("policy", *METRICS, *REPORT_SUMMARY)
+
+
 def write_heatmaps(csv: Path, output_dir: Path, workers: int = 1, metric: str = "completion_time",
                    skip_incomplete: bool = False) -> Drawn:
-    """Draw every environment of ``csv`` (coloured by ``metric``), every group of schedules to compare and every
-    family of jitter levels into ``output_dir``.
+    """Draw every environment of ``csv`` (a sweep's CSV or Parquet output; coloured by ``metric``), every group of
+    schedules to compare and every family of jitter levels into ``output_dir``.
 
     An incomplete environment (policies missing or repeated) is refused, or, with
-    ``skip_incomplete``, left out of every figure and named in ``Drawn.left_out``.
+    ``skip_incomplete``, left out of every figure and named in ``Drawn.left_out``. The
+    file is read twice, in pieces, so that memory stays flat however many rows it has: once
+    to check every environment before any figure is drawn, once to draw.
     """
-    from tqdm import tqdm
-
     output_folder(output_dir)
-    frame = load_results(csv)
-    if metric not in frame.columns:
-        raise ResultsError(f"CSV {csv} has no column {metric!r} to colour; it was written before noise statistics "
-                           f"existed, so use --metric completion_time")
-    jobs: list[HeatmapJob | ComparisonJob | RobustnessJob] = []
-    heatmaps, comparisons, robustness, left_out, complete = [], [], [], [], []
-    for params, rows in environments(frame):  # check every environment before drawing any
+    heatmaps, left_out, summaries = [], [], []
+    drawable: list[list[tuple] | None] = []  # per environment, its jitter families; None: left out
+    steps_used: set[int] = set()
+    levels: dict[tuple, list[float]] = {}  # per family of jitter levels, the levels of its environments
+    for params, rows in environments(read_results(csv)):
+        if metric not in rows.columns:
+            raise ResultsError(f"CSV {csv} has no column {metric!r} to colour; it was written before noise "
+                               f"statistics existed, so use --metric completion_time")
         workload = workload_of(rows)
         slug = env_slug(params, workload)
         try:
@@ -152,38 +163,75 @@ def write_heatmaps(csv: Path, output_dir: Path, workers: int = 1, metric: str = 
                 raise ResultsError(f"CSV {csv}: environment {slug} {problem}; pass --skip-incomplete to draw the "
                                    f"others") from None
             left_out.append(f"{slug} ({problem})")
+            drawable.append(None)
             continue
-        complete.append(rows.index)
-        heatmap = HeatmapJob(params, workload, rows, steps, output_dir / f"{slug}.png", metric)
-        jobs.append(heatmap)
-        heatmaps.append((params, workload, best_rows(rows, metric=metric).iloc[0], heatmap.path))
-    if left_out:
-        frame = frame.loc[[i for index in complete for i in index]]
-    for params, workload, summary in schedule_groups(frame):
-        comparison = ComparisonJob(params, workload, summary,
-                                   output_dir / f"compare_{group_slug(params, workload)}.png")
-        jobs.append(comparison)
-        comparisons.append((params, workload, summary, comparison.path))
-    for params, workload, key, family in jitter_families(frame):
-        path = output_dir / f"robustness_{key}_{env_slug(params, workload)}.png"
-        jobs.append(RobustnessJob(params, workload, key, family, path))
-        robustness.append(path)
-    if len(jobs) > 1:
+        steps_used.add(steps)
+        best = best_rows(rows, metric=metric).iloc[0]
+        heatmaps.append((params, workload, {name: best[name] for name in _BEST_COLUMNS if name in best},
+                         output_dir / f"{slug}.png"))
+        summaries.append((params, workload, schedule_summary(params, rows)))
+        families = [(key, identity(params, workload, (key,))) for key in JITTER_KEYS]
+        for family in families:
+            levels.setdefault(family, []).append(getattr(params, family[0]))
+        drawable.append(families)
+    comparisons = [(params, workload, summary, output_dir / f"compare_{group_slug(params, workload)}.png")
+                   for params, workload, summary in schedule_groups(summaries)]
+    drawn = {family for family, values in levels.items() if len(set(values)) == len(values) >= 2}
+    robustness: list[Path] = []
+    draw = _Drawing(csv, output_dir, metric, [families if families is None else bool(drawn.intersection(families))
+                                              for families in drawable])
+    jobs: Iterator[HeatmapJob | ComparisonJob | RobustnessJob] = chain(
+        draw.heatmaps(), (ComparisonJob(*comparison) for comparison in comparisons), draw.robustness(robustness))
+    if len(heatmaps) > 1:
         from ..plotting.heatmap import heatmap_figure
 
-        for steps in {job.steps for job in jobs if isinstance(job, HeatmapJob)}:
+        for steps in steps_used:
             heatmap_figure(steps).render_background()  # once here, not once per forked worker
-    drawn = ordered_map(_draw, jobs, min(workers, len(jobs)))
+    _run(jobs, workers, csv, output_dir, len(heatmaps) + len(comparisons) + len(drawn))
+    return Drawn(heatmaps, comparisons, robustness, left_out)
+
+
+class _Drawing:
+    """The second reading of a sweep's output: its heatmap jobs, and on the way the curves of the environments
+    that a robustness figure follows (``in_family``: None for an environment left out)."""
+
+    def __init__(self, path: Path, output_dir: Path, metric: str, in_family: list[bool | None]) -> None:
+        self.path, self.output_dir, self.metric, self.in_family = path, output_dir, metric, in_family
+        self.curves: list[tuple[EnvParams, Workload | None, pd.DataFrame]] = []
+
+    def heatmaps(self) -> Iterator[HeatmapJob]:
+        for (params, rows), in_family in zip(environments(read_results(self.path)), self.in_family):
+            if in_family is not None:
+                workload = workload_of(rows)
+                if in_family:
+                    self.curves.append((params, workload, curve_rows(rows)))
+                yield HeatmapJob(params, workload, rows, _complete(rows),
+                                 self.output_dir / f"{env_slug(params, workload)}.png", self.metric)
+
+    def robustness(self, paths: list[Path]) -> Iterator[RobustnessJob]:
+        """Runs once every heatmap job was made (``chain`` asks for it last)."""
+        for params, workload, key, family in jitter_families(self.curves):
+            job = RobustnessJob(params, workload, key, family,
+                                self.output_dir / f"robustness_{key}_{env_slug(params, workload)}.png")
+            paths.append(job.path)
+            yield job
+
+
+def _run(jobs: Iterator[HeatmapJob | ComparisonJob | RobustnessJob], workers: int, csv: Path, output_dir: Path,
+         total: int) -> None:
+    """Draw ``jobs`` on ``workers`` processes with a progress bar (``total`` figures)."""
+    from tqdm import tqdm
+
+    drawn = ordered_map(_draw, jobs, workers)
     count = 0
     try:
-        for _ in tqdm(drawn, total=len(jobs), unit="figure", file=sys.stderr, dynamic_ncols=True, mininterval=0.5,
-                      disable=len(jobs) < 2):
+        for _ in tqdm(drawn, total=total, unit="figure", file=sys.stderr, dynamic_ncols=True, mininterval=0.5,
+                      disable=total < 2):
             count += 1
     except KeyboardInterrupt:
         drawn.close()
-        raise KeyboardInterrupt(f"interrupted after {count} of {len(jobs)} figures (each written whole); the CSV "
+        raise KeyboardInterrupt(f"interrupted after {count} of {total} figures (each written whole); the CSV "
                                 f"is complete: draw them all with plot_heatmap.py {csv} -o {output_dir}") from None
-    return Drawn(heatmaps, comparisons, robustness, left_out)
 
 
 def _complete(rows: pd.DataFrame) -> int:
@@ -214,7 +262,7 @@ def add_metric_argument(parser: Parser) -> None:
 
 
 def build_parser(prog: str) -> Parser:
-    parser = Parser(prog=prog, description="Draw one heatmap per environment of a data_generator.py CSV: every "
+    parser = Parser(prog=prog, description="Draw one heatmap per environment of a data_generator.py CSV or Parquet file: every "
                                            "policy's completion time on one colour scale, the best one outlined. "
                                            "Environments that differ only by schedule also get one comparison "
                                            "figure (compare_*.png): best, default and worst policy per schedule, "
@@ -222,7 +270,8 @@ def build_parser(prog: str) -> Parser:
                                            "only by a jitter level get one robustness figure (robustness_*.png): "
                                            "how the best policies' mean and p95 move with the noise.",
                     epilog=f"Example: {prog} outputs/data/example_20260101-120000.csv -o heatmaps")
-    parser.add_argument("csv", type=Path, help="CSV written by data_generator.py")
+    parser.add_argument("csv", type=Path, help="CSV (or Parquet file) written by data_generator.py; read in pieces, "
+                                               "so memory stays flat however many rows it has")
     parser.add_argument("-o", "--output_dir", type=Path, default=Path("heatmaps_output"), metavar="DIR",
                         help="folder for the PNGs (default %(default)s)")
     parser.add_argument("--workers", type=positive_int, metavar="N", default=os.cpu_count() or 1,

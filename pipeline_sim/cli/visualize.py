@@ -11,9 +11,9 @@ from typing import Mapping, Sequence
 from ..engine import simulate
 from ..files import atomic_output, output_target
 from ..metrics import schedule_metrics
-from ..model import COMM_KINDS, DEFAULT_POLICY, EnvParams, ParameterError, Policy
+from ..model import COMM_KINDS, DEFAULT_POLICY, PARAMETERS, EnvParams, ParameterError, Policy
 from ..results import schedule_name, workload_title
-from ..schedules import SCHEDULES, compute_orders, format_orders
+from ..schedules import compute_orders, format_orders
 from ..taskgraph import MAX_TASKS, build_task_graph, estimated_tasks
 from ..trace import chrome_trace
 from ..workload import DERIVED_KEYS, RECOMPUTE_MODES, WORKLOAD_KEYS, Workload, workload_environment, workload_report
@@ -21,14 +21,8 @@ from .common import Parser, UserError, ready_kernel, run_command, script_name, u
 
 #: The flag that sets each library parameter, for error messages.
 FLAGS = {
-    "n": "-n/--num_groups", "num_gpus": "--num-gpus", "sync_freq": "--sync-freq", "fwd_len": "--fwd-len",
-    "bwd_len": "--bwd-len", "prop_len": "--prop-len", "sync_base_len": "--sync-base-len",
-    "fwd_impact": "--fwd-impact", "bwd_impact": "--bwd-impact", "ingress_capacity": "--ingress-capacity",
-    "schedule": "--schedule", "chunks": "--chunks", "w_fraction": "--w-fraction", "fb_overlap": "--fb-overlap",
-    "compute_jitter": "--compute-jitter", "comm_jitter": "--comm-jitter", "jitter_dist": "--jitter-dist",
-    "slow_gpu": "--slow-gpu", "slow_factor": "--slow-factor", "seed": "--seed", "sample": "--sample",
-    "priorities": "--priority", "exclusive_tiers": "--exclusive",
-    **{key: "--" + key.replace("_", "-") for key in WORKLOAD_KEYS},
+    **{p.name: p.flag for p in PARAMETERS}, "sample": "--sample", "priorities": "--priority",
+    "exclusive_tiers": "--exclusive", **{key: "--" + key.replace("_", "-") for key in WORKLOAD_KEYS},
 }
 
 _DESCRIPTIONS = {
@@ -40,7 +34,6 @@ _DESCRIPTIONS = {
 
 
 def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers: Mapping[str, str]) -> Parser:
-    defaults = EnvParams()
     policy = Policy(priorities=priorities, exclusive_tiers=tiers).label
     parser = Parser(
         prog=prog,
@@ -49,49 +42,20 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
         epilog=f"Default policy: {policy} (DEFAULT_PRIORITIES / DEFAULT_EXCLUSIVE_TIERS at the top of this "
                f"script). Kinds: {', '.join(COMM_KINDS)}. Example: {prog} -n 8 --num-gpus 4 "
                f"--exclusive grad_sync=a --show-throttling --show-completion-time --no-show")
-    env = parser.add_argument_group("environment (see docs/model.md)")
-    # the parameters a workload derives default to None, so that giving one beside --model can be refused
-    env.add_argument("-n", "--num_groups", type=int, default=None, metavar="N",
-                     help=f"micro-batches per iteration (default {defaults.n})")
-    env.add_argument("--num-gpus", type=int, default=defaults.num_gpus, help="pipeline stages (default %(default)s)")
-    env.add_argument("--sync-freq", type=int, default=None,
-                     help=f"a grad_sync follows every SYNC_FREQ-th backward (default {defaults.sync_freq}; "
-                          f"with --model: n)")
-    for name, text in (("fwd_len", "work of one forward"), ("bwd_len", "work of one backward"),
-                       ("prop_len", "work of one activation or gradient transfer"),
-                       ("sync_base_len", "work of one grad_sync"),
-                       ("fwd_impact", "slowdown of forwards by grad_sync traffic, in [0, 1)"),
-                       ("bwd_impact", "slowdown of backwards by grad_sync traffic, in [0, 1)"),
-                       ("ingress_capacity", "receive capacity of each GPU, in links")):
-        derived = name in DERIVED_KEYS
-        default = getattr(defaults, name)
-        env.add_argument("--" + name.replace("_", "-"), type=float, default=None if derived else default,
-                         help=f"{text} (default {default}" + ("; derived with --model)" if derived else ")"))
-    env.add_argument("--sync-solo-w", type=float, default=None, metavar="W",
-                     help="accepted for compatibility with older command lines; has no effect")
-    sched = parser.add_argument_group("schedule (see docs/model.md section 6)")
-    sched.add_argument("--schedule", default=defaults.schedule, metavar="NAME",
-                       help=f"one of {', '.join(SCHEDULES)}, case-insensitive (default %(default)s)")
-    sched.add_argument("--chunks", type=int, default=defaults.chunks, metavar="V",
-                       help="model chunks per GPU of interleaved-1f1b, >= 2 (default %(default)s)")
-    sched.add_argument("--w-fraction", type=float, default=None, metavar="X",
-                       help="share of a split backward that computes weight gradients (zb-h1, zb-v, dualpipe-v), "
-                            f"in [0, 1) (default {defaults.w_fraction})")
-    sched.add_argument("--fb-overlap", type=float, default=defaults.fb_overlap, metavar="X",
-                       help="share of the work saved by overlapping a forward and a backward (dualpipe-v), "
-                            "in [0, 1) (default %(default)s)")
-    noise = parser.add_argument_group("noise (see docs/model.md section 8): one sampled iteration is drawn")
-    noise.add_argument("--compute-jitter", type=float, default=defaults.compute_jitter, metavar="C",
-                       help="coefficient of variation of each compute task's work, in [0, 1] (default %(default)s)")
-    noise.add_argument("--comm-jitter", type=float, default=defaults.comm_jitter, metavar="C",
-                       help="coefficient of variation of each transfer's work, in [0, 1] (default %(default)s)")
-    noise.add_argument("--jitter-dist", default=defaults.jitter_dist, metavar="DIST",
-                       help="distribution of the factors: lognormal or normal (default %(default)s)")
-    noise.add_argument("--slow-gpu", type=int, default=defaults.slow_gpu, metavar="G",
-                       help="a straggler GPU, -1 for none (default %(default)s)")
-    noise.add_argument("--slow-factor", type=float, default=defaults.slow_factor, metavar="K",
-                       help="how many times slower the straggler computes, >= 1 (default %(default)s)")
-    noise.add_argument("--seed", type=int, default=defaults.seed, help="the random stream (default %(default)s)")
+    groups = {"environment": parser.add_argument_group("environment (see docs/model.md)"),
+              "schedule": parser.add_argument_group("schedule (see docs/model.md section 6)")}
+    groups["jitter"] = groups["straggler"] = noise = parser.add_argument_group(
+        "noise (see docs/model.md section 8): one sampled iteration is drawn")
+    for p in PARAMETERS:
+        # the parameters a workload derives default to None, so that giving one beside --model can be refused
+        derived = p.name in DERIVED_KEYS
+        default = f"default {p.default}" + ("; derived with --model" if derived else "")
+        groups[p.group].add_argument(*p.flag_names, dest=p.name, type=p.type, metavar=p.metavar,
+                                     default=None if derived else p.default,
+                                     help=f"{p.help}; {p.allowed} ({default})")
+    parser.add_argument_group("compatibility").add_argument(
+        "--sync-solo-w", type=float, default=None, metavar="W",
+        help="accepted for compatibility with older command lines; has no effect")
     noise.add_argument("--sample", type=int, default=0, help="which draw of the stream to show (default %(default)s)")
     work = parser.add_argument_group(
         "workload (see docs/model.md section 11): with --model, n, the lengths and sync_freq come from a model on "
@@ -143,18 +107,12 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
 
 def _environment(args) -> tuple[EnvParams, Workload | None]:
     """The environment the flags describe, and its workload when --model is given."""
-    given = {"n": args.num_groups, "sync_freq": args.sync_freq, "fwd_len": args.fwd_len, "bwd_len": args.bwd_len,
-             "prop_len": args.prop_len, "sync_base_len": args.sync_base_len, "w_fraction": args.w_fraction}
-    given = {key: value for key, value in given.items() if value is not None}
-    env = dict(num_gpus=args.num_gpus, fwd_impact=args.fwd_impact, bwd_impact=args.bwd_impact,
-               ingress_capacity=args.ingress_capacity, schedule=args.schedule, chunks=args.chunks,
-               fb_overlap=args.fb_overlap, compute_jitter=args.compute_jitter, comm_jitter=args.comm_jitter,
-               jitter_dist=args.jitter_dist, slow_gpu=args.slow_gpu, slow_factor=args.slow_factor, seed=args.seed)
+    env = {p.name: getattr(args, p.name) for p in PARAMETERS if getattr(args, p.name) is not None}
     keys = {key: getattr(args, key) for key in WORKLOAD_KEYS if getattr(args, key) is not None}
     if args.model is None:
         if keys:
             raise ParameterError(next(iter(keys)), next(iter(keys.values())), "needs --model")
-        return EnvParams(**env, **given), None
+        return EnvParams(**env), None
     for key in ("model", "gpu"):
         if key in keys and keys[key].lstrip().startswith("{"):
             try:
@@ -162,7 +120,7 @@ def _environment(args) -> tuple[EnvParams, Workload | None]:
             except json.JSONDecodeError as error:
                 raise ParameterError(key, keys[key], f"is not a JSON object ({error.msg})") from None
     workload = Workload(**keys)
-    return workload_environment(workload, **env, **given), workload
+    return workload_environment(workload, **env), workload
 
 
 #: What the chart may be saved as, by file extension.

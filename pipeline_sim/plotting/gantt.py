@@ -15,7 +15,7 @@ from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FuncFormatter
 
 from ..model import COMM_KINDS, COMPUTE_KINDS, Schedule, Task, TaskKind
-from ..results import noise_name
+from ..results import ENVIRONMENT_KEYS, noise_name, titles
 
 KIND_COLORS = {
     TaskKind.FORWARD: "#4C72B0",
@@ -223,9 +223,8 @@ def gantt_title(schedule: Schedule, *, schedule_name: str, ideal_time: float, wo
     if workload:
         second = f"{workload}; policy {schedule.policy.label}"
     else:
-        second = (f"fwd {params.fwd_len:g}, bwd {params.bwd_len:g}, prop {params.prop_len:g}, "
-                  f"sync {params.sync_base_len:g}, impact fwd {params.fwd_impact:g} / bwd {params.bwd_impact:g}, "
-                  f"ingress {params.ingress_capacity:g}; policy {schedule.policy.label}")
+        shown = [name for name in ENVIRONMENT_KEYS if name not in ("n", "num_gpus", "sync_freq")]  # first line's
+        second = f"{', '.join(titles(params, shown))}; policy {schedule.policy.label}"
     noise = noise_name(params, sep="; ")
     if params.jittered:
         noise = f"one sampled iteration: {noise}"

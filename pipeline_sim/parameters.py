@@ -1,0 +1,195 @@
+"""What an environment parameter is: its type, domain, default, help and short labels, said once.
+
+``EnvParams`` (model.py) declares each of its fields with ``parameter(...)``; that class
+body is the one table of the environment's parameters. ``PARAMETERS`` reads it back, and
+from it come the visualizers' flags, the config checks, the CSV columns, the heatmaps'
+file names and the figures' titles.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable
+
+#: Bounds of a task's work (docs/model.md section 1): every accepted environment gives finite times, and no work
+#: is so small that the engine's tolerance for simultaneous instants (1e-9 x max(1, t)) would swallow it.
+MIN_LENGTH, MAX_LENGTH = 1e-6, 1e9
+
+#: Parameter groups, in the order flags, file names and titles list them. A group's parameters matter to a
+#: simulation only under a condition (``EnvParams.relevant``): the schedule's own, and the noise's when there is any.
+GROUPS = ("environment", "schedule", "jitter", "straggler")
+
+
+class ParameterError(ValueError):
+    """An invalid parameter; ``name`` is the parameter, the message says what is allowed."""
+
+    def __init__(self, name: str, value: object, allowed: str) -> None:
+        super().__init__(f"{name} = {value!r}: {allowed}")
+        self.name = name
+        self.value = value
+
+
+def _is_real(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+
+
+@dataclass(frozen=True)
+class Integers:
+    """Integers from ``minimum``, up to ``maximum`` when there is one."""
+
+    minimum: int
+    maximum: int | None = None
+    maximum_text: str = ""  # how the bound reads, when its digits would not (``2^63 - 1``)
+
+    def check(self, name: str, value: object) -> None:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < self.minimum or \
+                (self.maximum is not None and int(value) > self.maximum):
+            raise ParameterError(name, value, f"must be {self.describe()}")
+
+    def describe(self) -> str:
+        if self.maximum is None:
+            return f"an integer >= {self.minimum}"
+        return f"an integer from {self.minimum} to {self.maximum_text or self.maximum}"
+
+
+@dataclass(frozen=True)
+class Interval:
+    """Finite numbers from ``low`` (excluded when ``low_open``), below ``high`` (or to it, ``high_closed``) when
+    there is a ``high``."""
+
+    low: float
+    high: float | None = None
+    low_open: bool = False
+    high_closed: bool = False
+
+    def check(self, name: str, value: object) -> None:
+        ok = _is_real(value)
+        if ok:
+            number = float(value)  # type: ignore[arg-type]
+            ok = (number > self.low if self.low_open else number >= self.low) and \
+                (self.high is None or (number <= self.high if self.high_closed else number < self.high))
+        if not ok:
+            raise ParameterError(name, value, f"must be {self.describe()}")
+
+    def describe(self) -> str:
+        if self.high is None:
+            return f"a finite number {'>' if self.low_open else '>='} {self.low:g}"
+        return (f"a finite number with {self.low:g} {'<' if self.low_open else '<='} x "
+                f"{'<=' if self.high_closed else '<'} {self.high:g}")
+
+    @property
+    def brief(self) -> str:
+        if self.high is None:
+            return f"{'>' if self.low_open else '>='} {self.low:g}"
+        return f"in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}{']' if self.high_closed else ')'}"
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """The work of a task: ``MIN_LENGTH`` to ``MAX_LENGTH``, or 0 when ``zero`` (no such task)."""
+
+    zero: bool = False
+
+    def check(self, name: str, value: object) -> None:
+        if not (_is_real(value) and (MIN_LENGTH <= float(value) <= MAX_LENGTH  # type: ignore[arg-type]
+                                     or (self.zero and value == 0))):
+            raise ParameterError(name, value, f"must be {self.describe()}")
+
+    def describe(self) -> str:
+        allowed = f"0 or {MIN_LENGTH:g}..{MAX_LENGTH:g}" if self.zero else f"from {MIN_LENGTH:g} to {MAX_LENGTH:g}"
+        return f"a finite number {allowed}"
+
+    @property
+    def brief(self) -> str:
+        return f"0 or {MIN_LENGTH:g} to {MAX_LENGTH:g}" if self.zero else f"{MIN_LENGTH:g} to {MAX_LENGTH:g}"
+
+
+@dataclass(frozen=True)
+class Names:
+    """One of the names that ``names()`` gives (read when checked: the registries import the model)."""
+
+    names: Callable[[], tuple[str, ...]]
+    case_insensitive: bool = False
+
+    def check(self, name: str, value: object) -> None:
+        if not isinstance(value, str) or self.normal(value) not in self.names():
+            raise ParameterError(name, value, f"must be {self.describe()}")
+
+    def normal(self, value: str) -> str:
+        return value.strip().lower() if self.case_insensitive else value
+
+    def describe(self) -> str:
+        return f"one of {', '.join(self.names())}"
+
+    @property
+    def brief(self) -> str:
+        return self.describe()
+
+
+Domain = Integers | Interval | Lengths | Names
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One environment parameter. ``short`` labels its value in file names (``fi`` in ``_fi0.2``; empty: the
+    value alone), ``label`` in titles (``fwd impact=0.2``; empty: the value alone); ``flags`` are the
+    visualizers' (by default ``--name-with-dashes``)."""
+
+    name: str
+    type: type
+    default: Any
+    domain: Domain
+    help: str
+    short: str
+    label: str
+    group: str
+    metavar: str | None = None
+    flags: tuple[str, ...] = ()
+
+    @property
+    def flag_names(self) -> tuple[str, ...]:
+        return self.flags or ("--" + self.name.replace("_", "-"),)
+
+    @property
+    def flag(self) -> str:
+        """How errors name its flag: ``--fwd-impact``, ``-n/--num_groups``."""
+        return "/".join(self.flag_names)
+
+    @property
+    def allowed(self) -> str:
+        """The domain in a few words, for --help."""
+        domain = self.domain
+        if isinstance(domain, Integers):
+            return f">= {domain.minimum}" if domain.maximum is None else \
+                f"{domain.minimum} to {domain.maximum_text or domain.maximum}"
+        return domain.brief
+
+    def text(self, value: object) -> str:
+        """A value as titles and file names show it: numbers in ``g`` format."""
+        return f"{value:g}" if isinstance(value, float) else str(value)
+
+    def slug(self, value: object) -> str:
+        return f"{self.short}{self.text(value)}"
+
+    def title(self, value: object) -> str:
+        return f"{self.label}={self.text(value)}" if self.label else self.text(value)
+
+
+_TYPES = {"int": int, "float": float, "str": str}
+
+
+def parameter(default: Any, domain: Domain, help: str, *, short: str, label: str, group: str,
+              metavar: str | None = None, flags: tuple[str, ...] = ()) -> Any:
+    """A dataclass field that carries its parameter's metadata (``parameters_of`` reads it back)."""
+    if group not in GROUPS:
+        raise ValueError(f"group {group!r} is none of {GROUPS}")
+    return field(default=default, metadata={"parameter": dict(domain=domain, help=help, short=short, label=label,
+                                                               group=group, metavar=metavar, flags=flags)})
+
+
+def parameters_of(cls: type) -> tuple[Parameter, ...]:
+    """The parameters a dataclass declares with ``parameter(...)``, in field order."""
+    return tuple(Parameter(name=f.name, type=_TYPES[str(f.type)], default=f.default, **f.metadata["parameter"])
+                 for f in fields(cls))
