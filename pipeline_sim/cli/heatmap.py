@@ -262,13 +262,15 @@ def add_metric_argument(parser: Parser) -> None:
 
 
 def build_parser(prog: str) -> Parser:
-    parser = Parser(prog=prog, description="Draw one heatmap per environment of a data_generator.py CSV or Parquet file: every "
-                                           "policy's completion time on one colour scale, the best one outlined. "
-                                           "Environments that differ only by schedule also get one comparison "
-                                           "figure (compare_*.png): best, default and worst policy per schedule, "
-                                           "the ideal time and the peak activations; environments that differ "
-                                           "only by a jitter level get one robustness figure (robustness_*.png): "
-                                           "how the best policies' mean and p95 move with the noise.",
+    parser = Parser(prog=prog, description=(
+                        "Draw one heatmap per environment of a data_generator.py CSV or Parquet "
+                        "file: every policy's completion time on one colour scale, the best one "
+                        "outlined. Environments that differ only by schedule also get one "
+                        "comparison figure (compare_*.png): best, default and worst policy per "
+                        "schedule, the ideal time and the peak activations; environments that "
+                        "differ only by a jitter level get one robustness figure "
+                        "(robustness_*.png): how the best policies' mean and p95 move with the "
+                        "noise."),
                     epilog=f"Example: {prog} outputs/data/example_20260101-120000.csv -o heatmaps")
     parser.add_argument("csv", type=Path, help="CSV (or Parquet file) written by data_generator.py; read in pieces, "
                                                "so memory stays flat however many rows it has")
