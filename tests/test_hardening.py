@@ -316,7 +316,7 @@ def test_plot_heatmap_checks_what_it_reads(tmp_path, name, lines, fragment):
 
 def test_misleading_messages_are_gone(tmp_path):
     (tmp_path / "adir").mkdir()
-    assert_one_line_error(run_script("plot_heatmap.py", "adir", cwd=tmp_path), "CSV adir: is a folder")
+    assert_one_line_error(run_script("plot_heatmap.py", "adir", cwd=tmp_path), "adir: is a folder")
     assert_one_line_error(run_script("data_generator.py", "-c", str(QUICK), "-o", "adir", cwd=tmp_path),
                           "adir is a folder; give the path of a file to write")
     config = interrupted_sweep(tmp_path)
