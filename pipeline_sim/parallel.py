@@ -52,11 +52,25 @@ def ordered_map(function: Callable[[_Item], _Result], items: Iterable[_Item],
         finished = True
     finally:
         if not finished:
-            # Interrupted or abandoned: the work in flight is not wanted, so the workers stop now
-            # instead of finishing it (a second Ctrl-C would otherwise wait on them).
-            for process in list(getattr(pool, "_processes", {}).values()):
-                process.terminate()
+            _stop_now(pool)
         pool.shutdown(wait=finished, cancel_futures=True)
+
+
+def _stop_now(pool: ProcessPoolExecutor) -> None:
+    """Stop an interrupted or abandoned pool's workers at once instead of letting them finish work that is no
+    longer wanted (a second Ctrl-C would otherwise wait on them)."""
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    for process in processes:
+        process.kill()
+    for process in processes:
+        process.join()
+    # A worker killed while sending its result leaves half a message in the result pipe, and the pool's
+    # thread would wait for the rest forever (so would the interpreter's exit, which joins that thread).
+    # Closing our copy of the pipe's writing end, the last one once the workers are gone, turns that wait
+    # into an end of file, which the pool handles as a broken pool.
+    result_queue = getattr(pool, "_result_queue", None)
+    if result_queue is not None:
+        result_queue._writer.close()
 
 
 def _context() -> multiprocessing.context.BaseContext:

@@ -131,3 +131,30 @@ def test_golden_csv(tmp_path):
     plan = SweepPlan(EnvironmentGrid.load(ROOT / "configs" / "quick.json"), step=0.5)
     golden = (ROOT / "tests" / "data" / "quick_step0.5.csv").read_bytes()
     assert sweep(plan, tmp_path / "quick.csv", workers=2) == golden
+
+
+ABANDONED_MAP = """
+import sys
+from pipeline_sim.parallel import ordered_map
+
+def large(index):
+    return bytes(4_000_000)  # far more than a pipe holds: the worker is still sending it when stopped
+
+results = ordered_map(large, range(16), 2)
+next(results)
+results.close()  # what Ctrl-C does to a sweep: the workers are stopped mid-send
+print("closed", flush=True)
+"""
+
+
+def test_a_map_stopped_while_workers_send_lets_the_process_exit(tmp_path):
+    """The interpreter's exit joins the pool's thread; it must not wait for the rest of a torn message."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    for _ in range(3):
+        done = subprocess.run([sys.executable, "-c", ABANDONED_MAP], cwd=ROOT, capture_output=True, text=True,
+                              timeout=30)
+        assert done.returncode == 0 and done.stdout == "closed\n" and not done.stderr, done.stderr

@@ -40,7 +40,7 @@ def run_command(prog: str, body: Callable[[], int]) -> int:
 
     SIGTERM is handled as Ctrl-C is: the run stops cleanly and says how to resume.
     """
-    signal.signal(signal.SIGTERM, _terminated)
+    previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         return body()
     except BrokenPipeError:
@@ -57,6 +57,9 @@ def run_command(prog: str, body: Callable[[], int]) -> int:
     except KeyboardInterrupt as interrupt:
         print(f"\n{prog}: {str(interrupt) or 'interrupted'}", file=sys.stderr)
         return 130
+    finally:
+        if previous is not None:  # a command run in-process leaves its caller as it was
+            signal.signal(signal.SIGTERM, previous)
 
 
 def positive_int(text: str) -> int:
