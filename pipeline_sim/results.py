@@ -30,7 +30,9 @@ class ResultsError(ValueError):
 
 
 #: Rows read at a time: a sweep's output is read in pieces, so memory stays flat however many rows it has.
-READ_ROWS = 100_000
+#: Pieces of 100,000 rows read as fast but left the reading process about 100 MB larger (freed memory that
+#: the allocator keeps).
+READ_ROWS = 20_000
 
 
 def read_results(path: str | Path, rows: int = READ_ROWS) -> Iterator[pd.DataFrame]:
