@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 import multiprocessing
 import multiprocessing.context
 import signal
@@ -39,7 +40,13 @@ def ordered_map(function: Callable[[_Item], _Result], items: Iterable[_Item],
     if workers <= 1:
         yield from map(function, items)
         return
-    pool = ProcessPoolExecutor(max_workers=workers, initializer=_init_worker, mp_context=_context())
+    context = _context()
+    if context.get_start_method() == "fork":
+        # Forked workers share the parent's memory until a page is written. The cyclic collector writes to
+        # every object it visits, so in each worker it would copy all that the parent holds (a drawing's
+        # first reading: about 4.5 KB per environment); frozen objects it leaves alone.
+        gc.freeze()
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_init_worker, mp_context=context)
     finished = False
     try:
         pending: deque[Future[_Result]] = deque()
@@ -54,6 +61,7 @@ def ordered_map(function: Callable[[_Item], _Result], items: Iterable[_Item],
         if not finished:
             _stop_now(pool)
         pool.shutdown(wait=finished, cancel_futures=True)
+        gc.unfreeze()
 
 
 def _stop_now(pool: ProcessPoolExecutor) -> None:

@@ -158,3 +158,27 @@ def test_a_map_stopped_while_workers_send_lets_the_process_exit(tmp_path):
         done = subprocess.run([sys.executable, "-c", ABANDONED_MAP], cwd=ROOT, capture_output=True, text=True,
                               timeout=30)
         assert done.returncode == 0 and done.stdout == "closed\n" and not done.stderr, done.stderr
+
+
+def _frozen_in_worker(_: int) -> int:
+    import gc
+
+    return gc.get_freeze_count()
+
+
+def test_forked_workers_find_the_parents_objects_frozen():
+    """The collector in a forked worker must not visit (and so copy) what the parent held before the fork; the
+    parent's objects are collected again once the map ends."""
+    import gc
+
+    from pipeline_sim.parallel import ordered_map
+
+    held = [{"environment": i} for i in range(10_000)]  # a drawing's first reading, in small
+    assert gc.get_freeze_count() == 0
+    frozen = list(ordered_map(_frozen_in_worker, range(4), 2))
+    assert min(frozen) >= len(held)
+    assert gc.get_freeze_count() == 0
+    abandoned = ordered_map(_frozen_in_worker, range(40), 2)
+    next(abandoned)
+    abandoned.close()
+    assert gc.get_freeze_count() == 0

@@ -86,10 +86,22 @@ def _panels(rows: pd.DataFrame, k: int, metric: str) -> dict[str, tuple[np.ndarr
     }
 
 
+#: The simplex's largest side, in inches: finer sweeps get smaller cells, not a larger figure (step 0.01 would
+#: otherwise draw a figure of 9,500 x 4,800 pixels).
+MAX_SIDE = 10.0
+#: Cells whose numbers would be set smaller than this (points) show their colour alone.
+MIN_NUMBER_POINTS = 5.0
+
+
 def figure_size(k: int) -> tuple[float, float]:
-    """Inches for a sweep of ``k`` steps per unit: cells stay large enough to read their numbers."""
-    side = max(6.0, 0.42 * (k + 1))
+    """Inches for a sweep of ``k`` steps per unit: cells large enough to read their numbers, up to ``MAX_SIDE``."""
+    side = min(MAX_SIDE, max(6.0, 0.42 * (k + 1)))
     return 2 * side + 1.8, side + 1.6
+
+
+def tick_step(k: int) -> int:
+    """Every how many cells a share is labelled: all up to 10 steps per unit, then about ten labels."""
+    return 1 if k <= 10 else 2 if k <= 20 else -(-k // 10)
 
 
 _TITLES = {"simplex": "shared priorities (rest: grad_sync share)",
@@ -169,7 +181,8 @@ class HeatmapFigure:
         self.norm = Normalize(0.0, 1.0)
         self.cmap = colormaps[CMAP]
         side = height - 2.0
-        font = float(np.clip(72 * side / (k + 1) * 0.27, 3.5, 9))
+        font = min(72 * side / (k + 1) * 0.27, 9.0)  # the simplex's and the one-exclusive panel's numbers
+        self.numbered = font >= MIN_NUMBER_POINTS
         self.axes, self.meshes, self.texts, self.scales = {}, {}, {}, {}
         for name, (rows, cols) in shapes.items():
             x, y, w, h = _rectangles(k)[name]
@@ -181,21 +194,22 @@ class HeatmapFigure:
             for spine in ax.spines.values():
                 spine.set_visible(False)
             ax.tick_params(labelsize=7, length=0)
-            ax.set_title(_TITLES[name], fontsize=9)
-            size = font if name in ("simplex", "one") else min(8.0 if name == "three" else 9.0, font + 1.5)
+            fine = name in ("simplex", "one") and not self.numbered
+            ax.set_title(_TITLES[name] + (" - colour only, cells too small for numbers" if fine else ""), fontsize=9)
+            size = {"simplex": font, "one": font, "two": 9.0, "three": 8.0}[name]
             # data units per point of type, across and down
             self.scales[name] = (size / 72 * cols / w, size / 72 * rows / h)
             self.texts[name] = ax.add_collection(PathCollection([], linewidths=0, antialiased=True))
             self.axes[name], self.meshes[name] = ax, mesh
         shares = [f"{i / k:g}" for i in range(k + 1)]
-        step = 1 if k <= 10 else 2
+        step = tick_step(k)
         simplex = self.axes["simplex"]
         simplex.set_xticks(np.arange(0, k + 1, step) + 0.5, shares[::step])
         simplex.set_yticks(np.arange(0, k + 1, step) + 0.5, shares[::-1][::step])
         simplex.set_xlabel("fwd_prop share")
         simplex.set_ylabel("grad_prop share")
         one = self.axes["one"]
-        one.set_xticks(np.arange(k + 1) + 0.5, shares)
+        one.set_xticks(np.arange(0, k + 1, step) + 0.5, shares[::step])
         one.set_xlabel("share of the first shared kind (F before G before S)", fontsize=8)
         two = self.axes["two"]
         two.set_xticks(np.arange(3) + 0.5, ["X>Y", "Y>X", "X=Y"])
@@ -242,10 +256,12 @@ class HeatmapFigure:
             colours = _text_colour(self.cmap(self.norm(masked.filled(low)).ravel()))
             bold = {cell for cell, position in cells.items() if position in best}
             paths, faces = [], []
-            for (r, c), value in np.ndenumerate(matrix):
-                if not np.isnan(value):
-                    paths.append(_number_path(f"{value:.4g}", (r, c) in bold, c + 0.5, r + 0.5, *self.scales[name]))
-                    faces.append(colours[r * matrix.shape[1] + c])
+            if self.numbered or name in ("two", "three"):
+                for (r, c), value in np.ndenumerate(matrix):
+                    if not np.isnan(value):
+                        paths.append(_number_path(f"{value:.4g}", (r, c) in bold, c + 0.5, r + 0.5,
+                                                  *self.scales[name]))
+                        faces.append(colours[r * matrix.shape[1] + c])
             texts.set_paths(paths)
             texts.set_facecolor(faces)
             for r, c in bold:

@@ -1,0 +1,58 @@
+"""The heatmap figure at coarse and fine priority steps: numbers where they can be read, a bounded size."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import run_script
+from PIL import Image
+
+from pipeline_sim.plotting.heatmap import DPI, MAX_SIDE, HeatmapFigure
+from pipeline_sim.results import environments, load_results
+
+
+def _rows(tmp_path, step: str) -> pd.DataFrame:
+    config = tmp_path / "c.json"
+    config.write_text('{"n": 2, "num_gpus": 2}')
+    csv = tmp_path / f"s{step}.csv"
+    result = run_script("data_generator.py", "-c", str(config), "--step", step, "-o", str(csv), "--workers", "1",
+                        cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    (_, rows), = environments(load_results(csv))
+    return rows
+
+
+def _labels(ax) -> list[str]:
+    return [label.get_text() for label in ax.get_xticklabels()]
+
+
+@pytest.mark.parametrize("step, k, numbered, shares", [
+    ("0.1", 10, True, ["0", "0.1", "0.2", "0.3", "0.4", "0.5", "0.6", "0.7", "0.8", "0.9", "1"]),
+    ("0.05", 20, True, ["0", "0.1", "0.2", "0.3", "0.4", "0.5", "0.6", "0.7", "0.8", "0.9", "1"]),
+    ("0.01", 100, False, ["0", "0.1", "0.2", "0.3", "0.4", "0.5", "0.6", "0.7", "0.8", "0.9", "1"]),
+])
+def test_numbers_where_readable_and_about_ten_share_labels(tmp_path, step, k, numbered, shares):
+    rows = _rows(tmp_path, step)
+    figure = HeatmapFigure(k)
+    figure.draw(rows, title="t")
+    counts = {name: len(texts.get_paths()) for name, texts in figure.texts.items()}
+    simplex, one = (k + 1) * (k + 2) // 2, 3 * (k + 1)
+    assert counts == {"simplex": simplex if numbered else 0, "one": one if numbered else 0, "two": 9, "three": 13}
+    assert figure.axes["simplex"].get_title().endswith("cells too small for numbers") is not numbered
+    assert _labels(figure.axes["simplex"]) == shares
+    assert _labels(figure.axes["one"]) == shares
+    # Every cell is coloured whether or not it shows its number; the best one is outlined.
+    assert np.ma.count(figure.meshes["simplex"].get_array()) == simplex
+    assert len(figure.outlines) >= 1
+    png = tmp_path / "h.png"
+    figure.save(png)
+    width, height = Image.open(png).size
+    assert width <= round((2 * MAX_SIDE + 1.8) * DPI) and height <= round((MAX_SIDE + 1.6) * DPI)
+    pixels = np.asarray(Image.open(png).convert("L"), dtype=float)
+    assert pixels.std() > 20  # drawn, not blank
+
+
+def test_the_shipped_step_keeps_its_size():
+    width, height = HeatmapFigure(10).fig.get_size_inches()
+    assert (width, height) == (13.8, 7.6)
