@@ -2,7 +2,8 @@
 
 from .engine import SimulationStuckError, calculate_full_pipeline_schedule, simulate
 from .model import COMM_KINDS, Action, EnvParams, Pair, ParameterError, Policy, Schedule, Task, TaskId, TaskKind
-from .schedules import SCHEDULES, compute_orders
+from .orders import compute_orders
+from .schedules import SCHEDULES
 from .workload import GPU_PRESETS, MODEL_PRESETS, Workload, WorkloadReport, workload_environment, workload_report
 
 __all__ = [

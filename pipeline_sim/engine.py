@@ -1,4 +1,4 @@
-"""Simulating an environment: the task graph as arrays, handed to the compiled kernel (``kernel.py``).
+"""Simulating an environment: the task graph as arrays, handed to the compiled kernel (``kernel/``).
 
 ``simulate`` returns every task's timeline (for charts, traces, the validator and the
 API); ``simulate_figures`` returns only the figures a sweep keeps, for many policies in
@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import numbers
-import os
 import sys
 from functools import lru_cache
 from pathlib import Path
@@ -133,7 +132,13 @@ def simulate(params: EnvParams, policy: Policy, sample: int = 0) -> Schedule:
                   flag, wait, stretch)
              for spec, r, s, e, flag, wait, stretch in zip(graph.tasks, ready, start, end, throttled,
                                                           F[kernel.THROTTLED_TIME].tolist(), segments)]
-    return Schedule(params=params, policy=policy, tasks=tasks, completion_time=max(end), sample=sample)
+    p = params.num_gpus
+    figures = np.empty(3 + 3 * p)
+    kernel.figures(arrays.gpu, arrays.comm, arrays.rises, arrays.falls, p, params.v, F[kernel.START], F[kernel.END],
+                   I[kernel.THROTTLED], F[kernel.THROTTLED_TIME], figures)
+    return Schedule(params=params, policy=policy, tasks=tasks, completion_time=max(end),
+                    spans=tuple(figures[3 + p:3 + 2 * p].tolist()),
+                    peak_activations=tuple(figures[3 + 2 * p:].tolist()), sample=sample)
 
 
 def simulate_figures(params: EnvParams, policies: Sequence[Policy], sample: int = 0) -> np.ndarray:
@@ -148,15 +153,23 @@ def simulate_figures(params: EnvParams, policies: Sequence[Policy], sample: int 
     return out
 
 
+def _kernel_sources() -> list[Path]:
+    return sorted(Path(kernel.__file__).parent.glob("*.py"))
+
+
 def _kernel_stamp() -> str:
-    """What numba's cached kernel depends on: its source, numba, Python and the CPU."""
-    source = os.stat(kernel.__file__)
-    return " ".join(map(str, (source.st_mtime_ns, source.st_size, numba.__version__, sys.version_info[:2],
+    """What numba's cached kernel depends on: its sources, numba, Python and the CPU."""
+    sources = [(path.name, path.stat().st_mtime_ns, path.stat().st_size) for path in _kernel_sources()]
+    return " ".join(map(str, (sources, numba.__version__, sys.version_info[:2],
                               llvmlite.binding.get_host_cpu_name())))
 
 
+def _cache_folder() -> Path:
+    return Path(str(kernel.simulate_policies.stats.cache_path))
+
+
 def _stamp_path() -> Path:
-    return Path(str(kernel.simulate_policies.stats.cache_path)) / "pipeline_sim_kernel.stamp"
+    return _cache_folder() / "pipeline_sim_kernel.stamp"
 
 
 def kernel_is_compiled() -> bool:
@@ -175,12 +188,20 @@ def kernel_is_compiled() -> bool:
 
 def compile_kernel() -> None:
     """Compile every entry point of the kernel, or load it from the cache (worker processes forked later share
-    it); about ``COMPILE_SECONDS`` the first time on an installation."""
-    from .metrics import schedule_metrics
+    it); about ``COMPILE_SECONDS`` the first time on an installation.
 
+    numba checks a cached function against its own file only, not against the files of the functions it
+    calls; so when any file of the kernel changed, every cached function of the kernel is dropped first.
+    """
+    if not getattr(numba.config, "DISABLE_JIT") and not kernel_is_compiled():
+        for cached in [*_cache_folder().glob("*.nbi"), *_cache_folder().glob("*.nbc")]:
+            try:
+                cached.unlink()
+            except OSError:
+                pass  # another process's, or not ours to remove: numba then compiles in memory
     params = EnvParams(n=2, num_gpus=2)
     simulate_figures(params, [Policy()])
-    schedule_metrics(simulate(params, Policy()))
+    simulate(params, Policy())
     if not getattr(numba.config, "DISABLE_JIT"):
         try:
             _stamp_path().write_text(_kernel_stamp())

@@ -12,7 +12,9 @@ from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from typing import Mapping, NamedTuple
 
+from .noise import JITTER_DISTRIBUTIONS
 from .parameters import Integers, Interval, Lengths, Names, ParameterError, parameter, parameters_of
+from .schedules import SCHEDULES, get_schedule
 
 
 class TaskKind(StrEnum):
@@ -164,18 +166,6 @@ class Task:
                 f"end={self.end:.6g}, throttled={self.throttled})")
 
 
-def _schedule_names() -> tuple[str, ...]:
-    from .schedules import SCHEDULES
-
-    return tuple(SCHEDULES)
-
-
-def _jitter_distributions() -> tuple[str, ...]:
-    from .noise import JITTER_DISTRIBUTIONS
-
-    return JITTER_DISTRIBUTIONS
-
-
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EnvParams:
     """One environment (docs/model.md sections 1 and 6). Invalid values raise ``ValueError``.
@@ -206,7 +196,7 @@ class EnvParams:
     ingress_capacity: float = parameter(1.0, Interval(1e-6, 1e6, high_closed=True),
                                         "receive capacity of each GPU, in links", short="in", label="ingress",
                                         group="environment")
-    schedule: str = parameter("1f1b", Names(_schedule_names, case_insensitive=True),
+    schedule: str = parameter("1f1b", Names(tuple(SCHEDULES), case_insensitive=True),
                               "the pipeline schedule, case-insensitive", short="", label="", group="schedule",
                               metavar="NAME")
     chunks: int = parameter(2, Integers(2), "model chunks per GPU of interleaved-1f1b", short="v", label="v",
@@ -221,7 +211,7 @@ class EnvParams:
                                       metavar="C")
     comm_jitter: float = parameter(0.0, Interval(0.0, 1.0, high_closed=True), "coefficient of variation of each "
                                    "transfer's work", short="mj", label="comm jitter", group="jitter", metavar="C")
-    jitter_dist: str = parameter("lognormal", Names(_jitter_distributions), "distribution of the jitter factors",
+    jitter_dist: str = parameter("lognormal", Names(JITTER_DISTRIBUTIONS), "distribution of the jitter factors",
                                  short="", label="", group="jitter", metavar="DIST")
     slow_gpu: int = parameter(-1, Integers(-1), "a straggler GPU, -1 for none", short="slow", label="straggler GPU",
                               group="straggler", metavar="G")
@@ -231,8 +221,6 @@ class EnvParams:
                           label="seed", group="jitter")
 
     def __post_init__(self) -> None:
-        from .schedules import get_schedule
-
         for p in PARAMETERS:
             p.domain.check(p.name, getattr(self, p.name))
         spec = get_schedule(self.schedule)
@@ -257,8 +245,6 @@ class EnvParams:
 
     def ignored(self) -> tuple[str, ...]:
         """The schedule parameters this environment's schedule does not read."""
-        from .schedules import get_schedule
-
         used = get_schedule(self.schedule).parameters
         return tuple(name for name in SCHEDULE_PARAMETERS if name not in used)
 
@@ -278,8 +264,6 @@ class EnvParams:
     @property
     def v(self) -> int:
         """Model chunks (stages) per GPU."""
-        from .schedules import get_schedule
-
         return get_schedule(self.schedule).v(self.chunks)
 
 
@@ -361,12 +345,19 @@ def sync_points(n: int, sync_freq: int) -> list[int]:
 
 @dataclass(slots=True)
 class Schedule:
-    """The result of one simulation: every task of the iteration and the completion time."""
+    """The result of one simulation: every task of the iteration and the figures the engine computed.
+
+    ``spans[g]`` runs from GPU g's first compute start to its last compute end (section
+    6.5); ``peak_activations[g]`` is its most activations in flight at once, in
+    micro-batches of its whole share of the model (section 7).
+    """
 
     params: EnvParams
     policy: Policy
     tasks: list[Task]
     completion_time: float
+    spans: tuple[float, ...]
+    peak_activations: tuple[float, ...]
     sample: int = 0  # which draw of the noise (docs/model.md section 8); irrelevant without jitter
 
     def task(self, kind: str, stage: int, index: int) -> Task:
@@ -383,20 +374,6 @@ class Schedule:
             if t.id == wanted:
                 return t
         raise KeyError(f"no task {text}")
-
-    @property
-    def spans(self) -> list[float]:
-        """Per GPU, from the start of its first compute action to the end of its last (section 6.5)."""
-        from .metrics import schedule_metrics
-
-        return list(schedule_metrics(self).spans)
-
-    @property
-    def peak_activations(self) -> list[float]:
-        """Per GPU, the most activations in flight at once, in micro-batches of its whole share (section 7)."""
-        from .metrics import schedule_metrics
-
-        return list(schedule_metrics(self).gpu_peak_activations)
 
     def activation_steps(self) -> list[list[tuple[float, float]]]:
         """Per GPU, ``(time, in-flight activations from then on)``, starting with ``(0, 0)``.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable
+from typing import Any
 
 #: Bounds of a task's work (docs/model.md section 1): every accepted environment gives finite times, and no work
 #: is so small that the engine's tolerance for simultaneous instants (1e-9 x max(1, t)) would swallow it.
@@ -108,20 +108,20 @@ class Lengths:
 
 @dataclass(frozen=True)
 class Names:
-    """One of the names that ``names()`` gives (read when checked: the registries import the model)."""
+    """One of ``names``."""
 
-    names: Callable[[], tuple[str, ...]]
+    names: tuple[str, ...]
     case_insensitive: bool = False
 
     def check(self, name: str, value: object) -> None:
-        if not isinstance(value, str) or self.normal(value) not in self.names():
+        if not isinstance(value, str) or self.normal(value) not in self.names:
             raise ParameterError(name, value, f"must be {self.describe()}")
 
     def normal(self, value: str) -> str:
         return value.strip().lower() if self.case_insensitive else value
 
     def describe(self) -> str:
-        return f"one of {', '.join(self.names())}"
+        return f"one of {', '.join(self.names)}"
 
     @property
     def brief(self) -> str:

@@ -28,7 +28,7 @@ from typing import Generator, Iterator
 import numpy as np
 
 from .cluster import DaskCluster
-from .config import ConfigError, EnvironmentGrid
+from .config import BOOLEAN_KEYS, INTEGER_KEYS, OBJECT_KEYS, STRING_KEYS, ConfigError, EnvironmentGrid
 from .engine import simulate_figures
 from .files import OutputError, atomic_output, exclusive_writer, output_target
 from .metrics import ScheduleMetrics, ideal_time, metric_columns
@@ -137,8 +137,6 @@ class SweepPlan:
 
     def column_types(self) -> dict[str, type]:
         """The type of each column that is not a float: what a Parquet output stores them as."""
-        from .config import BOOLEAN_KEYS, INTEGER_KEYS, OBJECT_KEYS, STRING_KEYS
-
         types: dict[str, type] = {**{key: int for key in INTEGER_KEYS}, **{key: str for key in STRING_KEYS},
                                   **{key: bool for key in BOOLEAN_KEYS}, **{key: str for key in OBJECT_KEYS}}
         types.update(simulator=str, samples=int, policy=str, memory_fits=bool,

@@ -15,6 +15,7 @@ import numpy as np
 
 from .model import COMM_KINDS, Action, EnvParams, Pair, TaskKind, sync_points
 from .noise import KIND_NUMBERS, standard_normals, work_factors
+from .orders import build_orders
 from .schedules import get_schedule
 
 _F, _B, _I, _W = TaskKind.FORWARD, TaskKind.BACKWARD, TaskKind.BACKWARD_INPUT, TaskKind.BACKWARD_WEIGHT
@@ -132,7 +133,7 @@ def _build(params: EnvParams) -> TaskGraph:
     stages = p * v
     stage_gpu = tuple(spec.placement(s, p, v) for s in range(stages))
     stage_chunk = tuple(sum(1 for t in range(s) if stage_gpu[t] == stage_gpu[s]) for s in range(stages))
-    orders = spec.build(p, n, v)
+    orders = build_orders(params)
     forward, backward = params.fwd_len / v, params.bwd_len / v
 
     def compute_task(gpu: int, action: Action | Pair) -> GraphTask:

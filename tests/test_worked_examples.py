@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from pipeline_sim import calculate_full_pipeline_schedule, kernel
-from pipeline_sim.kernel import SHARED_LAYER, ZERO_LAYER, layered_rates
+from pipeline_sim import calculate_full_pipeline_schedule
+from pipeline_sim.kernel import SHARED_LAYER, ZERO_LAYER, allocation, layered_rates, state
 from pipeline_sim.metrics import ideal_time
 from pipeline_sim.validate import validate_schedule
 
@@ -187,7 +187,7 @@ def test_ingress_backpressure_marks_throttled_transfers():
 
 
 def is_throttled(rate, share):
-    return rate < share * (1.0 - kernel.THROTTLE_TOLERANCE)
+    return rate < share * (1.0 - state.THROTTLE_TOLERANCE)
 
 
 class Ready:
@@ -202,19 +202,19 @@ class Ready:
 def choose_sending_set(ready):
     """The kernel's sending set of one GPU whose ready transfers are ``ready``, in ready order."""
     count = len(ready)
-    F = np.zeros((kernel.TASK_FLOATS, count))
-    I = np.zeros((kernel.TASK_INTS, count), dtype=np.int64)
+    F = np.zeros((state.TASK_FLOATS, count))
+    I = np.zeros((state.TASK_INTS, count), dtype=np.int64)
     Q = np.zeros((2, 1, count), dtype=np.int64)
-    A, _ = kernel.scratch(count, 1)
+    A, _ = allocation.scratch(count, 1)
     for i, run in enumerate(ready):
-        Q[kernel.READY_QUEUE, 0, i] = i
-        I[kernel.TIER, i] = -1 if run.tier_rank is None else run.tier_rank
-        I[kernel.INDEX, i], I[kernel.COMM, i] = run.index, run.kind_order
-        F[kernel.KEY, i], F[kernel.PRIORITY, i] = kernel.ready_key(run.ready), run.priority
-    size = kernel.choose_sending_set(0, count, Q, F, I, A)
-    chosen = [ready[i] for i in A[kernel.CHOSEN, :size]]
-    for i, run in zip(A[kernel.CHOSEN, :size], chosen):
-        run.weight, run.share, run.layer = F[kernel.WEIGHT, i], F[kernel.SHARE, i], I[kernel.LAYER, i]
+        Q[state.READY_QUEUE, 0, i] = i
+        I[state.TIER, i] = -1 if run.tier_rank is None else run.tier_rank
+        I[state.INDEX, i], I[state.COMM, i] = run.index, run.kind_order
+        F[state.KEY, i], F[state.PRIORITY, i] = allocation.ready_key(run.ready), run.priority
+    size = allocation.choose_sending_set(0, count, Q, F, I, A)
+    chosen = [ready[i] for i in A[state.CHOSEN, :size]]
+    for i, run in zip(A[state.CHOSEN, :size], chosen):
+        run.weight, run.share, run.layer = F[state.WEIGHT, i], F[state.SHARE, i], I[state.LAYER, i]
     return chosen
 
 

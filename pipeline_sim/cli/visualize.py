@@ -12,8 +12,8 @@ from ..engine import simulate
 from ..files import atomic_output, output_target
 from ..metrics import schedule_metrics
 from ..model import COMM_KINDS, DEFAULT_POLICY, PARAMETERS, EnvParams, ParameterError, Policy
+from ..orders import compute_orders, format_orders
 from ..results import schedule_name, workload_title
-from ..schedules import compute_orders, format_orders
 from ..taskgraph import MAX_TASKS, build_task_graph, estimated_tasks
 from ..trace import chrome_trace
 from ..workload import DERIVED_KEYS, RECOMPUTE_MODES, WORKLOAD_KEYS, Workload, workload_environment, workload_report

@@ -1,0 +1,46 @@
+"""The simulation kernel: the event loop and the layered allocation over arrays, compiled by numba.
+
+This is the one implementation of docs/model.md sections 2, 3 and 6. Between two
+events every active task progresses at a constant rate; an event is a task ending
+(every readiness follows from an ending, or from time 0). At an event the loop applies
+all endings and the readiness chains they cause, then recomputes rates, only where the
+event can change them: the sending sets of the GPUs whose ready transfers changed, and
+the layered allocation of the group of GPUs those transfers couple through ingress
+limits. Everything else keeps its rate, which is what a recomputation from scratch
+would give it; a task's remaining work is brought up to date only when its rate changes.
+
+One compiled loop in rooms of its own: ``state`` (the constants and the rows of the
+state arrays), ``events`` (rate changes, the heap of projected ends), ``allocation``
+(sending sets and rates), ``next_task`` (which compute task a free GPU starts),
+``loop`` (readiness chains and the loop itself) and ``figures`` (what a sweep keeps).
+
+The functions take the task graph as arrays (``engine.GraphArrays``) and never ask
+which schedule produced it. They are plain Python that numba compiles once per
+installation (``cache=True``); with ``NUMBA_DISABLE_JIT=1`` the very same code runs
+uncompiled, for debugging. Every float operation is written in the order the model's
+reference takes it, so compiled and uncompiled runs give the same bits.
+
+Left out on purpose: latency (a transfer's cost is its work only), contention inside a
+GPU other than through ``grad_sync`` traffic, and the receiving side of ``grad_sync``
+(data-parallel peers are outside the model).
+"""
+
+from .allocation import layered_rates
+from .figures import figures
+from .loop import simulate, simulate_policies
+from .state import (
+    BUSY,
+    DONE,
+    END,
+    NEXT,
+    READY,
+    SHARED_LAYER,
+    START,
+    STUCK,
+    THROTTLED,
+    THROTTLED_TIME,
+    ZERO_LAYER,
+)
+
+__all__ = ["BUSY", "DONE", "END", "NEXT", "READY", "SHARED_LAYER", "START", "STUCK", "THROTTLED", "THROTTLED_TIME",
+           "ZERO_LAYER", "figures", "layered_rates", "simulate", "simulate_policies"]

@@ -1,0 +1,436 @@
+"""Who sends and at what rate (docs/model.md sections 3.1 to 3.3): sending sets, the layered max-min
+allocation of the GPUs an event couples, and the compute rates that grad_sync traffic slows."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .events import mark, set_rate, sort_row
+from .jit import compiled, inner
+from .state import (
+    BUSY,
+    CAPACITY,
+    CHOSEN,
+    COMM,
+    DIRTY_COMM,
+    DIRTY_COMM_COUNT,
+    DIRTY_COMM_LIST,
+    DIRTY_COMPUTE,
+    DIRTY_COMPUTE_COUNT,
+    DIRTY_COMPUTE_LIST,
+    EGRESS_OF,
+    FLOWS,
+    FREE,
+    FROZEN,
+    GPU,
+    GRAD_SYNC,
+    GROUP,
+    GROUP_END,
+    GROUPED,
+    IMPACT,
+    INDEX,
+    INFLOW,
+    INGRESS_OF,
+    KEY,
+    LAYER,
+    LAYER_OF,
+    LEFT,
+    LEVEL,
+    LEVEL_TOLERANCE,
+    MEMBER,
+    OPEN,
+    PORTS,
+    PRIORITY,
+    RATE,
+    RATE_OF,
+    READY_COUNT,
+    READY_QUEUE,
+    RECEIVER,
+    RECEIVER_OF,
+    SEED,
+    SENDER,
+    SENDING_COUNT,
+    SENDING_SET,
+    SHARE,
+    SHARED_LAYER,
+    STAGE,
+    SYNC_RATE,
+    THROTTLE_TOLERANCE,
+    THROTTLED_NOW,
+    TIER,
+    UNFROZEN,
+    WEIGHT,
+    WEIGHT_OF,
+    ZERO_LAYER,
+)
+
+
+@inner
+def ready_key(ready: float) -> float:
+    """The ready time as exclusive tiers compare it: in units of 1e-9, rounded, so that float noise
+    cannot reorder transfers that became ready together."""
+    return np.rint(ready * 1e9)
+
+
+@inner
+def key_before(a_tier: int, a_ready: float, a_index: int, a_kind: int, a_stage: int,
+               b_tier: int, b_ready: float, b_index: int, b_kind: int, b_stage: int) -> bool:
+    """Whether transfer a sends before b in an exclusive tier: tier ('a' first), then earliest ready
+    time (``ready_key``), lowest micro-batch or sync index, kind order, lowest sending stage."""
+    if a_tier != b_tier:
+        return a_tier < b_tier
+    if a_ready != b_ready:
+        return a_ready < b_ready
+    if a_index != b_index:
+        return a_index < b_index
+    if a_kind != b_kind:
+        return a_kind < b_kind
+    return a_stage < b_stage
+
+
+@inner
+def _insert(A: np.ndarray, first: int, stop: int, value: int) -> int:
+    """Insert ``value`` into the sorted distinct ``A[PORTS, first:stop]`` unless present; return the new stop."""
+    k = stop
+    for j in range(first, stop):
+        if A[PORTS, j] == value:
+            return stop
+        if A[PORTS, j] > value:
+            k = j
+            break
+    for j in range(stop, k, -1):
+        A[PORTS, j] = A[PORTS, j - 1]
+    A[PORTS, k] = value
+    return stop + 1
+
+
+@inner
+def _position(A: np.ndarray, first: int, stop: int, value: int) -> int:
+    for j in range(first, stop):
+        if A[PORTS, j] == value:
+            return j
+    return -1
+
+
+@inner
+def _fill(count: int, A: np.ndarray, AF: np.ndarray) -> None:
+    """Weighted max-min fair rates of the flows ``A[MEMBER, :count]`` (one layer), by progressive filling.
+
+    Flow f leaves GPU ``A[SENDER, f]`` (egress capacity 1) and enters GPU ``A[RECEIVER_OF, f]``
+    (-1 for traffic leaving the modelled GPUs), whose free ingress is ``AF[LEFT, receiver]``.
+    Every unfrozen flow's rate rises as ``AF[WEIGHT_OF, f] x level``; when a capacity is
+    reached its flows freeze, and ``AF[RATE_OF, f]`` is set. Weights must be positive.
+
+    A flow frozen by a capacity gets ``weight x free / sum of unfrozen weights`` of it:
+    the same expression as the sender-only share ``weight / sum of weights`` when its
+    egress binds, so that equal rates are equal floats however they were reached.
+    Constraints are taken egress before ingress, each by GPU number.
+    """
+    egress = 0
+    for k in range(count):
+        egress = _insert(A, 0, egress, A[SENDER, A[MEMBER, k]])
+    total = egress
+    for k in range(count):
+        if A[RECEIVER_OF, A[MEMBER, k]] >= 0:
+            total = _insert(A, egress, total, A[RECEIVER_OF, A[MEMBER, k]])
+    for c in range(total):
+        AF[CAPACITY, c] = 1.0 if c < egress else AF[LEFT, A[PORTS, c]]
+        A[OPEN, c] = c
+    for k in range(count):
+        f = A[MEMBER, k]
+        A[EGRESS_OF, k] = _position(A, 0, egress, A[SENDER, f])
+        A[INGRESS_OF, k] = _position(A, egress, total, A[RECEIVER_OF, f]) if A[RECEIVER_OF, f] >= 0 else -1
+        A[FROZEN, k] = 0
+        AF[RATE_OF, f] = 0.0
+    open_count = total
+    while open_count > 0:
+        lowest = np.inf
+        for j in range(open_count):
+            c = A[OPEN, j]
+            used = 0.0
+            unfrozen = 0.0
+            for k in range(count):
+                if A[EGRESS_OF, k] == c or A[INGRESS_OF, k] == c:
+                    if A[FROZEN, k] == 1:
+                        used += AF[RATE_OF, A[MEMBER, k]]
+                    else:
+                        unfrozen += AF[WEIGHT_OF, A[MEMBER, k]]
+            left = AF[CAPACITY, c] - used
+            AF[FREE, c] = left if left > 0.0 else 0.0
+            AF[UNFROZEN, c] = unfrozen
+            AF[LEVEL, c] = AF[FREE, c] / unfrozen
+            if AF[LEVEL, c] < lowest:
+                lowest = AF[LEVEL, c]
+        for j in range(open_count):
+            c = A[OPEN, j]
+            if AF[LEVEL, c] <= lowest * (1.0 + LEVEL_TOLERANCE):
+                for k in range(count):
+                    if (A[EGRESS_OF, k] == c or A[INGRESS_OF, k] == c) and A[FROZEN, k] == 0:
+                        f = A[MEMBER, k]
+                        AF[RATE_OF, f] = AF[WEIGHT_OF, f] * AF[FREE, c] / AF[UNFROZEN, c]
+                        A[FROZEN, k] = 1
+        still_open = 0
+        for j in range(open_count):
+            c = A[OPEN, j]
+            for k in range(count):
+                if (A[EGRESS_OF, k] == c or A[INGRESS_OF, k] == c) and A[FROZEN, k] == 0:
+                    A[OPEN, still_open] = c
+                    still_open += 1
+                    break
+        open_count = still_open
+
+
+@inner
+def _layered(count: int, ingress_capacity: float, num_gpus: int, A: np.ndarray, AF: np.ndarray) -> None:
+    """Rates ``AF[RATE_OF, :count]`` of every sending set's flows: layer by layer, lowest layer number first.
+
+    ``A[LAYER_OF, f]`` ranks flow f (exclusive tiers first, then ``SHARED_LAYER``, then
+    ``ZERO_LAYER``). Each layer is one max-min fair allocation (``_fill``) within the
+    ingress the layers before it left; a GPU's sending set is of one layer, so its egress
+    is whole for that layer. A flow whose receiver is saturated by higher layers gets 0.
+    """
+    for g in range(num_gpus):
+        AF[LEFT, g] = ingress_capacity
+    previous = -1
+    while True:
+        layer = -1
+        for f in range(count):
+            if A[LAYER_OF, f] > previous and (layer < 0 or A[LAYER_OF, f] < layer):
+                layer = A[LAYER_OF, f]
+        if layer < 0:
+            return
+        members = 0
+        for f in range(count):
+            if A[LAYER_OF, f] == layer:
+                A[MEMBER, members] = f
+                members += 1
+        _fill(members, A, AF)
+        for k in range(members):
+            f = A[MEMBER, k]
+            r = A[RECEIVER_OF, f]
+            if r >= 0:
+                rest = AF[LEFT, r] - AF[RATE_OF, f]
+                AF[LEFT, r] = rest if rest > 0.0 else 0.0
+        previous = layer
+
+
+@compiled
+def scratch(flows: int, num_gpus: int) -> tuple[np.ndarray, np.ndarray]:
+    """Scratch rows for ``flows`` flows among ``num_gpus`` GPUs (``A``, ``AF``)."""
+    width = max(2 * flows, num_gpus) + 1
+    return np.zeros((11, width), dtype=np.int64), np.zeros((7, width))
+
+
+def layered_rates(senders: list[int], receivers: list[int | None], weights: list[float], layers: list[int],
+                  ingress_capacity: float) -> list[float]:
+    """The layered allocation (section 3.2) of flows given as lists, for tests and worked examples.
+
+    ``receivers[i]`` is None for traffic leaving the modelled GPUs.
+    """
+    count = len(weights)
+    num_gpus = max([*senders, *(r for r in receivers if r is not None)], default=0) + 1
+    A, AF = scratch(count, num_gpus)
+    A[SENDER, :count] = senders
+    A[RECEIVER_OF, :count] = [-1 if r is None else r for r in receivers]
+    A[LAYER_OF, :count] = layers
+    AF[WEIGHT_OF, :count] = weights
+    _layered(count, ingress_capacity, num_gpus, A, AF)
+    return AF[RATE_OF, :count].tolist()
+
+
+@inner
+def choose_sending_set(s: int, count: int, Q: np.ndarray, F: np.ndarray, I: np.ndarray, A: np.ndarray) -> int:
+    """Fill ``A[CHOSEN]`` with the sending set among GPU s's ``count`` ready transfers (``Q[READY_QUEUE, s]``, in
+    ready order) and return its size; set ``WEIGHT``, ``SHARE`` and ``LAYER`` of each chosen task.
+
+    1. exclusive: the transfer with the earliest key (``key_before``) sends alone, weight 1;
+    2. shared: else every transfer with priority > 0, weighted by it;
+    3. zero: else every transfer, weight 1.
+    ``SHARE`` is the sender-only share, ``weight / sum of weights``.
+    """
+    winner = -1
+    for k in range(count):
+        i = Q[READY_QUEUE, s, k]
+        if I[TIER, i] >= 0 and (winner < 0 or key_before(I[TIER, i], F[KEY, i], I[INDEX, i], I[COMM, i], I[STAGE, i],
+                                                          I[TIER, winner], F[KEY, winner], I[INDEX, winner],
+                                                          I[COMM, winner], I[STAGE, winner])):
+            winner = i
+    if winner >= 0:
+        F[WEIGHT, winner] = 1.0
+        F[SHARE, winner] = 1.0
+        I[LAYER, winner] = I[TIER, winner]
+        A[CHOSEN, 0] = winner
+        return 1
+    size = 0
+    for k in range(count):
+        i = Q[READY_QUEUE, s, k]
+        if F[PRIORITY, i] > 0.0:
+            A[CHOSEN, size] = i
+            size += 1
+            F[WEIGHT, i] = F[PRIORITY, i]
+            I[LAYER, i] = SHARED_LAYER
+    if size == 0:
+        for k in range(count):
+            i = Q[READY_QUEUE, s, k]
+            A[CHOSEN, size] = i
+            size += 1
+            F[WEIGHT, i] = 1.0
+            I[LAYER, i] = ZERO_LAYER
+    total = 0.0
+    for k in range(size):
+        total += F[WEIGHT, A[CHOSEN, k]]
+    for k in range(size):
+        F[SHARE, A[CHOSEN, k]] = F[WEIGHT, A[CHOSEN, k]] / total
+    return size
+
+
+@inner
+def _coupled(h: int, other: int, P: np.ndarray, Q: np.ndarray, I: np.ndarray) -> bool:
+    """Whether a flow of one GPU's sending set goes to the other."""
+    for k in range(P[SENDING_COUNT, h]):
+        if I[RECEIVER, Q[SENDING_SET, h, k]] == other:
+            return True
+    for k in range(P[SENDING_COUNT, other]):
+        if I[RECEIVER, Q[SENDING_SET, other, k]] == h:
+            return True
+    return False
+
+
+@inner
+def sending_sets(now: float, F: np.ndarray, I: np.ndarray, P: np.ndarray, Q: np.ndarray, A: np.ndarray,
+                  HT: np.ndarray, HI: np.ndarray, SI: np.ndarray, SF: np.ndarray, C: np.ndarray,
+                  peer_start: np.ndarray, peer_task: np.ndarray) -> int:
+    """New sending sets of the GPUs whose ready transfers changed, and the groups of GPUs whose rates that can
+    change: ``P[GROUP]`` lists them one after the other, group g ending at ``P[GROUP_END, g]``. Returns how
+    many groups there are."""
+    p = P.shape[1]
+    if C[DIRTY_COMM_COUNT] == 0:
+        return 0
+    for s in range(p):
+        P[SEED, s] = 0
+    for k in range(C[DIRTY_COMM_COUNT]):
+        s = P[DIRTY_COMM_LIST, k]
+        P[SEED, s] = 1
+        size = choose_sending_set(s, P[READY_COUNT, s], Q, F, I, A)
+        for j in range(P[SENDING_COUNT, s]):
+            i = Q[SENDING_SET, s, j]
+            if I[RECEIVER, i] >= 0:
+                P[SEED, I[RECEIVER, i]] = 1  # its receiver's other inflow may speed up
+            if F[RATE, i] != 0.0 or I[THROTTLED_NOW, i] == 1:
+                kept = False
+                for c in range(size):
+                    if A[CHOSEN, c] == i:
+                        kept = True
+                if not kept:
+                    set_rate(i, 0.0, False, now, F, I, HT, HI, SI, SF, C)
+        for c in range(size):
+            Q[SENDING_SET, s, c] = A[CHOSEN, c]
+        P[SENDING_COUNT, s] = size
+        P[DIRTY_COMM, s] = 0
+    C[DIRTY_COMM_COUNT] = 0
+    # Two GPUs are coupled while a flow between them shares an ingress limit. The rates
+    # that can change are those of the connected groups of coupled GPUs around the
+    # seeds; a walk over each GPU's peers in the task graph finds them, whatever the
+    # shape of the network (a line, a ring, flows both ways).
+    for s in range(p):
+        P[GROUPED, s] = 0
+    groups = 0
+    size = 0
+    for seed in range(p):
+        if P[SEED, seed] == 0 or P[GROUPED, seed] == 1:
+            continue
+        P[GROUPED, seed] = 1
+        first = size
+        P[GROUP, size] = seed
+        size += 1
+        k = first
+        while k < size:  # breadth first
+            h = P[GROUP, k]
+            k += 1
+            for j in range(peer_start[h], peer_start[h + 1]):
+                other = peer_task[j]
+                if P[GROUPED, other] == 0 and _coupled(h, other, P, Q, I):
+                    P[GROUPED, other] = 1
+                    P[GROUP, size] = other
+                    size += 1
+        sort_row(P, GROUP, first, size)
+        P[GROUP_END, groups] = size
+        groups += 1
+    return groups
+
+
+@inner
+def group_flows(g: int, ingress_capacity: float, F: np.ndarray, I: np.ndarray, P: np.ndarray, PF: np.ndarray,
+                 Q: np.ndarray, A: np.ndarray) -> int:
+    """List the flows of group g in ``A[FLOWS]`` and return their count, negative when sender-only shares
+    already respect every ingress limit: they are then the layered max-min allocation, and none is throttled."""
+    first = P[GROUP_END, g - 1] if g > 0 else 0
+    count = 0
+    for k in range(first, P[GROUP_END, g]):
+        PF[INFLOW, P[GROUP, k]] = 0.0
+    for k in range(first, P[GROUP_END, g]):
+        h = P[GROUP, k]
+        for j in range(P[SENDING_COUNT, h]):
+            i = Q[SENDING_SET, h, j]
+            A[FLOWS, count] = i
+            count += 1
+            if I[RECEIVER, i] >= 0:
+                PF[INFLOW, I[RECEIVER, i]] += F[SHARE, i]  # the group is closed: every receiver lies in it
+    highest = 0.0
+    for k in range(first, P[GROUP_END, g]):
+        if PF[INFLOW, P[GROUP, k]] > highest:
+            highest = PF[INFLOW, P[GROUP, k]]
+    return -count if highest <= ingress_capacity * (1.0 + LEVEL_TOLERANCE) else count
+
+
+@inner
+def contended_rates(count: int, ingress_capacity: float, num_gpus: int, F: np.ndarray, I: np.ndarray,
+                     A: np.ndarray, AF: np.ndarray) -> None:
+    """The layered allocation of the flows ``A[FLOWS, :count]``, into ``AF[RATE_OF, :count]``."""
+    for f in range(count):
+        i = A[FLOWS, f]
+        A[SENDER, f] = I[GPU, i]
+        A[RECEIVER_OF, f] = I[RECEIVER, i]
+        A[LAYER_OF, f] = I[LAYER, i]
+        AF[WEIGHT_OF, f] = F[WEIGHT, i]
+    _layered(count, ingress_capacity, num_gpus, A, AF)
+
+
+@inner
+def set_group_rates(g: int, count: int, contended: bool, now: float, F: np.ndarray, I: np.ndarray, P: np.ndarray,
+                     PF: np.ndarray, Q: np.ndarray, A: np.ndarray, AF: np.ndarray, HT: np.ndarray, HI: np.ndarray,
+                     SI: np.ndarray, SF: np.ndarray, C: np.ndarray) -> None:
+    """Give group g's flows their rates (sender-only shares, or ``AF[RATE_OF]`` when contended), then the grad_sync
+    rate of each of its GPUs (section 3.3), marking the GPUs whose compute it changes."""
+    for k in range(count):
+        i = A[FLOWS, k]
+        if contended:
+            rate = AF[RATE_OF, k]
+            set_rate(i, rate, rate < F[SHARE, i] * (1.0 - THROTTLE_TOLERANCE), now, F, I, HT, HI, SI, SF, C)
+        elif F[SHARE, i] != F[RATE, i] or I[THROTTLED_NOW, i] == 1:
+            set_rate(i, F[SHARE, i], False, now, F, I, HT, HI, SI, SF, C)
+    for k in range(P[GROUP_END, g - 1] if g > 0 else 0, P[GROUP_END, g]):
+        h = P[GROUP, k]
+        sync = 0.0
+        for j in range(P[SENDING_COUNT, h]):
+            i = Q[SENDING_SET, h, j]
+            if I[COMM, i] == GRAD_SYNC:
+                sync += F[RATE, i]
+        if sync != PF[SYNC_RATE, h]:
+            PF[SYNC_RATE, h] = sync
+            mark(P, C, DIRTY_COMPUTE, DIRTY_COMPUTE_LIST, DIRTY_COMPUTE_COUNT, h)
+
+
+@inner
+def compute_rates(now: float, F: np.ndarray, I: np.ndarray, P: np.ndarray, PF: np.ndarray, HT: np.ndarray,
+                   HI: np.ndarray, SI: np.ndarray, SF: np.ndarray, C: np.ndarray) -> None:
+    """New rates of the running compute on GPUs whose grad_sync rate changed or that started a task."""
+    count = C[DIRTY_COMPUTE_COUNT]
+    sort_row(P, DIRTY_COMPUTE_LIST, 0, count)
+    for k in range(count):
+        s = P[DIRTY_COMPUTE_LIST, k]
+        P[DIRTY_COMPUTE, s] = 0
+        task = P[BUSY, s]
+        if task >= 0:
+            set_rate(task, 1.0 - F[IMPACT, task] * PF[SYNC_RATE, s], False, now, F, I, HT, HI, SI, SF, C)
+    C[DIRTY_COMPUTE_COUNT] = 0

@@ -1,0 +1,147 @@
+"""What the loop does to one task or GPU: a rate that changes (closing a segment, projecting the end on a
+heap), a GPU marked for recomputation, a frame pushed on the readiness stack."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .jit import inner
+from .state import (
+    HEAP_SIZE,
+    LIVE,
+    RATE,
+    RATE_TOLERANCE,
+    REMAINING,
+    SEGMENTS,
+    SEQ,
+    SINCE,
+    STACK,
+    START,
+    THROTTLED,
+    THROTTLED_NOW,
+    THROTTLED_TIME,
+)
+
+
+@inner
+def _heap_less(HT: np.ndarray, HI: np.ndarray, a: int, b: int) -> bool:
+    return HT[a] < HT[b] or (HT[a] == HT[b] and HI[0, a] < HI[0, b])
+
+
+@inner
+def _heap_swap(HT: np.ndarray, HI: np.ndarray, a: int, b: int) -> None:
+    HT[a], HT[b] = HT[b], HT[a]
+    HI[0, a], HI[0, b] = HI[0, b], HI[0, a]
+    HI[1, a], HI[1, b] = HI[1, b], HI[1, a]
+
+
+@inner
+def _sift_down(HT: np.ndarray, HI: np.ndarray, size: int, i: int) -> None:
+    while True:
+        child = 2 * i + 1
+        if child >= size:
+            return
+        if child + 1 < size and _heap_less(HT, HI, child + 1, child):
+            child += 1
+        if not _heap_less(HT, HI, child, i):
+            return
+        _heap_swap(HT, HI, i, child)
+        i = child
+
+
+@inner
+def heap_push(HT: np.ndarray, HI: np.ndarray, I: np.ndarray, C: np.ndarray, at: float, number: int,
+               task: int) -> None:
+    """Push ``(at, number, task)`` (time, sequence number, task) on the heap of projected ends.
+
+    A full heap first drops its stale entries: at most one per task is live."""
+    size = C[HEAP_SIZE]
+    if size == len(HT):
+        kept = 0
+        for k in range(size):
+            if I[LIVE, HI[1, k]] == HI[0, k]:
+                HT[kept], HI[0, kept], HI[1, kept] = HT[k], HI[0, k], HI[1, k]
+                kept += 1
+        size = kept
+        for k in range(size // 2 - 1, -1, -1):
+            _sift_down(HT, HI, size, k)
+    HT[size], HI[0, size], HI[1, size] = at, number, task
+    i = size
+    while i > 0:
+        parent = (i - 1) // 2
+        if not _heap_less(HT, HI, i, parent):
+            break
+        _heap_swap(HT, HI, i, parent)
+        i = parent
+    C[HEAP_SIZE] = size + 1
+
+
+@inner
+def heap_pop(HT: np.ndarray, HI: np.ndarray, C: np.ndarray) -> None:
+    size = C[HEAP_SIZE] - 1
+    _heap_swap(HT, HI, 0, size)
+    C[HEAP_SIZE] = size
+    _sift_down(HT, HI, size, 0)
+
+
+@inner
+def set_rate(i: int, rate: float, throttled: bool, now: float, F: np.ndarray, I: np.ndarray, HT: np.ndarray,
+              HI: np.ndarray, SI: np.ndarray, SF: np.ndarray, C: np.ndarray) -> None:
+    """Close task i's stretch at its old rate and continue at the new one.
+
+    A throttled stretch at rate 0 (a flow waiting at a receiver that higher layers
+    saturate) counts as throttled time but is no segment: nothing progresses.
+    """
+    old = F[RATE, i]
+    if throttled == (I[THROTTLED_NOW, i] == 1) and abs(rate - old) <= RATE_TOLERANCE * old:
+        return  # the same rate: a new segment starts only when something really changes
+    since = F[SINCE, i]
+    if now > since:
+        if old > 0.0:
+            F[REMAINING, i] -= old * (now - since)
+            k = C[SEGMENTS]
+            if k < len(SI):
+                SI[k], SF[0, k], SF[1, k], SF[2, k] = i, since, now, old
+            C[SEGMENTS] = k + 1  # counted even when not kept: the caller then runs again with room
+        if I[THROTTLED_NOW, i] == 1:  # flagged only once the stretch has lasted, never for an instant
+            F[THROTTLED_TIME, i] += now - since
+            I[THROTTLED, i] = 1
+    F[SINCE, i] = now
+    F[RATE, i] = rate
+    I[THROTTLED_NOW, i] = 1 if throttled else 0
+    if rate > 0.0:
+        if np.isnan(F[START, i]):
+            F[START, i] = now
+        C[SEQ] += 1
+        I[LIVE, i] = C[SEQ]
+        left = F[REMAINING, i] if F[REMAINING, i] > 0.0 else 0.0
+        heap_push(HT, HI, I, C, now + left / rate, C[SEQ], i)
+    else:
+        I[LIVE, i] = -1
+
+
+@inner
+def mark(P: np.ndarray, C: np.ndarray, flag: int, members: int, counter: int, g: int) -> None:
+    if P[flag, g] == 0:
+        P[flag, g] = 1
+        P[members, C[counter]] = g
+        C[counter] += 1
+
+
+@inner
+def push(K: np.ndarray, C: np.ndarray, kind: int, a: int) -> None:
+    top = C[STACK]
+    K[0, top], K[1, top], K[2, top] = kind, a, 0
+    C[STACK] = top + 1
+
+
+@inner
+def sort_row(P: np.ndarray, row: int, first: int, stop: int) -> None:
+    """Sort ``P[row, first:stop]`` in place (insertion sort: the rows are a few GPUs long)."""
+    for k in range(first + 1, stop):
+        value = P[row, k]
+        j = k - 1
+        while j >= first and P[row, j] > value:
+            P[row, j + 1] = P[row, j]
+            j -= 1
+        P[row, j + 1] = value

@@ -1,0 +1,71 @@
+"""The per-simulation figures a sweep keeps, from every task's start and end."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .jit import compiled
+
+
+@compiled
+def figures(gpu: np.ndarray, comm: np.ndarray, rises: np.ndarray, falls: np.ndarray,
+            num_gpus: int, chunks: int, start: np.ndarray, end: np.ndarray, throttled: np.ndarray,
+            throttled_time: np.ndarray, out: np.ndarray) -> None:
+    """The per-simulation figures a sweep keeps, into ``out``: completion time, throttled time, throttled
+    transfers, then per GPU its compute time, span and peak activations (``3 + 3 x num_gpus`` values).
+
+    Sums run in task order. Activations (section 7): ``rises[i]`` forward parts of task i
+    start with it, ``falls[i]`` backward or weight-gradient parts end with it; at one
+    instant falls come first; peaks are in micro-batches of a GPU's whole share.
+    """
+    n = len(gpu)
+    completion = -np.inf
+    throttle_sum = 0.0
+    throttle_count = 0
+    busy = out[3:3 + num_gpus]
+    span = out[3 + num_gpus:3 + 2 * num_gpus]
+    peak = out[3 + 2 * num_gpus:3 + 3 * num_gpus]
+    first = np.full(num_gpus, np.inf)
+    last = np.full(num_gpus, -np.inf)
+    busy[:] = 0.0
+    events = 0
+    for i in range(n):
+        if end[i] > completion:
+            completion = end[i]
+        if comm[i] < 0:
+            busy[gpu[i]] += end[i] - start[i]
+            if start[i] < first[gpu[i]]:
+                first[gpu[i]] = start[i]
+            if end[i] > last[gpu[i]]:
+                last[gpu[i]] = end[i]
+            events += rises[i] + falls[i]
+        elif throttled[i] == 1:
+            throttle_count += 1
+            throttle_sum += throttled_time[i]
+    times = np.empty(events)
+    owners = np.empty(events, dtype=np.int64)
+    deltas = np.empty(events, dtype=np.int64)
+    k = 0
+    for i in range(n):  # falls first, so that a stable sort by time keeps them before rises at one instant
+        for _ in range(falls[i]):
+            times[k], owners[k], deltas[k] = end[i], gpu[i], -1
+            k += 1
+    for i in range(n):
+        for _ in range(rises[i]):
+            times[k], owners[k], deltas[k] = start[i], gpu[i], 1
+            k += 1
+    level = np.zeros(num_gpus, dtype=np.int64)
+    highest = np.zeros(num_gpus, dtype=np.int64)
+    for k in np.argsort(times, kind="mergesort"):
+        h = owners[k]
+        level[h] += deltas[k]
+        if level[h] > highest[h]:
+            highest[h] = level[h]
+    for h in range(num_gpus):
+        span[h] = last[h] - first[h]
+        peak[h] = highest[h] / chunks
+    out[0] = completion
+    out[1] = throttle_sum
+    out[2] = throttle_count
+
+

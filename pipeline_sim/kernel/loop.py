@@ -1,0 +1,243 @@
+"""The event loop (docs/model.md sections 2 and 3): readiness chains, endings, and the loop that runs an
+iteration from time 0 to its last end."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .allocation import compute_rates, contended_rates, group_flows, ready_key, scratch, sending_sets, set_group_rates
+from .events import heap_pop, mark, push, set_rate
+from .figures import figures
+from .jit import compiled, inner
+from .next_task import take_next
+from .state import (
+    BUSY,
+    COMM,
+    DIRTY_COMM,
+    DIRTY_COMM_COUNT,
+    DIRTY_COMM_LIST,
+    DIRTY_COMPUTE,
+    DIRTY_COMPUTE_COUNT,
+    DIRTY_COMPUTE_LIST,
+    DONE,
+    DONE_COUNT,
+    END,
+    END_TOLERANCE,
+    GPU,
+    HEAP_SIZE,
+    IMPACT,
+    INDEX,
+    KEY,
+    LENGTH,
+    LIVE,
+    PRIORITY,
+    READY,
+    READY_COUNT,
+    READY_QUEUE,
+    RECEIVER,
+    RELEASE,
+    REMAINING,
+    SEGMENTS,
+    STACK,
+    STAGE,
+    START,
+    STUCK,
+    TASK_FLOATS,
+    TASK_INTS,
+    THROTTLED,
+    THROTTLED_TIME,
+    TIER,
+    TRY_START,
+    WAITING,
+)
+
+
+@inner
+def _settle(now: float, F: np.ndarray, I: np.ndarray, P: np.ndarray, Q: np.ndarray, K: np.ndarray, C: np.ndarray,
+            release_start: np.ndarray, release_task: np.ndarray, order_start: np.ndarray,
+            order_task: np.ndarray) -> None:
+    """Apply the readiness chains on the stack K: releases of ended tasks and compute starts (section 2).
+
+    Zero-work tasks end the instant they may start and release in turn; the stack
+    reproduces the depth-first order of a recursive walk.
+    """
+    while C[STACK] > 0:
+        top = C[STACK] - 1
+        if K[0, top] == RELEASE:
+            node, k = K[1, top], K[2, top]
+            if release_start[node] + k >= release_start[node + 1]:
+                C[STACK] = top
+                continue
+            K[2, top] = k + 1
+            dependent = release_task[release_start[node] + k]
+            if I[COMM, dependent] >= 0:  # a transfer becomes ready
+                F[READY, dependent] = now
+                if F[LENGTH, dependent] == 0.0:
+                    F[START, dependent] = now
+                    F[END, dependent] = now
+                    C[DONE_COUNT] += 1
+                    push(K, C, RELEASE, dependent)
+                    continue
+                if I[TIER, dependent] >= 0:
+                    F[KEY, dependent] = ready_key(now)
+                s = I[GPU, dependent]
+                Q[READY_QUEUE, s, P[READY_COUNT, s]] = dependent
+                P[READY_COUNT, s] += 1
+                mark(P, C, DIRTY_COMM, DIRTY_COMM_LIST, DIRTY_COMM_COUNT, s)
+            else:
+                I[WAITING, dependent] -= 1
+                push(K, C, TRY_START, I[GPU, dependent])
+        else:
+            s = K[1, top]
+            task = take_next(s, I, P, order_start, order_task) if P[BUSY, s] < 0 else -1
+            if task < 0:
+                C[STACK] = top
+                continue
+            F[READY, task] = now
+            if F[LENGTH, task] == 0.0:  # a W of no work ends the instant it may start
+                F[START, task] = now
+                F[END, task] = now
+                C[DONE_COUNT] += 1
+                push(K, C, RELEASE, task)
+                continue
+            P[BUSY, s] = task
+            mark(P, C, DIRTY_COMPUTE, DIRTY_COMPUTE_LIST, DIRTY_COMPUTE_COUNT, s)
+
+
+@inner
+def _finish(i: int, now: float, F: np.ndarray, I: np.ndarray, P: np.ndarray, Q: np.ndarray, K: np.ndarray,
+            HT: np.ndarray, HI: np.ndarray, SI: np.ndarray, SF: np.ndarray, C: np.ndarray) -> None:
+    """End task i now and stack what follows: the next compute of its GPU, then its releases."""
+    set_rate(i, 0.0, False, now, F, I, HT, HI, SI, SF, C)
+    F[REMAINING, i] = 0.0
+    F[END, i] = now
+    C[DONE_COUNT] += 1
+    s = I[GPU, i]
+    push(K, C, RELEASE, i)
+    if I[COMM, i] < 0:
+        P[BUSY, s] = -1
+        push(K, C, TRY_START, s)  # the next compute starts before the releases
+    else:
+        last = P[READY_COUNT, s] - 1
+        j = 0
+        while Q[READY_QUEUE, s, j] != i:
+            j += 1
+        for j in range(j, last):
+            Q[READY_QUEUE, s, j] = Q[READY_QUEUE, s, j + 1]
+        P[READY_COUNT, s] = last
+        mark(P, C, DIRTY_COMM, DIRTY_COMM_LIST, DIRTY_COMM_COUNT, s)
+
+
+@compiled
+def simulate(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.ndarray, stage: np.ndarray,
+             index: np.ndarray, impact: np.ndarray, needs_count: np.ndarray, release_start: np.ndarray,
+             release_task: np.ndarray, order_start: np.ndarray, order_task: np.ndarray, peer_start: np.ndarray,
+             peer_task: np.ndarray, kind_tier: np.ndarray, kind_priority: np.ndarray, ingress_capacity: float,
+             segment_room: int) -> tuple:
+    """Simulate one iteration of the task graph given as arrays under one policy.
+
+    ``kind_tier[k]`` is the exclusive tier rank (0 = 'a') of transfer kind ``k`` in
+    ``COMM_KINDS`` order, -1 for shared; ``kind_priority[k]`` its shared priority.
+    Returns ``(status, F, I, segments, segment_task, segment_times, P)``: ``status`` is
+    ``DONE`` or ``STUCK``; the rows ``READY``, ``START``, ``END`` and ``THROTTLED_TIME`` of
+    ``F`` and ``THROTTLED`` of ``I`` are every task's record; ``segments`` counts the
+    stretches at a constant positive rate, of which the first ``segment_room`` are kept:
+    task, then ``(t0, t1, rate)`` rows. ``P`` holds each GPU's next compute and busy task.
+    """
+    n = len(length)
+    p = len(order_start) - 1
+    F = np.zeros((TASK_FLOATS, n))
+    F[LENGTH] = length
+    F[IMPACT] = impact
+    F[REMAINING] = length
+    F[START] = np.nan
+    F[END] = np.nan
+    F[READY] = np.nan
+    I = np.zeros((TASK_INTS, n), dtype=np.int64)
+    I[GPU] = gpu
+    I[RECEIVER] = receiver
+    I[COMM] = comm
+    I[STAGE] = stage
+    I[INDEX] = index
+    I[WAITING] = needs_count
+    I[LIVE] = -1
+    I[TIER] = -1
+    per_gpu = np.zeros(p, dtype=np.int64)
+    for i in range(n):
+        if comm[i] >= 0:
+            per_gpu[gpu[i]] += 1
+            I[TIER, i] = kind_tier[comm[i]]
+            F[PRIORITY, i] = kind_priority[comm[i]]
+    room = max(1, per_gpu.max())
+    P = np.zeros((12, p), dtype=np.int64)
+    P[BUSY] = -1
+    PF = np.zeros((2, p))
+    Q = np.empty((2, p, room), dtype=np.int64)
+    A, AF = scratch(p * room, p)
+    C = np.zeros(7, dtype=np.int64)
+    heap_room = 2 * n + 16
+    HT = np.empty(heap_room)
+    HI = np.empty((2, heap_room), dtype=np.int64)
+    SI = np.empty(segment_room, dtype=np.int64)
+    SF = np.empty((3, segment_room))
+    K = np.empty((3, 2 * n + 2 * p + 8), dtype=np.int64)
+
+    now = 0.0
+    for s in range(p):
+        push(K, C, TRY_START, s)
+        _settle(now, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
+    ending = np.empty(n, dtype=np.int64)
+    status = DONE
+    while True:
+        # new rates where the last event's changes reach
+        for group in range(sending_sets(now, F, I, P, Q, A, HT, HI, SI, SF, C, peer_start, peer_task)):
+            count = group_flows(group, ingress_capacity, F, I, P, PF, Q, A)
+            if count > 0:
+                contended_rates(count, ingress_capacity, p, F, I, A, AF)
+            set_group_rates(group, abs(count), count > 0, now, F, I, P, PF, Q, A, AF, HT, HI, SI, SF, C)
+        compute_rates(now, F, I, P, PF, HT, HI, SI, SF, C)
+        if C[DONE_COUNT] >= n:
+            break
+        # the next event: every task whose projected end lies within the tolerance of the earliest
+        while C[HEAP_SIZE] > 0 and I[LIVE, HI[1, 0]] != HI[0, 0]:
+            heap_pop(HT, HI, C)
+        if C[HEAP_SIZE] == 0:
+            status = STUCK
+            break
+        now = HT[0]
+        limit = now + END_TOLERANCE * max(1.0, abs(now))
+        count = 0
+        while C[HEAP_SIZE] > 0 and HT[0] <= limit:
+            number, i = HI[0, 0], HI[1, 0]
+            heap_pop(HT, HI, C)
+            if I[LIVE, i] == number:
+                ending[count] = i
+                count += 1
+        for k in range(count):
+            _finish(ending[k], now, F, I, P, Q, K, HT, HI, SI, SF, C)
+            _settle(now, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
+    kept = min(C[SEGMENTS], segment_room)
+    return status, F, I, C[SEGMENTS], SI[:kept], SF[:, :kept], P
+
+
+@compiled
+def simulate_policies(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.ndarray,
+                      stage: np.ndarray, index: np.ndarray, impact: np.ndarray, needs_count: np.ndarray,
+                      release_start: np.ndarray, release_task: np.ndarray, order_start: np.ndarray,
+                      order_task: np.ndarray, peer_start: np.ndarray, peer_task: np.ndarray, rises: np.ndarray,
+                      falls: np.ndarray, chunks: int, kind_tiers: np.ndarray, kind_priorities: np.ndarray,
+                      ingress_capacity: float) -> np.ndarray:
+    """``figures`` of one simulation per policy (rows of ``kind_tiers`` and ``kind_priorities``), in one call.
+
+    A stuck simulation's row is all NaN.
+    """
+    p = len(order_start) - 1
+    out = np.full((len(kind_tiers), 3 + 3 * p), np.nan)
+    for row in range(len(kind_tiers)):
+        result = simulate(length, gpu, receiver, comm, stage, index, impact, needs_count, release_start,
+                          release_task, order_start, order_task, peer_start, peer_task, kind_tiers[row],
+                          kind_priorities[row], ingress_capacity, 0)
+        status, F, I = result[0], result[1], result[2]
+        if status == DONE:
+            figures(gpu, comm, rises, falls, p, chunks, F[START], F[END], I[THROTTLED], F[THROTTLED_TIME], out[row])
+    return out

@@ -1,0 +1,48 @@
+"""The kernel's constants and the layout of its state: the rows of a few 2D arrays."""
+
+from __future__ import annotations
+
+#: Tasks whose projected ends lie within this relative distance end at the same event.
+END_TOLERANCE = 1e-9
+#: Two rates closer than this (relative) are the same rate: no new segment starts between them.
+RATE_TOLERANCE = 1e-12
+#: Two levels closer than this (relative) saturate together in progressive filling.
+LEVEL_TOLERANCE = 1e-12
+#: A transfer below its sender-only share by more than this (relative) is throttled.
+THROTTLE_TOLERANCE = 1e-9
+#: Layer numbers of the shared and the zero-priority sending sets; exclusive tier ranks (0 = 'a') come first.
+SHARED_LAYER = 1_000
+ZERO_LAYER = 1_001
+#: The position of grad_sync in COMM_KINDS (fwd_prop, grad_prop, grad_sync), which is also the tie order.
+GRAD_SYNC = 2
+
+#: What ``simulate`` returns in ``status``.
+DONE, STUCK = 0, 1
+
+RELEASE, TRY_START = 0, 1  # frames of the explicit stack that replaces recursion
+
+
+# The loop's state lives in a few 2D arrays, one row per quantity, so that helpers take a
+# handful of arguments: numba reference-counts every array passed, and tuples of thirty
+# arrays per call cost more than the simulation itself.
+# Per task, floats (F):
+LENGTH, IMPACT, REMAINING, RATE, SINCE, START, END, READY, THROTTLED_TIME, KEY, WEIGHT, SHARE, PRIORITY = range(13)
+TASK_FLOATS = 13
+# per task, integers (I):
+GPU, RECEIVER, COMM, STAGE, INDEX, WAITING, LIVE, THROTTLED_NOW, THROTTLED, TIER, LAYER = range(11)
+TASK_INTS = 11
+# per GPU, integers (P; a list fills a row from the left, its length in C or in a count row):
+NEXT, BUSY, READY_COUNT, SENDING_COUNT, DIRTY_COMM, DIRTY_COMPUTE, DIRTY_COMM_LIST, DIRTY_COMPUTE_LIST, SEED, \
+    GROUPED, GROUP, GROUP_END = range(12)
+# per GPU, floats (PF):
+SYNC_RATE, INFLOW = range(2)
+# queues Q[READY_QUEUE, g] and Q[SENDING_SET, g]: task numbers in ready order
+READY_QUEUE, SENDING_SET = range(2)
+# counters (C):
+SEQ, DONE_COUNT, SEGMENTS, HEAP_SIZE, DIRTY_COMM_COUNT, DIRTY_COMPUTE_COUNT, STACK = range(7)
+
+
+# Scratch of the allocation: rows of A (integers) and AF (floats), each at least twice as
+# wide as the flows of a group and as wide as the GPUs. A flow's number is its column.
+FLOWS, CHOSEN, SENDER, RECEIVER_OF, LAYER_OF, MEMBER, EGRESS_OF, INGRESS_OF, PORTS, OPEN, FROZEN = range(11)
+WEIGHT_OF, RATE_OF, CAPACITY, FREE, UNFROZEN, LEVEL, LEFT = range(7)
