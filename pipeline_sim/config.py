@@ -167,6 +167,11 @@ class EnvironmentGrid:
     def has_workload(self) -> bool:
         return "model" in self.given
 
+    @property
+    def has_dispatch(self) -> bool:
+        """Whether the grid names a parameter of run-time dispatch: its rows then carry them and the bound."""
+        return any(p.name in self.given for p in PARAMETERS if p.group == "dispatch")
+
     @classmethod
     def from_mapping(cls, raw: object, source: str = "config") -> EnvironmentGrid:
         if not isinstance(raw, dict):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import numbers
 import sys
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Mapping, NamedTuple, Sequence
@@ -19,11 +20,13 @@ import numba
 import numpy as np
 
 from . import kernel
-from .model import COMM_KINDS, EnvParams, ParameterError, Policy, Schedule, Task, TaskKind
+from .model import COMM_KINDS, DISPATCHERS, EnvParams, ParameterError, Policy, Schedule, Task, TaskKind
 from .taskgraph import GraphTask, TaskGraph, build_task_graph, task_lengths
 
 _COMM_NUMBER = {kind: number for number, kind in enumerate(COMM_KINDS)}
 _FALLS = (TaskKind.BACKWARD, TaskKind.BACKWARD_WEIGHT)
+#: How dispatchers rank a compute task's kind: backward work first, then forwards, then weight gradients.
+_KIND_CLASS = {TaskKind.BACKWARD: 0, TaskKind.BACKWARD_INPUT: 0, TaskKind.FORWARD: 1, TaskKind.BACKWARD_WEIGHT: 2}
 
 
 #: How long the first compile of the kernel takes on a 2-core machine (benchmarks/bench.py).
@@ -38,7 +41,10 @@ class GraphArrays(NamedTuple):
     """A task graph's structure as the kernel reads it; ``*_start``/``*_task`` pairs are compressed rows.
 
     Per task: its GPU, receiver (-1: none), transfer kind number (-1: compute), stage,
-    index, compute impact, how many tasks it waits for, the forward parts starting with it
+    index, compute impact, how many tasks it waits for, its class for dispatchers
+    (``_KIND_CLASS``; -1 for a transfer or a pair), the room for activations it takes when
+    it starts (``reserve``: a micro-batch's whole share on its GPU, at the forward of its
+    first stage there; docs/model.md section 12.1), the forward parts starting with it
     (``rises``) and the backward or weight-gradient parts ending with it (``falls``).
     """
 
@@ -55,12 +61,15 @@ class GraphArrays(NamedTuple):
     order_task: np.ndarray
     peer_start: np.ndarray
     peer_task: np.ndarray
+    kind_class: np.ndarray
+    reserve: np.ndarray
     rises: np.ndarray
     falls: np.ndarray
 
-    def kernel_arguments(self, lengths: np.ndarray) -> tuple:
-        """The graph arguments of ``kernel.simulate``, from ``length`` to ``peer_task``."""
-        return (lengths, *self[:13])
+    def kernel_arguments(self, lengths: np.ndarray, params: EnvParams) -> tuple:
+        """The arguments of ``kernel.simulate`` from ``length`` to ``memory``: the graph and the dispatch rule."""
+        key, rule, memory = dispatch_arguments(params)
+        return (lengths, *self[:15], self.falls, key, rule, memory)
 
 
 def _rows(lists: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -80,10 +89,19 @@ def graph_arrays(params: EnvParams) -> GraphArrays:
         ints([_COMM_NUMBER.get(t.kind, -1) for t in tasks]), ints([t.stage for t in tasks]),
         ints([t.index for t in tasks]), np.array([t.impact for t in tasks], dtype=float),
         ints([len(needs) for needs in graph.needs]), *_rows(graph.releases), *_rows(graph.orders),
-        *_rows(graph.peers), *activation_changes(tasks))
+        *_rows(graph.peers), ints([_KIND_CLASS.get(t.kind, -1) for t in tasks]), _reserve(graph),
+        *activation_changes(tasks))
     for array in arrays:
         array.flags.writeable = False
     return arrays
+
+
+def _reserve(graph: TaskGraph) -> np.ndarray:
+    """Per task, the room for activations (in 1/v units) it takes when it starts: at the forward of a
+    micro-batch's first stage on its GPU, one unit for each of that micro-batch's stages there."""
+    share = [graph.stage_gpu.count(g) for g in range(graph.params.num_gpus)]
+    return np.array([share[t.gpu] if t.kind is TaskKind.FORWARD and graph.stage_chunk[t.stage] == 0 else 0
+                     for t in graph.tasks], dtype=np.int64)
 
 
 def activation_changes(tasks: Sequence[GraphTask | Task]) -> tuple[np.ndarray, np.ndarray]:
@@ -107,6 +125,60 @@ def policy_arrays(policies: tuple[Policy, ...]) -> tuple[np.ndarray, np.ndarray]
     return tiers, priorities
 
 
+@lru_cache(maxsize=256)
+def static_peak(params: EnvParams) -> float:
+    """The busiest GPU's peak activations under the schedule's static order (section 7): a GPU's activations rise
+    and fall only with its own tasks, in its order, so the peak does not depend on noise or communication."""
+    graph = build_task_graph(replace(params, dispatch="static", memory_limit=0.0))
+    rises, falls = activation_changes(graph.tasks)
+    peak = 0
+    for order in graph.orders:
+        level = 0
+        for task in order:
+            level += int(rises[task])
+            peak = max(peak, level)
+            level -= int(falls[task])
+    return peak / params.v
+
+
+def memory_in_force(params: EnvParams) -> float:
+    """The memory limit a run keeps to (section 12.1); ``ParameterError`` when it cannot run the iteration."""
+    peak = static_peak(params)
+    if params.memory_limit == 0.0:
+        return peak
+    if params.dispatch == "static" and params.memory_limit < peak:
+        raise ParameterError("memory_limit", params.memory_limit,
+                             f"the static order of {params.schedule} holds up to {peak:g} activations on a GPU; "
+                             f"{peak:g} is the smallest limit that runs it (or 0 for that peak)")
+    if params.memory_limit < 1.0:
+        raise ParameterError("memory_limit", params.memory_limit,
+                             f"a dispatcher needs room for one micro-batch's activations: 1 is the smallest limit "
+                             f"that runs the iteration (or 0 for the static order's peak, {peak:g})")
+    return params.memory_limit
+
+
+@lru_cache(maxsize=256)
+def dispatch_arguments(params: EnvParams) -> tuple[np.ndarray, int, int]:
+    """The kernel's dispatch arguments: each task's key (lowest first), the rule's number and the memory limit
+    in 1/v units. ``critical-path`` keys a task by minus its expected remaining path to the end (section 12.1)."""
+    arrays = graph_arrays(params)
+    key = np.zeros(len(arrays.gpu))
+    if params.dispatch == "critical-path":
+        lengths = task_lengths(replace(params, compute_jitter=0.0, comm_jitter=0.0, slow_gpu=-1, slow_factor=1.0))
+        _, tail = kernel.path_times(lengths, arrays.needs_count, arrays.release_start, arrays.release_task)
+        key = -(lengths + tail)
+    key.flags.writeable = False
+    units = int(math.floor(memory_in_force(params) * params.v + 1e-9))
+    return key, DISPATCHERS.index(params.dispatch), units
+
+
+def lower_bound(params: EnvParams, sample: int = 0) -> float:
+    """What no dispatcher and no order can beat in the ``sample``-th draw of ``params`` (section 12.2)."""
+    arrays = graph_arrays(params)
+    return float(kernel.lower_bound(task_lengths(params, sample), arrays.gpu, arrays.comm, arrays.needs_count,
+                                    arrays.release_start, arrays.release_task, params.num_gpus))
+
+
 def simulate(params: EnvParams, policy: Policy, sample: int = 0) -> Schedule:
     """Simulate one iteration of ``params`` under ``policy``: the ``sample``-th draw of its noise, if any."""
     graph = build_task_graph(params, sample)
@@ -116,7 +188,7 @@ def simulate(params: EnvParams, policy: Policy, sample: int = 0) -> Schedule:
     room = 4 * len(lengths) + 64
     while True:
         status, F, I, segment_count, seg_task, seg_times, P = kernel.simulate(
-            *arrays.kernel_arguments(lengths), tiers[0], priorities[0], params.ingress_capacity, room)
+            *arrays.kernel_arguments(lengths, params), tiers[0], priorities[0], params.ingress_capacity, room)
         if segment_count <= room:
             break
         room = segment_count  # the same run again, with room for every segment
@@ -136,17 +208,21 @@ def simulate(params: EnvParams, policy: Policy, sample: int = 0) -> Schedule:
     figures = np.empty(3 + 3 * p)
     kernel.figures(arrays.gpu, arrays.comm, arrays.rises, arrays.falls, p, params.v, F[kernel.START], F[kernel.END],
                    I[kernel.THROTTLED], F[kernel.THROTTLED_TIME], figures)
+    rank = I[kernel.RANK].tolist()
+    orders = tuple(tuple(sorted(order, key=rank.__getitem__)) for order in graph.orders)
     return Schedule(params=params, policy=policy, tasks=tasks, completion_time=max(end),
                     spans=tuple(figures[3 + p:3 + 2 * p].tolist()),
-                    peak_activations=tuple(figures[3 + 2 * p:].tolist()), sample=sample)
+                    peak_activations=tuple(figures[3 + 2 * p:].tolist()),
+                    lower_bound=lower_bound(params, sample), memory_limit=memory_in_force(params), orders=orders,
+                    sample=sample)
 
 
 def simulate_figures(params: EnvParams, policies: Sequence[Policy], sample: int = 0) -> np.ndarray:
     """The figures of ``kernel.figures`` for every policy of ``policies`` in draw ``sample``, one row each."""
     arrays = graph_arrays(params)
     tiers, priorities = policy_arrays(tuple(policies))
-    out = kernel.simulate_policies(*arrays.kernel_arguments(task_lengths(params, sample)), arrays.rises,
-                                   arrays.falls, params.v, tiers, priorities, params.ingress_capacity)
+    out = kernel.simulate_policies(*arrays.kernel_arguments(task_lengths(params, sample), params), arrays.rises,
+                                   params.v, tiers, priorities, params.ingress_capacity)
     stuck = np.isnan(out[:, 0])
     if stuck.any():
         simulate(params, policies[int(np.argmax(stuck))], sample)  # raises, naming what waits
@@ -230,9 +306,9 @@ def calculate_full_pipeline_schedule(
         *, n: int = 8, num_gpus: int = 4, sync_freq: int = 1, fwd_len: float = 1.0, bwd_len: float = 2.0,
         prop_len: float = 1.0, sync_base_len: float = 2.0, fwd_impact: float = 0.2, bwd_impact: float = 0.2,
         ingress_capacity: float = 1.0, schedule: str = "1f1b", chunks: int = 2, w_fraction: float = 0.5,
-        fb_overlap: float = 0.0, compute_jitter: float = 0.0, comm_jitter: float = 0.0,
-        jitter_dist: str = "lognormal", slow_gpu: int = -1, slow_factor: float = 1.0, seed: int = 0,
-        sample: int = 0, priorities: Mapping[str, float] | None = None,
+        fb_overlap: float = 0.0, dispatch: str = "static", memory_limit: float = 0.0, compute_jitter: float = 0.0,
+        comm_jitter: float = 0.0, jitter_dist: str = "lognormal", slow_gpu: int = -1, slow_factor: float = 1.0,
+        seed: int = 0, sample: int = 0, priorities: Mapping[str, float] | None = None,
         exclusive_tiers: Mapping[str, str] | None = None) -> Schedule:
     """Simulate one training iteration and return every task's timeline (docs/model.md describes the model).
 
@@ -246,7 +322,10 @@ def calculate_full_pipeline_schedule(
     shared priority. ``compute_jitter`` and ``comm_jitter`` are the coefficients of
     variation of compute and transfer work (``jitter_dist`` ``lognormal`` or ``normal``);
     ``slow_gpu`` (-1: none) computes ``slow_factor`` times slower; the result is draw
-    number ``sample`` of the random stream ``seed``. Invalid arguments raise
+    number ``sample`` of the random stream ``seed``. ``dispatch`` (``static``, ``greedy``,
+    ``critical-path``, ``zb-adaptive``) chooses each free GPU's next task at run time
+    within ``memory_limit`` activations per GPU (0: the static order's busiest peak); the
+    result's ``lower_bound`` is what no order could beat on this run's lengths. Invalid arguments raise
     ``ValueError`` naming the argument, its value and what is allowed. ``metrics.schedule_metrics``
     gives its summary figures (spans, bubbles, peak activations per GPU).
     """

@@ -166,6 +166,11 @@ class Task:
                 f"end={self.end:.6g}, throttled={self.throttled})")
 
 
+#: Who chooses the compute task a free GPU starts (docs/model.md section 12): the schedule's static order, or a rule
+#: applied at run time. The kernel numbers the rules in this order.
+DISPATCHERS = ("static", "greedy", "critical-path", "zb-adaptive")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EnvParams:
     """One environment (docs/model.md sections 1 and 6). Invalid values raise ``ValueError``.
@@ -206,6 +211,12 @@ class EnvParams:
                                   metavar="X")
     fb_overlap: float = parameter(0.0, Interval(0.0, 1.0), "share of the work saved by overlapping a forward and a "
                                   "backward (dualpipe-v)", short="fbo", label="fbo", group="schedule", metavar="X")
+    dispatch: str = parameter("static", Names(DISPATCHERS), "who chooses a free GPU's next compute task: the "
+                              "schedule's order, or a rule at run time", short="", label="", group="dispatch",
+                              metavar="RULE")
+    memory_limit: float = parameter(0.0, Interval(0.0, 1e9, high_closed=True), "the most activations in flight per "
+                                    "GPU a dispatcher may hold; 0: the static order's busiest peak", short="mem",
+                                    label="memory limit", group="dispatch", metavar="M")
     compute_jitter: float = parameter(0.0, Interval(0.0, 1.0, high_closed=True), "coefficient of variation of each "
                                       "compute task's work", short="cj", label="compute jitter", group="jitter",
                                       metavar="C")
@@ -226,6 +237,10 @@ class EnvParams:
         spec = get_schedule(self.schedule)
         spec.check(self.n, self.num_gpus)
         object.__setattr__(self, "schedule", spec.name)
+        if self.dispatch != "static" and "fb_overlap" in spec.parameters and self.fb_overlap > 0:
+            raise ParameterError("dispatch", self.dispatch, f"{spec.name} with fb_overlap > 0 overlaps a forward and a "
+                                 "backward as one task, which has no run-time form: use dispatch static, or "
+                                 "fb_overlap 0")
         if not self.slow_gpu < self.num_gpus:
             raise ParameterError("slow_gpu", self.slow_gpu,
                                  f"must be -1 (no straggler) or a GPU 0..{self.num_gpus - 1}")
@@ -250,11 +265,18 @@ class EnvParams:
 
     def relevant(self) -> tuple[str, ...]:
         """The parameters that make this simulation what it is, in table order: all but those its schedule
-        ignores, the jitter's without jitter, and the straggler's without a straggler."""
+        ignores, the jitter's without jitter, the straggler's without a straggler, and a dispatch parameter at its
+        default (the schedule's order, the static order's peak)."""
         ignored = set(self.ignored())
         groups = {"environment", "schedule"} | ({"jitter"} if self.jittered else set()) | \
             ({"straggler"} if self.slow_gpu >= 0 else set())
-        return tuple(p.name for p in PARAMETERS if p.group in groups and p.name not in ignored)
+        dispatch = {p.name for p in PARAMETERS if p.group == "dispatch" and getattr(self, p.name) != p.default}
+        return tuple(p.name for p in PARAMETERS if (p.group in groups and p.name not in ignored) or p.name in dispatch)
+
+    @property
+    def dispatched(self) -> bool:
+        """Whether a rule, or a memory limit, departs from the schedule's static order as it always ran."""
+        return self.dispatch != "static" or self.memory_limit != 0.0
 
     @property
     def jittered(self) -> bool:
@@ -349,7 +371,9 @@ class Schedule:
 
     ``spans[g]`` runs from GPU g's first compute start to its last compute end (section
     6.5); ``peak_activations[g]`` is its most activations in flight at once, in
-    micro-batches of its whole share of the model (section 7).
+    micro-batches of its whole share of the model (section 7). ``lower_bound`` is what no
+    order could beat on this run's lengths and ``memory_limit`` the limit in force (section
+    12); ``orders[g]`` lists GPU g's compute tasks (indices into ``tasks``) in the order it ran them.
     """
 
     params: EnvParams
@@ -358,6 +382,9 @@ class Schedule:
     completion_time: float
     spans: tuple[float, ...]
     peak_activations: tuple[float, ...]
+    lower_bound: float
+    memory_limit: float
+    orders: tuple[tuple[int, ...], ...]
     sample: int = 0  # which draw of the noise (docs/model.md section 8); irrelevant without jitter
 
     def task(self, kind: str, stage: int, index: int) -> Task:
@@ -366,6 +393,15 @@ class Schedule:
             if t.kind == kind and t.stage == stage and t.index == index:
                 return t
         raise KeyError(f"no task {kind}({index}) on stage {stage}")
+
+    @property
+    def bound_gap(self) -> float:
+        """How far the completion time lies above the lower bound, as a share of it."""
+        return self.completion_time / self.lower_bound - 1.0
+
+    def order_text(self) -> list[list[str]]:
+        """Per GPU, the text of each compute task in the order it ran (``"0F3"``, ``"(0F7;7B3)"``)."""
+        return [[str(self.tasks[i].id) for i in order] for order in self.orders]
 
     def find(self, text: str) -> Task:
         """The task whose id reads ``text`` (``"0F3"``, ``"2GP1"``, ``"(0F7;7B3)"``)."""

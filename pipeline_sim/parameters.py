@@ -19,7 +19,7 @@ MIN_LENGTH, MAX_LENGTH = 1e-6, 1e9
 
 #: Parameter groups, in the order flags, file names and titles list them. A group's parameters matter to a
 #: simulation only under a condition (``EnvParams.relevant``): the schedule's own, and the noise's when there is any.
-GROUPS = ("environment", "schedule", "jitter", "straggler")
+GROUPS = ("environment", "schedule", "dispatch", "jitter", "straggler")
 
 
 class ParameterError(ValueError):

@@ -201,8 +201,9 @@ def simplex_steps(rows: pd.DataFrame) -> int:
     return k
 
 
-#: The parameters that say which schedule runs; environments differing only in them are compared side by side.
-SCHEDULE_KEYS = tuple(p.name for p in PARAMETERS if p.group == "schedule")
+#: The parameters that say which schedule runs and who dispatches it; environments differing only in them are
+#: compared side by side.
+SCHEDULE_KEYS = tuple(p.name for p in PARAMETERS if p.group in ("schedule", "dispatch"))
 #: The parameters of the environment proper, that neither a schedule nor the noise sets.
 ENVIRONMENT_KEYS = tuple(p.name for p in PARAMETERS if p.group == "environment")
 #: Those a workload leaves as they are: it names its batch (n) and layout (num_gpus) itself and derives the
@@ -231,6 +232,14 @@ def _group(*groups: str) -> tuple[str, ...]:
 def schedule_name(params: EnvParams) -> str:
     """The schedule with the parameters it reads: ``zb-h1 wf=0.5``, ``interleaved-1f1b v=2``, ``1f1b``."""
     return " ".join(titles(params, SCHEDULE_KEYS))
+
+
+def memory_name(params: EnvParams, memory_limit: float) -> str:
+    """The memory limit a dispatcher kept to when it was the default (``schedule_name`` names a given one):
+    ``memory limit=4 (the static peak)``; empty for the schedule's own order."""
+    if params.dispatch == "static" or params.memory_limit != 0.0:
+        return ""
+    return f"{PARAMETER['memory_limit'].title(memory_limit)} (the static peak)"
 
 
 def noise_name(params: EnvParams, *, sep: str = " ") -> str:

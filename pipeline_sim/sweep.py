@@ -29,10 +29,10 @@ import numpy as np
 
 from .cluster import DaskCluster
 from .config import BOOLEAN_KEYS, INTEGER_KEYS, OBJECT_KEYS, STRING_KEYS, ConfigError, EnvironmentGrid
-from .engine import simulate_figures
+from .engine import lower_bound, simulate_figures
 from .files import OutputError, atomic_output, exclusive_writer, output_target
 from .metrics import ScheduleMetrics, ideal_time, metric_columns
-from .model import COMM_KINDS, EnvParams, ParameterError, Policy
+from .model import COMM_KINDS, PARAMETERS, EnvParams, ParameterError, Policy
 from .parallel import ordered_map
 from .parquet import PartWriter, merge_parts, part_rows, require_pyarrow, schema
 from .scenarios import DEFAULT_STEP, policy_grid, steps_per_unit
@@ -46,20 +46,21 @@ POLICY_COLUMNS = ("policy", *(f"prio_{kind}" for kind in COMM_KINDS), *(f"tier_{
 #: Completion-time statistics over samples; percentiles by linear interpolation (numpy's default, Hyndman-Fan 7).
 STATISTICS = ("completion_std", "completion_min", "completion_p50", "completion_p95", "completion_p99",
               "completion_max")
-COLUMNS = (*EnvParams.names(), "simulator", "samples", *POLICY_COLUMNS, "completion_time", *STATISTICS,
-           *ScheduleMetrics.SCALARS[1:])
-SAMPLE_COLUMNS = (*EnvParams.names(), "simulator", "policy", "sample", "completion_time")
-_METRIC_COLUMNS = COLUMNS[COLUMNS.index("completion_time"):]
+#: The environment parameters of section 12, and what a run reports of them: columns of a grid that names them.
+DISPATCH_KEYS = tuple(p.name for p in PARAMETERS if p.group == "dispatch")
+BOUND_COLUMNS = ("lower_bound", "bound_gap")
+_METRIC_COLUMNS = ("completion_time", *STATISTICS, *ScheduleMetrics.SCALARS[1:])
 
 
-def sweep_columns(workload: bool) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The columns of the CSV and of the samples file; a workload sweep adds its keys after the environment's
-    and its report (``workload.REPORT_COLUMNS``) at the end."""
-    if not workload:
-        return COLUMNS, SAMPLE_COLUMNS
-    env = len(EnvParams.names())
-    return (*COLUMNS[:env], *WORKLOAD_KEYS, *COLUMNS[env:], *REPORT_COLUMNS), \
-        (*SAMPLE_COLUMNS[:env], *WORKLOAD_KEYS, *SAMPLE_COLUMNS[env:])
+def sweep_columns(workload: bool, dispatch: bool = False) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The columns of the CSV and of the samples file. A grid that names a dispatch parameter has them among the
+    environment's and the bound after the metrics (``BOUND_COLUMNS``); a workload sweep adds its keys after the
+    environment's and its report (``workload.REPORT_COLUMNS``) at the end."""
+    env = tuple(name for name in EnvParams.names() if dispatch or name not in DISPATCH_KEYS)
+    keys = WORKLOAD_KEYS if workload else ()
+    return ((*env, *keys, "simulator", "samples", *POLICY_COLUMNS, *_METRIC_COLUMNS,
+             *(BOUND_COLUMNS if dispatch else ()), *(REPORT_COLUMNS if workload else ())),
+            (*env, *keys, "simulator", "policy", "sample", "completion_time"))
 #: Simulations a chunk of work aims at when samples multiply its rows.
 CHUNK_SIMULATIONS = 2048
 #: Measured cost of one task of a simulation on one core (benchmarks/bench.py; a slow day's figure).
@@ -129,11 +130,11 @@ class SweepPlan:
 
     @property
     def header(self) -> str:
-        return ",".join(sweep_columns(self.grid.has_workload)[0]) + "\n"
+        return ",".join(sweep_columns(self.grid.has_workload, self.grid.has_dispatch)[0]) + "\n"
 
     @property
     def sample_header(self) -> str:
-        return ",".join(sweep_columns(self.grid.has_workload)[1]) + "\n"
+        return ",".join(sweep_columns(self.grid.has_workload, self.grid.has_dispatch)[1]) + "\n"
 
     def column_types(self) -> dict[str, type]:
         """The type of each column that is not a float: what a Parquet output stores them as."""
@@ -173,7 +174,7 @@ class SweepPlan:
         for params, workload in self.grid.cases(first_env):
             for first in range(offset, per_env, rows_per_chunk):
                 yield Chunk(params, self.simulator, self.step, first, min(first + rows_per_chunk, per_env),
-                            self.samples, self.with_samples, workload)
+                            self.samples, self.with_samples, workload, self.grid.has_dispatch)
             offset = 0
 
 
@@ -189,6 +190,7 @@ class Chunk:
     samples: int = 1
     with_samples: bool = False
     workload: Workload | None = None
+    dispatch: bool = False  # the rows carry the dispatch parameters and the lower bound
 
 
 def _cell(value: object) -> str:
@@ -197,9 +199,10 @@ def _cell(value: object) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
-def _environment_cells(params: EnvParams, workload: Workload | None = None) -> list[object]:
+def _environment_cells(params: EnvParams, workload: Workload | None = None, dispatch: bool = False) -> list[object]:
     ignored = params.ignored()
-    cells: list[object] = [None if name in ignored else value for name, value in params.as_dict().items()]
+    cells: list[object] = [None if name in ignored else value for name, value in params.as_dict().items()
+                           if dispatch or name not in DISPATCH_KEYS]
     return cells + (list(workload.cells().values()) if workload is not None else [])
 
 
@@ -254,7 +257,12 @@ def simulate_chunk(chunk: Chunk) -> tuple[str, str, int]:
     scalars = [[dict(zip(ScheduleMetrics.SCALARS, values)) for values in zip(*(run[name] for name in
                                                                                ScheduleMetrics.SCALARS))]
                for run in runs]
-    environment = _environment_cells(chunk.params, chunk.workload)
+    if chunk.dispatch:  # the bound depends on the draw, not on the policy
+        for sample in range(draws):
+            bound = lower_bound(chunk.params, sample)
+            for values in scalars[sample]:
+                values["lower_bound"] = bound
+    environment = _environment_cells(chunk.params, chunk.workload, chunk.dispatch)
     prefix = _csv_text([*environment, chunk.simulator, chunk.samples]) + ","
     sample_prefix = _csv_text([*environment, chunk.simulator]) + ","
     policy_texts = _policy_texts(chunk.step)[chunk.first:chunk.stop]
@@ -263,6 +271,8 @@ def simulate_chunk(chunk: Chunk) -> tuple[str, str, int]:
         # identical draws summarise as one: the mean of repeated floats may not be that float
         summary = summarise([scalars[sample][i] for sample in range(draws)])
         cells = [summary[name] for name in _METRIC_COLUMNS]
+        if chunk.dispatch:  # the gap of the mean completion time over the mean bound
+            cells += [summary["lower_bound"], float(summary["completion_time"]) / float(summary["lower_bound"]) - 1.0]
         if chunk.workload is not None:  # activation peaks follow the orders alone: any sample's will do
             cells += workload_report(chunk.workload, chunk.params, float(summary["completion_time"]),
                                      runs[0]["gpu_peak_activations"][i]).columns().values()

@@ -134,6 +134,9 @@ def _build(params: EnvParams) -> TaskGraph:
     stage_gpu = tuple(spec.placement(s, p, v) for s in range(stages))
     stage_chunk = tuple(sum(1 for t in range(s) if stage_gpu[t] == stage_gpu[s]) for s in range(stages))
     orders = build_orders(params)
+    if params.dispatch != "static":  # a dispatcher runs an overlapped pair's two parts as tasks of their own
+        orders = [[part for action in order for part in (action if isinstance(action, Pair) else (action,))]
+                  for order in orders]
     forward, backward = params.fwd_len / v, params.bwd_len / v
 
     def compute_task(gpu: int, action: Action | Pair) -> GraphTask:

@@ -79,10 +79,20 @@ def check_dependencies(schedule: Schedule, graph: TaskGraph, tol: float) -> list
 
 
 def check_order(schedule: Schedule, graph: TaskGraph, tol: float) -> list[str]:
-    """Each GPU runs exactly its order, one task at a time, each as soon as its predecessor and needs allow."""
+    """Each GPU runs exactly its order, one task at a time, each as soon as its predecessor and needs allow.
+
+    Under a dispatcher the order is the one it took, which must hold exactly the GPU's tasks (section 12.1)."""
     errors = []
-    for gpu, order in enumerate(graph.orders):
-        ran = sorted((t for t in schedule.tasks if t.parts and t.gpu == gpu), key=lambda t: (t.start, t.end))
+    orders = graph.orders
+    if schedule.params.dispatch != "static":
+        orders = schedule.orders
+        errors += [f"GPU {gpu}: the dispatcher's order does not hold exactly its tasks"
+                   for gpu, (took, own) in enumerate(zip(orders, graph.orders)) if sorted(took) != sorted(own)]
+    for gpu, order in enumerate(orders):
+        place = {i: k for k, i in enumerate(order)}  # tasks of no work at one instant may run in either order
+        ran = [schedule.tasks[i] for i in sorted((i for i, t in enumerate(schedule.tasks) if t.parts and t.gpu == gpu),
+                                                 key=lambda i: (schedule.tasks[i].start, schedule.tasks[i].end,
+                                                                place.get(i, -1)))]
         expected = [str(schedule.tasks[i].id) for i in order]
         if [str(t.id) for t in ran] != expected:
             first = next(i for i, (a, b) in enumerate(zip([str(t.id) for t in ran] + [""], expected + [""]))
@@ -128,6 +138,13 @@ def check_ingress(schedule: Schedule, graph: TaskGraph, tol: float) -> list[str]
             if (peak := _peak_load(intervals)) > capacity * (1.0 + 1e-6)]
 
 
+def check_memory(schedule: Schedule, graph: TaskGraph, tol: float) -> list[str]:
+    """No GPU holds more activations in flight than the memory limit in force (sections 7 and 12.1)."""
+    return [f"GPU {gpu}: {peak:g} activations in flight, above the memory limit {schedule.memory_limit:g}"
+            for gpu, steps in enumerate(schedule.activation_steps())
+            if (peak := max(level for _, level in steps)) > schedule.memory_limit + 1e-9]
+
+
 def check_completion(schedule: Schedule, graph: TaskGraph, tol: float) -> list[str]:
     """The completion time is the last end."""
     last_end = max(task.end for task in schedule.tasks)
@@ -137,8 +154,8 @@ def check_completion(schedule: Schedule, graph: TaskGraph, tol: float) -> list[s
 
 
 CHECKS: tuple[Callable[[Schedule, TaskGraph, float], list[str]], ...] = (
-    check_task_set, check_work, check_readiness, check_dependencies, check_order, check_egress, check_ingress,
-    check_completion)
+    check_task_set, check_work, check_readiness, check_dependencies, check_order, check_memory, check_egress,
+    check_ingress, check_completion)
 
 
 def validate_schedule(schedule: Schedule, tolerance: float = 1e-6) -> list[str]:

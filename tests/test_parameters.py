@@ -10,7 +10,7 @@ from pipeline_sim.config import ConfigError, EnvironmentGrid
 from pipeline_sim.model import DEFAULT_POLICY, PARAMETERS, EnvParams, ParameterError
 from pipeline_sim.parameters import Integers, Interval, Lengths, Names
 from pipeline_sim.results import env_slug, env_title
-from pipeline_sim.sweep import COLUMNS
+from pipeline_sim.sweep import sweep_columns
 from pipeline_sim.workload import DERIVED_KEYS
 
 
@@ -33,7 +33,11 @@ def test_the_table_is_the_dataclass():
         assert getattr(defaults, p.name) == p.default and type(p.default) is p.type
         p.domain.check(p.name, p.default)  # a default lies in its own domain
         assert p.help and p.group
-    assert COLUMNS[:len(PARAMETERS)] == EnvParams.names()
+    columns = sweep_columns(workload=False, dispatch=True)[0]
+    assert columns[:len(PARAMETERS)] == EnvParams.names()
+    # a grid that names no dispatch parameter writes the columns it always wrote
+    assert sweep_columns(workload=False)[0] == tuple(c for c in columns if c not in ("dispatch", "memory_limit",
+                                                                                     "lower_bound", "bound_gap"))
 
 
 def test_the_api_signature_follows_the_table():

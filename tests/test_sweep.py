@@ -7,7 +7,7 @@ import pytest
 
 from pipeline_sim import calculate_full_pipeline_schedule
 from pipeline_sim.config import EnvironmentGrid
-from pipeline_sim.sweep import COLUMNS, ResumeError, SweepPlan, partial_paths, rows_per_chunk, run_sweep
+from pipeline_sim.sweep import ResumeError, SweepPlan, partial_paths, rows_per_chunk, run_sweep, sweep_columns
 
 SMALL = {"n": [3, 5], "num_gpus": [2, 3], "sync_freq": [1, 2]}
 
@@ -26,7 +26,7 @@ def sweep(plan, output, **kwargs):
 def test_rows_equal_direct_calls(plan, tmp_path):
     rows = list(csv.DictReader(io.StringIO(sweep(plan, tmp_path / "out.csv").decode())))
     assert len(rows) == plan.num_simulations == 8 * len(plan.policies)
-    assert list(rows[0]) == list(COLUMNS)
+    assert list(rows[0]) == list(sweep_columns(workload=False)[0])
     for row in rows[::7]:
         priorities = {k: float(row[f"prio_{k}"]) for k in ("fwd_prop", "grad_prop", "grad_sync") if row[f"prio_{k}"]}
         tiers = {k: row[f"tier_{k}"] for k in ("fwd_prop", "grad_prop", "grad_sync") if row[f"tier_{k}"]}

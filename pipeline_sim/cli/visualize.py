@@ -12,8 +12,8 @@ from ..engine import simulate
 from ..files import atomic_output, output_target
 from ..metrics import schedule_metrics
 from ..model import COMM_KINDS, DEFAULT_POLICY, PARAMETERS, EnvParams, ParameterError, Policy
-from ..orders import compute_orders, format_orders
-from ..results import schedule_name, workload_title
+from ..orders import format_orders
+from ..results import memory_name, schedule_name, workload_title
 from ..taskgraph import MAX_TASKS, build_task_graph, estimated_tasks
 from ..trace import chrome_trace
 from ..workload import DERIVED_KEYS, RECOMPUTE_MODES, WORKLOAD_KEYS, Workload, workload_environment, workload_report
@@ -43,7 +43,8 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
                f"script). Kinds: {', '.join(COMM_KINDS)}. Example: {prog} -n 8 --num-gpus 4 "
                f"--exclusive grad_sync=a --show-throttling --show-completion-time --no-show")
     groups = {"environment": parser.add_argument_group("environment (see docs/model.md)"),
-              "schedule": parser.add_argument_group("schedule (see docs/model.md section 6)")}
+              "schedule": parser.add_argument_group("schedule (see docs/model.md section 6)"),
+              "dispatch": parser.add_argument_group("run-time dispatch (see docs/model.md section 12)")}
     groups["jitter"] = groups["straggler"] = noise = parser.add_argument_group(
         "noise (see docs/model.md section 8): one sampled iteration is drawn")
     for p in PARAMETERS:
@@ -101,7 +102,8 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
     out.add_argument("--show-memory", action="store_true",
                      help="add a row per GPU with its activations in flight (micro-batches) over time")
     out.add_argument("--print-order", action="store_true",
-                     help="print each GPU's compute order (0F0 0F1 ... (0F7;7B3) ...) before drawing")
+                     help="print each GPU's compute order as it ran (0F0 0F1 ... (0F7;7B3) ...; under a dispatcher, "
+                          "the order it took)")
     return parser
 
 
@@ -184,16 +186,15 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
                 raise UserError(f"--trace and --output are both {output}; give them different paths")
             if args.trace.suffix.lower() != ".json":
                 raise UserError(f"--trace {args.trace}: a trace is JSON; give a path ending in .json")
-        if args.print_order:
-            print(format_orders(compute_orders(params.schedule, num_gpus=params.num_gpus, n=params.n,
-                                               chunks=params.chunks)))
         ready_kernel()
         schedule = simulate(params, policy, args.sample)
+        if args.print_order:
+            print(format_orders(schedule.order_text()))
         metrics = schedule_metrics(schedule)
         ideal = metrics.ideal_time
         report = workload_report(workload, params, schedule.completion_time, metrics.gpu_peak_activations) \
             if workload is not None else None
-        name = schedule_name(params)
+        name = ", ".join(filter(None, (schedule_name(params), memory_name(params, schedule.memory_limit))))
         if params.jittered:
             name += f", sample {args.sample} of seed {params.seed}"
 
@@ -217,8 +218,9 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
             fig.savefig(temporary, dpi=130, format=image_format)
         peak = metrics.peak_activations
         unit = " s" if workload is not None else ""
-        print(f"{name}: completion time {schedule.completion_time:.6g}{unit} (ideal {ideal:.6g}{unit}), peak "
-              f"activations {peak:g} micro-batches; chart: {output}")
+        print(f"{name}: completion time {schedule.completion_time:.6g}{unit} (ideal {ideal:.6g}{unit}, lower bound "
+              f"{schedule.lower_bound:.6g}{unit}: {schedule.bound_gap:.1%} above it), peak activations {peak:g} "
+              f"micro-batches; chart: {output}")
         if report is not None and workload is not None:
             print("\n".join(f"  {line}" for line in [workload.label(params.num_gpus)] + report.lines()))
         if args.trace:

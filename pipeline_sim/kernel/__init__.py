@@ -11,7 +11,8 @@ would give it; a task's remaining work is brought up to date only when its rate 
 
 One compiled loop in rooms of its own: ``state`` (the constants and the rows of the
 state arrays), ``events`` (rate changes, the heap of projected ends), ``allocation``
-(sending sets and rates), ``next_task`` (which compute task a free GPU starts),
+(sending sets and rates), ``next_task`` (which compute task a free GPU starts: its static order or a
+dispatch rule), ``bound`` (the lower bound of section 12.2),
 ``loop`` (readiness chains and the loop itself) and ``figures`` (what a sweep keeps).
 
 The functions take the task graph as arrays (``engine.GraphArrays``) and never ask
@@ -26,6 +27,7 @@ GPU other than through ``grad_sync`` traffic, and the receiving side of ``grad_s
 """
 
 from .allocation import layered_rates
+from .bound import lower_bound, path_times
 from .figures import figures
 from .loop import simulate, simulate_policies
 from .state import (
@@ -33,6 +35,7 @@ from .state import (
     DONE,
     END,
     NEXT,
+    RANK,
     READY,
     SHARED_LAYER,
     START,
@@ -42,5 +45,6 @@ from .state import (
     ZERO_LAYER,
 )
 
-__all__ = ["BUSY", "DONE", "END", "NEXT", "READY", "SHARED_LAYER", "START", "STUCK", "THROTTLED", "THROTTLED_TIME",
-           "ZERO_LAYER", "figures", "layered_rates", "simulate", "simulate_policies"]
+__all__ = ["BUSY", "DONE", "END", "NEXT", "RANK", "READY", "SHARED_LAYER", "START", "STUCK", "THROTTLED",
+           "THROTTLED_TIME", "ZERO_LAYER", "figures", "layered_rates", "lower_bound", "path_times", "simulate",
+           "simulate_policies"]

@@ -5,43 +5,61 @@ from __future__ import annotations
 
 import numpy as np
 
-from .allocation import compute_rates, contended_rates, group_flows, ready_key, scratch, sending_sets, set_group_rates
+from .allocation import (
+    compute_rates,
+    contended_rates,
+    group_flows,
+    ready_key,
+    scratch,
+    sending_sets,
+    set_group_rates,
+)
 from .events import heap_pop, mark, push, set_rate
 from .figures import figures
 from .jit import compiled, inner
-from .next_task import take_next
+from .next_task import dispatch, take_next
 from .state import (
     BUSY,
     COMM,
+    DECIDE,
     DIRTY_COMM,
     DIRTY_COMM_COUNT,
     DIRTY_COMM_LIST,
     DIRTY_COMPUTE,
     DIRTY_COMPUTE_COUNT,
     DIRTY_COMPUTE_LIST,
+    DISPATCH_KEY,
     DONE,
     DONE_COUNT,
     END,
     END_TOLERANCE,
+    FALLS,
     GPU,
+    GPU_INTS,
     HEAP_SIZE,
+    HELD,
     IMPACT,
     INDEX,
     KEY,
+    KIND_CLASS,
     LENGTH,
     LIVE,
     PRIORITY,
+    RANK,
     READY,
     READY_COUNT,
     READY_QUEUE,
     RECEIVER,
     RELEASE,
     REMAINING,
+    RESERVE,
     SEGMENTS,
     STACK,
     STAGE,
     START,
+    STATIC,
     STUCK,
+    TAKEN,
     TASK_FLOATS,
     TASK_INTS,
     THROTTLED,
@@ -53,13 +71,33 @@ from .state import (
 
 
 @inner
-def _settle(now: float, F: np.ndarray, I: np.ndarray, P: np.ndarray, Q: np.ndarray, K: np.ndarray, C: np.ndarray,
-            release_start: np.ndarray, release_task: np.ndarray, order_start: np.ndarray,
+def _start(task: int, s: int, now: float, F: np.ndarray, I: np.ndarray, P: np.ndarray, K: np.ndarray,
+           C: np.ndarray) -> None:
+    """GPU s takes compute task ``task`` now: it runs, or, with no work, ends at once and stacks its releases."""
+    F[READY, task] = now
+    I[RANK, task] = P[TAKEN, s]
+    P[TAKEN, s] += 1
+    P[HELD, s] += I[RESERVE, task]
+    if F[LENGTH, task] == 0.0:  # a W of no work ends the instant it may start
+        F[START, task] = now
+        F[END, task] = now
+        C[DONE_COUNT] += 1
+        P[HELD, s] -= I[FALLS, task]
+        push(K, C, RELEASE, task)
+        return
+    P[BUSY, s] = task
+    mark(P, C, DIRTY_COMPUTE, DIRTY_COMPUTE_LIST, DIRTY_COMPUTE_COUNT, s)
+
+
+@inner
+def _settle(now: float, rule: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, Q: np.ndarray, K: np.ndarray,
+            C: np.ndarray, release_start: np.ndarray, release_task: np.ndarray, order_start: np.ndarray,
             order_task: np.ndarray) -> None:
     """Apply the readiness chains on the stack K: releases of ended tasks and compute starts (section 2).
 
     Zero-work tasks end the instant they may start and release in turn; the stack
-    reproduces the depth-first order of a recursive walk.
+    reproduces the depth-first order of a recursive walk. Under a dispatcher a free GPU
+    is only marked here: it decides once the whole instant has settled (``_decide``).
     """
     while C[STACK] > 0:
         top = C[STACK] - 1
@@ -89,19 +127,46 @@ def _settle(now: float, F: np.ndarray, I: np.ndarray, P: np.ndarray, Q: np.ndarr
                 push(K, C, TRY_START, I[GPU, dependent])
         else:
             s = K[1, top]
+            if rule != STATIC:
+                C[STACK] = top
+                if P[BUSY, s] < 0:
+                    P[DECIDE, s] = 1
+                continue
             task = take_next(s, I, P, order_start, order_task) if P[BUSY, s] < 0 else -1
             if task < 0:
                 C[STACK] = top
                 continue
-            F[READY, task] = now
-            if F[LENGTH, task] == 0.0:  # a W of no work ends the instant it may start
-                F[START, task] = now
-                F[END, task] = now
-                C[DONE_COUNT] += 1
-                push(K, C, RELEASE, task)
-                continue
-            P[BUSY, s] = task
-            mark(P, C, DIRTY_COMPUTE, DIRTY_COMPUTE_LIST, DIRTY_COMPUTE_COUNT, s)
+            _start(task, s, now, F, I, P, K, C)
+
+
+@inner
+def _decide(now: float, rule: int, memory: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, Q: np.ndarray,
+            K: np.ndarray, C: np.ndarray, release_start: np.ndarray, release_task: np.ndarray,
+            order_start: np.ndarray, order_task: np.ndarray) -> None:
+    """Every free GPU marked since the last decisions chooses its next task, lowest GPU first (section 12.1).
+
+    A task of no work ends at once; what it makes ready is settled, and the GPUs it frees
+    or feeds decide in turn, within the same instant.
+    """
+    p = P.shape[1]
+    while True:
+        s = -1
+        for g in range(p):
+            if P[DECIDE, g] == 1:
+                s = g
+                break
+        if s < 0:
+            return
+        P[DECIDE, s] = 0
+        if P[BUSY, s] >= 0:
+            continue
+        task = dispatch(s, rule, memory, F, I, P, order_start, order_task)
+        if task < 0:
+            continue
+        _start(task, s, now, F, I, P, K, C)
+        if P[BUSY, s] < 0:
+            P[DECIDE, s] = 1
+        _settle(now, rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
 
 
 @inner
@@ -116,6 +181,7 @@ def _finish(i: int, now: float, F: np.ndarray, I: np.ndarray, P: np.ndarray, Q: 
     push(K, C, RELEASE, i)
     if I[COMM, i] < 0:
         P[BUSY, s] = -1
+        P[HELD, s] -= I[FALLS, i]
         push(K, C, TRY_START, s)  # the next compute starts before the releases
     else:
         last = P[READY_COUNT, s] - 1
@@ -132,16 +198,20 @@ def _finish(i: int, now: float, F: np.ndarray, I: np.ndarray, P: np.ndarray, Q: 
 def simulate(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.ndarray, stage: np.ndarray,
              index: np.ndarray, impact: np.ndarray, needs_count: np.ndarray, release_start: np.ndarray,
              release_task: np.ndarray, order_start: np.ndarray, order_task: np.ndarray, peer_start: np.ndarray,
-             peer_task: np.ndarray, kind_tier: np.ndarray, kind_priority: np.ndarray, ingress_capacity: float,
-             segment_room: int) -> tuple:
+             peer_task: np.ndarray, kind_class: np.ndarray, reserve: np.ndarray, falls: np.ndarray,
+             dispatch_key: np.ndarray, rule: int, memory: int, kind_tier: np.ndarray, kind_priority: np.ndarray,
+             ingress_capacity: float, segment_room: int) -> tuple:
     """Simulate one iteration of the task graph given as arrays under one policy.
 
     ``kind_tier[k]`` is the exclusive tier rank (0 = 'a') of transfer kind ``k`` in
     ``COMM_KINDS`` order, -1 for shared; ``kind_priority[k]`` its shared priority.
+    ``rule`` is ``STATIC`` (each GPU runs ``order_task`` in order) or a dispatcher, which
+    chooses by ``dispatch_key``, then ``kind_class``, micro-batch and stage, within
+    ``memory`` (1/v units; ``reserve`` and ``falls``: the room a task takes and gives back).
     Returns ``(status, F, I, segments, segment_task, segment_times, P)``: ``status`` is
     ``DONE`` or ``STUCK``; the rows ``READY``, ``START``, ``END`` and ``THROTTLED_TIME`` of
-    ``F`` and ``THROTTLED`` of ``I`` are every task's record; ``segments`` counts the
-    stretches at a constant positive rate, of which the first ``segment_room`` are kept:
+    ``F`` and ``THROTTLED`` and ``RANK`` (its place in its GPU's run) of ``I`` are every task's
+    record; ``segments`` counts the stretches at a constant positive rate, of which the first ``segment_room`` are kept:
     task, then ``(t0, t1, rate)`` rows. ``P`` holds each GPU's next compute and busy task.
     """
     n = len(length)
@@ -162,6 +232,10 @@ def simulate(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np
     I[WAITING] = needs_count
     I[LIVE] = -1
     I[TIER] = -1
+    I[KIND_CLASS] = kind_class
+    I[RESERVE] = reserve
+    I[FALLS] = falls
+    F[DISPATCH_KEY] = dispatch_key
     per_gpu = np.zeros(p, dtype=np.int64)
     for i in range(n):
         if comm[i] >= 0:
@@ -169,7 +243,7 @@ def simulate(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np
             I[TIER, i] = kind_tier[comm[i]]
             F[PRIORITY, i] = kind_priority[comm[i]]
     room = max(1, per_gpu.max())
-    P = np.zeros((12, p), dtype=np.int64)
+    P = np.zeros((GPU_INTS, p), dtype=np.int64)
     P[BUSY] = -1
     PF = np.zeros((2, p))
     Q = np.empty((2, p, room), dtype=np.int64)
@@ -185,7 +259,8 @@ def simulate(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np
     now = 0.0
     for s in range(p):
         push(K, C, TRY_START, s)
-        _settle(now, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
+        _settle(now, rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
+    _decide(now, rule, memory, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
     ending = np.empty(n, dtype=np.int64)
     status = DONE
     while True:
@@ -215,7 +290,8 @@ def simulate(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np
                 count += 1
         for k in range(count):
             _finish(ending[k], now, F, I, P, Q, K, HT, HI, SI, SF, C)
-            _settle(now, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
+            _settle(now, rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
+        _decide(now, rule, memory, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
     kept = min(C[SEGMENTS], segment_room)
     return status, F, I, C[SEGMENTS], SI[:kept], SF[:, :kept], P
 
@@ -224,9 +300,10 @@ def simulate(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np
 def simulate_policies(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.ndarray,
                       stage: np.ndarray, index: np.ndarray, impact: np.ndarray, needs_count: np.ndarray,
                       release_start: np.ndarray, release_task: np.ndarray, order_start: np.ndarray,
-                      order_task: np.ndarray, peer_start: np.ndarray, peer_task: np.ndarray, rises: np.ndarray,
-                      falls: np.ndarray, chunks: int, kind_tiers: np.ndarray, kind_priorities: np.ndarray,
-                      ingress_capacity: float) -> np.ndarray:
+                      order_task: np.ndarray, peer_start: np.ndarray, peer_task: np.ndarray,
+                      kind_class: np.ndarray, reserve: np.ndarray, falls: np.ndarray, dispatch_key: np.ndarray,
+                      rule: int, memory: int, rises: np.ndarray, chunks: int, kind_tiers: np.ndarray,
+                      kind_priorities: np.ndarray, ingress_capacity: float) -> np.ndarray:
     """``figures`` of one simulation per policy (rows of ``kind_tiers`` and ``kind_priorities``), in one call.
 
     A stuck simulation's row is all NaN.
@@ -235,8 +312,9 @@ def simulate_policies(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray,
     out = np.full((len(kind_tiers), 3 + 3 * p), np.nan)
     for row in range(len(kind_tiers)):
         result = simulate(length, gpu, receiver, comm, stage, index, impact, needs_count, release_start,
-                          release_task, order_start, order_task, peer_start, peer_task, kind_tiers[row],
-                          kind_priorities[row], ingress_capacity, 0)
+                          release_task, order_start, order_task, peer_start, peer_task, kind_class, reserve,
+                          falls, dispatch_key, rule, memory, kind_tiers[row], kind_priorities[row], ingress_capacity,
+                          0)
         status, F, I = result[0], result[1], result[2]
         if status == DONE:
             figures(gpu, comm, rises, falls, p, chunks, F[START], F[END], I[THROTTLED], F[THROTTLED_TIME], out[row])

@@ -21,19 +21,27 @@ DONE, STUCK = 0, 1
 
 RELEASE, TRY_START = 0, 1  # frames of the explicit stack that replaces recursion
 
+#: Dispatch rules (docs/model.md section 12), in the order of ``model.DISPATCHERS``.
+STATIC, GREEDY, CRITICAL_PATH, ZB_ADAPTIVE = range(4)
+#: A compute task's class as dispatchers rank it: backward work (B or I) first, then F, then W.
+BACKWARD_CLASS, FORWARD_CLASS, WEIGHT_CLASS = range(3)
+
 
 # The loop's state lives in a few 2D arrays, one row per quantity, so that helpers take a
 # handful of arguments: numba reference-counts every array passed, and tuples of thirty
 # arrays per call cost more than the simulation itself.
 # Per task, floats (F):
-LENGTH, IMPACT, REMAINING, RATE, SINCE, START, END, READY, THROTTLED_TIME, KEY, WEIGHT, SHARE, PRIORITY = range(13)
-TASK_FLOATS = 13
+LENGTH, IMPACT, REMAINING, RATE, SINCE, START, END, READY, THROTTLED_TIME, KEY, WEIGHT, SHARE, PRIORITY, \
+    DISPATCH_KEY = range(14)
+TASK_FLOATS = 14
 # per task, integers (I):
-GPU, RECEIVER, COMM, STAGE, INDEX, WAITING, LIVE, THROTTLED_NOW, THROTTLED, TIER, LAYER = range(11)
-TASK_INTS = 11
+GPU, RECEIVER, COMM, STAGE, INDEX, WAITING, LIVE, THROTTLED_NOW, THROTTLED, TIER, LAYER, KIND_CLASS, RESERVE, FALLS, \
+    RANK = range(15)
+TASK_INTS = 15
 # per GPU, integers (P; a list fills a row from the left, its length in C or in a count row):
 NEXT, BUSY, READY_COUNT, SENDING_COUNT, DIRTY_COMM, DIRTY_COMPUTE, DIRTY_COMM_LIST, DIRTY_COMPUTE_LIST, SEED, \
-    GROUPED, GROUP, GROUP_END = range(12)
+    GROUPED, GROUP, GROUP_END, HELD, DECIDE, TAKEN = range(15)
+GPU_INTS = 15
 # per GPU, floats (PF):
 SYNC_RATE, INFLOW = range(2)
 # queues Q[READY_QUEUE, g] and Q[SENDING_SET, g]: task numbers in ready order

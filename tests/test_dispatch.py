@@ -1,0 +1,209 @@
+"""Run-time dispatch and the lower bound (docs/model.md section 12)."""
+
+import random
+
+import numpy as np
+import pytest
+from reference_dispatch import run as reference_run
+
+from pipeline_sim import EnvParams, ParameterError, Policy, calculate_full_pipeline_schedule, simulate
+from pipeline_sim.engine import dispatch_arguments, graph_arrays, lower_bound, policy_arrays, simulate_figures
+from pipeline_sim.kernel import simulate as kernel_simulate
+from pipeline_sim.model import DISPATCHERS
+from pipeline_sim.schedules import SCHEDULES
+from pipeline_sim.taskgraph import task_lengths
+from pipeline_sim.validate import validate_schedule
+
+RULES = DISPATCHERS[1:]
+
+
+def timeline(schedule):
+    return {str(t.id): (t.start, t.end) for t in schedule.tasks if t.parts}
+
+
+def test_worked_example_7_greedy_runs_a_ready_forward_where_the_order_waits():
+    s = calculate_full_pipeline_schedule(num_gpus=3, n=3, prop_len=0, sync_base_len=0, dispatch="greedy")
+    assert timeline(s) == {
+        "0F0": (0, 1), "0F1": (1, 2), "0F2": (2, 3), "0B0": (7, 9), "0B1": (10, 12), "0B2": (13, 15),
+        "1F0": (1, 2), "1F1": (2, 3), "1F2": (3, 4), "1B0": (5, 7), "1B1": (8, 10), "1B2": (11, 13),
+        "2F0": (2, 3), "2B0": (3, 5), "2F1": (5, 6), "2B1": (6, 8), "2F2": (8, 9), "2B2": (9, 11)}
+    assert s.completion_time == s.lower_bound == 15 and s.memory_limit == 3
+    assert s.order_text()[1] == ["1F0", "1F1", "1F2", "1B0", "1B1", "1B2"]
+    static = calculate_full_pipeline_schedule(num_gpus=3, n=3, prop_len=0, sync_base_len=0)
+    assert static.order_text()[1] == ["1F0", "1F1", "1B0", "1F2", "1B1", "1B2"]
+    assert timeline(static)["1F2"] == (7, 8)  # the static order waits for B0 before F2
+
+
+def test_worked_example_8_a_memory_limit_of_one_micro_batch_serialises_them():
+    s = calculate_full_pipeline_schedule(num_gpus=3, n=3, prop_len=0, sync_base_len=0, dispatch="greedy",
+                                         memory_limit=1)
+    assert s.completion_time == 27 and s.memory_limit == 1
+    assert [timeline(s)[f"0F{m}"] for m in range(3)] == [(0, 1), (9, 10), (18, 19)]
+    assert max(s.peak_activations) == 1
+    assert validate_schedule(s) == []
+
+
+def test_zb_adaptive_frees_memory_with_w_before_an_input_gradient():
+    """At the limit, zb-adaptive runs a ready W first (it frees what the held-back F needs); greedy runs I."""
+    common = dict(num_gpus=2, n=6, prop_len=0, sync_base_len=0, schedule="zb-h1", memory_limit=3)
+    greedy = calculate_full_pipeline_schedule(**common, dispatch="greedy")
+    adaptive = calculate_full_pipeline_schedule(**common, dispatch="zb-adaptive")
+    # GPU 0 holds three micro-batches after 0F3 at t = 9, F4 is held back, W1 and I2 are ready
+    assert greedy.order_text()[0][6:10] == ["0F3", "0I2", "0W1", "0F4"]
+    assert adaptive.order_text()[0][6:10] == ["0F3", "0W1", "0I2", "0F4"]
+    assert validate_schedule(greedy) == [] and validate_schedule(adaptive) == []
+
+
+def test_critical_path_prefers_the_longest_remaining_path():
+    """GPU 0 of 1F1B with 4 micro-batches: after its warm-up, a forward starts a chain through every GPU and back,
+    longer than what follows any backward, so critical-path runs every forward first (as GPipe does)."""
+    s = calculate_full_pipeline_schedule(num_gpus=2, n=4, prop_len=0, sync_base_len=0, dispatch="critical-path",
+                                         memory_limit=4)
+    assert s.order_text()[0][:4] == ["0F0", "0F1", "0F2", "0F3"]
+    assert validate_schedule(s) == []
+
+
+def random_environment(rng, **fixed):
+    schedule = rng.choice(list(SCHEDULES))
+    p = rng.randint(1, 4)
+    n = rng.randint(1, 7)
+    if schedule == "interleaved-1f1b":
+        n = p * rng.randint(1, 3)
+    if schedule == "dualpipe-v":
+        n = max(n, 2 * p)
+    noisy = rng.random() < 0.7
+    values = dict(schedule=schedule, num_gpus=p, n=n, sync_freq=rng.randint(1, 3), fwd_len=rng.choice([1.0, 0.7]),
+                  bwd_len=rng.choice([2.0, 1.3]), w_fraction=rng.choice([0.0, 0.3, 0.5]),
+                  compute_jitter=rng.choice([0.1, 0.3]) if noisy else 0.0, comm_jitter=0.0,
+                  slow_gpu=rng.randrange(p) if rng.random() < 0.3 else -1, slow_factor=1.5,
+                  seed=rng.randrange(1000), dispatch=rng.choice(DISPATCHERS))
+    values.update(fixed)
+    return EnvParams(**values)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_kernel_equals_a_reference_dispatcher_written_from_the_text(seed):
+    """Free communication (every transfer of no work) leaves the decisions alone: 50 random environments per
+    seed, every schedule and dispatcher, noise and stragglers, limits from 1 to the default."""
+    rng = random.Random(seed)
+    for _ in range(50):
+        params = random_environment(rng, prop_len=0.0, sync_base_len=0.0)
+        if params.dispatch != "static" and rng.random() < 0.5:
+            params = EnvParams(**{**params.as_dict(), "memory_limit": rng.choice([1.0, 1.5, 2.0, 3.0])})
+        sample = rng.randrange(5)
+        schedule = simulate(params, Policy(), sample)
+        start, end, completion = reference_run(params, sample, schedule.memory_limit)
+        assert [t.start for t in schedule.tasks] == start, params
+        assert [t.end for t in schedule.tasks] == end, params
+        assert schedule.completion_time == completion
+
+
+def replayed(params, policy, sample, schedule):
+    """The dispatched run's graph under the static rule, each GPU running the order the dispatcher took."""
+    arrays = graph_arrays(params)
+    arguments = list(arrays.kernel_arguments(task_lengths(params, sample), params))
+    arguments[11] = np.array([i for order in schedule.orders for i in order], dtype=np.int64)
+    arguments[18] = 0  # the static rule
+    tiers, priorities = policy_arrays((policy,))
+    result = kernel_simulate(*arguments, tiers[0], priorities[0], params.ingress_capacity, 0)
+    return result[1]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_dispatched_order_replayed_as_a_static_order_gives_the_same_timeline(seed):
+    """With contended ports, priorities and noise: what a dispatcher decided is an order like any other."""
+    rng = random.Random(100 + seed)
+    for _ in range(25):
+        params = random_environment(rng, dispatch=rng.choice(RULES), prop_len=rng.choice([0.5, 1.0]),
+                                    sync_base_len=rng.choice([0.0, 2.0]), ingress_capacity=rng.choice([0.5, 1.0]),
+                                    comm_jitter=0.2)
+        policy = Policy(priorities={"fwd_prop": 0.5, "grad_prop": 0.3, "grad_sync": 0.2},
+                        exclusive_tiers={"grad_prop": "a"} if rng.random() < 0.5 else {})
+        sample = rng.randrange(3)
+        schedule = simulate(params, policy, sample)
+        F = replayed(params, policy, sample, schedule)
+        assert F[5].tolist() == [t.start for t in schedule.tasks]  # START row
+        assert F[6].tolist() == [t.end for t in schedule.tasks]  # END row
+        assert validate_schedule(schedule) == [], params
+
+
+def test_the_validator_accepts_dispatched_runs_within_their_limit():
+    rng = random.Random(7)
+    for _ in range(60):
+        params = random_environment(rng, dispatch=rng.choice(RULES), comm_jitter=0.1)
+        schedule = simulate(params, Policy(), rng.randrange(3))
+        assert validate_schedule(schedule) == [], params
+        assert max(schedule.peak_activations) <= schedule.memory_limit + 1e-12
+
+
+def test_the_bound_never_exceeds_a_completion_time():
+    """Thousands of runs: every schedule and dispatcher, policies, contention, noise."""
+    rng = random.Random(11)
+    policies = [Policy(), Policy(priorities={"fwd_prop": 0.1, "grad_prop": 0.1, "grad_sync": 1.0}),
+                Policy(exclusive_tiers={"grad_sync": "a"}), Policy(exclusive_tiers={"fwd_prop": "a", "grad_prop": "b"})]
+    runs = 0
+    for _ in range(400):
+        params = random_environment(rng, prop_len=rng.choice([0.0, 0.3, 1.0]), sync_base_len=rng.choice([0.0, 2.0]),
+                                    ingress_capacity=rng.choice([0.5, 1.0, 2.0]), comm_jitter=rng.choice([0.0, 0.2]))
+        sample = rng.randrange(4)
+        times = simulate_figures(params, policies, sample)[:, 0]
+        assert (lower_bound(params, sample) <= times * (1 + 1e-12)).all(), params
+        runs += len(times)
+    assert runs >= 1600
+
+
+def free(**values):
+    return EnvParams(prop_len=0.0, sync_base_len=0.0, **values)
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_the_bound_is_exact_for_static_gpipe_and_1f1b_on_free_links(schedule):
+    for p in range(1, 6):
+        for n in range(1, 10):
+            params = free(schedule=schedule, num_gpus=p, n=n, fwd_len=1.0, bwd_len=2.0)
+            time = simulate(params, Policy()).completion_time
+            assert lower_bound(params) == time == (n + p - 1) * 3.0
+
+
+def test_the_bound_is_exact_for_static_zb_h1_at_its_default_lengths_once_n_reaches_the_gpus():
+    for p in range(1, 6):
+        for n in range(p, 12):
+            params = free(schedule="zb-h1", num_gpus=p, n=n)
+            assert lower_bound(params) == simulate(params, Policy()).completion_time == (p - 1) * 1.0 + n * 3.0
+
+
+def test_the_bound_is_exact_on_one_gpu_without_gradient_syncs():
+    """One GPU sends nothing but gradient syncs; without them it computes without a pause, noise or not."""
+    rng = random.Random(3)
+    for _ in range(40):
+        params = random_environment(rng, num_gpus=1, n=rng.randint(1, 6), schedule=rng.choice(["1f1b", "zb-h1"]),
+                                    sync_base_len=0.0, slow_gpu=-1)
+        sample = rng.randrange(3)
+        assert lower_bound(params, sample) == pytest.approx(simulate(params, Policy(), sample).completion_time,
+                                                            rel=1e-12)
+
+
+def test_static_with_a_limit_at_or_above_its_peak_is_the_static_run():
+    base = calculate_full_pipeline_schedule(schedule="zb-h1", n=8, num_gpus=4)
+    limited = calculate_full_pipeline_schedule(schedule="zb-h1", n=8, num_gpus=4, memory_limit=4)
+    assert timeline(base) == timeline(limited) and base.memory_limit == limited.memory_limit == 4
+
+
+@pytest.mark.parametrize("values, name, allowed", [
+    (dict(dispatch="fastest"), "dispatch", "one of static, greedy, critical-path, zb-adaptive"),
+    (dict(memory_limit=-1.0), "memory_limit", "0 <= x <= 1e+09"),
+    (dict(dispatch="greedy", memory_limit=0.5), "memory_limit", "1 is the smallest limit"),
+    (dict(memory_limit=2.0), "memory_limit", "4 is the smallest limit that runs it"),
+    (dict(dispatch="greedy", schedule="dualpipe-v", fb_overlap=0.2), "dispatch", "no run-time form"),
+])
+def test_bad_dispatch_input_names_the_argument(values, name, allowed):
+    with pytest.raises(ParameterError) as error:
+        calculate_full_pipeline_schedule(**values)
+    assert error.value.name == name and allowed in str(error.value)
+
+
+def test_dualpipe_v_without_overlap_dispatches_its_pairs_as_two_tasks():
+    s = calculate_full_pipeline_schedule(schedule="dualpipe-v", n=8, num_gpus=2, dispatch="greedy")
+    assert not any(t.kind == "overlap_f_b" for t in s.tasks)
+    assert validate_schedule(s) == []
+    assert dispatch_arguments(s.params)[1] == DISPATCHERS.index("greedy")
