@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 from pipeline_sim import SCHEDULES, EnvParams, Policy, simulate  # noqa: E402
 from pipeline_sim.config import EnvironmentGrid  # noqa: E402
 from pipeline_sim.engine import compile_kernel, graph_arrays, simulate_figures  # noqa: E402
+from pipeline_sim.model import DISPATCHERS  # noqa: E402
 from pipeline_sim.scenarios import policy_grid  # noqa: E402
 from pipeline_sim.sweep import SweepPlan, run_sweep  # noqa: E402
 
@@ -104,6 +105,22 @@ def per_schedule(seconds: float) -> list[dict]:
     for name in SCHEDULES:
         params = EnvParams(schedule=name, n=10 if name == "dualpipe-v" else 8)
         rows.append({"schedule": name, "n": params.n, **sims_per_second(seconds, params)})
+    return rows
+
+
+def dispatched(seconds: float, rounds: int = 3) -> list[dict]:
+    """Per schedule and dispatcher, simulations per second against the static order of the same environment:
+    runs alternate (static, rule, static, rule, ...) and each side keeps its median."""
+    rows = []
+    for schedule in ("1f1b", "zb-h1", "zb-v"):
+        static = EnvParams(schedule=schedule, compute_jitter=0.2)
+        for rule in DISPATCHERS[1:]:
+            params = EnvParams(schedule=schedule, compute_jitter=0.2, dispatch=rule)
+            pairs = [(sims_per_second(seconds, static)["sims_per_second"],
+                      sims_per_second(seconds, params)["sims_per_second"]) for _ in range(rounds)]
+            base, ruled = statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
+            rows.append({"schedule": schedule, "dispatch": rule, "static_sims_per_second": base,
+                         "sims_per_second": ruled, "static_over_dispatched": base / ruled})
     return rows
 
 
@@ -335,6 +352,11 @@ def main() -> int:
     for row in schedules:
         print(f"  {row['schedule']:<16} {row['n']:>3} {row['tasks']:>6} {row['sims_per_second']:>8,.0f} "
               f"{1e6 / row['sims_per_second'] / row['tasks']:>9.2f}", flush=True)
+    dispatch = dispatched(0.3 if args.quick else 1.0)
+    print("\n  schedule  dispatch        sims/s  static sims/s  static/dispatched (medians of alternating runs)")
+    for row in dispatch:
+        print(f"  {row['schedule']:<8}  {row['dispatch']:<14} {row['sims_per_second']:>7,.0f} "
+              f"{row['static_sims_per_second']:>14,.0f} {row['static_over_dispatched']:>8.2f}x", flush=True)
     rows = scaling(0.2 if args.quick else 1.0)
     print("\n  n  GPUs   tasks   ms/sim   us/task")
     for row in rows:
@@ -386,7 +408,7 @@ def main() -> int:
         "single_core": single, "pure_python_sims_per_second": pure,
         "kernel_over_pure_python": single["sims_per_second"] / pure, "api_sims_per_second": api,
         "example_pipeline": pipeline, "heatmap_cpu_seconds": heatmap, "first_compile_seconds": compile_seconds,
-        "schedules": schedules, "scaling": rows, "scaling_ratio": largest / smallest,
+        "schedules": schedules, "dispatch": dispatch, "scaling": rows, "scaling_ratio": largest / smallest,
         "sweep": {"simulations": 2178, "serial_seconds": serial, "parallel_seconds": parallel, "workers": cores,
                   "parallel_efficiency": efficiency},
         "noisy_sweep": noisy, "memory": memory, "cluster": cluster,

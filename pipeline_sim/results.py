@@ -315,8 +315,8 @@ def schedule_summary(params: EnvParams, rows: pd.DataFrame) -> dict[str, Any]:
     ``best_policy``, ``best_time``, ``default_time`` (NaN when the sweep's step has no such policy),
     ``worst_policy``, ``worst_time``, ``ideal_time``, ``peak_activations``, ``max_span``, the best
     policy's spread over samples ``best_min``, ``best_p50``, ``best_p95``, ``best_max`` (NaN in a
-    CSV without them) and ``samples``; in a workload sweep also the best policy's
-    ``peak_memory_gb``, ``gpu_memory_gb``, ``memory_fits``, ``tokens_per_second`` and ``mfu``."""
+    CSV without them), ``samples`` and ``lower_bound`` (NaN in a CSV without it); in a workload sweep
+    also the best policy's ``peak_memory_gb``, ``gpu_memory_gb``, ``memory_fits``, ``tokens_per_second`` and ``mfu``."""
     best, worst = best_rows(rows).iloc[0], rows.loc[rows["completion_time"].idxmax()]
     default = rows.loc[rows["policy"] == DEFAULT_POLICY_LABEL, "completion_time"]
     return {
@@ -329,6 +329,7 @@ def schedule_summary(params: EnvParams, rows: pd.DataFrame) -> dict[str, Any]:
         "max_span": float(best.get("max_span", math.nan)),
         **{f"best_{stat}": float(best.get(f"completion_{stat}", math.nan)) for stat in ("min", "p50", "p95", "max")},
         "samples": int(best.get("samples", 1)),
+        "lower_bound": float(best.get("lower_bound", math.nan)),
         **{name: best[name] for name in REPORT_SUMMARY if name in best}}
 
 

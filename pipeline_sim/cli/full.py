@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -86,13 +87,15 @@ def print_schedule_summary(comparisons, varying: list[str]) -> None:
     for params, workload, summary, _ in shown:
         print("  " + ", ".join(f"{name}={_text(parameter_value(params, workload, name))}" for name in varying))
         fastest = summary["best_time"].idxmin()
+        width = max(24, *(len(name) for name in summary["schedule"]))
         for i, row in summary.iterrows():
             mark = "*" if i == fastest else " "
+            bound = "" if math.isnan(row.get("lower_bound", math.nan)) else f", lower bound {row['lower_bound']:.4g}"
             if workload is not None:
-                print(f"   {mark} {row['schedule']:<24} {row['best_policy']:<18} {row['best_time']:.4g} s/iteration "
-                      f"(ideal {row['ideal_time']:.4g}){_report(row)}")
+                print(f"   {mark} {row['schedule']:<{width}} {row['best_policy']:<18} {row['best_time']:.4g} "
+                      f"s/iteration (ideal {row['ideal_time']:.4g}{bound}){_report(row)}")
             else:
-                print(f"   {mark} {row['schedule']:<24} {row['best_policy']:<18} {row['best_time']:<10.6g} "
-                      f"ideal {row['ideal_time']:<8.4g} peak activations {row['peak_activations']:g}")
+                print(f"   {mark} {row['schedule']:<{width}} {row['best_policy']:<18} {row['best_time']:<10.6g} "
+                      f"ideal {row['ideal_time']:<8.4g} peak activations {row['peak_activations']:g}{bound}")
     if len(comparisons) > len(shown):
         print(f"  ... and {len(comparisons) - len(shown):,} more groups (see the compare_*.png figures)")

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from ..engine import simulate
+from ..engine import memory_in_force, simulate
 from ..files import atomic_output, output_target
 from ..metrics import schedule_metrics
 from ..model import COMM_KINDS, DEFAULT_POLICY, PARAMETERS, EnvParams, ParameterError, Policy
@@ -171,6 +171,7 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
             if args.sample < 0:
                 raise ParameterError("sample", args.sample, "must be an integer >= 0")
             policy = _policy(args, default_priorities, default_exclusive_tiers)
+            memory_in_force(params)  # a memory limit that cannot run the iteration, refused before any work
         except ParameterError as error:
             flag = FLAGS.get(error.name.split("[")[0], error.name)
             raise UserError(f"{flag}: {error}") from None

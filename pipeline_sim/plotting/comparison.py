@@ -12,7 +12,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-BEST, DEFAULT, WORST, IDEAL = "#1A9850", "#222222", "#D73027", "#4575B4"
+BEST, DEFAULT, WORST, IDEAL, BOUND = "#1A9850", "#222222", "#D73027", "#4575B4", "#762A83"
 
 
 def figure_size(count: int) -> tuple[float, float]:
@@ -21,7 +21,8 @@ def figure_size(count: int) -> tuple[float, float]:
 
 
 def plot_schedule_comparison(fig: Figure, summary: pd.DataFrame, *, title: str, unit: str = "model units") -> dict:
-    """Draw each schedule's best, default-policy and worst completion time, its ideal, and its peak activations.
+    """Draw each schedule's best, default-policy and worst completion time, its ideal, its lower bound (when the
+    sweep has one) and its peak activations.
 
     One row per schedule: a bar from the best to the worst policy, the best policy
     named beside it; on the right, the largest per-GPU activation peak in micro-batches,
@@ -47,14 +48,20 @@ def plot_schedule_comparison(fig: Figure, summary: pd.DataFrame, *, title: str, 
     times.scatter(summary["default_time"], y, color=DEFAULT, marker="D", s=30, zorder=3)
     times.scatter(summary["worst_time"], y, color=WORST, marker="X", s=55, zorder=3)
     times.scatter(summary["ideal_time"], y, color=IDEAL, marker="|", s=260, linewidths=2.2, zorder=2)
-    span = float(summary["worst_time"].max() - min(summary["ideal_time"].min(), summary["best_time"].min()))
-    low = float(min(summary["ideal_time"].min(), summary["best_time"].min(),
+    bounded = "lower_bound" in summary and bool(summary["lower_bound"].notna().any())
+    if bounded:  # docs/model.md section 12.2: no schedule, static or dispatched, can finish before it
+        times.scatter(summary["lower_bound"], y, color=BOUND, marker=">", s=45, zorder=3)
+    floor = float(summary["lower_bound"].min()) if bounded else np.inf
+    span = float(summary["worst_time"].max() - min(summary["ideal_time"].min(), summary["best_time"].min(), floor))
+    low = float(min(summary["ideal_time"].min(), summary["best_time"].min(), floor,
                     summary["best_min"].min() if sampled else np.inf))
     left_end, right_end = low - 0.05 * span - 1e-9, float(summary["worst_time"].max()) + 0.16 * span + 1e-9
     times.set_xlim(left_end, right_end)
     workload = "peak_memory_gb" in summary
     for row in summary.itertuples():
         extra = f"  {row.tokens_per_second:,.0f} tokens/s, MFU {row.mfu:.1%}" if workload else ""
+        if bounded and not math.isnan(row.lower_bound):
+            extra += f"  ({row.best_time / row.lower_bound - 1:+.1%} on the bound)"
         # a label past the middle reads leftwards from its point, so that it stays inside the axes
         leftwards = (row.best_time - left_end) > 0.5 * (right_end - left_end)
         times.annotate(f"{row.best_time:.4g}  {row.best_policy}{extra}", (row.best_time, row.Index), xytext=(0, 9),
@@ -81,6 +88,8 @@ def plot_schedule_comparison(fig: Figure, summary: pd.DataFrame, *, title: str, 
         Line2D([], [], color=WORST, marker="X", linestyle="", label="worst policy"),
         Line2D([], [], color=IDEAL, marker="|", linestyle="", markersize=12, markeredgewidth=2,
                label="ideal (free communication, no jitter)")]
+        + ([Line2D([], [], color=BOUND, marker=">", linestyle="", label="lower bound (no order can beat it)")]
+           if bounded else [])
         + ([Line2D([], [], color=BEST, linewidth=5, alpha=0.5,
                    label=f"best policy over {int(summary['samples'].max())} samples: p50-p95, whiskers min-max")]
            if sampled else []),

@@ -219,7 +219,8 @@ def gantt_title(schedule: Schedule, *, schedule_name: str, ideal_time: float, wo
     params = schedule.params
     unit = " s" if workload else ""
     first = (f"{schedule_name}, {params.num_gpus} GPUs, n={params.n} micro-batches, sync every {params.sync_freq}; "
-             f"completion time {schedule.completion_time:.4g}{unit} (ideal {ideal_time:.4g}{unit})")
+             f"completion time {schedule.completion_time:.4g}{unit} (ideal {ideal_time:.4g}{unit}, lower bound "
+             f"{schedule.lower_bound:.4g}{unit})")
     if workload:
         second = f"{workload}; policy {schedule.policy.label}"
     else:
