@@ -25,6 +25,7 @@ from itertools import islice, product
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from .engine import memory_in_force
 from .model import PARAMETERS, SCHEDULE_PARAMETERS, EnvParams, ParameterError
 from .schedules import SCHEDULES, get_schedule
 from .taskgraph import estimated_tasks
@@ -267,6 +268,8 @@ class EnvironmentGrid:
         for combo in self._combinations():
             try:
                 params, _ = self._environment(combo)
+                if params.memory_limit != 0.0:  # a limit that cannot run the iteration (docs/model.md 12.1)
+                    memory_in_force(params)
             except ParameterError as error:
                 invalid.append((_describe(combo, self), str(error)))
                 continue

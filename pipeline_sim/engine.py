@@ -143,6 +143,8 @@ def static_peak(params: EnvParams) -> float:
 
 def memory_in_force(params: EnvParams) -> float:
     """The memory limit a run keeps to (section 12.1); ``ParameterError`` when it cannot run the iteration."""
+    if params.memory_limit >= 1.0 and params.dispatch != "static":
+        return params.memory_limit  # every limit of a micro-batch or more runs (section 12.1)
     peak = static_peak(params)
     if params.memory_limit == 0.0:
         return peak

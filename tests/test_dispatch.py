@@ -1,9 +1,12 @@
 """Run-time dispatch and the lower bound (docs/model.md section 12)."""
 
+import csv
+import json
 import random
 
 import numpy as np
 import pytest
+from conftest import assert_one_line_error, assert_png_drawn, run_script
 from reference_dispatch import run as reference_run
 
 from pipeline_sim import EnvParams, ParameterError, Policy, calculate_full_pipeline_schedule, simulate
@@ -207,3 +210,50 @@ def test_dualpipe_v_without_overlap_dispatches_its_pairs_as_two_tasks():
     assert not any(t.kind == "overlap_f_b" for t in s.tasks)
     assert validate_schedule(s) == []
     assert dispatch_arguments(s.params)[1] == DISPATCHERS.index("greedy")
+
+
+def test_a_dispatch_sweep_end_to_end(tmp_path):
+    """run_full_pipeline.py on a grid that names the dispatchers: their columns, the bound, the static rows as a
+    grid without them writes them, and a comparison figure per noise level with every dispatcher on it."""
+    config = tmp_path / "dispatch.json"
+    config.write_text(json.dumps({"n": 6, "num_gpus": 3, "schedule": "zb-h1", "dispatch": list(DISPATCHERS),
+                                  "compute_jitter": [0.0, 0.2], "samples": 4}))
+    result = run_script("run_full_pipeline.py", "-c", str(config), "--priority-step", "0.5", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    [path] = (tmp_path / "outputs" / "data").glob("dispatch_*.csv")
+    with open(path, newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 8 * 37  # 37 policies at step 0.5
+    header = list(rows[0])
+    assert header.index("dispatch") == header.index("fb_overlap") + 1 and header[-2:] == ["lower_bound", "bound_gap"]
+    for row in rows:
+        assert float(row["lower_bound"]) <= float(row["completion_min"]) * (1 + 1e-12)
+        assert float(row["bound_gap"]) == pytest.approx(float(row["completion_time"]) / float(row["lower_bound"]) - 1)
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps({"n": 6, "num_gpus": 3, "schedule": "zb-h1", "compute_jitter": [0.0, 0.2],
+                                 "samples": 4}))
+    result = run_script("data_generator.py", "-c", str(plain), "--step", "0.5", "-o", "plain.csv", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    with open(tmp_path / "plain.csv", newline="") as handle:
+        static = list(csv.DictReader(handle))
+    dispatched_static = [r for r in rows if r["dispatch"] == "static"]
+    assert [{k: r[k] for k in static[0]} for r in dispatched_static] == static
+    compare = sorted((tmp_path / "outputs" / "heatmaps" / path.stem).glob("compare_*.png"))
+    assert len(compare) == 2
+    assert_png_drawn(compare[0], min_width=1000, min_height=500)
+
+
+def test_bad_dispatch_input_on_the_command_line(tmp_path):
+    for flags, words in ((["--dispatch", "fastest"], "--dispatch: dispatch = 'fastest': must be one of static, "
+                                                       "greedy, critical-path, zb-adaptive"),
+                         (["--dispatch", "greedy", "--memory-limit", "0.5"], "--memory-limit: memory_limit = 0.5"),
+                         (["--memory-limit", "-2"], "--memory-limit: memory_limit = -2.0")):
+        result = run_script("schedule_visualizer_single_channel.py", *flags, "--no-show", cwd=tmp_path)
+        assert_one_line_error(result)
+        assert words in result.stderr
+    config = tmp_path / "bad.json"
+    config.write_text(json.dumps({"dispatch": "greedy", "memory_limit": 0.5}))
+    result = run_script("data_generator.py", "-c", str(config), "-o", "x.csv", cwd=tmp_path)
+    assert_one_line_error(result)
+    assert "memory_limit" in result.stderr and "1 is the smallest limit" in result.stderr
+    assert not (tmp_path / "x.csv").exists()
