@@ -260,7 +260,8 @@ def simulate(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np
     for s in range(p):
         push(K, C, TRY_START, s)
         _settle(now, rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
-    _decide(now, rule, memory, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
+    if rule != STATIC:
+        _decide(now, rule, memory, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
     ending = np.empty(n, dtype=np.int64)
     status = DONE
     while True:
@@ -291,7 +292,8 @@ def simulate(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np
         for k in range(count):
             _finish(ending[k], now, F, I, P, Q, K, HT, HI, SI, SF, C)
             _settle(now, rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
-        _decide(now, rule, memory, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
+        if rule != STATIC:
+            _decide(now, rule, memory, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
     kept = min(C[SEGMENTS], segment_room)
     return status, F, I, C[SEGMENTS], SI[:kept], SF[:, :kept], P
 
