@@ -162,16 +162,18 @@ def memory_in_force(params: EnvParams) -> float:
 @lru_cache(maxsize=256)
 def dispatch_arguments(params: EnvParams) -> tuple[np.ndarray, int, int]:
     """The kernel's dispatch arguments: each task's key (lowest first), the rule's number and the memory limit
-    in 1/v units. ``critical-path`` keys a task by minus its expected remaining path to the end (section 12.1)."""
+    in 1/v units (the static order reads neither). ``critical-path`` keys a task by minus its expected remaining
+    path to the end: the lengths without jitter, whose factors have mean 1, a straggler kept (section 12.1)."""
     arrays = graph_arrays(params)
     key = np.zeros(len(arrays.gpu))
     if params.dispatch == "critical-path":
-        lengths = task_lengths(replace(params, compute_jitter=0.0, comm_jitter=0.0, slow_gpu=-1, slow_factor=1.0))
+        lengths = task_lengths(replace(params, compute_jitter=0.0, comm_jitter=0.0))
         _, tail = kernel.path_times(lengths, arrays.needs_count, arrays.release_start, arrays.release_task)
         key = -(lengths + tail)
     key.flags.writeable = False
-    units = int(math.floor(memory_in_force(params) * params.v + 1e-9))
-    return key, DISPATCHERS.index(params.dispatch), units
+    if params.dispatch == "static":
+        return key, DISPATCHERS.index("static"), 0
+    return key, DISPATCHERS.index(params.dispatch), int(math.floor(memory_in_force(params) * params.v + 1e-9))
 
 
 def lower_bound(params: EnvParams, sample: int = 0) -> float:

@@ -37,7 +37,7 @@ def run(params, sample, memory_limit):
     tasks = graph.tasks
     lengths = list(task_lengths(params, sample))
     expected = remaining_paths(graph, [t.length for t in build_task_graph(params.__class__(
-        **{**params.as_dict(), "compute_jitter": 0.0, "comm_jitter": 0.0, "slow_gpu": -1, "slow_factor": 1.0})).tasks])
+        **{**params.as_dict(), "compute_jitter": 0.0, "comm_jitter": 0.0})).tasks])
     p, v = params.num_gpus, params.v
     share = [graph.stage_gpu.count(g) for g in range(p)]
     units = math.floor(memory_limit * v + 1e-9)
