@@ -125,27 +125,66 @@ def policy_arrays(policies: tuple[Policy, ...]) -> tuple[np.ndarray, np.ndarray]
     return tiers, priorities
 
 
-@lru_cache(maxsize=256)
-def static_peak(params: EnvParams) -> float:
-    """The busiest GPU's peak activations under the schedule's static order (section 7): a GPU's activations rise
-    and fall only with its own tasks, in its order, so the peak does not depend on noise or communication."""
-    graph = build_task_graph(replace(params, dispatch="static", memory_limit=0.0))
+def order_peak(graph: TaskGraph, orders: Sequence[Sequence[int]]) -> float:
+    """The busiest GPU's peak activations when each GPU runs ``orders`` (section 7): a GPU's activations rise and
+    fall only with its own tasks, in its order, so the peak does not depend on noise or communication."""
     rises, falls = activation_changes(graph.tasks)
     peak = 0
-    for order in graph.orders:
+    for order in orders:
         level = 0
         for task in order:
             level += int(rises[task])
             peak = max(peak, level)
             level -= int(falls[task])
-    return peak / params.v
+    return peak / graph.params.v
 
 
-def memory_in_force(params: EnvParams) -> float:
-    """The memory limit a run keeps to (section 12.1); ``ParameterError`` when it cannot run the iteration."""
+@lru_cache(maxsize=256)
+def static_peak(params: EnvParams) -> float:
+    """The busiest GPU's peak activations under the schedule's static order."""
+    graph = build_task_graph(replace(params, dispatch="static", memory_limit=0.0))
+    return order_peak(graph, graph.orders)
+
+
+def given_order(params: EnvParams, order: Sequence[Sequence[str]]) -> tuple[tuple[int, ...], ...]:
+    """Per GPU, the tasks (indices into the task graph) of a static order given as text, one list per GPU
+    (``"0F3"``, ``"(0F7;7B3)"``: what ``--print-order`` prints); ``ParameterError`` naming ``order`` unless each GPU
+    lists exactly its own compute tasks, each once."""
+    if params.dispatch != "static":
+        raise ParameterError("dispatch", params.dispatch, "a given order is a static order: it runs with dispatch "
+                             "static")
+    graph = build_task_graph(params)
+    if len(order) != params.num_gpus:
+        raise ParameterError("order", f"{len(order)} GPUs", f"must list each of the {params.num_gpus} GPUs")
+    where = {str(Task(t.kind, t.gpu, t.stage, t.index, 0.0, parts=t.parts).id): i for i, t in enumerate(graph.tasks)
+             if t.parts}
+    result = []
+    for gpu, (texts, own) in enumerate(zip(order, graph.orders)):
+        tasks = [where.get(text.strip(), -1) for text in texts]
+        wrong = next((text for text, i in zip(texts, tasks) if i not in own), None)
+        if wrong is not None:
+            raise ParameterError("order", wrong, f"is no compute task of GPU {gpu} under {params.schedule}: "
+                                 f"GPU {gpu} runs {len(own)} tasks, e.g. {', '.join(texts_of(graph, own[:3]))}")
+        if len(set(tasks)) != len(tasks) or len(tasks) != len(own):
+            missing = [i for i in own if i not in tasks]
+            raise ParameterError("order", f"GPU {gpu}", f"must list each of its {len(own)} tasks once"
+                                 + (f"; it lacks {', '.join(texts_of(graph, missing[:3]))}" if missing else
+                                    "; a task appears twice"))
+        result.append(tuple(tasks))
+    return tuple(result)
+
+
+def texts_of(graph: TaskGraph, tasks: Sequence[int]) -> list[str]:
+    return [str(Task(graph.tasks[i].kind, graph.tasks[i].gpu, graph.tasks[i].stage, graph.tasks[i].index, 0.0,
+                     parts=graph.tasks[i].parts).id) for i in tasks]
+
+
+def memory_in_force(params: EnvParams, peak: float | None = None) -> float:
+    """The memory limit a run keeps to (section 12.1); ``ParameterError`` when it cannot run the iteration.
+    ``peak``: that of a given static order, instead of the schedule's."""
     if params.memory_limit >= 1.0 and params.dispatch != "static":
         return params.memory_limit  # every limit of a micro-batch or more runs (section 12.1)
-    peak = static_peak(params)
+    peak = static_peak(params) if peak is None else peak
     if params.memory_limit == 0.0:
         return peak
     if params.dispatch == "static" and params.memory_limit < peak:
@@ -183,16 +222,27 @@ def lower_bound(params: EnvParams, sample: int = 0) -> float:
                                     arrays.release_start, arrays.release_task, params.num_gpus))
 
 
-def simulate(params: EnvParams, policy: Policy, sample: int = 0) -> Schedule:
-    """Simulate one iteration of ``params`` under ``policy``: the ``sample``-th draw of its noise, if any."""
+def simulate(params: EnvParams, policy: Policy, sample: int = 0,
+             order: Sequence[Sequence[str]] | None = None) -> Schedule:
+    """Simulate one iteration of ``params`` under ``policy``: the ``sample``-th draw of its noise, if any.
+
+    ``order``, per GPU the text of its compute tasks (as ``Schedule.order_text`` gives them), runs instead of the
+    schedule's own static order: a dispatcher's choices, say, replayed.
+    """
     graph = build_task_graph(params, sample)
     arrays = graph_arrays(params)
     lengths = task_lengths(params, sample)
     tiers, priorities = policy_arrays((policy,))
+    arguments = list(arrays.kernel_arguments(lengths, params))
+    memory = None
+    if order is not None:
+        graph = graph._replace(orders=given_order(params, order))
+        arguments[11] = np.array([i for tasks in graph.orders for i in tasks], dtype=np.int64)  # order_task
+        memory = memory_in_force(params, order_peak(graph, graph.orders))
     room = 4 * len(lengths) + 64
     while True:
         status, F, I, segment_count, seg_task, seg_times, P = kernel.simulate(
-            *arrays.kernel_arguments(lengths, params), tiers[0], priorities[0], params.ingress_capacity, room)
+            *arguments, tiers[0], priorities[0], params.ingress_capacity, room)
         if segment_count <= room:
             break
         room = segment_count  # the same run again, with room for every segment
@@ -217,8 +267,9 @@ def simulate(params: EnvParams, policy: Policy, sample: int = 0) -> Schedule:
     return Schedule(params=params, policy=policy, tasks=tasks, completion_time=max(end),
                     spans=tuple(figures[3 + p:3 + 2 * p].tolist()),
                     peak_activations=tuple(figures[3 + 2 * p:].tolist()),
-                    lower_bound=lower_bound(params, sample), memory_limit=memory_in_force(params), orders=orders,
-                    sample=sample)
+                    lower_bound=lower_bound(params, sample),
+                    memory_limit=memory_in_force(params) if memory is None else memory, orders=orders,
+                    given_order=order is not None, sample=sample)
 
 
 def simulate_figures(params: EnvParams, policies: Sequence[Policy], sample: int = 0) -> np.ndarray:

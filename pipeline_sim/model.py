@@ -385,6 +385,7 @@ class Schedule:
     lower_bound: float
     memory_limit: float
     orders: tuple[tuple[int, ...], ...]
+    given_order: bool = False  # ran a static order given by the caller, not its schedule's (``orders`` holds it)
     sample: int = 0  # which draw of the noise (docs/model.md section 8); irrelevant without jitter
 
     def task(self, kind: str, stage: int, index: int) -> Task:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Callable, Sequence
 
-from .model import Action, EnvParams, Pair, TaskKind
+from .model import Action, EnvParams, Pair, ParameterError, TaskKind
 
 F, B, I, W = TaskKind.FORWARD, TaskKind.BACKWARD, TaskKind.BACKWARD_INPUT, TaskKind.BACKWARD_WEIGHT
 
@@ -202,3 +202,16 @@ def compute_orders(schedule: str, *, num_gpus: int, n: int, chunks: int = 2) -> 
 def format_orders(orders: Sequence[Sequence[str]]) -> str:
     """One line per GPU: ``GPU 0: 0F0 0F1 ...``."""
     return "\n".join(f"GPU {gpu}: {' '.join(order)}" for gpu, order in enumerate(orders))
+
+
+def parse_orders(text: str) -> list[list[str]]:
+    """The orders ``format_orders`` writes, read back: per GPU the text of its tasks. Blank lines are skipped;
+    ``ParameterError`` naming ``order`` for a line that is not ``GPU <g>: <task> ...`` with g = 0, 1, ... in turn."""
+    orders: list[list[str]] = []
+    for line in filter(None, (line.strip() for line in text.splitlines())):
+        head, colon, tasks = line.partition(":")
+        if not colon or head.split() != ["GPU", str(len(orders))]:
+            raise ParameterError("order", line[:40], f"each line must read 'GPU {len(orders)}: 0F0 0F1 ...' "
+                                 "(the GPUs in turn from 0, as --print-order prints them)")
+        orders.append(tasks.split())
+    return orders

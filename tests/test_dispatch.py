@@ -3,18 +3,17 @@
 import csv
 import json
 import random
+from dataclasses import replace
 
-import numpy as np
 import pytest
 from conftest import assert_one_line_error, assert_png_drawn, run_script
 from reference_dispatch import run as reference_run
 
 from pipeline_sim import EnvParams, ParameterError, Policy, calculate_full_pipeline_schedule, simulate
-from pipeline_sim.engine import dispatch_arguments, graph_arrays, lower_bound, policy_arrays, simulate_figures
-from pipeline_sim.kernel import simulate as kernel_simulate
+from pipeline_sim.engine import dispatch_arguments, lower_bound, simulate_figures
 from pipeline_sim.model import DISPATCHERS
+from pipeline_sim.orders import format_orders, parse_orders
 from pipeline_sim.schedules import SCHEDULES
-from pipeline_sim.taskgraph import task_lengths
 from pipeline_sim.validate import validate_schedule
 
 RULES = DISPATCHERS[1:]
@@ -66,8 +65,8 @@ def test_critical_path_prefers_the_longest_remaining_path():
     assert validate_schedule(s) == []
 
 
-def random_environment(rng, **fixed):
-    schedule = rng.choice(list(SCHEDULES))
+def random_environment(rng, schedules=tuple(SCHEDULES), **fixed):
+    schedule = rng.choice(list(schedules))
     p = rng.randint(1, 4)
     n = rng.randint(1, 7)
     if schedule == "interleaved-1f1b":
@@ -101,33 +100,42 @@ def test_the_kernel_equals_a_reference_dispatcher_written_from_the_text(seed):
         assert schedule.completion_time == completion
 
 
-def replayed(params, policy, sample, schedule):
-    """The dispatched run's graph under the static rule, each GPU running the order the dispatcher took."""
-    arrays = graph_arrays(params)
-    arguments = list(arrays.kernel_arguments(task_lengths(params, sample), params))
-    arguments[11] = np.array([i for order in schedule.orders for i in order], dtype=np.int64)
-    arguments[18] = 0  # the static rule
-    tiers, priorities = policy_arrays((policy,))
-    result = kernel_simulate(*arguments, tiers[0], priorities[0], params.ingress_capacity, 0)
-    return result[1]
-
-
 @pytest.mark.parametrize("seed", range(4))
-def test_a_dispatched_order_replayed_as_a_static_order_gives_the_same_timeline(seed):
-    """With contended ports, priorities and noise: what a dispatcher decided is an order like any other."""
+def test_a_dispatched_order_pasted_back_as_a_static_order_gives_the_same_timeline(seed):
+    """With contended ports, priorities and noise: what a dispatcher decided is an order like any other. Its text,
+    as --print-order prints it, runs as a static order and reproduces the run to the bit."""
     rng = random.Random(100 + seed)
     for _ in range(25):
         params = random_environment(rng, dispatch=rng.choice(RULES), prop_len=rng.choice([0.5, 1.0]),
                                     sync_base_len=rng.choice([0.0, 2.0]), ingress_capacity=rng.choice([0.5, 1.0]),
-                                    comm_jitter=0.2)
+                                    comm_jitter=0.2, schedules=[s for s in SCHEDULES if s != "dualpipe-v"])
         policy = Policy(priorities={"fwd_prop": 0.5, "grad_prop": 0.3, "grad_sync": 0.2},
                         exclusive_tiers={"grad_prop": "a"} if rng.random() < 0.5 else {})
         sample = rng.randrange(3)
         schedule = simulate(params, policy, sample)
-        F = replayed(params, policy, sample, schedule)
-        assert F[5].tolist() == [t.start for t in schedule.tasks]  # START row
-        assert F[6].tolist() == [t.end for t in schedule.tasks]  # END row
         assert validate_schedule(schedule) == [], params
+        text = format_orders(schedule.order_text())
+        replay = simulate(replace(params, dispatch="static", memory_limit=0.0), policy, sample, parse_orders(text))
+        assert [(t.start, t.end) for t in replay.tasks] == [(t.start, t.end) for t in schedule.tasks], params
+        assert replay.order_text() == schedule.order_text() and replay.given_order
+        assert validate_schedule(replay) == []
+
+
+def test_a_given_order_that_is_not_the_gpus_own_is_refused():
+    params = EnvParams(schedule="zb-h1", n=4, num_gpus=2)
+    own = simulate(params, Policy()).order_text()
+    for order, value, words in (
+            ([own[0], own[1][:-1]], "GPU 1", "must list each of its 12 tasks once; it lacks 1W3"),
+            ([own[0][:1] + own[0], own[1]], "GPU 0", "a task appears twice"),
+            ([own[1], own[0]], "1F0", "is no compute task of GPU 0"),
+            ([own[0]], "1 GPUs", "must list each of the 2 GPUs")):
+        with pytest.raises(ParameterError) as error:
+            simulate(params, Policy(), 0, order)
+        assert error.value.name == "order" and error.value.value == value and words in str(error.value)
+    with pytest.raises(ParameterError, match="dispatch"):
+        simulate(replace(params, dispatch="greedy"), Policy(), 0, own)
+    with pytest.raises(ParameterError, match="'GPU 0: 0F0 0F1 ...'"):
+        parse_orders("GPU 1: 1F0")
 
 
 def test_the_validator_accepts_dispatched_runs_within_their_limit():

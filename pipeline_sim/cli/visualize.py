@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from ..engine import memory_in_force, simulate
+from ..engine import given_order, memory_in_force, order_peak, simulate
 from ..files import atomic_output, output_target
 from ..metrics import schedule_metrics
 from ..model import COMM_KINDS, DEFAULT_POLICY, PARAMETERS, EnvParams, ParameterError, Policy
-from ..orders import format_orders
+from ..orders import format_orders, parse_orders
 from ..results import memory_name, schedule_name, workload_title
 from ..taskgraph import MAX_TASKS, build_task_graph, estimated_tasks
 from ..trace import chrome_trace
@@ -22,7 +22,8 @@ from .common import Parser, UserError, ready_kernel, run_command, script_name, u
 #: The flag that sets each library parameter, for error messages.
 FLAGS = {
     **{p.name: p.flag for p in PARAMETERS}, "sample": "--sample", "priorities": "--priority",
-    "exclusive_tiers": "--exclusive", **{key: "--" + key.replace("_", "-") for key in WORKLOAD_KEYS},
+    "exclusive_tiers": "--exclusive", "order": "--order",
+    **{key: "--" + key.replace("_", "-") for key in WORKLOAD_KEYS},
 }
 
 _DESCRIPTIONS = {
@@ -54,6 +55,10 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
         groups[p.group].add_argument(*p.flag_names, dest=p.name, type=p.type, metavar=p.metavar,
                                      default=None if derived else p.default,
                                      help=f"{p.help}; {p.allowed} ({default})")
+    groups["dispatch"].add_argument(
+        "--order", type=Path, default=None, metavar="FILE",
+        help="run this static order instead of the schedule's: per GPU a line 'GPU g: 0F0 0F1 ...', as "
+             "--print-order prints it (a dispatcher's choices replayed, say)")
     parser.add_argument_group("compatibility").add_argument(
         "--sync-solo-w", type=float, default=None, metavar="W",
         help="accepted for compatibility with older command lines; has no effect")
@@ -125,6 +130,13 @@ def _environment(args) -> tuple[EnvParams, Workload | None]:
     return workload_environment(workload, **env), workload
 
 
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError) as error:
+        raise UserError(f"--order {path}: cannot be read ({getattr(error, 'strerror', None) or error})") from None
+
+
 #: What the chart may be saved as, by file extension.
 IMAGE_FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf", ".jpg": "jpg", ".jpeg": "jpg", ".eps": "eps",
                  ".ps": "ps", ".tif": "tif", ".tiff": "tif", ".webp": "webp"}
@@ -171,7 +183,8 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
             if args.sample < 0:
                 raise ParameterError("sample", args.sample, "must be an integer >= 0")
             policy = _policy(args, default_priorities, default_exclusive_tiers)
-            memory_in_force(params)  # a memory limit that cannot run the iteration, refused before any work
+            order = None if args.order is None else given_order(params, parse_orders(_read_text(args.order)))
+            memory_in_force(params, None if order is None else order_peak(build_task_graph(params), order))
         except ParameterError as error:
             flag = FLAGS.get(error.name.split("[")[0], error.name)
             raise UserError(f"{flag}: {error}") from None
@@ -188,14 +201,16 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
             if args.trace.suffix.lower() != ".json":
                 raise UserError(f"--trace {args.trace}: a trace is JSON; give a path ending in .json")
         ready_kernel()
-        schedule = simulate(params, policy, args.sample)
+        schedule = simulate(params, policy, args.sample,
+                            None if args.order is None else parse_orders(_read_text(args.order)))
         if args.print_order:
             print(format_orders(schedule.order_text()))
         metrics = schedule_metrics(schedule)
         ideal = metrics.ideal_time
         report = workload_report(workload, params, schedule.completion_time, metrics.gpu_peak_activations) \
             if workload is not None else None
-        name = ", ".join(filter(None, (schedule_name(params), memory_name(params, schedule.memory_limit))))
+        name = ", ".join(filter(None, (schedule_name(params), memory_name(params, schedule.memory_limit),
+                                       f"the order of {args.order.name}" if args.order else "")))
         if params.jittered:
             name += f", sample {args.sample} of seed {params.seed}"
 
