@@ -249,15 +249,17 @@ class EnvironmentGrid:
         return workload_environment(workload, **env), workload
 
     def _combinations(self) -> Iterator[dict[str, Any]]:
-        """Every combination in grid order, without those that differ only by a parameter their schedule ignores."""
+        """Every combination in grid order, without those that differ only by a parameter their schedule ignores (or
+        by a memory limit under the static order, which ignores it)."""
         names = [name for name, _ in self.values]
         position = {name: i for i, name in enumerate(names)}
         ignored_by = {spec.name: [position[p] for p in SCHEDULE_PARAMETERS if p not in spec.parameters]
                       for spec in SCHEDULES.values()}
-        schedule_at = position["schedule"]
+        schedule_at, dispatch_at, memory_at = position["schedule"], position["dispatch"], position["memory_limit"]
         for indices in product(*(range(len(values)) for _, values in self.values)):
             combo = [values[i] for (_, values), i in zip(self.values, indices)]
-            if any(indices[i] for i in ignored_by[combo[schedule_at]]):
+            if any(indices[i] for i in ignored_by[combo[schedule_at]]) or \
+                    (combo[dispatch_at] == "static" and indices[memory_at]):
                 continue
             yield dict(zip(names, combo))
 

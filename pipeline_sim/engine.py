@@ -180,22 +180,16 @@ def texts_of(graph: TaskGraph, tasks: Sequence[int]) -> list[str]:
 
 
 def memory_in_force(params: EnvParams, peak: float | None = None) -> float:
-    """The memory limit a run keeps to (section 12.1); ``ParameterError`` when it cannot run the iteration.
-    ``peak``: that of a given static order, instead of the schedule's."""
-    if params.memory_limit >= 1.0 and params.dispatch != "static":
-        return params.memory_limit  # every limit of a micro-batch or more runs (section 12.1)
-    peak = static_peak(params) if peak is None else peak
-    if params.memory_limit == 0.0:
-        return peak
-    if params.dispatch == "static" and params.memory_limit < peak:
-        raise ParameterError("memory_limit", params.memory_limit,
-                             f"the static order of {params.schedule} holds up to {peak:g} activations on a GPU; "
-                             f"{peak:g} is the smallest limit that runs it (or 0 for that peak)")
+    """The memory limit a run keeps to (section 12.1): a static order's peak (``peak``: that of a given order
+    instead of the schedule's), or a dispatcher's limit in whole steps of 1/v; ``ParameterError`` for a limit
+    that cannot run the iteration."""
+    if params.dispatch == "static" or params.memory_limit == 0.0:
+        return static_peak(params) if peak is None else peak
     if params.memory_limit < 1.0:
         raise ParameterError("memory_limit", params.memory_limit,
-                             f"a dispatcher needs room for one micro-batch's activations: 1 is the smallest limit "
-                             f"that runs the iteration (or 0 for the static order's peak, {peak:g})")
-    return params.memory_limit
+                             "a dispatcher needs room for one micro-batch's activations: 1 is the smallest limit "
+                             "that runs the iteration (or 0 for the static order's peak)")
+    return math.floor(params.memory_limit * params.v + 1e-9) / params.v
 
 
 @lru_cache(maxsize=256)
@@ -212,7 +206,7 @@ def dispatch_arguments(params: EnvParams) -> tuple[np.ndarray, int, int]:
     key.flags.writeable = False
     if params.dispatch == "static":
         return key, DISPATCHERS.index("static"), 0
-    return key, DISPATCHERS.index(params.dispatch), int(math.floor(memory_in_force(params) * params.v + 1e-9))
+    return key, DISPATCHERS.index(params.dispatch), round(memory_in_force(params) * params.v)
 
 
 def lower_bound(params: EnvParams, sample: int = 0) -> float:

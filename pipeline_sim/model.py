@@ -211,11 +211,13 @@ class EnvParams:
                                   metavar="X")
     fb_overlap: float = parameter(0.0, Interval(0.0, 1.0), "share of the work saved by overlapping a forward and a "
                                   "backward (dualpipe-v)", short="fbo", label="fbo", group="schedule", metavar="X")
-    dispatch: str = parameter("static", Names(DISPATCHERS), "who chooses a free GPU's next compute task: the "
-                              "schedule's order, or a rule at run time", short="", label="", group="dispatch",
+    dispatch: str = parameter("static", Names(DISPATCHERS, case_insensitive=True),
+                              "who chooses a free GPU's next compute task: the schedule's order, or a rule at run "
+                              "time, case-insensitive", short="", label="", group="dispatch",
                               metavar="RULE")
     memory_limit: float = parameter(0.0, Interval(0.0, 1e9, high_closed=True), "the most activations in flight per "
-                                    "GPU a dispatcher may hold; 0: the static order's busiest peak", short="mem",
+                                    "GPU a dispatcher may hold, in steps of 1/v; 0: the static order's busiest peak; "
+                                    "static ignores it", short="mem",
                                     label="memory limit", group="dispatch", metavar="M")
     compute_jitter: float = parameter(0.0, Interval(0.0, 1.0, high_closed=True), "coefficient of variation of each "
                                       "compute task's work", short="cj", label="compute jitter", group="jitter",
@@ -237,6 +239,7 @@ class EnvParams:
         spec = get_schedule(self.schedule)
         spec.check(self.n, self.num_gpus)
         object.__setattr__(self, "schedule", spec.name)
+        object.__setattr__(self, "dispatch", self.dispatch.strip().lower())
         if self.dispatch != "static" and "fb_overlap" in spec.parameters and self.fb_overlap > 0:
             raise ParameterError("dispatch", self.dispatch, f"{spec.name} with fb_overlap > 0 overlaps a forward and a "
                                  "backward as one task, which has no run-time form: use dispatch static, or "
@@ -259,9 +262,11 @@ class EnvParams:
         return {name: getattr(self, name) for name in self.names()}
 
     def ignored(self) -> tuple[str, ...]:
-        """The schedule parameters this environment's schedule does not read."""
+        """The parameters this environment does not read: the schedule parameters its schedule does not, and the
+        memory limit under the static order (which cannot adapt to one)."""
         used = get_schedule(self.schedule).parameters
-        return tuple(name for name in SCHEDULE_PARAMETERS if name not in used)
+        return tuple(name for name in SCHEDULE_PARAMETERS if name not in used) + \
+            (("memory_limit",) if self.dispatch == "static" else ())
 
     def relevant(self) -> tuple[str, ...]:
         """The parameters that make this simulation what it is, in table order: all but those its schedule

@@ -10,6 +10,7 @@ from conftest import assert_one_line_error, assert_png_drawn, run_script
 from reference_dispatch import run as reference_run
 
 from pipeline_sim import EnvParams, ParameterError, Policy, calculate_full_pipeline_schedule, simulate
+from pipeline_sim.config import EnvironmentGrid
 from pipeline_sim.engine import dispatch_arguments, lower_bound, simulate_figures
 from pipeline_sim.model import DISPATCHERS
 from pipeline_sim.orders import format_orders, parse_orders
@@ -194,17 +195,32 @@ def test_the_bound_is_exact_on_one_gpu_without_gradient_syncs():
                                                             rel=1e-12)
 
 
-def test_static_with_a_limit_at_or_above_its_peak_is_the_static_run():
+def test_the_static_order_ignores_a_memory_limit():
+    """It cannot adapt to one: the limit is checked against its domain, then set to 0, as a schedule parameter
+    its schedule does not read; a grid's static rows do not multiply by it."""
     base = calculate_full_pipeline_schedule(schedule="zb-h1", n=8, num_gpus=4)
-    limited = calculate_full_pipeline_schedule(schedule="zb-h1", n=8, num_gpus=4, memory_limit=4)
-    assert timeline(base) == timeline(limited) and base.memory_limit == limited.memory_limit == 4
+    for limit in (2.0, 4.0, 9.0):
+        limited = calculate_full_pipeline_schedule(schedule="zb-h1", n=8, num_gpus=4, memory_limit=limit)
+        assert timeline(base) == timeline(limited) and limited.memory_limit == 4 and limited.params.memory_limit == 0
+    grid = EnvironmentGrid.from_mapping({"dispatch": ["static", "greedy"], "memory_limit": [0, 2, 3]})
+    assert [(p.dispatch, p.memory_limit) for p in grid] == [("static", 0.0), ("greedy", 0.0), ("greedy", 2.0),
+                                                            ("greedy", 3.0)]
+
+
+def test_a_dispatcher_limit_counts_whole_steps_of_one_chunk():
+    for v_schedule, limit, in_force in (("1f1b", 1.5, 1.0), ("zb-v", 1.7, 1.5), ("interleaved-1f1b", 2.33, 2.0)):
+        s = calculate_full_pipeline_schedule(schedule=v_schedule, dispatch="greedy", memory_limit=limit)
+        assert s.memory_limit == in_force and max(s.peak_activations) <= in_force
+
+
+def test_dispatch_names_are_case_insensitive():
+    assert EnvParams(dispatch=" Greedy ").dispatch == "greedy"
 
 
 @pytest.mark.parametrize("values, name, allowed", [
     (dict(dispatch="fastest"), "dispatch", "one of static, greedy, critical-path, zb-adaptive"),
     (dict(memory_limit=-1.0), "memory_limit", "0 <= x <= 1e+09"),
     (dict(dispatch="greedy", memory_limit=0.5), "memory_limit", "1 is the smallest limit"),
-    (dict(memory_limit=2.0), "memory_limit", "4 is the smallest limit that runs it"),
     (dict(dispatch="greedy", schedule="dualpipe-v", fb_overlap=0.2), "dispatch", "no run-time form"),
 ])
 def test_bad_dispatch_input_names_the_argument(values, name, allowed):

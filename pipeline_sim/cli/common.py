@@ -6,6 +6,7 @@ import argparse
 import os
 import signal
 import sys
+import textwrap
 from typing import Callable
 
 
@@ -13,8 +14,19 @@ class UserError(Exception):
     """A mistake in the user's input; reported as one line, exit status 2."""
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """Help lines wrapped between words only, so that names such as critical-path or zb-adaptive stay whole."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
+
+
 class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line, not usage plus message."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str):  # noqa: D102 - argparse's hook
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
