@@ -124,6 +124,61 @@ def test_one_writer_per_output(tmp_path, big_reference):
     assert (tmp_path / "out.csv").read_bytes() == big_reference
 
 
+def test_every_output_of_a_run_is_locked(tmp_path):
+    """The samples file and the figures' folder are held as the main output is: a second run writing any of
+    them is refused, naming the first."""
+    from pipeline_sim.files import exclusive_writer
+
+    config = write_config(tmp_path, BIG)
+    first = start([ROOT / "data_generator.py", "-c", config, "-o", "out.csv", "--workers", "1",
+                   "--samples-output", "samples.csv"], tmp_path)
+    try:
+        wait_for_rows(tmp_path / "out.csv.partial", first)
+        second = run_script("data_generator.py", "-c", str(QUICK), "-o", "samples.csv", cwd=tmp_path)
+        assert_one_line_error(second, f"another run (pid {first.pid}) is writing", "samples.csv")
+        third = run_script("data_generator.py", "-c", str(QUICK), "-o", "other.csv", "--samples-output",
+                           "samples.csv", cwd=tmp_path)
+        assert_one_line_error(third, f"another run (pid {first.pid}) is writing", "samples.csv")
+    finally:
+        first.send_signal(signal.SIGINT)
+        first.communicate(timeout=60)
+    assert not (tmp_path / "other.csv").exists()
+    with exclusive_writer((tmp_path / "maps").resolve()):
+        drawn = run_script("plot_heatmap.py", str(ROOT / "tests" / "data" / "quick_step0.5.csv"), "-o", "maps",
+                           cwd=tmp_path)
+        assert_one_line_error(drawn, f"another run (pid {os.getpid()}) is writing", "maps")
+    assert not (tmp_path / "maps").exists()
+
+
+def test_a_lock_path_that_is_not_an_ordinary_file_is_named_and_never_written(tmp_path):
+    (tmp_path / "victim.txt").write_text("keep me")
+    (tmp_path / "out.csv.lock").symlink_to("victim.txt")
+    result = run_script("data_generator.py", "-c", str(QUICK), "-o", "out.csv", cwd=tmp_path)
+    assert_one_line_error(result, "out.csv.lock is a link; remove it")
+    assert (tmp_path / "victim.txt").read_text() == "keep me" and (tmp_path / "out.csv.lock").is_symlink()
+    for kind, path in special_files(tmp_path).items():
+        output = path.with_name(path.name + ".csv")
+        path.rename(output.with_name(output.name + ".lock"))
+        result = run_script("data_generator.py", "-c", str(QUICK), "-o", str(output), cwd=tmp_path, timeout=60)
+        assert_one_line_error(result, f"{output}.lock is {kind}; remove it")
+        assert not output.exists()
+
+
+def test_a_killed_run_leaves_no_lock_to_delete(tmp_path, big_reference):
+    """A run killed outright releases its lock with its process: the next run goes on without anyone deleting
+    anything."""
+    config = write_config(tmp_path, BIG)
+    process = subprocess.Popen([sys.executable, str(ROOT / "data_generator.py"), "-c", str(config), "-o", "out.csv",
+                                "--workers", "2"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               start_new_session=True)
+    wait_for_rows(tmp_path / "out.csv.partial", process)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.communicate(timeout=60)
+    resumed = run_script("data_generator.py", "-c", str(config), "-o", "out.csv", "--resume", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert (tmp_path / "out.csv").read_bytes() == big_reference and not (tmp_path / "out.csv.lock").exists()
+
+
 def test_default_names_do_not_collide(tmp_path):
     for simulator in ("single_channel", "dual_channel"):
         result = run_script("data_generator.py", "-c", str(QUICK), "--step", "0.5", "--simulator", simulator,

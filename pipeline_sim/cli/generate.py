@@ -6,11 +6,13 @@ import os
 import sys
 import time
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Generator, Sequence
+from typing import Callable, Generator, Sequence
 
 from ..cluster import CLUSTER_VARIABLE, DaskCluster
 from ..config import EnvironmentGrid
+from ..files import exclusive_writer, output_folder, output_target
 from ..scenarios import DEFAULT_STEP
 from ..sweep import FORMATS, SIMULATORS, SweepPlan, partial_paths, resumable, run_sweep, useful_workers
 from .common import Parser, UserError, positive_int, ready_kernel, run_command, script_name
@@ -80,8 +82,15 @@ def _where(workers: int, cluster: str | None) -> str:
 def generate(config: Path, *, step: float, simulator: str, output: Path | None, workers: int,
              resume: bool, skip_invalid: bool = False, samples: int | None = None,
              samples_output: Path | None = None, overwrite: bool = False,
-             allow_large: bool = False, cluster: str | None = None, format: str = "csv") -> tuple[SweepPlan, Path]:
-    """Run the sweep with a progress bar; report on stderr/stdout. Returns the plan and the CSV written."""
+             allow_large: bool = False, cluster: str | None = None, format: str = "csv",
+             locks: ExitStack | None = None, also_lock: Callable[[Path], Path] | None = None
+             ) -> tuple[SweepPlan, Path]:
+    """Run the sweep with a progress bar; report on stderr/stdout. Returns the plan and the CSV written.
+
+    The output and the samples file are locked (``files.exclusive_writer``) before anything is
+    written, and so is ``also_lock(output)``, a folder the caller writes next; given ``locks``,
+    they stay locked until it closes, so that a whole pipeline holds everything it writes.
+    """
 
     plan = SweepPlan(EnvironmentGrid.load(config), step=step, simulator=simulator, skip_invalid=skip_invalid,
                      samples=samples or 0, with_samples=samples_output is not None, allow_large=allow_large,
@@ -93,10 +102,22 @@ def generate(config: Path, *, step: float, simulator: str, output: Path | None, 
         if written.resolve() == config.resolve():
             raise UserError(f"{written} is the config itself; choose another output")
     partial, _ = partial_paths(output)
+    with ExitStack() as own:
+        held = own if locks is None else locks
+        for path in (output, samples_output):
+            held.enter_context(exclusive_writer(None if path is None else output_target(path)))
+        if also_lock is not None:
+            held.enter_context(exclusive_writer(output_folder(also_lock(output))))
+        _run(plan, output, partial, workers, asked, resume, samples_output, overwrite, cluster)
+    return plan, output
+
+
+def _run(plan: SweepPlan, output: Path, partial: Path, workers: int, asked: int, resume: bool,
+         samples_output: Path | None, overwrite: bool, cluster: str | None) -> None:
     dask = DaskCluster(cluster, workers).connect() if cluster else None  # an unreachable one: one line, no files
     try:
         progress = run_sweep(plan, output, workers=workers, resume=resume, samples_output=samples_output,
-                             overwrite=overwrite, cluster=dask)
+                             overwrite=overwrite, cluster=dask, report=lambda line: print(line, flush=True))
         try:
             _announce(plan, progress, output, partial, workers, asked, resume, cluster)
         finally:
@@ -104,7 +125,6 @@ def generate(config: Path, *, step: float, simulator: str, output: Path | None, 
     finally:
         if dask is not None:
             dask.close()
-    return plan, output
 
 
 def _announce(plan: SweepPlan, progress: Generator[int, None, None], output: Path, partial: Path, workers: int,
@@ -119,11 +139,14 @@ def _announce(plan: SweepPlan, progress: Generator[int, None, None], output: Pat
     if skipped := len(plan.grid.invalid()):
         print(f"left out {skipped:,} combination{'s' if skipped > 1 else ''} that break a schedule's requirement "
               f"(--skip-invalid), e.g. {plan.grid.invalid()[0][0]}", flush=True)
-    if done:
+    if done == plan.num_simulations:
+        pass  # nothing left to simulate, nor a kernel to load
+    elif done:
         print(f"resuming: {done // plan.samples:,} rows already in {partial}", flush=True)
     elif resume:
         print("nothing to resume for this config; starting a new sweep", flush=True)
-    ready_kernel()
+    if done < plan.num_simulations:
+        ready_kernel()
     _follow(progress, plan, done, partial)
 
 
