@@ -111,7 +111,7 @@ def _check_columns(path: Path, frame: pd.DataFrame) -> None:
 def _bad_cell(path: Path, frame: pd.DataFrame, column: str, bad: pd.Series, allowed: str) -> ResultsError:
     line = int(frame.index[np.flatnonzero(bad.to_numpy())[0]])
     cell = frame.at[line, column]
-    text = "an empty cell" if pd.isna(cell) else repr(cell) if isinstance(cell, str) else f"{cell!r}"
+    text = "an empty cell" if pd.isna(cell) else repr(cell.item() if isinstance(cell, np.generic) else cell)
     return ResultsError(f"{'Parquet' if path.suffix == '.parquet' else 'CSV'} {path}: line {line} has {column} = "
                         f"{text}; {allowed}")
 
@@ -142,6 +142,23 @@ def _check_cells(path: Path, frame: pd.DataFrame) -> None:
     for column in (*STRING_KEYS, *OBJECT_KEYS, "policy"):
         if column in frame.columns and (bad := frame[column].isna()).any():
             raise _bad_cell(path, frame, column, bad, "must be a name")
+    # Each distinct value against its parameter's domain here, so that the first bad line is named, not the
+    # environment it cuts short.
+    for name in EnvParams.names():
+        for value in frame[name].dropna().unique():
+            cell = value.item() if isinstance(value, np.generic) else value
+            try:
+                PARAMETER[name].domain.check(name, int(cell) if name in INTEGER_KEYS else cell)
+            except ParameterError as error:
+                allowed = str(error).split(": ", 1)[1]
+                raise _bad_cell(path, frame, name, frame[name] == value, allowed) from None
+    for column, parse in (("model", model_from_cell), ("gpu", gpu_from_cell)) if "model" in frame.columns else ():
+        for value in frame[column].unique():
+            try:
+                parse(str(value))
+            except (ValueError, TypeError, KeyError):
+                raise _bad_cell(path, frame, column, frame[column] == value,
+                                f"must be a preset's name or a custom {column}'s fields") from None
 
 
 def _csv_frames(path: Path, rows: int, source: BinaryIO) -> Iterator[pd.DataFrame]:

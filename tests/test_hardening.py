@@ -1,6 +1,7 @@
 """Nothing lost, nothing overwritten, nothing hangs: each class of hostile input, in a temporary directory."""
 
 import csv
+import io
 import json
 import os
 import signal
@@ -352,7 +353,27 @@ def with_cell(rows, row, column, value):
     return rows[:row] + [",".join(cells) + "\n"] + rows[row + 1:]
 
 
+def without_column(rows, column):
+    index = rows[0].rstrip("\n").split(",").index(column)
+    return ["".join(",".join(cells[:index] + cells[index + 1:]) + "\n")
+            for cells in (row.rstrip("\n").split(",") for row in rows)]
+
+
 @pytest.mark.parametrize("name, lines, fragment", [
+    ("no_fwd.csv", lambda rows: "".join(without_column(rows, "fwd_len")), "lacks the environment column fwd_len;"),
+    ("no_schedule.csv", lambda rows: "".join(without_column(rows, "schedule")), "lacks the environment column "
+                                                                                 "schedule;"),
+    ("half.csv", lambda rows: "".join(with_cell(rows, 9, "n", "8.5")), "line 10 has n = 8.5; must be an integer"),
+    ("blank.csv", lambda rows: "".join(with_cell(rows, 4, "bwd_len", "")), "line 5 has bwd_len = an empty cell"),
+    ("text.csv", lambda rows: "".join(with_cell(rows, 3, "prio_fwd_prop", "high")),
+     "line 4 has prio_fwd_prop = 'high'; must be a number"),
+    ("chunks.csv", lambda rows: "".join(with_cell(with_cell(rows, 1, "schedule", "interleaved-1f1b"), 1, "chunks",
+                                                  "")), "line 2 has chunks = an empty cell; schedule "
+                                                        "interleaved-1f1b reads it"),
+    ("name.csv", lambda rows: "".join(with_cell(rows, 6, "schedule", "1f1x")),
+     "line 7 has schedule = '1f1x'; must be one of gpipe"),
+    ("grid.csv", lambda rows: "".join(with_cell(with_cell(rows, 2, "prio_fwd_prop", "0.3"), 2, "prio_grad_prop",
+                                                "0.7")), "has prio_fwd_prop = 0.3 at line 3, off its policy grid"),
     ("torn.csv", lambda rows: "".join(rows)[:3000], "its last line is cut (no line end)"),
     ("one.csv", lambda rows: "".join(rows[:2]), "has 1 of the 26 policies of its grid; pass --skip-incomplete"),
     ("part.csv", lambda rows: "".join(rows[:20]), "has 19 of the 37 policies of its grid; pass --skip-incomplete"),
@@ -367,6 +388,46 @@ def test_plot_heatmap_checks_what_it_reads(tmp_path, name, lines, fragment):
     result = run_script("plot_heatmap.py", name, "-o", "maps", cwd=tmp_path)
     assert_one_line_error(result, fragment)
     assert not list((tmp_path / "maps").glob("*.png")) if (tmp_path / "maps").exists() else True
+
+
+@pytest.mark.parametrize("column, value, fragment", [
+    ("model", "gpt3-175x", "line 2 has model = 'gpt3-175x'; must be a preset's name or a custom model's fields"),
+    ("gpu", "tflops=abc memory_gb=80", "line 2 has gpu = 'tflops=abc memory_gb=80'; must be a preset's name"),
+    ("tensor_parallel", "2.5", "line 2 has tensor_parallel = 2.5; must be an integer"),
+])
+def test_plot_heatmap_names_a_garbled_workload_cell(tmp_path, column, value, fragment):
+    config = write_config(tmp_path, {"model": "gpt3-175b", "num_gpus": 8, "tensor_parallel": 8,
+                                     "global_batch_size": 16})
+    made = run_script("data_generator.py", "-c", str(config), "-o", "w.csv", "--step", "0.5", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    rows = (tmp_path / "w.csv").read_text().splitlines(keepends=True)
+    header = next(csv.reader([rows[0]]))
+    cells = next(csv.reader([rows[1]]))
+    cells[header.index(column)] = value
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerow(cells)
+    (tmp_path / "bad.csv").write_text(rows[0] + buffer.getvalue() + "".join(rows[2:]))
+    assert_one_line_error(run_script("plot_heatmap.py", "bad.csv", "-o", "maps", cwd=tmp_path), fragment)
+
+
+def test_plot_heatmap_reads_one_file_however_it_is_replaced(tmp_path, monkeypatch):
+    """A file replaced between the check and the drawing (as --overwrite of a running sweep does) is not read
+    half old, half new: the drawing reads the file it opened."""
+    from pipeline_sim.cli import heatmap
+
+    rows = quick_rows()
+    (tmp_path / "in.csv").write_text("".join(rows))
+    (tmp_path / "other.csv").write_text("".join(rows[:1] + rows[38:]))  # the second environment alone
+    groups = heatmap.schedule_groups
+
+    def replaced(summaries):
+        os.replace(tmp_path / "other.csv", tmp_path / "in.csv")
+        return groups(summaries)
+
+    monkeypatch.setattr(heatmap, "schedule_groups", replaced)
+    drawn = heatmap.write_heatmaps(tmp_path / "in.csv", tmp_path / "maps")
+    assert len(drawn.heatmaps) == 2 and len(list((tmp_path / "maps").glob("*.png"))) == 2
+    assert not (tmp_path / "maps" / heatmap.INCOMPLETE_MARKER).exists()
 
 
 def test_misleading_messages_are_gone(tmp_path):

@@ -285,7 +285,7 @@ def _complete(rows: pd.DataFrame) -> int:
         off = np.abs(shares - np.round(shares)) > 1e-6 * steps
         if off.any():
             line = rows.index[int(np.flatnonzero(off)[0])]
-            raise ResultsError(f"has {column} = {rows.at[line, column]!r} at line {line}, off its policy grid "
+            raise ResultsError(f"has {column} = {float(rows.at[line, column])!r} at line {line}, off its policy grid "
                                f"(step 1/{steps})")
     if rows[[*PRIO_COLUMNS, *TIER_COLUMNS]].duplicated().any():
         raise ResultsError("lists a policy twice")
