@@ -61,7 +61,9 @@ def _number(key: str, value: object, where: str) -> int | float:
     if not math.isfinite(value):
         raise ConfigError(f"{where}: {value!r} is not a finite number")
     if key in INTEGER_KEYS:
-        if isinstance(value, float) and not value.is_integer() or abs(value) > 2 ** 53:
+        # A number written with a fraction or an exponent is read as a float, exact only up to 2^53; one written
+        # in digits is exact, and its parameter's domain bounds it (a seed goes to 2^63 - 1).
+        if isinstance(value, float) and (not value.is_integer() or abs(value) > 2 ** 53):
             raise ConfigError(f"{where}: {value!r} is not an integer (at most 2^53)")
         return int(value)
     return float(value)

@@ -8,7 +8,6 @@ one kernel call. Both run the same kernel; neither asks which schedule built the
 from __future__ import annotations
 
 import math
-import numbers
 import os
 import sys
 from functools import lru_cache
@@ -20,8 +19,8 @@ import numba
 import numpy as np
 
 from . import kernel
-from .model import COMM_KINDS, EnvParams, ParameterError, Policy, Schedule, Task, TaskKind
-from .taskgraph import GraphTask, TaskGraph, build_task_graph, task_lengths
+from .model import COMM_KINDS, SAMPLES, EnvParams, Policy, Schedule, Task, TaskKind
+from .taskgraph import GraphTask, TaskGraph, build_task_graph, check_size, task_lengths
 
 _COMM_NUMBER = {kind: number for number, kind in enumerate(COMM_KINDS)}
 _FALLS = (TaskKind.BACKWARD, TaskKind.BACKWARD_WEIGHT)
@@ -212,7 +211,7 @@ def calculate_full_pipeline_schedule(
         fb_overlap: float = 0.0, compute_jitter: float = 0.0, comm_jitter: float = 0.0,
         jitter_dist: str = "lognormal", slow_gpu: int = -1, slow_factor: float = 1.0, seed: int = 0,
         sample: int = 0, priorities: Mapping[str, float] | None = None,
-        exclusive_tiers: Mapping[str, str] | None = None) -> Schedule:
+        exclusive_tiers: Mapping[str, str] | None = None, allow_large: bool = False) -> Schedule:
     """Simulate one training iteration and return every task's timeline (docs/model.md describes the model).
 
     Times are abstract units; rates are fractions of full speed or of one link.
@@ -226,12 +225,16 @@ def calculate_full_pipeline_schedule(
     variation of compute and transfer work (``jitter_dist`` ``lognormal`` or ``normal``);
     ``slow_gpu`` (-1: none) computes ``slow_factor`` times slower; the result is draw
     number ``sample`` of the random stream ``seed``. Invalid arguments raise
-    ``ValueError`` naming the argument, its value and what is allowed. ``metrics.schedule_metrics``
-    gives its summary figures (spans, bubbles, peak activations per GPU).
+    ``ValueError`` naming the argument, its value and what is allowed; so does an environment
+    of more tasks than fit in memory, as the command line refuses it, unless ``allow_large``.
+    ``metrics.schedule_metrics`` gives its summary figures (spans, bubbles, peak activations
+    per GPU).
     """
     arguments = locals()  # the signature spells out EnvParams' fields for readers; tests hold it to the table
     params = EnvParams(**{name: arguments[name] for name in EnvParams.names()})
-    if isinstance(sample, bool) or not isinstance(sample, numbers.Integral) or sample < 0:
-        raise ParameterError("sample", sample, "must be an integer >= 0")
-    policy = Policy(priorities=dict(priorities or {}), exclusive_tiers=dict(exclusive_tiers or {}))
-    return simulate(params, policy, sample)
+    SAMPLES.check("sample", sample)
+    if not allow_large:
+        check_size(params, " (allow_large=True to try anyway)")
+    policy = Policy(priorities={} if priorities is None else priorities,
+                    exclusive_tiers={} if exclusive_tiers is None else exclusive_tiers)
+    return simulate(params, policy, int(sample))

@@ -4,6 +4,7 @@ import csv
 import io
 import json
 import os
+import re
 import signal
 import stat
 import subprocess
@@ -14,8 +15,9 @@ import numpy as np
 import pytest
 from conftest import ROOT, assert_one_line_error, run_script
 
-from pipeline_sim import EnvParams, calculate_full_pipeline_schedule
+from pipeline_sim import EnvParams, Policy, calculate_full_pipeline_schedule
 from pipeline_sim.cli.common import run_command
+from pipeline_sim.model import ParameterError
 
 QUICK = ROOT / "configs" / "quick.json"
 #: A sweep long enough to interrupt (1,452 simulations, a few seconds).
@@ -287,7 +289,7 @@ def test_work_that_cannot_finish_or_fit_is_refused_before_it_starts(tmp_path, gr
 
 def test_the_visualizer_refuses_a_graph_too_large_to_draw(tmp_path):
     result = run_script("schedule_visualizer_single_channel.py", "-n", "10000000", "--no-show", cwd=tmp_path)
-    assert_one_line_error(result, "n = 10000000 on 4 GPUs gives about 240,000,004 tasks; at most 1,000,000")
+    assert_one_line_error(result, "n = 10000000: on 4 GPUs gives about 240,000,004 tasks; at most 1,000,000")
 
 
 def test_never_more_workers_than_chunks(tmp_path):
@@ -340,6 +342,44 @@ def test_numpy_integers_are_integers():
     params = EnvParams(n=np.int64(8), num_gpus=np.int32(4), fwd_len=np.float32(1.0))
     assert params == EnvParams() and type(params.n) is int and type(params.fwd_len) is float
     assert calculate_full_pipeline_schedule(n=np.int64(8), sample=np.int64(0)).completion_time > 0
+
+
+def test_the_library_refuses_what_the_command_line_refuses():
+    for kwargs, fragment in (({"n": 10 ** 7}, "n = 10000000: on 4 GPUs gives about 240,000,004 tasks"),
+                             ({"n": 10 ** 30}, "n = 10000000000000000000000000000"),
+                             ({"n": 10_000, "num_gpus": 100}, "allow_large=True to try anyway"),
+                             ({"sample": 2 ** 70}, "sample = 1180591620717411303424: must be an integer from 0 to "
+                                                   "2^63 - 1"),
+                             ({"exclusive_tiers": "a"}, "exclusive_tiers = 'a': must be a mapping"),
+                             ({"priorities": [0.5]}, "priorities = [0.5]: must be a mapping")):
+        started = time.monotonic()
+        with pytest.raises(ParameterError, match=re.escape(fragment)):
+            calculate_full_pipeline_schedule(**kwargs)
+        assert time.monotonic() - started < 1.0, kwargs
+    assert calculate_full_pipeline_schedule(n=64, num_gpus=8, allow_large=True).completion_time > 0
+
+
+@pytest.mark.parametrize("width", [np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64,
+                                   np.uint8, np.uint64])
+def test_numpy_scalars_of_every_width_are_numbers(width):
+    one = width(1)
+    integers = {"n": width(8), "num_gpus": width(4), "seed": width(3), "sample": width(2)} \
+        if np.issubdtype(width, np.integer) else {"seed": 3, "sample": 2}
+    schedule = calculate_full_pipeline_schedule(**integers, fwd_len=one, ingress_capacity=one, compute_jitter=0.1,
+                                                priorities={"fwd_prop": one, "grad_prop": one})
+    assert schedule.completion_time == calculate_full_pipeline_schedule(
+        seed=3, sample=2, compute_jitter=0.1, priorities={"fwd_prop": 1.0, "grad_prop": 1.0}).completion_time
+    assert Policy(priorities={"fwd_prop": np.float32(0.5)}).priorities == {"fwd_prop": 0.5}
+
+
+def test_a_seed_anywhere_in_its_domain_is_accepted_from_a_config(tmp_path):
+    config = write_config(tmp_path, {"n": 4, "compute_jitter": 0.1, "seed": [0, 2 ** 63 - 1]})
+    result = run_script("data_generator.py", "-c", str(config), "-o", "s.csv", "--step", "0.5", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert f",{2 ** 63 - 1}," in (tmp_path / "s.csv").read_text()
+    config = write_config(tmp_path, {"seed": 2 ** 63})
+    assert_one_line_error(run_script("data_generator.py", "-c", str(config), "-o", "t.csv", cwd=tmp_path),
+                          "seed = 9223372036854775808: must be an integer from 0 to 2^63 - 1")
 
 
 def quick_rows():
