@@ -18,10 +18,14 @@ import llvmlite.binding
 import numba
 import numpy as np
 
-from . import kernel
+from . import compile_cache
 from .model import COMM_KINDS, SAMPLES, EnvParams, Policy, Schedule, Task, TaskKind
 from .taskgraph import GraphTask, TaskGraph, build_task_graph, check_size, task_lengths
 
+compile_cache.ensure_writable()  # before the kernel's functions look for a place to keep their machine code
+from . import kernel  # noqa: E402
+
+compile_cache.tolerate_damage(kernel)
 _COMM_NUMBER = {kind: number for number, kind in enumerate(COMM_KINDS)}
 _FALLS = (TaskKind.BACKWARD, TaskKind.BACKWARD_WEIGHT)
 
@@ -155,7 +159,7 @@ def _kernel_stamp() -> str:
 
 
 def _stamp_path() -> Path:
-    return Path(str(kernel.simulate_policies.stats.cache_path)) / "pipeline_sim_kernel.stamp"
+    return compile_cache.cache_folder(kernel) / "pipeline_sim_kernel.stamp"
 
 
 def kernel_is_compiled() -> bool:

@@ -5,6 +5,7 @@ import io
 import json
 import os
 import re
+import shutil
 import signal
 import stat
 import subprocess
@@ -297,6 +298,50 @@ def test_never_more_workers_than_chunks(tmp_path):
     assert result.returncode == 0, result.stderr
     workers = int(result.stdout.split(" simulations on ")[1].split(" worker")[0])
     assert 1 <= workers <= 16 and "(--workers 1000: no more chunks of work than that)" in result.stdout
+
+
+# -- the compile cache ---------------------------------------------------------------------
+
+def run_copy(copy, *args, env=None):
+    """data_generator.py run from a copy of the package (its own compile cache), in that folder."""
+    code = "import sys; from pipeline_sim.cli.generate import main; sys.exit(main(sys.argv[1:], 'data_generator.py'))"
+    environment = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **(env or {})}
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=copy, env=environment, capture_output=True,
+                          text=True, timeout=300)
+
+
+def notices(result):
+    return [line for line in result.stderr.replace("\r", "\n").splitlines() if "compile" in line]
+
+
+def test_a_damaged_compile_cache_is_compiled_again_with_one_line(tmp_path):
+    shutil.copytree(ROOT / "pipeline_sim", tmp_path / "pipeline_sim")
+    cache = tmp_path / "pipeline_sim" / "__pycache__"
+    (data,) = cache.glob("kernel.simulate_policies-*.1.nbc")
+    data.write_bytes(os.urandom(4096))  # random bytes in a data file
+    (index,) = cache.glob("kernel.simulate-*.nbi")
+    index.write_bytes(index.read_bytes()[:20])  # a truncated index
+    first = run_copy(tmp_path, "-c", str(QUICK), "-o", "a.csv", "--step", "0.5")
+    assert first.returncode == 0 and "Traceback" not in first.stderr, first.stderr
+    assert notices(first) == ["the compile cache was damaged (UnpicklingError); the kernel was compiled again and "
+                              "its cache rewritten"]
+    second = run_copy(tmp_path, "-c", str(QUICK), "-o", "b.csv", "--step", "0.5")
+    assert second.returncode == 0 and notices(second) == [], second.stderr
+    assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "b.csv").read_bytes()
+
+
+def test_no_writable_compile_cache_compiles_in_a_temporary_one(tmp_path):
+    shutil.copytree(ROOT / "pipeline_sim", tmp_path / "pipeline_sim", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "pipeline_sim" / "__pycache__").write_text("")  # no folder can be made there, even by root
+    (tmp_path / "home").write_text("")
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    result = run_copy(tmp_path, "-c", str(QUICK), "-o", "a.csv", "--step", "0.5",
+                      env={"XDG_CACHE_HOME": str(tmp_path / "home"), "TMPDIR": str(temporary)})
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    (line,) = notices(result)
+    assert "no writable compile cache" in line and "the kernel is compiled for this run only" in line
+    assert not list(temporary.iterdir())  # the temporary cache went with the run
 
 
 # -- every input, one clear line ------------------------------------------------------------
