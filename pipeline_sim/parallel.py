@@ -22,7 +22,12 @@ def _init_worker() -> None:
     # Ctrl-C goes to the whole process group; only the parent should react to it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the parent's clean-stop handler is not for workers
-    # A parent killed outright (SIGKILL) must not leave its workers running; Linux only.
+    die_with_parent()
+
+
+def die_with_parent() -> None:
+    """Have this process terminated when its parent dies, even killed outright (SIGKILL), so that no worker is
+    left running; Linux only (elsewhere, nothing). Kept across ``exec``."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)

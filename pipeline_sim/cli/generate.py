@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
@@ -10,7 +11,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Callable, Generator, Sequence
 
-from ..cluster import CLUSTER_VARIABLE, DaskCluster
+from ..cluster import CLUSTER_VARIABLE, ClusterError, ClusterLost, DaskCluster
 from ..config import EnvironmentGrid
 from ..files import exclusive_writer, output_folder, output_target
 from ..scenarios import DEFAULT_STEP
@@ -114,6 +115,8 @@ def generate(config: Path, *, step: float, simulator: str, output: Path | None, 
 
 def _run(plan: SweepPlan, output: Path, partial: Path, workers: int, asked: int, resume: bool,
          samples_output: Path | None, overwrite: bool, cluster: str | None) -> None:
+    if cluster:
+        _quiet_dask()
     dask = DaskCluster(cluster, workers).connect() if cluster else None  # an unreachable one: one line, no files
     try:
         progress = run_sweep(plan, output, workers=workers, resume=resume, samples_output=samples_output,
@@ -125,6 +128,18 @@ def _run(plan: SweepPlan, output: Path, partial: Path, workers: int, asked: int,
     finally:
         if dask is not None:
             dask.close()
+
+
+def _quiet_dask() -> None:
+    """Dask logs each connection it loses and each task it cancels, tracebacks included; what matters to the run
+    is said in one line here. Its loggers are set up when it is imported, so it is imported first."""
+    try:
+        import distributed  # noqa: F401
+    except ImportError:
+        return  # DaskCluster says how to install it
+    for name in ["distributed", *logging.root.manager.loggerDict]:  # some carry levels of their own
+        if name.split(".")[0] == "distributed":
+            logging.getLogger(name).setLevel(logging.CRITICAL + 1)
 
 
 def _announce(plan: SweepPlan, progress: Generator[int, None, None], output: Path, partial: Path, workers: int,
@@ -159,6 +174,11 @@ def _follow(progress: Generator[int, None, None], plan: SweepPlan, done: int, pa
     try:
         for rows in progress:
             bar.update(rows * plan.samples - bar.n)
+    except ClusterLost as error:
+        progress.close()
+        bar.close()
+        raise ClusterError(f"{error} after {bar.n:,} of {plan.num_simulations:,} simulations; rows kept in "
+                           f"{partial}; rerun with --resume to continue") from None
     except (KeyboardInterrupt, BrokenProcessPool) as error:
         progress.close()
         bar.close()
