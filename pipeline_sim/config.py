@@ -170,7 +170,9 @@ class EnvironmentGrid:
         return "model" in self.given
 
     @classmethod
-    def from_mapping(cls, raw: object, source: str = "config") -> EnvironmentGrid:
+    def from_mapping(cls, raw: object, source: str = "config", allow_large: bool = False) -> EnvironmentGrid:
+        """The grid of a config's object; more than ``MAX_COMBINATIONS`` combinations are refused unless
+        ``allow_large``."""
         if not isinstance(raw, dict):
             raise ConfigError(f"{source}: the top level must be a JSON object of parameter names, "
                               f"got {type(raw).__name__}")
@@ -192,9 +194,9 @@ class EnvironmentGrid:
                 raise ConfigError(f"config key {key!r}: {what} {_count(value):,} values; at most "
                                   f"{MAX_RANGE_VALUES:,} are allowed")
         counts = [_count(raw[key]) for key in raw if key not in SETTING_KEYS]
-        if math.prod(counts) > MAX_COMBINATIONS:
+        if math.prod(counts) > MAX_COMBINATIONS and not allow_large:
             raise ConfigError(f"{source}: the values multiply to {math.prod(counts):,} combinations; at most "
-                              f"{MAX_COMBINATIONS:,} are allowed")
+                              f"{MAX_COMBINATIONS:,} are allowed (pass --allow-large to try anyway)")
         values = [(name, tuple(_values(name, raw[name], base)) if name in raw else (defaults[name],))
                   for name in names]
         workload_keys = [key for key in WORKLOAD_KEYS if key in raw]
@@ -204,13 +206,13 @@ class EnvironmentGrid:
         if "model" in raw:
             values += _workload_grid(raw)
         combinations = math.prod(len(v) for _, v in values)
-        if combinations > MAX_COMBINATIONS:
+        if combinations > MAX_COMBINATIONS and not allow_large:
             raise ConfigError(f"{source}: the values multiply to {combinations:,} combinations; at most "
-                              f"{MAX_COMBINATIONS:,} are allowed")
+                              f"{MAX_COMBINATIONS:,} are allowed (pass --allow-large to try anyway)")
         return cls(tuple(values), samples, frozenset(raw) - set(SETTING_KEYS))
 
     @classmethod
-    def load(cls, path: str | Path) -> EnvironmentGrid:
+    def load(cls, path: str | Path, allow_large: bool = False) -> EnvironmentGrid:
         path = Path(path)
         if path.is_dir():
             raise ConfigError(f"config {path}: is a folder; give a JSON file")
@@ -233,7 +235,7 @@ class EnvironmentGrid:
         except RecursionError:
             raise ConfigError(f"config {path}: JSON nested too deeply; a grid config is one object of "
                               f"values and lists") from None
-        return cls.from_mapping(raw, f"config {path}")
+        return cls.from_mapping(raw, f"config {path}", allow_large)
 
     def _environment(self, combo: Mapping[str, Any]) -> tuple[EnvParams, Workload | None]:
         """One combination's environment, and its workload if the grid has one."""

@@ -35,7 +35,7 @@ from .metrics import ScheduleMetrics, ideal_time, metric_columns
 from .model import COMM_KINDS, EnvParams, ParameterError, Policy
 from .parallel import ordered_map
 from .parquet import Parts, PartWriter, merge_parts, require_pyarrow, schema, verified_parts
-from .scenarios import DEFAULT_STEP, policy_grid, steps_per_unit
+from .scenarios import DEFAULT_STEP, check_step, policy_grid, steps_per_unit
 from .taskgraph import MAX_TASKS
 from .workload import REPORT_COLUMNS, WORKLOAD_KEYS, Workload, workload_report
 
@@ -89,7 +89,7 @@ class SweepPlan:
     skip_invalid: bool = False
     samples: int = 0  # noise draws per (environment, policy); 0: the grid's own setting
     with_samples: bool = False  # also write one row per sample
-    allow_large: bool = False  # run beyond the size limits (tasks per simulation, estimated hours)
+    allow_large: bool = False  # run beyond the size limits (tasks per simulation, step, estimated hours)
     format: str = "csv"  # of the output: csv, or parquet (typed columns in row groups; needs pyarrow)
 
     def __post_init__(self) -> None:
@@ -98,6 +98,8 @@ class SweepPlan:
         if isinstance(self.samples, bool) or not isinstance(self.samples, int) or self.samples < 1:
             raise ParameterError("samples", self.samples, "must be an integer >= 1")
         steps_per_unit(self.step)
+        if not self.allow_large:
+            check_step(self.step)
         if self.simulator not in SIMULATORS:
             raise ParameterError("simulator", self.simulator, f"must be one of {', '.join(SIMULATORS)}")
         if self.format not in FORMATS:
@@ -465,8 +467,9 @@ def run_sweep(plan: SweepPlan, output: str | os.PathLike, *, workers: int = 1, r
             # a Dask task carries up to CHUNK_SIMULATIONS simulations (its scheduling costs a millisecond), and
             # there are still four per worker
             batch = max(1, min(CHUNK_SIMULATIONS // (size * plan.samples), plan.num_rows // size // (4 * workers)))
+            # in worker processes even for one: a stop request is answered while a long simulation runs there
             results = cluster.map(simulate_chunk, chunks, batch) if cluster else \
-                ordered_map(simulate_chunk, chunks, workers)
+                ordered_map(simulate_chunk, chunks, workers, isolate=True)
             try:
                 for text, sample_text, count in results:
                     samples.write(sample_text)  # samples first: a summarised row always has its samples on disk

@@ -274,7 +274,8 @@ def test_an_interrupt_always_says_something(capsys):
 @pytest.mark.parametrize("grid, args, fragment", [
     ({"n": 10_000_000}, [], "n=10000000, num_gpus=4 has about 240,000,004 tasks per simulation; at most 1,000,000"),
     ({"num_gpus": 10_000_000}, [], "tasks per simulation; at most 1,000,000 fit in memory (pass --allow-large"),
-    ({"n": 8}, ["--step", "1e-9"], "step = 1e-09: is finer than 1/100 = 0.01"),
+    ({"n": 8}, ["--step", "1e-9"], "step = 1e-09: is finer than 1/100 = 0.01, which already gives 5,476 policies per "
+                                   "environment (pass --allow-large to try anyway)"),
     ({"n": {"start": 1, "stop": 99999, "step": 1}, "bwd_len": {"start": 1, "stop": 99999, "step": 1},
       "fwd_len": {"start": 1, "stop": 99999, "step": 1}}, [], "combinations; at most 1,000,000 are allowed"),
     ({"n": list(range(1, 1_000_002))}, [], "list of 1,000,001 values; at most 100,000 are allowed"),
@@ -286,6 +287,43 @@ def test_work_that_cannot_finish_or_fit_is_refused_before_it_starts(tmp_path, gr
     result = run_script("data_generator.py", "-c", str(config), "-o", "x.csv", *args, cwd=tmp_path, timeout=120)
     assert_one_line_error(result, fragment)
     assert not list(tmp_path.glob("x.csv*"))
+
+
+def test_allow_large_lifts_every_size_limit(tmp_path):
+    from pipeline_sim.config import EnvironmentGrid
+
+    huge = {"n": {"start": 1, "stop": 99999, "step": 1}, "bwd_len": {"start": 1, "stop": 99, "step": 1}}
+    with pytest.raises(ValueError, match="pass --allow-large to try anyway"):
+        EnvironmentGrid.from_mapping(huge)
+    assert EnvironmentGrid.from_mapping(huge, allow_large=True).values[0][1][-1] == 99999
+    config = write_config(tmp_path, {"n": 4, "num_gpus": 2, "sync_base_len": 0.0})
+    result = run_script("data_generator.py", "-c", str(config), "-o", "fine.csv", "--step", "0.005",
+                        "--allow-large", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "1 environments x 20,926 policies = 20,926 simulations" in result.stdout
+
+
+def test_a_run_is_stopped_by_sigterm_during_a_long_simulation(tmp_path):
+    """One simulation of 1.2 million tasks takes about a second per policy inside compiled code, which does not
+    return to the interpreter: the run still stops within seconds."""
+    config = write_config(tmp_path, {"n": 25_000, "num_gpus": 8})
+    process = start([ROOT / "data_generator.py", "-c", config, "-o", "long.csv", "--workers", "1", "--allow-large"],
+                    tmp_path)
+    assert "simulations on 1 worker" in process.stdout.readline()
+    time.sleep(14)  # the task graph is built (about 10 s), and its policies are being simulated
+    process.send_signal(signal.SIGTERM)
+    stopped = time.monotonic()
+    _, err = process.communicate(timeout=60)
+    assert time.monotonic() - stopped < 5 and process.returncode == 130, err
+    assert "terminated after 0 of 121 simulations; rows kept in long.csv.partial" in err
+
+
+def test_a_parquet_file_is_not_named_csv(tmp_path):
+    for output, fmt, fragment in (("x.csv", "parquet", "--output x.csv: a Parquet file named .csv; name it .parquet"),
+                                  ("x.parquet", "csv", "--output x.parquet: a CSV file named .parquet; name it .csv")):
+        result = run_script("data_generator.py", "-c", str(QUICK), "-o", output, "--format", fmt, cwd=tmp_path)
+        assert_one_line_error(result, fragment)
+    assert not list(tmp_path.iterdir())
 
 
 def test_the_visualizer_refuses_a_graph_too_large_to_draw(tmp_path):
@@ -513,6 +551,30 @@ def test_plot_heatmap_reads_one_file_however_it_is_replaced(tmp_path, monkeypatc
     drawn = heatmap.write_heatmaps(tmp_path / "in.csv", tmp_path / "maps")
     assert len(drawn.heatmaps) == 2 and len(list((tmp_path / "maps").glob("*.png"))) == 2
     assert not (tmp_path / "maps" / heatmap.INCOMPLETE_MARKER).exists()
+
+
+def test_an_interrupted_drawing_leaves_a_marker_and_no_temporary_files(tmp_path):
+    config = write_config(tmp_path, {"n": [4, 6, 8, 10, 12, 14], "bwd_len": [1.0, 1.5, 2.0, 2.5, 3.0],
+                                     "ingress_capacity": [0.5, 1.0]})
+    made = run_script("data_generator.py", "-c", str(config), "-o", "many.csv", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    process = subprocess.Popen([sys.executable, str(ROOT / "plot_heatmap.py"), "many.csv", "-o", "maps", "--workers",
+                                "2"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not list((tmp_path / "maps").glob("n*.png")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.killpg(process.pid, signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert "INCOMPLETE.txt says the folder is not" in err.strip().splitlines()[-1]
+    names = [path.name for path in (tmp_path / "maps").iterdir()]
+    assert "INCOMPLETE.txt" in names and all(name.endswith(".png") and not name.startswith(".")
+                                             for name in names if name != "INCOMPLETE.txt"), names
+    assert not (tmp_path / "maps.lock").exists()
+    again = run_script("plot_heatmap.py", "many.csv", "-o", "maps", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert not (tmp_path / "maps" / "INCOMPLETE.txt").exists() and len(list((tmp_path / "maps").iterdir())) == 60
 
 
 def test_misleading_messages_are_gone(tmp_path):

@@ -44,7 +44,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
             drawn = write_heatmaps(csv, heatmap_dir, args.workers, args.metric)
         draws = f" x {plan.samples} samples" if plan.samples > 1 else ""
         print(f"\n{plan.num_environments:,} environments, {plan.num_simulations:,} simulations "
-              f"({len(plan.policies)} policies{draws} each)")
+              f"({len(plan.policies):,} policies{draws} each)")
         varying = [name for name in plan.grid.varying() if name not in SCHEDULE_KEYS] or \
             (["model", "num_gpus"] if plan.grid.has_workload else ["n", "num_gpus"])
         if drawn.comparisons:

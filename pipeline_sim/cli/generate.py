@@ -49,8 +49,8 @@ def add_sweep_arguments(parser: Parser, *, step_flags: Sequence[str]) -> None:
     parser.add_argument("--samples-output", type=Path, metavar="FILE", default=None,
                         help="also write one row per (environment, policy, sample) with its completion time")
     parser.add_argument("--allow-large", action="store_true",
-                        help="run a sweep beyond the size limits (a million tasks per simulation, a day of "
-                             "estimated work) instead of refusing it")
+                        help="run a sweep beyond the size limits (a million tasks per simulation, a million "
+                             "combinations, a step finer than 0.01, a day of estimated work) instead of refusing it")
     parser.add_argument("--skip-invalid", action="store_true",
                         help="leave out the combinations that break a schedule's requirement (interleaved-1f1b: "
                              "n a multiple of num_gpus; dualpipe-v: n >= 2 x num_gpus) instead of refusing the config")
@@ -93,9 +93,12 @@ def generate(config: Path, *, step: float, simulator: str, output: Path | None, 
     they stay locked until it closes, so that a whole pipeline holds everything it writes.
     """
 
-    plan = SweepPlan(EnvironmentGrid.load(config), step=step, simulator=simulator, skip_invalid=skip_invalid,
-                     samples=samples or 0, with_samples=samples_output is not None, allow_large=allow_large,
-                     format=format)
+    if output is not None and output.suffix.lower() in (".csv", ".parquet") and output.suffix.lower()[1:] != format:
+        raise UserError(f"--output {output}: a {format.replace('csv', 'CSV').replace('parquet', 'Parquet')} file "
+                        f"named {output.suffix}; name it .{format}, or pass --format {output.suffix.lower()[1:]}")
+    plan = SweepPlan(EnvironmentGrid.load(config, allow_large), step=step, simulator=simulator,
+                     skip_invalid=skip_invalid, samples=samples or 0, with_samples=samples_output is not None,
+                     allow_large=allow_large, format=format)
     asked = workers
     workers = useful_workers(plan, workers)
     output = output or default_output(config, plan, resume)
@@ -147,7 +150,7 @@ def _announce(plan: SweepPlan, progress: Generator[int, None, None], output: Pat
     """Say what the sweep runs and where, then follow it to the end."""
     done = next(progress) * plan.samples  # checks that the output can be written before announcing the work
     draws = f" x {plan.samples} samples" if plan.samples > 1 else ""
-    print(f"{plan.num_environments:,} environments x {len(plan.policies)} policies{draws} = "
+    print(f"{plan.num_environments:,} environments x {len(plan.policies):,} policies{draws} = "
           f"{plan.num_simulations:,} simulations on {_where(workers, cluster)} -> {output}"
           + (f" (--workers {asked}: no more chunks of work than that)" if workers < asked and cluster in (None, "local")
              else ""), flush=True)
