@@ -310,8 +310,12 @@ def _complete_lines(path: Path, header: str, keep: int | None = None) -> int:
     Read in blocks, so memory stays flat however large the file.
     """
     with open(path, "rb+") as handle:
-        if handle.read(len(header)) != header.encode():
+        start = handle.read(len(header))
+        if start != header.encode() and not (header.encode().startswith(start) and handle.read(1) == b""):
             raise ResumeError(f"{path} does not start with the sweep's header; remove it or drop --resume")
+        if start != header.encode():  # a kill cut the header short: the file is the start of a new one
+            handle.seek(0)
+            handle.write(header.encode())
         rows, end, position = 0, len(header), len(header)
         while (keep is None or rows < keep) and (block := handle.read(1 << 20)):
             newlines = block.count(b"\n")
@@ -507,13 +511,14 @@ def _start(plan: SweepPlan, output: Path, samples_output: Path | None, overwrite
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
         _remove_leftovers(output)
+        # the record first: a kill before the partial exists leaves a record of nothing, which a resume replaces
+        _write_record(meta, {"fingerprint": plan.fingerprint(), "output": str(output)})
         if plan.format == "parquet":
             partial.mkdir()
         else:
             partial.write_text(plan.header, encoding="utf-8")
         if plan.with_samples:
             samples_path(output).write_text(plan.sample_header, encoding="utf-8")
-        _write_record(meta, {"fingerprint": plan.fingerprint(), "output": str(output)})
     except OSError as error:
         raise OSError(error.errno, f"cannot write {output}: {error.strerror or error}") from None
 
