@@ -465,6 +465,16 @@ def test_a_seed_anywhere_in_its_domain_is_accepted_from_a_config(tmp_path):
                           "seed = 9223372036854775808: must be an integer from 0 to 2^63 - 1")
 
 
+def test_a_derived_length_out_of_range_names_what_the_user_gave(tmp_path):
+    result = run_script("schedule_visualizer_single_channel.py", "--model", "gpt3-175b", "--num-gpus", "8",
+                        "--tensor-parallel", "8", "--p2p-bandwidth", "1e-12", "--no-show", cwd=tmp_path)
+    assert_one_line_error(result, "--p2p-bandwidth: p2p_bandwidth = 1e-12: gives prop_len = 6.29e+09 s")
+    tiny = {"layers": 2, "hidden": 128, "heads": 4, "ffn_hidden": 512, "vocab": 1000, "seq_len": 64}
+    config = write_config(tmp_path, {"model": tiny, "num_gpus": 2, "global_batch_size": 8})
+    result = run_script("data_generator.py", "-c", str(config), "-o", "w.csv", cwd=tmp_path)
+    assert_one_line_error(result, "model = 'layers=2 hidden=128", "gives fwd_len = 2.27e-07 s with this gpu")
+
+
 def quick_rows():
     return (ROOT / "tests" / "data" / "quick_step0.5.csv").read_text().splitlines(keepends=True)
 
