@@ -10,9 +10,17 @@ finish in, so the CSV is the same bytes as the process pool's.
 
 from __future__ import annotations
 
+import asyncio
+import os
+import subprocess
+import sys
+import time
 import uuid
 from collections import deque
+from pathlib import Path
 from typing import Any, Callable, Generator, Iterable, Iterator, TypeVar
+
+from .parallel import die_with_parent
 
 _Item = TypeVar("_Item")
 _Result = TypeVar("_Result")
@@ -21,12 +29,18 @@ _Result = TypeVar("_Result")
 CLUSTER_VARIABLE = "PIPELINE_SIM_CLUSTER"
 #: Seconds to wait for a scheduler before saying it cannot be reached.
 CONNECT_SECONDS = 5
+#: Seconds to wait for a first worker to join a scheduler that has none.
+WORKER_SECONDS = 30
 #: Times a chunk is run again after its worker died or it failed, before the sweep stops.
 RETRIES = 3
 
 
 class ClusterError(ValueError):
     """A cluster that cannot be used: Dask missing, a scheduler out of reach, a sweep's chunk that kept failing."""
+
+
+class ClusterLost(ClusterError):
+    """The scheduler went away mid-sweep; the rows written before are kept."""
 
 
 class DaskCluster:
@@ -36,11 +50,12 @@ class DaskCluster:
     def __init__(self, address: str, workers: int = 1) -> None:
         self.address, self.workers = address, workers
         self.client: Any = None  # a distributed.Client once connected
-        self.local: Any = None  # the LocalCluster this object started, if any
+        self.local: Any = None  # the LocalCluster (its scheduler) this object started, if any
+        self.processes: subprocess.Popen | None = None  # the `dask worker` process of a local cluster
 
     def connect(self) -> DaskCluster:
-        """Start or reach the cluster now; ``ClusterError`` in one line when Dask is missing or the scheduler
-        does not answer within ``CONNECT_SECONDS``."""
+        """Start or reach the cluster now; ``ClusterError`` in one line when Dask is missing, the scheduler does
+        not answer as one within ``CONNECT_SECONDS``, or no worker has joined it within ``WORKER_SECONDS``."""
         if self.client is not None:
             return self
         try:
@@ -49,24 +64,73 @@ class DaskCluster:
             raise ClusterError("--cluster needs Dask's distributed scheduler: pip install \"pipeline-sim[cluster]\" "
                                "(or dask[distributed])") from None
         if self.address == "local":
-            self.local = LocalCluster(n_workers=self.workers, threads_per_worker=1, processes=True,
-                                      dashboard_address=None, silence_logs=50)
-            self.client = Client(self.local)
+            import dask
+
+            # The scheduler runs in this process; the workers in a `dask worker` process of a session of their
+            # own, so that Ctrl-C, which the terminal sends to its whole group, reaches this process alone: it
+            # stops the sweep and then the workers, and no worker prints a traceback of its own. They end with
+            # this process however it ends. No route is served over HTTP, on a port of the system's choosing: no
+            # dashboard.
+            with dask.config.set({"distributed.scheduler.http.routes": []}):
+                self.local = LocalCluster(n_workers=0, processes=False, protocol="tcp://", host="127.0.0.1",
+                                          scheduler_port=0, dashboard_address="127.0.0.1:0",
+                                          scheduler_kwargs={"dashboard": False}, silence_logs=50)
+            try:
+                self.client = Client(self.local)
+                self.processes = _start_workers(self.local.scheduler_address, self.workers)
+                self._wait_for_workers(self.workers)
+            except BaseException:
+                self.close()
+                raise
             return self
+            return self
+        where = f"the Dask scheduler at {self.address}"
         try:
-            self.client = Client(self.address, timeout=f"{CONNECT_SECONDS}s")
+            # Asked first, briefly: a peer that accepts and never answers, or a server of another protocol, would
+            # otherwise hang the client or have it read a length of exabytes.
+            identity = asyncio.run(_identity(self.address, CONNECT_SECONDS))
         except (OSError, TimeoutError, ValueError) as error:
             reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-            raise ClusterError(f"cannot reach the Dask scheduler at {self.address} within {CONNECT_SECONDS} s "
-                               f"({reason}); start one with `dask scheduler` or use --cluster local") from None
+            raise ClusterError(f"cannot reach {where} within {CONNECT_SECONDS} s ({reason}); start one with "
+                               f"`dask scheduler` or use --cluster local") from None
+        except Exception as error:
+            raise ClusterError(f"no Dask answer from {self.address} ({type(error).__name__}); is it a Dask "
+                               f"scheduler's address?") from None
+        if not isinstance(identity, dict) or identity.get("type") != "Scheduler":
+            raise ClusterError(f"no Dask scheduler answered at {self.address}; is it a Dask scheduler's address?")
+        try:
+            self.client = Client(self.address, timeout=f"{CONNECT_SECONDS}s")
+        except (OSError, TimeoutError) as error:
+            self.close()
+            raise ClusterError(f"cannot reach {where} within {CONNECT_SECONDS} s ({type(error).__name__})") from None
+        self._wait_for_workers(1)
         return self
+
+    def _wait_for_workers(self, count: int) -> None:
+        """``ClusterError`` when fewer than ``count`` workers have joined within ``WORKER_SECONDS``."""
+        deadline = time.monotonic() + WORKER_SECONDS
+        while len(self.client.scheduler_info(n_workers=-1)["workers"]) < count:
+            if time.monotonic() > deadline or (self.processes is not None and self.processes.poll() is not None):
+                address = self.client.scheduler.address
+                self.close()
+                start = "" if self.address == "local" else f"; start some with `dask worker {address}`"
+                raise ClusterError(f"no worker joined the Dask scheduler at {address} within {WORKER_SECONDS} s"
+                                   f"{start}")
+            time.sleep(0.1)
 
     def close(self) -> None:
         if self.client is not None:
             self.client.close()
+        if self.processes is not None:
+            self.processes.terminate()  # `dask worker` stops its workers on SIGTERM
+            try:
+                self.processes.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.processes.kill()
+                self.processes.wait()
         if self.local is not None:
             self.local.close()
-        self.client = self.local = None
+        self.client = self.local = self.processes = None
 
     def map(self, function: Callable[[_Item], _Result], items: Iterable[_Item],
             batch: int = 1) -> Generator[_Result, None, None]:
@@ -85,7 +149,10 @@ class DaskCluster:
                     yield from _result(pending.popleft())
             while pending:
                 yield from _result(pending.popleft())
-        except Exception as error:
+        except (Exception, asyncio.CancelledError) as error:  # Dask cancels futures with asyncio's kind
+            if _lost(error):
+                raise ClusterLost(f"the Dask scheduler at {self.address} was lost "
+                                  f"({type(error).__name__})") from None
             missing = error if isinstance(error, ImportError) else error.__cause__
             if not isinstance(missing, ImportError):
                 raise
@@ -96,6 +163,36 @@ class DaskCluster:
         finally:
             for future in pending:
                 future.cancel()
+
+
+def _start_workers(address: str, workers: int) -> subprocess.Popen:
+    """``workers`` worker processes for the scheduler at ``address``, under one `dask worker` process in a session
+    of its own; they import this very package."""
+    package_root = str(Path(__file__).resolve().parents[1])
+    path = os.pathsep.join(filter(None, (package_root, os.environ.get("PYTHONPATH"))))
+    return subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address, "--nworkers",
+                             str(workers), "--nthreads", "1", "--no-dashboard"], env={**os.environ, "PYTHONPATH": path},
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True, preexec_fn=die_with_parent)
+
+
+async def _identity(address: str, seconds: float) -> Any:
+    """What the server at ``address`` says it is, asked over Dask's protocol, each step within ``seconds``."""
+    from distributed.comm import connect
+
+    comm = await asyncio.wait_for(connect(address, timeout=seconds), seconds)
+    try:
+        await asyncio.wait_for(comm.write({"op": "identity"}), seconds)
+        return await asyncio.wait_for(comm.read(), seconds)
+    finally:
+        comm.abort()
+
+
+def _lost(error: BaseException) -> bool:
+    """Whether ``error`` says the connection to the scheduler is gone (not that a chunk failed: a chunk's own
+    errors come back as what the chunk raised)."""
+    return isinstance(error, (OSError, TimeoutError, asyncio.CancelledError)) or \
+        type(error).__name__ in ("CommClosedError", "FutureCancelledError", "CancelledError")
 
 
 def _batches(items: Iterable[_Item], size: int) -> Iterator[list[_Item]]:

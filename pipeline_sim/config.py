@@ -62,7 +62,9 @@ def _number(key: str, value: object, where: str) -> int | float:
     if not math.isfinite(value):
         raise ConfigError(f"{where}: {value!r} is not a finite number")
     if key in INTEGER_KEYS:
-        if isinstance(value, float) and not value.is_integer() or abs(value) > 2 ** 53:
+        # A number written with a fraction or an exponent is read as a float, exact only up to 2^53; one written
+        # in digits is exact, and its parameter's domain bounds it (a seed goes to 2^63 - 1).
+        if isinstance(value, float) and (not value.is_integer() or abs(value) > 2 ** 53):
             raise ConfigError(f"{where}: {value!r} is not an integer (at most 2^53)")
         return int(value)
     return float(value)
@@ -174,7 +176,9 @@ class EnvironmentGrid:
         return any(p.name in self.given for p in PARAMETERS if p.group == "dispatch")
 
     @classmethod
-    def from_mapping(cls, raw: object, source: str = "config") -> EnvironmentGrid:
+    def from_mapping(cls, raw: object, source: str = "config", allow_large: bool = False) -> EnvironmentGrid:
+        """The grid of a config's object; more than ``MAX_COMBINATIONS`` combinations are refused unless
+        ``allow_large``."""
         if not isinstance(raw, dict):
             raise ConfigError(f"{source}: the top level must be a JSON object of parameter names, "
                               f"got {type(raw).__name__}")
@@ -196,9 +200,9 @@ class EnvironmentGrid:
                 raise ConfigError(f"config key {key!r}: {what} {_count(value):,} values; at most "
                                   f"{MAX_RANGE_VALUES:,} are allowed")
         counts = [_count(raw[key]) for key in raw if key not in SETTING_KEYS]
-        if math.prod(counts) > MAX_COMBINATIONS:
+        if math.prod(counts) > MAX_COMBINATIONS and not allow_large:
             raise ConfigError(f"{source}: the values multiply to {math.prod(counts):,} combinations; at most "
-                              f"{MAX_COMBINATIONS:,} are allowed")
+                              f"{MAX_COMBINATIONS:,} are allowed (pass --allow-large to try anyway)")
         values = [(name, tuple(_values(name, raw[name], base)) if name in raw else (defaults[name],))
                   for name in names]
         workload_keys = [key for key in WORKLOAD_KEYS if key in raw]
@@ -208,13 +212,13 @@ class EnvironmentGrid:
         if "model" in raw:
             values += _workload_grid(raw)
         combinations = math.prod(len(v) for _, v in values)
-        if combinations > MAX_COMBINATIONS:
+        if combinations > MAX_COMBINATIONS and not allow_large:
             raise ConfigError(f"{source}: the values multiply to {combinations:,} combinations; at most "
-                              f"{MAX_COMBINATIONS:,} are allowed")
+                              f"{MAX_COMBINATIONS:,} are allowed (pass --allow-large to try anyway)")
         return cls(tuple(values), samples, frozenset(raw) - set(SETTING_KEYS))
 
     @classmethod
-    def load(cls, path: str | Path) -> EnvironmentGrid:
+    def load(cls, path: str | Path, allow_large: bool = False) -> EnvironmentGrid:
         path = Path(path)
         if path.is_dir():
             raise ConfigError(f"config {path}: is a folder; give a JSON file")
@@ -237,7 +241,7 @@ class EnvironmentGrid:
         except RecursionError:
             raise ConfigError(f"config {path}: JSON nested too deeply; a grid config is one object of "
                               f"values and lists") from None
-        return cls.from_mapping(raw, f"config {path}")
+        return cls.from_mapping(raw, f"config {path}", allow_large)
 
     def _environment(self, combo: Mapping[str, Any]) -> tuple[EnvParams, Workload | None]:
         """One combination's environment, and its workload if the grid has one."""

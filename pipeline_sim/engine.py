@@ -8,7 +8,6 @@ one kernel call. Both run the same kernel; neither asks which schedule built the
 from __future__ import annotations
 
 import math
-import numbers
 import sys
 from dataclasses import replace
 from functools import lru_cache
@@ -19,10 +18,14 @@ import llvmlite.binding
 import numba
 import numpy as np
 
-from . import kernel
-from .model import COMM_KINDS, DISPATCHERS, EnvParams, ParameterError, Policy, Schedule, Task, TaskKind
-from .taskgraph import GraphTask, TaskGraph, build_task_graph, task_lengths
+from . import compile_cache
+from .model import COMM_KINDS, DISPATCHERS, SAMPLES, EnvParams, ParameterError, Policy, Schedule, Task, TaskKind
+from .taskgraph import GraphTask, TaskGraph, build_task_graph, check_size, task_lengths
 
+compile_cache.ensure_writable()  # before the kernel's functions look for a place to keep their machine code
+from . import kernel  # noqa: E402
+
+compile_cache.tolerate_damage(kernel)
 _COMM_NUMBER = {kind: number for number, kind in enumerate(COMM_KINDS)}
 _FALLS = (TaskKind.BACKWARD, TaskKind.BACKWARD_WEIGHT)
 #: How dispatchers rank a compute task's kind: backward work first, then forwards, then weight gradients.
@@ -289,12 +292,8 @@ def _kernel_stamp() -> str:
                               llvmlite.binding.get_host_cpu_name())))
 
 
-def _cache_folder() -> Path:
-    return Path(str(kernel.simulate_policies.stats.cache_path))
-
-
 def _stamp_path() -> Path:
-    return _cache_folder() / "pipeline_sim_kernel.stamp"
+    return compile_cache.cache_folder(kernel) / "pipeline_sim_kernel.stamp"
 
 
 def kernel_is_compiled() -> bool:
@@ -319,7 +318,8 @@ def compile_kernel() -> None:
     calls; so when any file of the kernel changed, every cached function of the kernel is dropped first.
     """
     if not getattr(numba.config, "DISABLE_JIT") and not kernel_is_compiled():
-        for cached in [*_cache_folder().glob("*.nbi"), *_cache_folder().glob("*.nbc")]:
+        folder = compile_cache.cache_folder(kernel)
+        for cached in [*folder.glob("*.nbi"), *folder.glob("*.nbc")]:
             try:
                 cached.unlink()
             except OSError:
@@ -358,7 +358,7 @@ def calculate_full_pipeline_schedule(
         fb_overlap: float = 0.0, dispatch: str = "static", memory_limit: float = 0.0, compute_jitter: float = 0.0,
         comm_jitter: float = 0.0, jitter_dist: str = "lognormal", slow_gpu: int = -1, slow_factor: float = 1.0,
         seed: int = 0, sample: int = 0, priorities: Mapping[str, float] | None = None,
-        exclusive_tiers: Mapping[str, str] | None = None) -> Schedule:
+        exclusive_tiers: Mapping[str, str] | None = None, allow_large: bool = False) -> Schedule:
     """Simulate one training iteration and return every task's timeline (docs/model.md describes the model).
 
     Times are abstract units; rates are fractions of full speed or of one link.
@@ -374,13 +374,17 @@ def calculate_full_pipeline_schedule(
     number ``sample`` of the random stream ``seed``. ``dispatch`` (``static``, ``greedy``,
     ``critical-path``, ``zb-adaptive``) chooses each free GPU's next task at run time
     within ``memory_limit`` activations per GPU (0: the static order's busiest peak); the
-    result's ``lower_bound`` is what no order could beat on this run's lengths. Invalid arguments raise
-    ``ValueError`` naming the argument, its value and what is allowed. ``metrics.schedule_metrics``
-    gives its summary figures (spans, bubbles, peak activations per GPU).
+    result's ``lower_bound`` is what no order of its tasks could beat on this run's lengths.
+    Invalid arguments raise ``ValueError`` naming the argument, its value and what is
+    allowed; so does an environment of more tasks than fit in memory, as the command line
+    refuses it, unless ``allow_large``. ``metrics.schedule_metrics`` gives its summary
+    figures (spans, bubbles, peak activations per GPU).
     """
     arguments = locals()  # the signature spells out EnvParams' fields for readers; tests hold it to the table
     params = EnvParams(**{name: arguments[name] for name in EnvParams.names()})
-    if isinstance(sample, bool) or not isinstance(sample, numbers.Integral) or sample < 0:
-        raise ParameterError("sample", sample, "must be an integer >= 0")
-    policy = Policy(priorities=dict(priorities or {}), exclusive_tiers=dict(exclusive_tiers or {}))
-    return simulate(params, policy, sample)
+    SAMPLES.check("sample", sample)
+    if not allow_large:
+        check_size(params, " (allow_large=True to try anyway)")
+    policy = Policy(priorities={} if priorities is None else priorities,
+                    exclusive_tiers={} if exclusive_tiers is None else exclusive_tiers)
+    return simulate(params, policy, int(sample))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import os
 import stat
 import tempfile
@@ -37,10 +38,7 @@ def output_target(path: str | os.PathLike) -> Path:
     except OSError as error:
         raise OutputError(f"cannot write {path}: {error.strerror}") from None
     if not stat.S_ISREG(mode):
-        kind = ("a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else
-                "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode)
-                else "not a regular file")
-        raise OutputError(f"{path} is {kind}; give the path of a file to write")
+        raise OutputError(f"{path} is {_kind(mode)}; give the path of a file to write")
     return target
 
 
@@ -75,35 +73,105 @@ def atomic_output(path: str | os.PathLike) -> Iterator[Path]:
             os.unlink(temporary)
 
 
-@contextmanager
-def exclusive_writer(output: Path) -> Iterator[None]:
-    """Hold ``<output>.lock`` for the block: a second run on the same output is refused, naming the first's pid.
+#: The locks this process holds, by lock path, with how many blocks hold each (a run nests them: the whole
+#: pipeline holds its CSV while the sweep inside it takes the same lock).
+_held: dict[Path, list[int]] = {}
 
-    The lock is the kernel's (``flock``), so a run killed outright releases it.
+
+def lock_path(output: Path) -> Path:
+    """Where the lock of ``output`` (a file or a folder) lives: ``<output>.lock`` beside it."""
+    output = Path(os.path.abspath(output))
+    return output.with_name(output.name + ".lock") if output.name else output / ".lock"
+
+
+@contextmanager
+def exclusive_writer(output: Path | None) -> Iterator[None]:
+    """Hold the lock of ``output`` for the block: a second run on the same output is refused, naming the first's
+    pid. Nothing is locked when ``output`` is None.
+
+    The lock is the operating system's (``flock``) on ``<output>.lock``, so it ends with the
+    process however it ends, and there is never a stale lock to delete. The file is opened
+    without following a link and must be an ordinary file, so nothing is written through a
+    link, a FIFO or a device put there. The holder removes the file while it still holds
+    the lock; a run that locked the removed file sees that the path no longer names it and
+    tries again, so two runs never hold two different files of one path.
     """
-    lock = output.with_name(output.name + ".lock")
-    try:
-        lock.parent.mkdir(parents=True, exist_ok=True)
-        handle = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
-    except OSError as error:
-        raise OSError(error.errno, f"cannot write {output}: {error.strerror or error}") from None
-    try:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as error:
-            if error.errno not in (errno.EWOULDBLOCK, errno.EACCES):
-                raise
-            holder = os.pread(handle, 32, 0).decode(errors="replace").strip() or "unknown"
-            raise OutputError(f"another run (pid {holder}) is writing {output}; wait for it to finish or choose "
-                              f"another output") from None
-        os.ftruncate(handle, 0)
-        os.pwrite(handle, f"{os.getpid()}\n".encode(), 0)
+    if output is None:
+        yield
+        return
+    lock = lock_path(output)
+    if lock in _held:
+        _held[lock][1] += 1
         try:
             yield
         finally:
-            lock.unlink(missing_ok=True)
+            _held[lock][1] -= 1
+        return
+    handle = _take(lock, output)
+    _held[lock] = [handle, 1]
+    try:
+        yield
     finally:
-        os.close(handle)
+        del _held[lock]
+        try:
+            lock.unlink(missing_ok=True)  # while still locked: see above
+        finally:
+            os.close(handle)
+
+
+def _take(lock: Path, output: Path) -> int:
+    """Open and lock ``lock``; the descriptor, or ``OutputError`` in one line."""
+    while True:
+        try:
+            lock.parent.mkdir(parents=True, exist_ok=True)
+            # O_NONBLOCK: opening a FIFO must not wait for a writer; O_NOFOLLOW: never through a link.
+            handle = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
+        except OSError as error:
+            if error.errno == errno.ELOOP:
+                raise OutputError(f"{lock} is a link; remove it (the lock of {output} must be an ordinary "
+                                  f"file)") from None
+            if error.errno == errno.EISDIR:
+                raise OutputError(f"{lock} is a folder; remove it (the lock of {output} must be an ordinary "
+                                  f"file)") from None
+            raise OSError(error.errno, f"cannot write {output}: cannot open its lock {lock}: "
+                                       f"{error.strerror or error}") from None
+        try:
+            mode = os.fstat(handle).st_mode
+            if not stat.S_ISREG(mode):
+                raise OutputError(f"{lock} is {_kind(mode)}; remove it (the lock of {output} must be an "
+                                  f"ordinary file)")
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as error:
+                if error.errno not in (errno.EWOULDBLOCK, errno.EACCES):
+                    raise OSError(error.errno, f"cannot lock {lock}: {error.strerror or error}") from None
+                holder = os.pread(handle, 32, 0).decode(errors="replace").strip() or "unknown"
+                raise OutputError(f"another run (pid {holder}) is writing {output}; wait for it to finish or "
+                                  f"choose another output") from None
+            try:
+                same = os.path.samestat(os.fstat(handle), os.lstat(lock))
+            except FileNotFoundError:
+                same = False
+            if same:
+                os.ftruncate(handle, 0)
+                os.pwrite(handle, f"{os.getpid()}\n".encode(), 0)
+                return handle
+        except BaseException:
+            os.close(handle)
+            raise
+        os.close(handle)  # the holder removed this file as we locked it: lock the path's new file
+
+
+def _kind(mode: int) -> str:
+    return ("a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else
+            "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "not a regular file")
+
+
+def file_digest(path: str | os.PathLike) -> str:
+    """A file's checksum (BLAKE2b, 128 bits, in hex), read in blocks."""
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, lambda: hashlib.blake2b(digest_size=16)).hexdigest()
 
 
 def _umask() -> int:

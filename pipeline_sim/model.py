@@ -7,6 +7,7 @@ fractions of full speed (compute) or of one link's bandwidth (communication).
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
@@ -300,7 +301,14 @@ PARAMETER = {p.name: p for p in PARAMETERS}
 _DEFAULTS = {p.name: p.default for p in PARAMETERS}
 #: The parameters that only some schedules read.
 SCHEDULE_PARAMETERS = tuple(p.name for p in PARAMETERS if p.group == "schedule" and p.name != "schedule")
+#: The parameters of run-time dispatch (section 12), which a grid's output carries only when it names them.
+DISPATCH_KEYS = tuple(p.name for p in PARAMETERS if p.group == "dispatch")
+#: The parameters some environments ignore (``EnvParams.ignored``): their cells may be empty.
+IGNORABLE = (*SCHEDULE_PARAMETERS, "memory_limit")
 
+
+#: Which draw of an environment's noise a simulation is (docs/model.md section 8): 64 bits of the generator's state.
+SAMPLES = Integers(0, 2 ** 63 - 1, "2^63 - 1")
 
 _TIER_RE = re.compile(r"[a-z]")
 #: The smallest positive shared priority: smaller ones would round a transfer's rate to nothing.
@@ -320,10 +328,16 @@ class Policy:
 
     def __post_init__(self) -> None:
         names = ", ".join(COMM_KINDS)
+        for name, example in (("priorities", "{'fwd_prop': 0.5}"), ("exclusive_tiers", "{'grad_sync': 'a'}")):
+            if not isinstance(getattr(self, name), Mapping):
+                raise ParameterError(name, getattr(self, name), f"must be a mapping of transfer kind to "
+                                                                f"{'priority' if name == 'priorities' else 'tier'}, "
+                                                                f"e.g. {example}")
         for kind, value in self.priorities.items():
             if kind not in COMM_KINDS:
                 raise ParameterError("priorities", kind, f"unknown kind; allowed kinds: {names}")
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            # numbers.Real: numpy scalars of every width are numbers too
+            if isinstance(value, bool) or not isinstance(value, numbers.Real) or \
                     not (value == 0.0 or MIN_PRIORITY <= value <= 1.0):
                 raise ParameterError(f"priorities[{kind}]", value, f"must be 0 or a number from {MIN_PRIORITY:g} to 1")
         for kind, tier in self.exclusive_tiers.items():

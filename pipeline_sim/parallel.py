@@ -22,7 +22,12 @@ def _init_worker() -> None:
     # Ctrl-C goes to the whole process group; only the parent should react to it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the parent's clean-stop handler is not for workers
-    # A parent killed outright (SIGKILL) must not leave its workers running; Linux only.
+    die_with_parent()
+
+
+def die_with_parent() -> None:
+    """Have this process terminated when its parent dies, even killed outright (SIGKILL), so that no worker is
+    left running; Linux only (elsewhere, nothing). Kept across ``exec``."""
     try:
         libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
@@ -31,13 +36,15 @@ def _init_worker() -> None:
 
 
 def ordered_map(function: Callable[[_Item], _Result], items: Iterable[_Item],
-                workers: int) -> Generator[_Result, None, None]:
+                workers: int, isolate: bool = False) -> Generator[_Result, None, None]:
     """``map`` over processes, results in input order, at most ``4 x workers`` items in flight.
 
     Each function call should take long enough (tens of milliseconds or more) for
-    process overhead to stay small; callers chunk their work accordingly.
+    process overhead to stay small; callers chunk their work accordingly. One worker maps
+    in this process, unless ``isolate``: a call into compiled code does not return to the
+    interpreter until it is done, so only a call in another process can be stopped at once.
     """
-    if workers <= 1:
+    if workers <= 1 and not isolate:
         yield from map(function, items)
         return
     context = _context()
@@ -46,6 +53,7 @@ def ordered_map(function: Callable[[_Item], _Result], items: Iterable[_Item],
         # every object it visits, so in each worker it would copy all that the parent holds (a drawing's
         # first reading: about 4.5 KB per environment); frozen objects it leaves alone.
         gc.freeze()
+    workers = max(1, workers)
     pool = ProcessPoolExecutor(max_workers=workers, initializer=_init_worker, mp_context=context)
     finished = False
     try:

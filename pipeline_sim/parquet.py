@@ -1,11 +1,13 @@
 """A sweep's rows as Parquet: typed columns, written in row groups while the sweep streams.
 
-While a sweep runs, its rows go to numbered part files in the folder ``<output>.partial``;
-each part is a whole Parquet file, written beside its final name and then renamed, so an
-interrupted sweep, even one killed outright, keeps every part it finished and resumes
-after its last row. When the sweep completes, the parts are copied into one file in row
-groups of ``ROW_GROUP_ROWS`` rows whatever the parts' sizes, so that the same config gives
-the same bytes however often it was interrupted and on however many workers it ran.
+While a sweep runs, its rows go to part files in the folder ``<output>.partial``; each
+part is a whole Parquet file, written beside its final name and then renamed to a name
+that records its first row, its row count and its checksum, so an interrupted sweep, even
+one killed outright, keeps every part it finished, and a resume continues after the parts
+that hold the first rows without a gap and match their records. When the sweep completes,
+the parts are copied into one file in row groups of ``ROW_GROUP_ROWS`` rows whatever the
+parts' sizes, so that the same config gives the same bytes however often it was
+interrupted and on however many workers it ran.
 Needs pyarrow (the ``cluster`` extra).
 """
 
@@ -14,8 +16,11 @@ from __future__ import annotations
 import io
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING, BinaryIO, Iterator, Sequence
+
+from .files import file_digest
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -25,7 +30,7 @@ if TYPE_CHECKING:
 ROW_GROUP_ROWS = 65_536
 #: Rows a sweep gathers before it writes a part (fewer when it ends or stops).
 PART_ROWS = 16_384
-_PART = re.compile(r"part-(\d{6})\.parquet")
+_PART = re.compile(r"part-(\d{12})-(\d{6,})-([0-9a-f]{32})\.parquet")
 EXTRA = 'pip install "pipeline-sim[cluster]" (or pip install pyarrow)'
 
 
@@ -61,52 +66,77 @@ def table_from_csv(text: str, schema: pa.Schema) -> pa.Table:
                                                            false_values=["False"]))
 
 
-def _parts(folder: Path) -> list[Path]:
-    return sorted(path for path in folder.iterdir() if _PART.fullmatch(path.name))
+def _part_name(first: int, rows: int, checksum: str) -> str:
+    return f"part-{first:012d}-{rows:06d}-{checksum}.parquet"
 
 
-def part_rows(folder: Path) -> int:
-    """Rows in the finished parts of ``folder``, read from their footers; a half-written part is removed."""
-    import pyarrow.parquet as pq
+@dataclass(frozen=True)
+class Parts:
+    """What a resume may keep of a partial folder: ``paths``, the verified parts holding rows 0 to ``rows - 1``
+    in order, and ``problem``, why the parts after them (``dropped``) cannot be used (empty when none)."""
 
-    for leftover in folder.glob(".part-*"):
-        leftover.unlink()
-    return sum(pq.ParquetFile(path).metadata.num_rows for path in _parts(folder))
+    paths: tuple[Path, ...]
+    rows: int
+    problem: str = ""
+    dropped: tuple[Path, ...] = ()
 
 
-def cut_parts(folder: Path, keep: int) -> None:
-    """Keep the first ``keep`` rows of ``folder``'s parts (rows past them were written beyond a samples file)."""
-    import pyarrow.parquet as pq
-
-    seen = 0
-    for path in _parts(folder):
-        rows = pq.ParquetFile(path).metadata.num_rows
-        if seen >= keep:
+def verified_parts(folder: Path) -> Parts:
+    """The longest run of parts of ``folder`` that holds rows 0, 1, 2, ... without a gap, each part matching the
+    record in its name (first row, row count, checksum). Anything else in the folder (a half-written part, an
+    interrupted merge) is removed."""
+    records, dropped = [], []
+    for path in folder.iterdir():
+        if match := _PART.fullmatch(path.name):
+            records.append((int(match.group(1)), int(match.group(2)), match.group(3), path))
+        elif path.name.startswith("."):  # ours, written beside its name: cut short by a kill
             path.unlink()
-        elif seen + rows > keep:
-            _write_part(path, pq.read_table(path).slice(0, keep - seen))
-        seen += rows
+        else:
+            dropped.append(path)
+    records.sort()
+    kept: list[Path] = []
+    rows, problem = 0, ""
+    for first, count, checksum, path in records:
+        if problem:
+            dropped.append(path)
+        elif first != rows:
+            problem = (f"rows {rows:,} to {first - 1:,} have no part" if first > rows else
+                       f"{path.name} overlaps the part before it")
+            dropped.append(path)
+        elif count == 0 or file_digest(path) != checksum:
+            problem = f"{path.name} is damaged (its checksum or row count does not match its name)"
+            dropped.append(path)
+        else:
+            kept.append(path)
+            rows += count
+    if not problem and dropped:
+        problem = f"{sorted(dropped)[0].name} is not a part this version writes"
+    return Parts(tuple(kept), rows, problem, tuple(dropped))
 
 
-def _write_part(path: Path, table: pa.Table) -> None:
+def _write_part(folder: Path, first: int, table: pa.Table) -> Path:
+    """Write ``table`` as the part starting at row ``first``: beside its name, then renamed to a name recording
+    its first row, row count and checksum, so that the part and its record appear together or not at all."""
     import pyarrow.parquet as pq
 
-    temporary = path.with_name("." + path.name)
+    temporary = folder / ".part-writing.parquet"
     with open(temporary, "wb") as handle:
         pq.write_table(table, handle, row_group_size=ROW_GROUP_ROWS)
         handle.flush()
         os.fsync(handle.fileno())
+    path = folder / _part_name(first, table.num_rows, file_digest(temporary))
     os.replace(temporary, path)
+    return path
 
 
 class PartWriter:
-    """Rows in CSV form gathered into parts of ``folder``; ``flush`` writes what is gathered."""
+    """Rows in CSV form, from row ``first`` on, gathered into parts of ``folder``; ``flush`` writes what is
+    gathered."""
 
-    def __init__(self, folder: Path, schema: pa.Schema) -> None:
+    def __init__(self, folder: Path, schema: pa.Schema, first: int) -> None:
         self.folder = folder
         self.schema = schema
-        parts = _parts(folder)
-        self.next = int(_PART.fullmatch(parts[-1].name).group(1)) + 1 if parts else 0  # type: ignore[union-attr]
+        self.first = first
         self.texts: list[str] = []
         self.rows = 0
 
@@ -119,20 +149,20 @@ class PartWriter:
     def flush(self) -> None:
         if not self.rows:
             return
-        _write_part(self.folder / f"part-{self.next:06d}.parquet", table_from_csv("".join(self.texts), self.schema))
-        self.next += 1
+        _write_part(self.folder, self.first, table_from_csv("".join(self.texts), self.schema))
+        self.first += self.rows
         self.texts, self.rows = [], 0
 
 
-def merge_parts(folder: Path, output: Path, schema: pa.Schema) -> None:
-    """Copy ``folder``'s parts, in order, into ``output`` in row groups of ``ROW_GROUP_ROWS`` rows."""
+def merge_parts(parts: Sequence[Path], output: Path, schema: pa.Schema) -> None:
+    """Copy ``parts``, in order, into ``output`` in row groups of ``ROW_GROUP_ROWS`` rows."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     pending: list[pa.RecordBatch] = []
     count = 0
     with pq.ParquetWriter(output, schema) as writer:
-        for path in _parts(folder):
+        for path in parts:
             for batch in pq.ParquetFile(path).iter_batches(batch_size=ROW_GROUP_ROWS):
                 pending.append(batch)
                 count += batch.num_rows
@@ -153,7 +183,7 @@ def is_parquet(path: Path) -> bool:
         return handle.read(4) == b"PAR1"
 
 
-def read_frames(path: Path, rows: int, strings: Sequence[str]) -> Iterator[pd.DataFrame]:
+def read_frames(path: Path | BinaryIO, rows: int, strings: Sequence[str]) -> Iterator[pd.DataFrame]:
     """A Parquet file, about ``rows`` rows at a time, as the frames a CSV of the same rows reads to
     (``strings``: columns read as pandas strings)."""
     import pyarrow.parquet as pq

@@ -3,15 +3,26 @@
 from __future__ import annotations
 
 import math
+import os
+import stat
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, BinaryIO, Iterable, Iterator, Sequence
 
 import numpy as np
 import pandas as pd
 
-from .config import INTEGER_KEYS, STRING_KEYS
-from .model import COMM_KINDS, DEFAULT_POLICY, PARAMETER, PARAMETERS, EnvParams
-from .parquet import ParquetUnavailable, is_parquet, read_frames, require_pyarrow
+from .config import BOOLEAN_KEYS, INTEGER_KEYS, OBJECT_KEYS, STRING_KEYS
+from .model import (
+    COMM_KINDS,
+    DEFAULT_POLICY,
+    DISPATCH_KEYS,
+    IGNORABLE,
+    PARAMETER,
+    PARAMETERS,
+    EnvParams,
+    ParameterError,
+)
+from .parquet import ParquetUnavailable, read_frames, require_pyarrow
 from .workload import DERIVED_KEYS, WORKLOAD_KEYS, Workload, gpu_from_cell, model_from_cell, seconds_text
 
 #: Columns every generator CSV has; later metric columns are optional for reading.
@@ -35,65 +46,158 @@ class ResultsError(ValueError):
 READ_ROWS = 20_000
 
 
-def read_results(path: str | Path, rows: int = READ_ROWS) -> Iterator[pd.DataFrame]:
+def read_results(path: str | Path, rows: int = READ_ROWS, source: BinaryIO | None = None) -> Iterator[pd.DataFrame]:
     """A sweep's output (CSV, or Parquet), ``rows`` rows at a time, checked: complete lines, the generator's
-    columns, finite positive times. ``ResultsError`` names the file, the line and the cell."""
+    columns, every environment column, cells of the right kind, finite positive times. ``ResultsError`` names
+    the file, the line, the column and the cell. Each frame's index is its rows' line numbers (a Parquet file's
+    rows are numbered as a CSV's lines would be, from 2). ``source``: the file, already open (read from its
+    start), so that two readings read the same file even if ``path`` is replaced in between."""
     path = Path(path)
-    if path.is_dir():
-        raise ResultsError(f"{path}: is a folder; give the CSV or Parquet file a sweep wrote")
-    if not path.is_file():
-        raise ResultsError(f"{path}: no such file")
-    if path.name.endswith(".partial"):
-        raise ResultsError(f"CSV {path}: is an unfinished sweep's partial file; finish the sweep with --resume "
-                           f"and draw its CSV")
-    if is_parquet(path):
-        frames = _parquet_frames(path, rows)
+    if source is None:
+        with open_results(path) as handle:
+            yield from read_results(path, rows, handle)
+        return
+    source.seek(0)
+    parquet = source.read(4) == b"PAR1"
+    source.seek(0)
+    if parquet:
+        frames = _parquet_frames(path, rows, source)
     else:
-        with open(path, "rb") as handle:
-            handle.seek(0, 2)
-            if handle.tell() and (handle.seek(-1, 2), handle.read(1))[1] != b"\n":
-                raise ResultsError(f"CSV {path}: its last line is cut (no line end); was it copied while written?")
-        frames = _csv_frames(path, rows)
+        source.seek(0, 2)
+        if source.tell() and (source.seek(-1, 2), source.read(1))[1] != b"\n":
+            raise ResultsError(f"CSV {path}: its last line is cut (no line end); was it copied while written?")
+        source.seek(0)
+        frames = _csv_frames(path, rows, source)
     line = 2
     for number, frame in enumerate(frames):
         if number == 0:
-            missing = [column for column in REQUIRED_COLUMNS if column not in frame.columns]
-            if missing:
-                listed = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
-                raise ResultsError(f"CSV {path} lacks the generator's columns {listed}; "
-                                   f"give a CSV written by data_generator.py")
-            if frame.empty:
-                raise ResultsError(f"CSV {path} has a header but no rows")
-        _check_times(path, frame, line)
+            _check_columns(path, frame)
+        frame.index = pd.RangeIndex(line, line + len(frame))
+        _check_times(path, frame)
+        _check_cells(path, frame)
         line += len(frame)
         yield frame
 
 
-def _csv_frames(path: Path, rows: int) -> Iterator[pd.DataFrame]:
+def open_results(path: str | Path) -> BinaryIO:
+    """A sweep's output opened for ``read_results``, or ``ResultsError`` saying why it cannot be."""
+    path = Path(path)
+    if path.is_dir():
+        raise ResultsError(f"{path}: is a folder; give the CSV or Parquet file a sweep wrote")
+    if path.name.endswith(".partial"):
+        raise ResultsError(f"CSV {path}: is an unfinished sweep's partial file; finish the sweep with --resume "
+                           f"and draw its CSV")
     try:
-        with pd.read_csv(path, dtype={column: "string" for column in TIER_COLUMNS}, chunksize=rows) as reader:
+        handle = open(path, "rb")
+    except FileNotFoundError:
+        raise ResultsError(f"{path}: no such file") from None
+    except OSError as error:
+        raise ResultsError(f"{path}: {error.strerror or error}") from None
+    if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+        handle.close()
+        raise ResultsError(f"{path}: not a regular file; give the CSV or Parquet file a sweep wrote")
+    return handle
+
+
+def _check_columns(path: Path, frame: pd.DataFrame) -> None:
+    """The generator's columns, and every environment column: a figure never claims an environment its file does
+    not state."""
+    missing = [column for column in REQUIRED_COLUMNS if column not in frame.columns]
+    if missing:
+        listed = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
+        raise ResultsError(f"CSV {path} lacks the generator's columns {listed}; "
+                           f"give a CSV written by data_generator.py")
+    dispatched = any(name in frame.columns for name in DISPATCH_KEYS)  # a grid without them writes neither
+    stated = [*(name for name in EnvParams.names() if dispatched or name not in DISPATCH_KEYS),
+              *(WORKLOAD_KEYS if "model" in frame.columns else ())]
+    missing = [column for column in stated if column not in frame.columns]
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise ResultsError(f"CSV {path} lacks the environment column {missing[0]}{more}; a figure does not guess "
+                           f"what its file does not state")
+    if frame.empty:
+        raise ResultsError(f"CSV {path} has a header but no rows")
+
+
+def _bad_cell(path: Path, frame: pd.DataFrame, column: str, bad: pd.Series, allowed: str) -> ResultsError:
+    line = int(frame.index[np.flatnonzero(bad.to_numpy())[0]])
+    cell = frame.at[line, column]
+    text = "an empty cell" if pd.isna(cell) else repr(cell.item() if isinstance(cell, np.generic) else cell)
+    return ResultsError(f"{'Parquet' if path.suffix == '.parquet' else 'CSV'} {path}: line {line} has {column} = "
+                        f"{text}; {allowed}")
+
+
+#: Numeric columns a row's environment is read from; a schedule parameter may be empty (its schedule ignores it).
+_NUMERIC = tuple(name for name in (*EnvParams.names(), *WORKLOAD_KEYS) if name not in STRING_KEYS + OBJECT_KEYS +
+                 BOOLEAN_KEYS)
+
+
+def _check_cells(path: Path, frame: pd.DataFrame) -> None:
+    """Every environment cell a number (an integer where the parameter is one), present unless a schedule may
+    ignore it; every priority empty or a number; names present."""
+    for column in _NUMERIC + PRIO_COLUMNS:
+        if column not in frame.columns:
+            continue
+        cells = frame[column]
+        blank = cells.isna()
+        values = pd.to_numeric(cells, errors="coerce")
+        integer = column in INTEGER_KEYS
+        kind = "an integer" if integer else "a number"
+        if (bad := values.isna() & ~blank).any():
+            raise _bad_cell(path, frame, column, bad, f"must be {kind}")
+        if integer and (bad := ~blank & (values % 1 != 0)).any():
+            raise _bad_cell(path, frame, column, bad, "must be an integer")
+        if column not in IGNORABLE + PRIO_COLUMNS and (bad := blank).any():
+            raise _bad_cell(path, frame, column, bad, f"must be {kind} (only a parameter its environment ignores is "
+                                                      f"empty)")
+    for column in (*STRING_KEYS, *OBJECT_KEYS, "policy"):
+        if column in frame.columns and (bad := frame[column].isna()).any():
+            raise _bad_cell(path, frame, column, bad, "must be a name")
+    # Each distinct value against its parameter's domain here, so that the first bad line is named, not the
+    # environment it cuts short.
+    for name in (name for name in EnvParams.names() if name in frame.columns):
+        for value in frame[name].dropna().unique():
+            cell = value.item() if isinstance(value, np.generic) else value
+            try:
+                PARAMETER[name].domain.check(name, int(cell) if name in INTEGER_KEYS else cell)
+            except ParameterError as error:
+                allowed = str(error).split(": ", 1)[1]
+                raise _bad_cell(path, frame, name, frame[name] == value, allowed) from None
+    for column, parse in (("model", model_from_cell), ("gpu", gpu_from_cell)) if "model" in frame.columns else ():
+        for value in frame[column].unique():
+            try:
+                parse(str(value))
+            except (ValueError, TypeError, KeyError):
+                raise _bad_cell(path, frame, column, frame[column] == value,
+                                f"must be a preset's name or a custom {column}'s fields") from None
+
+
+def _csv_frames(path: Path, rows: int, source: BinaryIO) -> Iterator[pd.DataFrame]:
+    try:
+        with pd.read_csv(source, dtype={column: "string" for column in TIER_COLUMNS}, chunksize=rows) as reader:
             empty = True
             for frame in reader:
                 empty = False
                 yield frame
             if empty:  # a header alone
-                yield pd.read_csv(path, nrows=0)
+                source.seek(0)
+                yield pd.read_csv(source, nrows=0)
     except (pd.errors.EmptyDataError, pd.errors.ParserError, UnicodeDecodeError) as error:
         raise ResultsError(f"CSV {path}: not a readable CSV ({str(error).splitlines()[0]})") from None
 
 
-def _parquet_frames(path: Path, rows: int) -> Iterator[pd.DataFrame]:
+def _parquet_frames(path: Path, rows: int, source: BinaryIO) -> Iterator[pd.DataFrame]:
     try:
         require_pyarrow()
     except ParquetUnavailable as error:
         raise ResultsError(f"{path} is Parquet, which {str(error)[len('Parquet output '):]}") from None
     try:
-        yield from read_frames(path, rows, TIER_COLUMNS)
+        yield from read_frames(source, rows, TIER_COLUMNS)
     except ValueError as error:
         raise ResultsError(f"{path}: {error}") from None
 
 
-def _check_times(path: Path, frame: pd.DataFrame, first_line: int) -> None:
+def _check_times(path: Path, frame: pd.DataFrame) -> None:
     for column in [name for name in ("completion_time", *METRICS, "ideal_time") if name in frame.columns]:
         values = pd.to_numeric(frame[column], errors="coerce")
         bad = ~(np.isfinite(values) & (values >= 0 if column == "completion_std" else values > 0))
@@ -101,7 +205,7 @@ def _check_times(path: Path, frame: pd.DataFrame, first_line: int) -> None:
             row = int(np.flatnonzero(bad.to_numpy())[0])
             cell = frame[column].iloc[row]
             text = repr(cell) if isinstance(cell, str) else f"{float(cell):g}"
-            raise ResultsError(f"CSV {path}: line {first_line + row} has {column} = {text}; "
+            raise ResultsError(f"CSV {path}: line {frame.index[row]} has {column} = {text}; "
                                f"every time must be a finite number > 0")
 
 
@@ -116,13 +220,16 @@ def _value(name: str, cell: Any) -> Any:
     return int(cell) if name in INTEGER_KEYS else float(cell)
 
 
-def environments(frames: pd.DataFrame | Iterable[pd.DataFrame]) -> Iterator[tuple[EnvParams, pd.DataFrame]]:
+def environments(frames: pd.DataFrame | Iterable[pd.DataFrame], where: str = "") -> Iterator[
+        tuple[EnvParams, pd.DataFrame]]:
     """Each environment with its rows, in order, from a frame or from pieces of one (``read_results``); an empty
     cell is a parameter its schedule ignores.
 
     A sweep writes an environment's rows together; rows of one environment found apart
     are refused (``ResultsError``). In a workload sweep's output an environment is also
-    told apart by its workload columns.
+    told apart by its workload columns. An environment whose cells are no valid environment
+    (a schedule's parameter missing, a value out of its domain) is refused, naming its first
+    line (the frame's index) and ``where`` (the file) the rows come from.
     """
     held: pd.DataFrame | None = None  # the last environment of a piece, which may go on in the next
     seen: set[tuple] = set()
@@ -134,35 +241,57 @@ def environments(frames: pd.DataFrame | Iterable[pd.DataFrame]) -> Iterator[tupl
         changed = (keys.ne(keys.shift()) & ~(keys.isna() & keys.shift().isna())).any(axis=1).to_numpy()
         starts = [*np.flatnonzero(changed), len(frame)]
         for start, stop in zip(starts[:-2], starts[1:-1]):
-            yield _environment(frame.iloc[start:stop], names, seen)
+            yield _environment(frame.iloc[start:stop], names, seen, where)
         held = frame.iloc[starts[-2]:]
     if held is not None and len(held):
-        yield _environment(held, names, seen)
+        yield _environment(held, names, seen, where)
 
 
-def _environment(rows: pd.DataFrame, names: list[str], seen: set[tuple]) -> tuple[EnvParams, pd.DataFrame]:
+def _environment(rows: pd.DataFrame, names: list[str], seen: set[tuple], where: str
+                 ) -> tuple[EnvParams, pd.DataFrame]:
     key = tuple(None if pd.isna(cell) else cell for cell in rows[names].iloc[0])
     values = {name: _value(name, cell) for name, cell in zip(names, key)
               if cell is not None and name in EnvParams.names()}
-    params = EnvParams(**values)
+    at = f"{where + ': ' if where else ''}line {rows.index[0]}"
+    try:
+        params = EnvParams(**values)
+    except ParameterError as error:
+        raise ResultsError(f"{at} has {error}") from None
+    for name in IGNORABLE:
+        if name not in values and name in params.relevant():
+            raise ResultsError(f"{at} has {name} = an empty cell; its environment reads it")
+    workload = workload_of(rows, at)
     if key in seen:
-        raise ResultsError(f"the rows of environment {env_slug(params, workload_of(rows))} are not together; a "
+        raise ResultsError(f"the rows of environment {env_slug(params, workload)} are not together; a "
                            f"sweep writes each environment's rows in one run (was the CSV sorted or edited?)")
     seen.add(key)
     return params, rows
 
 
-def workload_of(rows: pd.DataFrame) -> Workload | None:
-    """The workload of an environment's rows, rebuilt from its columns; None outside a workload sweep."""
+def workload_of(rows: pd.DataFrame, at: str = "the first row") -> Workload | None:
+    """The workload of an environment's rows, rebuilt from its columns; None outside a workload sweep.
+    ``ResultsError`` names ``at`` (where the rows are), the column and the cell that make no workload."""
     if "model" not in rows.columns:
         return None
     row = rows.iloc[0]
     cells = {key: row[key] for key in WORKLOAD_KEYS}
+    try:
+        model = model_from_cell(str(cells["model"]))
+    except (ValueError, TypeError, KeyError):
+        raise ResultsError(f"{at} has model = {str(cells['model'])!r}; must be a model preset's name or a custom "
+                           f"model's fields (layers=... hidden=...)") from None
+    try:
+        gpu = gpu_from_cell(str(cells["gpu"]))
+    except (ValueError, TypeError, KeyError):
+        raise ResultsError(f"{at} has gpu = {str(cells['gpu'])!r}; must be a GPU preset's name or a custom GPU's "
+                           f"fields (tflops=... memory_gb=...)") from None
     numbers = {key: (int(value) if key in INTEGER_KEYS else float(value)) for key, value in cells.items()
                if key not in ("model", "gpu", "sequence_parallel", "recompute")}
-    return Workload(model=model_from_cell(str(cells["model"])), gpu=gpu_from_cell(str(cells["gpu"])),
-                    sequence_parallel=str(cells["sequence_parallel"]) == "True", recompute=str(cells["recompute"]),
-                    **numbers)  # type: ignore[arg-type]
+    try:
+        return Workload(model=model, gpu=gpu, sequence_parallel=str(cells["sequence_parallel"]) == "True",
+                        recompute=str(cells["recompute"]), **numbers)  # type: ignore[arg-type]
+    except ParameterError as error:
+        raise ResultsError(f"{at} has {error}") from None
 
 
 def identity(params: EnvParams, workload: Workload | None, leave_out: tuple[str, ...] = ()) -> tuple:

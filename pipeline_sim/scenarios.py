@@ -24,13 +24,18 @@ def steps_per_unit(step: float) -> int:
     if isinstance(step, bool) or not isinstance(step, (int, float)) or not 0.0 < step <= 1.0:
         raise ParameterError("step", step, "must be a number in (0, 1] that divides 1, e.g. 0.2, 0.1, 0.05")
     count = round(1.0 / step)
-    if count > MAX_STEPS:
-        raise ParameterError("step", step, f"is finer than 1/{MAX_STEPS} = {1 / MAX_STEPS:g}, which already gives "
-                                           f"{policy_count(MAX_STEPS):,} policies per environment")
     if abs(count * step - 1.0) > 1e-9:
         raise ParameterError("step", step, f"does not divide 1 into a whole number of steps "
                                            f"(1 / {step:g} = {1.0 / step:.6g}); try 0.2, 0.1 or 0.05")
     return count
+
+
+def check_step(step: float) -> None:
+    """Refuse a step finer than ``1 / MAX_STEPS`` (a sweep's size limit, which ``--allow-large`` lifts)."""
+    if steps_per_unit(step) > MAX_STEPS:
+        raise ParameterError("step", step, f"is finer than 1/{MAX_STEPS} = {1 / MAX_STEPS:g}, which already gives "
+                                           f"{policy_count(MAX_STEPS):,} policies per environment (pass "
+                                           f"--allow-large to try anyway)")
 
 
 def _weak_orders(kinds: tuple[str, ...]) -> list[dict[str, str]]:

@@ -23,21 +23,24 @@ import shutil
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Generator, Iterator
+from typing import TYPE_CHECKING, Callable, Generator, Iterator
 
 import numpy as np
 
 from .cluster import DaskCluster
 from .config import BOOLEAN_KEYS, INTEGER_KEYS, OBJECT_KEYS, STRING_KEYS, ConfigError, EnvironmentGrid
 from .engine import lower_bound, simulate_figures
-from .files import OutputError, atomic_output, exclusive_writer, output_target
+from .files import OutputError, exclusive_writer, file_digest, output_target
 from .metrics import ScheduleMetrics, ideal_time, metric_columns
-from .model import COMM_KINDS, PARAMETERS, EnvParams, ParameterError, Policy
+from .model import COMM_KINDS, DISPATCH_KEYS, EnvParams, ParameterError, Policy
 from .parallel import ordered_map
-from .parquet import PartWriter, merge_parts, part_rows, require_pyarrow, schema
-from .scenarios import DEFAULT_STEP, policy_grid, steps_per_unit
+from .parquet import Parts, PartWriter, merge_parts, require_pyarrow, schema, verified_parts
+from .scenarios import DEFAULT_STEP, check_step, policy_grid, steps_per_unit
 from .taskgraph import MAX_TASKS
 from .workload import REPORT_COLUMNS, WORKLOAD_KEYS, Workload, workload_report
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 SIMULATORS = ("single_channel", "dual_channel")
 #: What a sweep's output can be.
@@ -46,8 +49,7 @@ POLICY_COLUMNS = ("policy", *(f"prio_{kind}" for kind in COMM_KINDS), *(f"tier_{
 #: Completion-time statistics over samples; percentiles by linear interpolation (numpy's default, Hyndman-Fan 7).
 STATISTICS = ("completion_std", "completion_min", "completion_p50", "completion_p95", "completion_p99",
               "completion_max")
-#: The environment parameters of section 12, and what a run reports of them: columns of a grid that names them.
-DISPATCH_KEYS = tuple(p.name for p in PARAMETERS if p.group == "dispatch")
+#: What a run reports of section 12: columns of a grid that names a dispatch parameter (``DISPATCH_KEYS``).
 BOUND_COLUMNS = ("lower_bound", "bound_gap")
 _METRIC_COLUMNS = ("completion_time", *STATISTICS, *ScheduleMetrics.SCALARS[1:])
 
@@ -87,7 +89,7 @@ class SweepPlan:
     skip_invalid: bool = False
     samples: int = 0  # noise draws per (environment, policy); 0: the grid's own setting
     with_samples: bool = False  # also write one row per sample
-    allow_large: bool = False  # run beyond the size limits (tasks per simulation, estimated hours)
+    allow_large: bool = False  # run beyond the size limits (tasks per simulation, step, estimated hours)
     format: str = "csv"  # of the output: csv, or parquet (typed columns in row groups; needs pyarrow)
 
     def __post_init__(self) -> None:
@@ -96,6 +98,8 @@ class SweepPlan:
         if isinstance(self.samples, bool) or not isinstance(self.samples, int) or self.samples < 1:
             raise ParameterError("samples", self.samples, "must be an integer >= 1")
         steps_per_unit(self.step)
+        if not self.allow_large:
+            check_step(self.step)
         if self.simulator not in SIMULATORS:
             raise ParameterError("simulator", self.simulator, f"must be one of {', '.join(SIMULATORS)}")
         if self.format not in FORMATS:
@@ -313,8 +317,12 @@ def _complete_lines(path: Path, header: str, keep: int | None = None) -> int:
     Read in blocks, so memory stays flat however large the file.
     """
     with open(path, "rb+") as handle:
-        if handle.read(len(header)) != header.encode():
+        start = handle.read(len(header))
+        if start != header.encode() and not (header.encode().startswith(start) and handle.read(1) == b""):
             raise ResumeError(f"{path} does not start with the sweep's header; remove it or drop --resume")
+        if start != header.encode():  # a kill cut the header short: the file is the start of a new one
+            handle.seek(0)
+            handle.write(header.encode())
         rows, end, position = 0, len(header), len(header)
         while (keep is None or rows < keep) and (block := handle.read(1 << 20)):
             newlines = block.count(b"\n")
@@ -337,13 +345,30 @@ def samples_path(output: Path) -> Path:
     return output.with_name(output.name + ".samples.partial")
 
 
+def _record(meta: Path) -> dict:
+    """The partial's record: the plan's fingerprint, and once every row is on disk, the checksum of the output
+    it becomes (``complete``). Empty when missing or damaged."""
+    try:
+        record = json.loads(meta.read_text())
+        return record if isinstance(record, dict) and isinstance(record.get("fingerprint"), str) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_record(meta: Path, record: dict) -> None:
+    """Replace the record at once: a kill leaves the old one or the new one, never half of one."""
+    temporary = meta.with_name(meta.name + ".writing")
+    with open(temporary, "w", encoding="utf-8") as handle:
+        json.dump(record, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, meta)
+
+
 def resumable(output: Path, plan: SweepPlan) -> bool:
     """Whether ``output`` has a partial file written by this very plan."""
     partial, meta = partial_paths(output)
-    try:
-        return partial.exists() and json.loads(meta.read_text())["fingerprint"] == plan.fingerprint()
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
+    return partial.exists() and _record(meta).get("fingerprint") == plan.fingerprint()
 
 
 def _not_resumable(partial: Path, meta: Path) -> str:
@@ -351,27 +376,44 @@ def _not_resumable(partial: Path, meta: Path) -> str:
     if not meta.exists():
         return (f"{partial} has lost its record {meta.name}, so which sweep wrote it is unknown; remove it or "
                 f"pass --overwrite to start over")
-    try:
-        json.loads(meta.read_text())["fingerprint"]
-    except (OSError, ValueError, KeyError, TypeError):
+    if not _record(meta):
         return f"{meta} is damaged, so which sweep wrote {partial} is unknown; remove both or pass --overwrite"
     return (f"{partial} was written by a different config, step, simulator or samples setting; remove it, "
             f"drop --resume or pass --overwrite")
 
 
+def _finished(output: Path, plan: SweepPlan) -> bool:
+    """Whether ``output`` is the complete output of ``plan`` and only the cleanup of its sweep was cut short."""
+    record = _record(partial_paths(output)[1])
+    return record.get("fingerprint") == plan.fingerprint() and "complete" in record and output.is_file() and \
+        file_digest(output) == record["complete"]
+
+
+def _remove_leftovers(output: Path) -> None:
+    partial, meta = partial_paths(output)
+    if partial.is_dir():
+        shutil.rmtree(partial)
+    partial.unlink(missing_ok=True)
+    meta.with_name(meta.name + ".writing").unlink(missing_ok=True)
+    meta.unlink(missing_ok=True)  # last: until the partial is gone, its record says what it is
+
+
 def run_sweep(plan: SweepPlan, output: str | os.PathLike, *, workers: int = 1, resume: bool = False,
               samples_output: str | os.PathLike | None = None, overwrite: bool = False,
-              cluster: DaskCluster | None = None) -> Generator[int, None, None]:
+              cluster: DaskCluster | None = None,
+              report: Callable[[str], None] | None = None) -> Generator[int, None, None]:
     """Run ``plan`` into ``output`` (a CSV, or Parquet by ``plan.format``); yield the rows on disk, first before
     any new work.
 
     With ``resume``, continue ``output``'s partial file if there is one (it must come
     from the same plan); otherwise start afresh, which an existing output or partial file
-    refuses unless ``overwrite``. One run at a time writes an output (``<output>.lock``).
-    Closing the generator early leaves the partial file holding every finished row. When
-    ``plan.with_samples``, one row per sample also goes to ``samples_output``. With
-    ``cluster`` (a Dask scheduler, or a local Dask cluster) the chunks run there instead of
-    on ``workers`` local processes, and the file is the same bytes.
+    refuses unless ``overwrite``. One run at a time writes an output, and its samples file
+    (``files.exclusive_writer``). Closing the generator early leaves the partial file
+    holding every finished row. When ``plan.with_samples``, one row per sample also goes to
+    ``samples_output``. With ``cluster`` (a Dask scheduler, or a local Dask cluster) the
+    chunks run there instead of on ``workers`` local processes, and the file is the same
+    bytes. ``report`` is told, in one line, what a resume found and did besides continuing
+    (parts recomputed, a complete output left as it was).
     """
     output = output_target(output)
     if plan.with_samples and samples_output is None:
@@ -390,14 +432,33 @@ def run_sweep(plan: SweepPlan, output: str | os.PathLike, *, workers: int = 1, r
     for path in (partial, meta, sample_partial):
         if path.is_symlink():
             raise OutputError(f"{path} is a link; remove it")
-    with exclusive_writer(output):
+    with exclusive_writer(output), exclusive_writer(samples_output):
+        if resume and meta.exists() and _finished(output, plan):
+            if plan.with_samples and sample_partial.exists():  # the samples were not moved yet
+                assert samples_output is not None
+                os.replace(sample_partial, samples_output)
+            _remove_leftovers(output)
+            if report:
+                report(f"{output} is already complete; removed what its sweep left behind ({partial.name})")
+            yield plan.num_rows
+            return
         done = 0
+        parts: Parts | None = None
         if resume and partial.exists():
             if not resumable(output, plan):
                 raise ResumeError(_not_resumable(partial, meta))
-            done = part_rows(partial) if parquet else _complete_lines(partial, plan.header)
+            if parquet:
+                parts = verified_parts(partial)
+                done = parts.rows
+            else:
+                done = _complete_lines(partial, plan.header)
             if done > plan.num_rows:
                 raise ResumeError(f"{partial} has {done} rows, more than the {plan.num_rows} this sweep writes")
+            if parts is not None and parts.problem:
+                for path in parts.dropped:
+                    path.unlink()
+                if report:
+                    report(f"{partial}: {parts.problem}; computing the rows from {done:,} on again")
             if plan.with_samples:
                 expected = done * plan.samples
                 if not sample_partial.exists() or \
@@ -405,68 +466,87 @@ def run_sweep(plan: SweepPlan, output: str | os.PathLike, *, workers: int = 1, r
                     raise ResumeError(f"{sample_partial} lacks rows of the samples already summarised in "
                                       f"{partial}; remove both or drop --resume")
         else:
-            if not overwrite:
-                if partial.exists():
-                    what = "rows of this very sweep" if resumable(output, plan) else "rows of another sweep"
-                    raise ResumeError(f"{partial} holds {what}; pass --resume to continue it or --overwrite to "
-                                      f"start over")
-                for existing in (output, samples_output):
-                    if existing is not None and existing.exists():
-                        raise ResumeError(f"{existing} exists; pass --overwrite to replace it or choose another "
-                                          f"output")
-            try:
-                output.parent.mkdir(parents=True, exist_ok=True)
-                if parquet:
-                    if partial.is_dir():
-                        shutil.rmtree(partial)
-                    partial.unlink(missing_ok=True)
-                    partial.mkdir()
-                else:
-                    partial.write_text(plan.header, encoding="utf-8")
-                if plan.with_samples:
-                    sample_partial.write_text(plan.sample_header, encoding="utf-8")
-                meta.write_text(json.dumps({"fingerprint": plan.fingerprint(), "output": str(output)}),
-                                encoding="utf-8")
-            except OSError as error:
-                raise OSError(error.errno, f"cannot write {output}: {error.strerror or error}") from None
+            _start(plan, output, samples_output, overwrite)
         yield done
         types = schema(plan.header.rstrip("\n").split(","), plan.column_types()) if parquet else None
         with open(os.devnull if parquet else partial, "a", encoding="utf-8", newline="") as handle, \
                 open(sample_partial if plan.with_samples else os.devnull, "a", encoding="utf-8",
                      newline="") as samples:
-            parts = PartWriter(partial, types) if parquet else None
+            writer = PartWriter(partial, types, done) if types is not None else None
             size = rows_per_chunk(plan, workers)
             chunks = plan.chunks(done, size)
             # a Dask task carries up to CHUNK_SIMULATIONS simulations (its scheduling costs a millisecond), and
             # there are still four per worker
             batch = max(1, min(CHUNK_SIMULATIONS // (size * plan.samples), plan.num_rows // size // (4 * workers)))
+            # in worker processes even for one: a stop request is answered while a long simulation runs there
             results = cluster.map(simulate_chunk, chunks, batch) if cluster else \
-                ordered_map(simulate_chunk, chunks, workers)
+                ordered_map(simulate_chunk, chunks, workers, isolate=True)
             try:
                 for text, sample_text, count in results:
                     samples.write(sample_text)  # samples first: a summarised row always has its samples on disk
                     samples.flush()
-                    if parts is not None:
-                        parts.write(text, count)
+                    if writer is not None:
+                        writer.write(text, count)
                     else:
                         handle.write(text)
                         handle.flush()
                     done += count
                     yield done
             finally:
-                if parts is not None:
-                    parts.flush()  # a stopped sweep keeps the rows it gathered
-            if parts is None:
+                if writer is not None:
+                    writer.flush()  # a stopped sweep keeps the rows it gathered
+            if writer is None:
                 os.fsync(handle.fileno())
             if plan.with_samples:
                 os.fsync(samples.fileno())
-        if plan.with_samples:
-            assert samples_output is not None
-            os.replace(sample_partial, samples_output)
-        if types is not None:
-            with atomic_output(output) as temporary:
-                merge_parts(partial, temporary, types)
-            shutil.rmtree(partial)
+        _finish(plan, output, samples_output, types)
+
+
+def _start(plan: SweepPlan, output: Path, samples_output: Path | None, overwrite: bool) -> None:
+    """Make a new sweep's partial file (or folder), samples file and record; refuse to discard anything without
+    ``overwrite``."""
+    partial, meta = partial_paths(output)
+    if not overwrite:
+        if partial.exists():
+            what = "rows of this very sweep" if resumable(output, plan) else "rows of another sweep"
+            raise ResumeError(f"{partial} holds {what}; pass --resume to continue it or --overwrite to "
+                              f"start over")
+        for existing in (output, samples_output):
+            if existing is not None and existing.exists():
+                raise ResumeError(f"{existing} exists; pass --overwrite to replace it or choose another "
+                                  f"output")
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        _remove_leftovers(output)
+        # the record first: a kill before the partial exists leaves a record of nothing, which a resume replaces
+        _write_record(meta, {"fingerprint": plan.fingerprint(), "output": str(output)})
+        if plan.format == "parquet":
+            partial.mkdir()
         else:
-            os.replace(partial, output)
-        meta.unlink(missing_ok=True)
+            partial.write_text(plan.header, encoding="utf-8")
+        if plan.with_samples:
+            samples_path(output).write_text(plan.sample_header, encoding="utf-8")
+    except OSError as error:
+        raise OSError(error.errno, f"cannot write {output}: {error.strerror or error}") from None
+
+
+def _finish(plan: SweepPlan, output: Path, samples_output: Path | None, types: pa.Schema | None) -> None:
+    """Turn a partial holding every row into ``output`` (and the samples file), so that a kill at any instant
+    leaves something a resume completes without replacing a finished output: the final file is made whole
+    beside its name, its checksum recorded, then it is moved into place, and the leftovers go last."""
+    partial, meta = partial_paths(output)
+    if types is not None:
+        parts = verified_parts(partial)
+        if parts.problem or parts.rows != plan.num_rows:
+            raise ResumeError(f"{partial}: {parts.problem or f'{parts.rows:,} of {plan.num_rows:,} rows'}; "
+                              f"rerun with --resume")
+        final = partial / ".merged.parquet"  # inside the partial folder: a kill leaves nothing beside the output
+        merge_parts(parts.paths, final, types)
+    else:
+        final = partial
+    _write_record(meta, {**_record(meta), "complete": file_digest(final)})
+    os.replace(final, output)
+    if plan.with_samples:
+        assert samples_output is not None
+        os.replace(samples_path(output), samples_output)
+    _remove_leftovers(output)

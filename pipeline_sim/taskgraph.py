@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .model import COMM_KINDS, Action, EnvParams, Pair, TaskKind, sync_points
+from .model import COMM_KINDS, Action, EnvParams, Pair, ParameterError, TaskKind, sync_points
 from .noise import KIND_NUMBERS, standard_normals, work_factors
 from .orders import build_orders
 from .schedules import get_schedule
@@ -72,6 +72,15 @@ def estimated_tasks(params: EnvParams) -> int:
     stages = params.num_gpus * params.v
     syncs = stages * (params.n // params.sync_freq + 1)
     return params.n * stages * 5 + syncs
+
+
+def check_size(params: EnvParams, hint: str = "") -> None:
+    """Refuse (``ParameterError`` naming ``n``) an environment whose graph would not fit in memory (more than
+    ``MAX_TASKS`` tasks), before anything is built; ``hint`` says how to try anyway."""
+    tasks = estimated_tasks(params)
+    if tasks > MAX_TASKS:
+        raise ParameterError("n", params.n, f"on {params.num_gpus} GPUs gives about {tasks:,} tasks; at most "
+                                            f"{MAX_TASKS:,} fit in memory{hint}")
 
 
 def build_task_graph(params: EnvParams, sample: int = 0) -> TaskGraph:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Mapping, TypeVar
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-from .model import EnvParams, ParameterError
+from .model import PARAMETER, EnvParams, ParameterError
 from .parameters import Integers, Interval
 from .schedules import get_schedule
 
@@ -344,6 +344,18 @@ def workload_environment(workload: Workload, **env: Any) -> EnvParams:
     derived = derived_parameters(workload, num_gpus=base.num_gpus, schedule=base.schedule, chunks=base.chunks,
                                  n=env.get("n", EnvParams().n))
     sync_freq = env.get("sync_freq", derived["n"])
+    for key, given, value, what in (
+            ("fwd_len", "model", workload.shape.name, "with this gpu, compute_efficiency, micro_batch_size, seq_len "
+                                                      "and tensor_parallel"),
+            ("bwd_len", "model", workload.shape.name, "with this gpu, compute_efficiency, micro_batch_size, seq_len "
+                                                      "and tensor_parallel"),
+            ("prop_len", "p2p_bandwidth", workload.p2p_bandwidth, "for each activation or gradient message"),
+            ("sync_base_len", "dp_bandwidth", workload.dp_bandwidth, "for each gradient sync")):
+        try:  # a derived length out of its domain is said in terms of what the user gave
+            PARAMETER[key].domain.check(key, derived[key])
+        except ParameterError:
+            raise ParameterError(given, value, f"gives {key} = {derived[key]:.3g} s {what}, outside "
+                                               f"{PARAMETER[key].allowed} s") from None
     return replace(base, **derived, sync_freq=sync_freq)
 
 

@@ -1,8 +1,14 @@
 """Sweeps on a Dask cluster: the same bytes as the process pool, through worker deaths, interruptions and bad
 addresses."""
 
+import json
 import os
 import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
 
 import pytest
 from conftest import ROOT, assert_one_line_error, run_script
@@ -10,7 +16,8 @@ from test_hardening import BIG, start, wait_for_rows, write_config
 
 distributed = pytest.importorskip("distributed", reason="the [cluster] extra (dask[distributed]) is not installed")
 
-from pipeline_sim.cluster import DaskCluster  # noqa: E402
+from pipeline_sim import cluster  # noqa: E402
+from pipeline_sim.cluster import ClusterError, DaskCluster  # noqa: E402
 from pipeline_sim.config import EnvironmentGrid  # noqa: E402
 from pipeline_sim.sweep import SweepPlan, run_sweep  # noqa: E402
 
@@ -78,3 +85,113 @@ def test_an_unreachable_scheduler_is_one_line_and_leaves_no_files(tmp_path):
                         "--cluster", "tcp://127.0.0.1:9", cwd=tmp_path, timeout=60)
     assert_one_line_error(result, "cannot reach the Dask scheduler at tcp://127.0.0.1:9 within 5 s")
     assert not list(tmp_path.glob("x.csv*"))
+
+
+def serve(greeting):
+    """A TCP server on localhost that accepts every connection, sends ``greeting`` and never anything else."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    accepted = []
+
+    def run():
+        while True:
+            connection, _ = server.accept()
+            accepted.append(connection)
+            connection.sendall(greeting)
+
+    threading.Thread(target=run, daemon=True).start()
+    return f"tcp://127.0.0.1:{server.getsockname()[1]}"
+
+
+@pytest.mark.parametrize("greeting, fragment", [
+    (b"", "cannot reach the Dask scheduler at {} within 5 s"),
+    (b"SSH-2.0-OpenSSH_9.6p1 Ubuntu-3ubuntu13\r\n", "no Dask answer from {} (MemoryError); is it a Dask scheduler"),
+])
+def test_a_silent_peer_or_another_server_is_one_line_within_seconds(tmp_path, greeting, fragment):
+    address = serve(greeting)
+    started = time.monotonic()
+    result = run_script("data_generator.py", "-c", str(ROOT / "configs" / "quick.json"), "-o", "x.csv",
+                        "--cluster", address, cwd=tmp_path, timeout=60)
+    assert_one_line_error(result, fragment.format(address))
+    assert time.monotonic() - started < 20 and not list(tmp_path.glob("x.csv*"))
+
+
+def test_a_scheduler_without_workers_is_one_line(monkeypatch):
+    monkeypatch.setattr(cluster, "WORKER_SECONDS", 1)
+    local = distributed.LocalCluster(n_workers=0, dashboard_address=None, silence_logs=50)
+    try:
+        started = time.monotonic()
+        with pytest.raises(ClusterError, match=f"no worker joined the Dask scheduler at {local.scheduler_address} "
+                                               "within 1 s; start some with `dask worker"):
+            DaskCluster(local.scheduler_address).connect()
+        assert time.monotonic() - started < 10
+    finally:
+        local.close()
+
+
+def test_a_scheduler_lost_mid_sweep_is_one_line_and_keeps_the_rows(tmp_path):
+    config = write_config(tmp_path, BIG)
+    clean = run_script("data_generator.py", "-c", str(config), "-o", "clean.csv", cwd=tmp_path)
+    assert clean.returncode == 0, clean.stderr
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    dask = [sys.executable, "-m"]
+    scheduler = subprocess.Popen([*dask, "distributed.cli.dask_scheduler", "--port", "0", "--no-dashboard",
+                                  "--scheduler-file", "s.json"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
+    worker = None
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "s.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        address = json.loads((tmp_path / "s.json").read_text())["address"]
+        worker = subprocess.Popen([*dask, "distributed.cli.dask_worker", address, "--nthreads", "1",
+                                   "--no-dashboard"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
+        sweep = start([ROOT / "data_generator.py", "-c", config, "-o", "out.csv", "--cluster", address], tmp_path)
+        wait_for_rows(tmp_path / "out.csv.partial", sweep)
+        scheduler.kill()
+        _, err = sweep.communicate(timeout=60)
+    finally:
+        for process in (scheduler, worker):
+            if process is not None:
+                process.kill()
+                process.wait()
+    lines = [line for line in err.replace("\r", "\n").splitlines() if line.strip() and "%|" not in line]
+    assert sweep.returncode != 0 and len(lines) == 1, err
+    assert f"the Dask scheduler at {address} was lost" in lines[0]
+    assert "simulations; rows kept in out.csv.partial; rerun with --resume to continue" in lines[0]
+    resumed = run_script("data_generator.py", "-c", str(config), "-o", "out.csv", "--resume", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert (tmp_path / "out.csv").read_bytes() == (tmp_path / "clean.csv").read_bytes()
+
+
+@pytest.mark.parametrize("delay", [1.0, 2.5, None])
+def test_ctrl_c_on_a_local_cluster_prints_only_our_line(tmp_path, delay):
+    """Ctrl-C reaches the whole process group: while the cluster starts, or once rows are written (None)."""
+    config = write_config(tmp_path, BIG)
+    process = subprocess.Popen([sys.executable, str(ROOT / "data_generator.py"), "-c", str(config), "-o", "out.csv",
+                                "--cluster", "local", "--workers", "2"], cwd=tmp_path, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    if delay is None:
+        wait_for_rows(tmp_path / "out.csv.partial", process)
+    else:
+        time.sleep(delay)
+    os.killpg(process.pid, signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    lines = [line for line in err.replace("\r", "\n").splitlines() if line.strip() and "%|" not in line]
+    assert process.returncode == 130 and len(lines) == 1 and "interrupted" in lines[0], err
+
+
+def test_a_local_cluster_starts_no_dashboard():
+    import urllib.error
+    import urllib.request
+
+    local = DaskCluster("local", 1).connect()
+    try:
+        port = local.local.scheduler.http_server.port
+        assert port != 8787
+        with pytest.raises(urllib.error.HTTPError, match="404"):
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=5)
+    finally:
+        local.close()

@@ -1,8 +1,11 @@
 """Nothing lost, nothing overwritten, nothing hangs: each class of hostile input, in a temporary directory."""
 
 import csv
+import io
 import json
 import os
+import re
+import shutil
 import signal
 import stat
 import subprocess
@@ -13,8 +16,9 @@ import numpy as np
 import pytest
 from conftest import ROOT, assert_one_line_error, run_script
 
-from pipeline_sim import EnvParams, calculate_full_pipeline_schedule
+from pipeline_sim import EnvParams, Policy, calculate_full_pipeline_schedule
 from pipeline_sim.cli.common import run_command
+from pipeline_sim.model import ParameterError
 
 QUICK = ROOT / "configs" / "quick.json"
 #: A sweep long enough to interrupt (1,452 simulations, a few seconds).
@@ -124,6 +128,61 @@ def test_one_writer_per_output(tmp_path, big_reference):
     assert (tmp_path / "out.csv").read_bytes() == big_reference
 
 
+def test_every_output_of_a_run_is_locked(tmp_path):
+    """The samples file and the figures' folder are held as the main output is: a second run writing any of
+    them is refused, naming the first."""
+    from pipeline_sim.files import exclusive_writer
+
+    config = write_config(tmp_path, BIG)
+    first = start([ROOT / "data_generator.py", "-c", config, "-o", "out.csv", "--workers", "1",
+                   "--samples-output", "samples.csv"], tmp_path)
+    try:
+        wait_for_rows(tmp_path / "out.csv.partial", first)
+        second = run_script("data_generator.py", "-c", str(QUICK), "-o", "samples.csv", cwd=tmp_path)
+        assert_one_line_error(second, f"another run (pid {first.pid}) is writing", "samples.csv")
+        third = run_script("data_generator.py", "-c", str(QUICK), "-o", "other.csv", "--samples-output",
+                           "samples.csv", cwd=tmp_path)
+        assert_one_line_error(third, f"another run (pid {first.pid}) is writing", "samples.csv")
+    finally:
+        first.send_signal(signal.SIGINT)
+        first.communicate(timeout=60)
+    assert not (tmp_path / "other.csv").exists()
+    with exclusive_writer((tmp_path / "maps").resolve()):
+        drawn = run_script("plot_heatmap.py", str(ROOT / "tests" / "data" / "quick_step0.5.csv"), "-o", "maps",
+                           cwd=tmp_path)
+        assert_one_line_error(drawn, f"another run (pid {os.getpid()}) is writing", "maps")
+    assert not (tmp_path / "maps").exists()
+
+
+def test_a_lock_path_that_is_not_an_ordinary_file_is_named_and_never_written(tmp_path):
+    (tmp_path / "victim.txt").write_text("keep me")
+    (tmp_path / "out.csv.lock").symlink_to("victim.txt")
+    result = run_script("data_generator.py", "-c", str(QUICK), "-o", "out.csv", cwd=tmp_path)
+    assert_one_line_error(result, "out.csv.lock is a link; remove it")
+    assert (tmp_path / "victim.txt").read_text() == "keep me" and (tmp_path / "out.csv.lock").is_symlink()
+    for kind, path in special_files(tmp_path).items():
+        output = path.with_name(path.name + ".csv")
+        path.rename(output.with_name(output.name + ".lock"))
+        result = run_script("data_generator.py", "-c", str(QUICK), "-o", str(output), cwd=tmp_path, timeout=60)
+        assert_one_line_error(result, f"{output}.lock is {kind}; remove it")
+        assert not output.exists()
+
+
+def test_a_killed_run_leaves_no_lock_to_delete(tmp_path, big_reference):
+    """A run killed outright releases its lock with its process: the next run goes on without anyone deleting
+    anything."""
+    config = write_config(tmp_path, BIG)
+    process = subprocess.Popen([sys.executable, str(ROOT / "data_generator.py"), "-c", str(config), "-o", "out.csv",
+                                "--workers", "2"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               start_new_session=True)
+    wait_for_rows(tmp_path / "out.csv.partial", process)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.communicate(timeout=60)
+    resumed = run_script("data_generator.py", "-c", str(config), "-o", "out.csv", "--resume", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert (tmp_path / "out.csv").read_bytes() == big_reference and not (tmp_path / "out.csv.lock").exists()
+
+
 def test_default_names_do_not_collide(tmp_path):
     for simulator in ("single_channel", "dual_channel"):
         result = run_script("data_generator.py", "-c", str(QUICK), "--step", "0.5", "--simulator", simulator,
@@ -215,7 +274,8 @@ def test_an_interrupt_always_says_something(capsys):
 @pytest.mark.parametrize("grid, args, fragment", [
     ({"n": 10_000_000}, [], "n=10000000, num_gpus=4 has about 240,000,004 tasks per simulation; at most 1,000,000"),
     ({"num_gpus": 10_000_000}, [], "tasks per simulation; at most 1,000,000 fit in memory (pass --allow-large"),
-    ({"n": 8}, ["--step", "1e-9"], "step = 1e-09: is finer than 1/100 = 0.01"),
+    ({"n": 8}, ["--step", "1e-9"], "step = 1e-09: is finer than 1/100 = 0.01, which already gives 5,476 policies per "
+                                   "environment (pass --allow-large to try anyway)"),
     ({"n": {"start": 1, "stop": 99999, "step": 1}, "bwd_len": {"start": 1, "stop": 99999, "step": 1},
       "fwd_len": {"start": 1, "stop": 99999, "step": 1}}, [], "combinations; at most 1,000,000 are allowed"),
     ({"n": list(range(1, 1_000_002))}, [], "list of 1,000,001 values; at most 100,000 are allowed"),
@@ -229,9 +289,45 @@ def test_work_that_cannot_finish_or_fit_is_refused_before_it_starts(tmp_path, gr
     assert not list(tmp_path.glob("x.csv*"))
 
 
+def test_allow_large_lifts_every_size_limit(tmp_path):
+    from pipeline_sim.config import EnvironmentGrid
+
+    huge = {"n": {"start": 1, "stop": 99999, "step": 1}, "bwd_len": {"start": 1, "stop": 99, "step": 1}}
+    with pytest.raises(ValueError, match="pass --allow-large to try anyway"):
+        EnvironmentGrid.from_mapping(huge)
+    assert EnvironmentGrid.from_mapping(huge, allow_large=True).values[0][1][-1] == 99999
+    config = write_config(tmp_path, {"n": 4, "num_gpus": 2, "sync_base_len": 0.0})
+    result = run_script("data_generator.py", "-c", str(config), "-o", "fine.csv", "--step", "0.005",
+                        "--allow-large", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "1 environments x 20,926 policies = 20,926 simulations" in result.stdout
+
+
+def test_a_run_is_stopped_by_sigterm_during_a_long_simulation(tmp_path):
+    """One environment of 240,000 tasks: its 121 policies take about 17 s in one call of compiled code, which does
+    not return to the interpreter until it is done; the run still stops within seconds."""
+    config = write_config(tmp_path, {"n": 5_000, "num_gpus": 8})
+    process = start([ROOT / "data_generator.py", "-c", config, "-o", "long.csv", "--workers", "1"], tmp_path)
+    assert "simulations on 1 worker" in process.stdout.readline()
+    time.sleep(10)  # its two task graphs are built (about 5 s), and its policies are being simulated
+    process.send_signal(signal.SIGTERM)
+    stopped = time.monotonic()
+    _, err = process.communicate(timeout=60)
+    assert time.monotonic() - stopped < 5 and process.returncode == 130, err
+    assert "terminated after 0 of 121 simulations; rows kept in long.csv.partial" in err
+
+
+def test_a_parquet_file_is_not_named_csv(tmp_path):
+    for output, fmt, fragment in (("x.csv", "parquet", "--output x.csv: a Parquet file named .csv; name it .parquet"),
+                                  ("x.parquet", "csv", "--output x.parquet: a CSV file named .parquet; name it .csv")):
+        result = run_script("data_generator.py", "-c", str(QUICK), "-o", output, "--format", fmt, cwd=tmp_path)
+        assert_one_line_error(result, fragment)
+    assert not list(tmp_path.iterdir())
+
+
 def test_the_visualizer_refuses_a_graph_too_large_to_draw(tmp_path):
     result = run_script("schedule_visualizer_single_channel.py", "-n", "10000000", "--no-show", cwd=tmp_path)
-    assert_one_line_error(result, "n = 10000000 on 4 GPUs gives about 240,000,004 tasks; at most 1,000,000")
+    assert_one_line_error(result, "n = 10000000: on 4 GPUs gives about 240,000,004 tasks; at most 1,000,000")
 
 
 def test_never_more_workers_than_chunks(tmp_path):
@@ -239,6 +335,50 @@ def test_never_more_workers_than_chunks(tmp_path):
     assert result.returncode == 0, result.stderr
     workers = int(result.stdout.split(" simulations on ")[1].split(" worker")[0])
     assert 1 <= workers <= 16 and "(--workers 1000: no more chunks of work than that)" in result.stdout
+
+
+# -- the compile cache ---------------------------------------------------------------------
+
+def run_copy(copy, *args, env=None):
+    """data_generator.py run from a copy of the package (its own compile cache), in that folder."""
+    code = "import sys; from pipeline_sim.cli.generate import main; sys.exit(main(sys.argv[1:], 'data_generator.py'))"
+    environment = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", **(env or {})}
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=copy, env=environment, capture_output=True,
+                          text=True, timeout=300)
+
+
+def notices(result):
+    return [line for line in result.stderr.replace("\r", "\n").splitlines() if "compile" in line]
+
+
+def test_a_damaged_compile_cache_is_compiled_again_with_one_line(tmp_path):
+    shutil.copytree(ROOT / "pipeline_sim", tmp_path / "pipeline_sim")
+    cache = tmp_path / "pipeline_sim" / "kernel" / "__pycache__"
+    (data,) = cache.glob("loop.simulate_policies-*.1.nbc")
+    data.write_bytes(os.urandom(4096))  # random bytes in a data file
+    (index,) = cache.glob("loop.simulate-*.nbi")
+    index.write_bytes(index.read_bytes()[:20])  # a truncated index
+    first = run_copy(tmp_path, "-c", str(QUICK), "-o", "a.csv", "--step", "0.5")
+    assert first.returncode == 0 and "Traceback" not in first.stderr, first.stderr
+    assert notices(first) == ["the compile cache was damaged (UnpicklingError); the kernel was compiled again and "
+                              "its cache rewritten"]
+    second = run_copy(tmp_path, "-c", str(QUICK), "-o", "b.csv", "--step", "0.5")
+    assert second.returncode == 0 and notices(second) == [], second.stderr
+    assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "b.csv").read_bytes()
+
+
+def test_no_writable_compile_cache_compiles_in_a_temporary_one(tmp_path):
+    shutil.copytree(ROOT / "pipeline_sim", tmp_path / "pipeline_sim", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "pipeline_sim" / "__pycache__").write_text("")  # no folder can be made there, even by root
+    (tmp_path / "home").write_text("")
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    result = run_copy(tmp_path, "-c", str(QUICK), "-o", "a.csv", "--step", "0.5",
+                      env={"XDG_CACHE_HOME": str(tmp_path / "home"), "TMPDIR": str(temporary)})
+    assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+    (line,) = notices(result)
+    assert "no writable compile cache" in line and "the kernel is compiled for this run only" in line
+    assert not list(temporary.iterdir())  # the temporary cache went with the run
 
 
 # -- every input, one clear line ------------------------------------------------------------
@@ -286,6 +426,54 @@ def test_numpy_integers_are_integers():
     assert calculate_full_pipeline_schedule(n=np.int64(8), sample=np.int64(0)).completion_time > 0
 
 
+def test_the_library_refuses_what_the_command_line_refuses():
+    for kwargs, fragment in (({"n": 10 ** 7}, "n = 10000000: on 4 GPUs gives about 240,000,004 tasks"),
+                             ({"n": 10 ** 30}, "n = 10000000000000000000000000000"),
+                             ({"n": 10_000, "num_gpus": 100}, "allow_large=True to try anyway"),
+                             ({"sample": 2 ** 70}, "sample = 1180591620717411303424: must be an integer from 0 to "
+                                                   "2^63 - 1"),
+                             ({"exclusive_tiers": "a"}, "exclusive_tiers = 'a': must be a mapping"),
+                             ({"priorities": [0.5]}, "priorities = [0.5]: must be a mapping")):
+        started = time.monotonic()
+        with pytest.raises(ParameterError, match=re.escape(fragment)):
+            calculate_full_pipeline_schedule(**kwargs)
+        assert time.monotonic() - started < 1.0, kwargs
+    assert calculate_full_pipeline_schedule(n=64, num_gpus=8, allow_large=True).completion_time > 0
+
+
+@pytest.mark.parametrize("width", [np.float16, np.float32, np.float64, np.int8, np.int16, np.int32, np.int64,
+                                   np.uint8, np.uint64])
+def test_numpy_scalars_of_every_width_are_numbers(width):
+    one = width(1)
+    integers = {"n": width(8), "num_gpus": width(4), "seed": width(3), "sample": width(2)} \
+        if np.issubdtype(width, np.integer) else {"seed": 3, "sample": 2}
+    schedule = calculate_full_pipeline_schedule(**integers, fwd_len=one, ingress_capacity=one, compute_jitter=0.1,
+                                                priorities={"fwd_prop": one, "grad_prop": one})
+    assert schedule.completion_time == calculate_full_pipeline_schedule(
+        seed=3, sample=2, compute_jitter=0.1, priorities={"fwd_prop": 1.0, "grad_prop": 1.0}).completion_time
+    assert Policy(priorities={"fwd_prop": np.float32(0.5)}).priorities == {"fwd_prop": 0.5}
+
+
+def test_a_seed_anywhere_in_its_domain_is_accepted_from_a_config(tmp_path):
+    config = write_config(tmp_path, {"n": 4, "compute_jitter": 0.1, "seed": [0, 2 ** 63 - 1]})
+    result = run_script("data_generator.py", "-c", str(config), "-o", "s.csv", "--step", "0.5", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert f",{2 ** 63 - 1}," in (tmp_path / "s.csv").read_text()
+    config = write_config(tmp_path, {"seed": 2 ** 63})
+    assert_one_line_error(run_script("data_generator.py", "-c", str(config), "-o", "t.csv", cwd=tmp_path),
+                          "seed = 9223372036854775808: must be an integer from 0 to 2^63 - 1")
+
+
+def test_a_derived_length_out_of_range_names_what_the_user_gave(tmp_path):
+    result = run_script("schedule_visualizer_single_channel.py", "--model", "gpt3-175b", "--num-gpus", "8",
+                        "--tensor-parallel", "8", "--p2p-bandwidth", "1e-12", "--no-show", cwd=tmp_path)
+    assert_one_line_error(result, "--p2p-bandwidth: p2p_bandwidth = 1e-12: gives prop_len = 6.29e+09 s")
+    tiny = {"layers": 2, "hidden": 128, "heads": 4, "ffn_hidden": 512, "vocab": 1000, "seq_len": 64}
+    config = write_config(tmp_path, {"model": tiny, "num_gpus": 2, "global_batch_size": 8})
+    result = run_script("data_generator.py", "-c", str(config), "-o", "w.csv", cwd=tmp_path)
+    assert_one_line_error(result, "model = 'layers=2 hidden=128", "gives fwd_len = 2.27e-07 s with this gpu")
+
+
 def quick_rows():
     return (ROOT / "tests" / "data" / "quick_step0.5.csv").read_text().splitlines(keepends=True)
 
@@ -297,7 +485,27 @@ def with_cell(rows, row, column, value):
     return rows[:row] + [",".join(cells) + "\n"] + rows[row + 1:]
 
 
+def without_column(rows, column):
+    index = rows[0].rstrip("\n").split(",").index(column)
+    return ["".join(",".join(cells[:index] + cells[index + 1:]) + "\n")
+            for cells in (row.rstrip("\n").split(",") for row in rows)]
+
+
 @pytest.mark.parametrize("name, lines, fragment", [
+    ("no_fwd.csv", lambda rows: "".join(without_column(rows, "fwd_len")), "lacks the environment column fwd_len;"),
+    ("no_schedule.csv", lambda rows: "".join(without_column(rows, "schedule")), "lacks the environment column "
+                                                                                 "schedule;"),
+    ("half.csv", lambda rows: "".join(with_cell(rows, 9, "n", "8.5")), "line 10 has n = 8.5; must be an integer"),
+    ("blank.csv", lambda rows: "".join(with_cell(rows, 4, "bwd_len", "")), "line 5 has bwd_len = an empty cell"),
+    ("text.csv", lambda rows: "".join(with_cell(rows, 3, "prio_fwd_prop", "high")),
+     "line 4 has prio_fwd_prop = 'high'; must be a number"),
+    ("chunks.csv", lambda rows: "".join(with_cell(with_cell(rows, 1, "schedule", "interleaved-1f1b"), 1, "chunks",
+                                                  "")), "line 2 has chunks = an empty cell; schedule "
+                                                        "interleaved-1f1b reads it"),
+    ("name.csv", lambda rows: "".join(with_cell(rows, 6, "schedule", "1f1x")),
+     "line 7 has schedule = '1f1x'; must be one of gpipe"),
+    ("grid.csv", lambda rows: "".join(with_cell(with_cell(rows, 2, "prio_fwd_prop", "0.3"), 2, "prio_grad_prop",
+                                                "0.7")), "has prio_fwd_prop = 0.3 at line 3, off its policy grid"),
     ("torn.csv", lambda rows: "".join(rows)[:3000], "its last line is cut (no line end)"),
     ("one.csv", lambda rows: "".join(rows[:2]), "has 1 of the 26 policies of its grid; pass --skip-incomplete"),
     ("part.csv", lambda rows: "".join(rows[:20]), "has 19 of the 37 policies of its grid; pass --skip-incomplete"),
@@ -312,6 +520,70 @@ def test_plot_heatmap_checks_what_it_reads(tmp_path, name, lines, fragment):
     result = run_script("plot_heatmap.py", name, "-o", "maps", cwd=tmp_path)
     assert_one_line_error(result, fragment)
     assert not list((tmp_path / "maps").glob("*.png")) if (tmp_path / "maps").exists() else True
+
+
+@pytest.mark.parametrize("column, value, fragment", [
+    ("model", "gpt3-175x", "line 2 has model = 'gpt3-175x'; must be a preset's name or a custom model's fields"),
+    ("gpu", "tflops=abc memory_gb=80", "line 2 has gpu = 'tflops=abc memory_gb=80'; must be a preset's name"),
+    ("tensor_parallel", "2.5", "line 2 has tensor_parallel = 2.5; must be an integer"),
+])
+def test_plot_heatmap_names_a_garbled_workload_cell(tmp_path, column, value, fragment):
+    config = write_config(tmp_path, {"model": "gpt3-175b", "num_gpus": 8, "tensor_parallel": 8,
+                                     "global_batch_size": 16})
+    made = run_script("data_generator.py", "-c", str(config), "-o", "w.csv", "--step", "0.5", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    rows = (tmp_path / "w.csv").read_text().splitlines(keepends=True)
+    header = next(csv.reader([rows[0]]))
+    cells = next(csv.reader([rows[1]]))
+    cells[header.index(column)] = value
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerow(cells)
+    (tmp_path / "bad.csv").write_text(rows[0] + buffer.getvalue() + "".join(rows[2:]))
+    assert_one_line_error(run_script("plot_heatmap.py", "bad.csv", "-o", "maps", cwd=tmp_path), fragment)
+
+
+def test_plot_heatmap_reads_one_file_however_it_is_replaced(tmp_path, monkeypatch):
+    """A file replaced between the check and the drawing (as --overwrite of a running sweep does) is not read
+    half old, half new: the drawing reads the file it opened."""
+    from pipeline_sim.cli import heatmap
+
+    rows = quick_rows()
+    (tmp_path / "in.csv").write_text("".join(rows))
+    (tmp_path / "other.csv").write_text("".join(rows[:1] + rows[38:]))  # the second environment alone
+    groups = heatmap.schedule_groups
+
+    def replaced(summaries):
+        os.replace(tmp_path / "other.csv", tmp_path / "in.csv")
+        return groups(summaries)
+
+    monkeypatch.setattr(heatmap, "schedule_groups", replaced)
+    drawn = heatmap.write_heatmaps(tmp_path / "in.csv", tmp_path / "maps")
+    assert len(drawn.heatmaps) == 2 and len(list((tmp_path / "maps").glob("*.png"))) == 2
+    assert not (tmp_path / "maps" / heatmap.INCOMPLETE_MARKER).exists()
+
+
+def test_an_interrupted_drawing_leaves_a_marker_and_no_temporary_files(tmp_path):
+    config = write_config(tmp_path, {"n": [4, 6, 8, 10, 12, 14], "bwd_len": [1.0, 1.5, 2.0, 2.5, 3.0],
+                                     "ingress_capacity": [0.5, 1.0]})
+    made = run_script("data_generator.py", "-c", str(config), "-o", "many.csv", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    process = subprocess.Popen([sys.executable, str(ROOT / "plot_heatmap.py"), "many.csv", "-o", "maps", "--workers",
+                                "2"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not list((tmp_path / "maps").glob("n*.png")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.killpg(process.pid, signal.SIGINT)
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    assert "INCOMPLETE.txt says the folder is not" in err.strip().splitlines()[-1]
+    names = [path.name for path in (tmp_path / "maps").iterdir()]
+    assert "INCOMPLETE.txt" in names and all(name.endswith(".png") and not name.startswith(".")
+                                             for name in names if name != "INCOMPLETE.txt"), names
+    assert not (tmp_path / "maps.lock").exists()
+    again = run_script("plot_heatmap.py", "many.csv", "-o", "maps", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert not (tmp_path / "maps" / "INCOMPLETE.txt").exists() and len(list((tmp_path / "maps").iterdir())) == 60
 
 
 def test_misleading_messages_are_gone(tmp_path):

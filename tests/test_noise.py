@@ -129,7 +129,7 @@ def test_a_straggler_is_its_gpu_compute_scaled():
     ({"slow_gpu": 4}, "slow_gpu = 4: must be -1 (no straggler) or a GPU 0..3"),
     ({"slow_factor": 0.5}, "slow_factor = 0.5: must be a finite number with 1 <= x <= 1e+06"),
     ({"seed": -1}, "seed = -1: must be an integer from 0 to 2^63 - 1"),
-    ({"sample": -2}, "sample = -2: must be an integer >= 0"),
+    ({"sample": -2}, "sample = -2: must be an integer from 0 to 2^63 - 1"),
 ])
 def test_bad_noise_parameters(kwargs, fragment):
     with pytest.raises(ParameterError) as info:

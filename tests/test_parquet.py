@@ -1,6 +1,8 @@
 """Parquet output: the same rows as the CSV, typed, in row groups, resumable; heatmaps equal to the CSV's."""
 
+import os
 import shutil
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -73,7 +75,7 @@ def test_interrupted_then_resumed_equals_uninterrupted(tmp_path, small_parts, st
     progress.close()  # what Ctrl-C does to the generator: the rows gathered are written as a part
     partial, meta = partial_paths(output)
     assert partial.is_dir() and meta.exists() and not output.exists()
-    assert parquet.part_rows(partial) == done and 0 < done < plan.num_rows
+    assert parquet.verified_parts(partial).rows == done and 0 < done < plan.num_rows
     progress = run_sweep(plan, output, samples_output=samples, workers=2, resume=True)
     assert next(progress) == done
     for _ in progress:
@@ -94,7 +96,7 @@ def test_a_sweep_killed_outright_resumes_from_its_parts(tmp_path, small_parts):
         pass
     progress.close()
     partial, _ = partial_paths(output)
-    kept = parquet.part_rows(partial)
+    kept = parquet.verified_parts(partial).rows
     (partial / ".part-000099.parquet").write_bytes(b"PAR1 torn")  # a part the kill interrupted
     with open(samples_path(output), "a") as handle:  # samples of rows whose part was never written
         handle.write("4,2,1,1.0,2.0,1.0,2.0,0.2,0.2,1.0,1f1b,,,,0.2,0.0,lognormal,-1,1.0,0,single_channel,F1,0,9.0\n")
@@ -104,6 +106,119 @@ def test_a_sweep_killed_outright_resumes_from_its_parts(tmp_path, small_parts):
         pass
     assert output.read_bytes() == reference
     assert samples.read_bytes() == (tmp_path / "reference_samples.csv").read_bytes()
+
+
+def stopped(plan, output, steps, **kwargs):
+    """``plan`` run into ``output`` and stopped after ``steps`` results, as Ctrl-C stops it."""
+    progress = run_sweep(plan, output, **kwargs)
+    for _ in zip(range(steps), progress):
+        pass
+    progress.close()
+    return partial_paths(output)[0]
+
+
+def resumed(plan, output, **kwargs):
+    """``plan`` resumed into ``output``: the lines it reported."""
+    lines = []
+    for _ in run_sweep(plan, output, resume=True, report=lines.append, **kwargs):
+        pass
+    return lines
+
+
+@pytest.mark.parametrize("harm", ["delete", "damage", "truncate", "foreign"])
+def test_a_gap_or_a_damaged_part_is_named_and_computed_again(tmp_path, small_parts, harm):
+    """Rows past a missing or damaged part are never stitched on: the resume keeps the parts before it, says
+    which part, and computes the rest again."""
+    plan = plan_of(SMALL, format="parquet")
+    reference = sweep(plan, tmp_path / "reference.parquet")
+    output = tmp_path / "out.parquet"
+    partial = stopped(plan, output, 5)
+    parts = sorted(partial.glob("part-*"))
+    assert len(parts) >= 3
+    victim = parts[1]
+    if harm == "delete":
+        victim.unlink()
+    elif harm == "damage":
+        data = bytearray(victim.read_bytes())
+        data[len(data) // 2] ^= 0xFF
+        victim.write_bytes(bytes(data))
+    elif harm == "truncate":
+        victim.write_bytes(victim.read_bytes()[:100])
+    else:  # a part of another sweep with a well-formed name, in place of the real one
+        victim.rename(victim.with_name(victim.name.replace(victim.name.split("-")[-1], "0" * 32 + ".parquet")))
+    lines = resumed(plan, output)
+    first_missing = int(victim.name.split("-")[1])
+    assert len(lines) == 1 and f"computing the rows from {first_missing:,} on again" in lines[0], lines
+    if harm == "delete":
+        assert "have no part" in lines[0]
+    else:
+        assert "is damaged" in lines[0] and victim.name.split("-")[1] in lines[0]
+    assert output.read_bytes() == reference
+    assert not partial.exists()
+
+
+@pytest.mark.parametrize("format", ["parquet", "csv"])
+@pytest.mark.parametrize("killed", ["before the samples file", "while cleaning up"])
+def test_a_finished_output_is_never_replaced_by_a_resume(tmp_path, small_parts, monkeypatch, format, killed):
+    """A kill after a sweep's output is in place (before its samples file is, or while its partial is being
+    removed) leaves a partial that may lack its first parts; --resume then keeps the output as it is, moves
+    the samples file, removes the leftovers and says so."""
+    from pipeline_sim import sweep as sweep_module
+
+    plan = plan_of(NOISY, format=format, with_samples=True)
+    suffix = ".parquet" if format == "parquet" else ".csv"
+    reference = sweep(plan, tmp_path / f"reference{suffix}", samples_output=tmp_path / "reference_samples.csv")
+    output, samples = tmp_path / f"out{suffix}", tmp_path / "samples.csv"
+    replace, remove = os.replace, sweep_module._remove_leftovers
+
+    def killed_replace(source, target):
+        if Path(target) == samples:
+            raise KeyboardInterrupt
+        replace(source, target)
+
+    def killed_cleanup(path):
+        if not output.exists():  # a new sweep's start
+            return remove(path)
+        for part in sorted(partial_paths(output)[0].glob("part-*"))[:2]:  # the first parts gone, the rest left
+            part.unlink()
+        raise KeyboardInterrupt
+
+    if killed == "before the samples file":
+        monkeypatch.setattr(sweep_module.os, "replace", killed_replace)
+    else:
+        monkeypatch.setattr(sweep_module, "_remove_leftovers", killed_cleanup)
+    with pytest.raises(KeyboardInterrupt):
+        sweep(plan, output, samples_output=samples)
+    monkeypatch.undo()
+    before = os.stat(output)
+    assert output.read_bytes() == reference and partial_paths(output)[1].exists()
+    lines = resumed(plan, output, samples_output=samples)
+    assert lines == [f"{output} is already complete; removed what its sweep left behind ({output.name}.partial)"]
+    assert os.path.samestat(before, os.stat(output)) and output.read_bytes() == reference
+    assert samples.read_bytes() == (tmp_path / "reference_samples.csv").read_bytes()
+    assert sorted(path.name for path in tmp_path.iterdir() if path.name.startswith("out")) == [output.name]
+
+
+def test_a_kill_during_the_merge_leaves_nothing_beside_the_output(tmp_path, small_parts, monkeypatch):
+    from pipeline_sim import sweep as sweep_module
+
+    plan = plan_of(SMALL, format="parquet")
+    reference = sweep(plan, tmp_path / "reference.parquet")
+    output = tmp_path / "out.parquet"
+    merge = parquet.merge_parts
+
+    def killed_merge(parts, target, types):
+        target.write_bytes(b"PAR1")  # as far as a merge gets before its first row group
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep_module, "merge_parts", killed_merge)
+    with pytest.raises(KeyboardInterrupt):
+        sweep(plan, output)
+    monkeypatch.setattr(sweep_module, "merge_parts", merge)
+    assert sorted(path.name for path in tmp_path.iterdir() if path.name != "reference.parquet") == \
+        ["out.parquet.partial", "out.parquet.partial.json"]
+    assert resumed(plan, output) == []
+    assert output.read_bytes() == reference and not partial_paths(output)[0].exists()
 
 
 def test_a_csv_partial_does_not_resume_as_parquet(tmp_path):

@@ -35,12 +35,16 @@ class Parser(argparse.ArgumentParser):
 def ready_kernel() -> None:
     """Compile the simulation kernel before any work (or load it), saying so when this installation has not
     compiled it before. Worker processes forked afterwards share it."""
+    from ..compile_cache import NOTICES
     from ..engine import COMPILE_SECONDS, compile_kernel, kernel_is_compiled
 
-    if not kernel_is_compiled():
-        print(f"compiling the simulation kernel, once per installation, about {COMPILE_SECONDS} s", file=sys.stderr,
-              flush=True)
+    said = bool(NOTICES) or not kernel_is_compiled()
+    if said:  # nowhere to keep the compiled kernel is said instead of the usual line
+        print(f"{NOTICES[0] if NOTICES else 'compiling the simulation kernel, once per installation'}, about "
+              f"{COMPILE_SECONDS} s", file=sys.stderr, flush=True)
     compile_kernel()
+    if NOTICES and not said:  # a damaged cache, found while loading it
+        print(NOTICES[0], file=sys.stderr, flush=True)
 
 
 def _terminated(signum: int, frame: object) -> None:

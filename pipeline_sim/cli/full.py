@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Sequence
 
@@ -34,15 +35,17 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     args = build_parser(prog).parse_args(argv)
 
     def body() -> int:
-        plan, csv = generate(args.config, step=args.step, simulator=args.simulator, output=None,
-                             workers=args.workers, resume=args.resume, skip_invalid=args.skip_invalid,
-                             samples=args.samples, samples_output=args.samples_output, overwrite=args.overwrite,
-                             allow_large=args.allow_large, cluster=args.cluster, format=args.format)
-        heatmap_dir = HEATMAP_DIR / csv.stem
-        drawn = write_heatmaps(csv, heatmap_dir, args.workers, args.metric)
+        with ExitStack() as locks:  # the CSV, its samples and its figures' folder, held until the run ends
+            plan, csv = generate(args.config, step=args.step, simulator=args.simulator, output=None,
+                                 workers=args.workers, resume=args.resume, skip_invalid=args.skip_invalid,
+                                 samples=args.samples, samples_output=args.samples_output, overwrite=args.overwrite,
+                                 allow_large=args.allow_large, cluster=args.cluster, format=args.format, locks=locks,
+                                 also_lock=heatmap_folder)
+            heatmap_dir = heatmap_folder(csv)
+            drawn = write_heatmaps(csv, heatmap_dir, args.workers, args.metric)
         draws = f" x {plan.samples} samples" if plan.samples > 1 else ""
         print(f"\n{plan.num_environments:,} environments, {plan.num_simulations:,} simulations "
-              f"({len(plan.policies)} policies{draws} each)")
+              f"({len(plan.policies):,} policies{draws} each)")
         varying = [name for name in plan.grid.varying() if name not in SCHEDULE_KEYS] or \
             (["model", "num_gpus"] if plan.grid.has_workload else ["n", "num_gpus"])
         if drawn.comparisons:
@@ -59,6 +62,11 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         return 0
 
     return run_command(prog, body)
+
+
+def heatmap_folder(csv: Path) -> Path:
+    """Where the run draws the figures of ``csv``."""
+    return HEATMAP_DIR / csv.stem
 
 
 def _where(params, workload, varying: list[str]) -> str:

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Generator, Sequence
+from typing import Callable, Generator, Sequence
 
-from ..cluster import CLUSTER_VARIABLE, DaskCluster
+from ..cluster import CLUSTER_VARIABLE, ClusterError, ClusterLost, DaskCluster
 from ..config import EnvironmentGrid
+from ..files import exclusive_writer, output_folder, output_target
 from ..scenarios import DEFAULT_STEP
 from ..sweep import FORMATS, SIMULATORS, SweepPlan, partial_paths, resumable, run_sweep, useful_workers
 from .common import Parser, UserError, positive_int, ready_kernel, run_command, script_name
@@ -46,8 +49,8 @@ def add_sweep_arguments(parser: Parser, *, step_flags: Sequence[str]) -> None:
     parser.add_argument("--samples-output", type=Path, metavar="FILE", default=None,
                         help="also write one row per (environment, policy, sample) with its completion time")
     parser.add_argument("--allow-large", action="store_true",
-                        help="run a sweep beyond the size limits (a million tasks per simulation, a day of "
-                             "estimated work) instead of refusing it")
+                        help="run a sweep beyond the size limits (a million tasks per simulation, a million "
+                             "combinations, a step finer than 0.01, a day of estimated work) instead of refusing it")
     parser.add_argument("--skip-invalid", action="store_true",
                         help="leave out the combinations that break a schedule's requirement (interleaved-1f1b: "
                              "n a multiple of num_gpus; dualpipe-v: n >= 2 x num_gpus) instead of refusing the config")
@@ -80,12 +83,22 @@ def _where(workers: int, cluster: str | None) -> str:
 def generate(config: Path, *, step: float, simulator: str, output: Path | None, workers: int,
              resume: bool, skip_invalid: bool = False, samples: int | None = None,
              samples_output: Path | None = None, overwrite: bool = False,
-             allow_large: bool = False, cluster: str | None = None, format: str = "csv") -> tuple[SweepPlan, Path]:
-    """Run the sweep with a progress bar; report on stderr/stdout. Returns the plan and the CSV written."""
+             allow_large: bool = False, cluster: str | None = None, format: str = "csv",
+             locks: ExitStack | None = None, also_lock: Callable[[Path], Path] | None = None
+             ) -> tuple[SweepPlan, Path]:
+    """Run the sweep with a progress bar; report on stderr/stdout. Returns the plan and the CSV written.
 
-    plan = SweepPlan(EnvironmentGrid.load(config), step=step, simulator=simulator, skip_invalid=skip_invalid,
-                     samples=samples or 0, with_samples=samples_output is not None, allow_large=allow_large,
-                     format=format)
+    The output and the samples file are locked (``files.exclusive_writer``) before anything is
+    written, and so is ``also_lock(output)``, a folder the caller writes next; given ``locks``,
+    they stay locked until it closes, so that a whole pipeline holds everything it writes.
+    """
+
+    if output is not None and output.suffix.lower() in (".csv", ".parquet") and output.suffix.lower()[1:] != format:
+        raise UserError(f"--output {output}: a {format.replace('csv', 'CSV').replace('parquet', 'Parquet')} file "
+                        f"named {output.suffix}; name it .{format}, or pass --format {output.suffix.lower()[1:]}")
+    plan = SweepPlan(EnvironmentGrid.load(config, allow_large), step=step, simulator=simulator,
+                     skip_invalid=skip_invalid, samples=samples or 0, with_samples=samples_output is not None,
+                     allow_large=allow_large, format=format)
     asked = workers
     workers = useful_workers(plan, workers)
     output = output or default_output(config, plan, resume)
@@ -93,10 +106,24 @@ def generate(config: Path, *, step: float, simulator: str, output: Path | None, 
         if written.resolve() == config.resolve():
             raise UserError(f"{written} is the config itself; choose another output")
     partial, _ = partial_paths(output)
+    with ExitStack() as own:
+        held = own if locks is None else locks
+        for path in (output, samples_output):
+            held.enter_context(exclusive_writer(None if path is None else output_target(path)))
+        if also_lock is not None:
+            held.enter_context(exclusive_writer(output_folder(also_lock(output))))
+        _run(plan, output, partial, workers, asked, resume, samples_output, overwrite, cluster)
+    return plan, output
+
+
+def _run(plan: SweepPlan, output: Path, partial: Path, workers: int, asked: int, resume: bool,
+         samples_output: Path | None, overwrite: bool, cluster: str | None) -> None:
+    if cluster:
+        _quiet_dask()
     dask = DaskCluster(cluster, workers).connect() if cluster else None  # an unreachable one: one line, no files
     try:
         progress = run_sweep(plan, output, workers=workers, resume=resume, samples_output=samples_output,
-                             overwrite=overwrite, cluster=dask)
+                             overwrite=overwrite, cluster=dask, report=lambda line: print(line, flush=True))
         try:
             _announce(plan, progress, output, partial, workers, asked, resume, cluster)
         finally:
@@ -104,7 +131,18 @@ def generate(config: Path, *, step: float, simulator: str, output: Path | None, 
     finally:
         if dask is not None:
             dask.close()
-    return plan, output
+
+
+def _quiet_dask() -> None:
+    """Dask logs each connection it loses and each task it cancels, tracebacks included; what matters to the run
+    is said in one line here. Its loggers are set up when it is imported, so it is imported first."""
+    try:
+        import distributed  # noqa: F401
+    except ImportError:
+        return  # DaskCluster says how to install it
+    for name in ["distributed", *logging.root.manager.loggerDict]:  # some carry levels of their own
+        if name.split(".")[0] == "distributed":
+            logging.getLogger(name).setLevel(logging.CRITICAL + 1)
 
 
 def _announce(plan: SweepPlan, progress: Generator[int, None, None], output: Path, partial: Path, workers: int,
@@ -112,18 +150,21 @@ def _announce(plan: SweepPlan, progress: Generator[int, None, None], output: Pat
     """Say what the sweep runs and where, then follow it to the end."""
     done = next(progress) * plan.samples  # checks that the output can be written before announcing the work
     draws = f" x {plan.samples} samples" if plan.samples > 1 else ""
-    print(f"{plan.num_environments:,} environments x {len(plan.policies)} policies{draws} = "
+    print(f"{plan.num_environments:,} environments x {len(plan.policies):,} policies{draws} = "
           f"{plan.num_simulations:,} simulations on {_where(workers, cluster)} -> {output}"
           + (f" (--workers {asked}: no more chunks of work than that)" if workers < asked and cluster in (None, "local")
              else ""), flush=True)
     if skipped := len(plan.grid.invalid()):
         print(f"left out {skipped:,} combination{'s' if skipped > 1 else ''} that break a schedule's requirement "
               f"(--skip-invalid), e.g. {plan.grid.invalid()[0][0]}", flush=True)
-    if done:
+    if done == plan.num_simulations:
+        pass  # nothing left to simulate, nor a kernel to load
+    elif done:
         print(f"resuming: {done // plan.samples:,} rows already in {partial}", flush=True)
     elif resume:
         print("nothing to resume for this config; starting a new sweep", flush=True)
-    ready_kernel()
+    if done < plan.num_simulations:
+        ready_kernel()
     _follow(progress, plan, done, partial)
 
 
@@ -136,6 +177,11 @@ def _follow(progress: Generator[int, None, None], plan: SweepPlan, done: int, pa
     try:
         for rows in progress:
             bar.update(rows * plan.samples - bar.n)
+    except ClusterLost as error:
+        progress.close()
+        bar.close()
+        raise ClusterError(f"{error} after {bar.n:,} of {plan.num_simulations:,} simulations; rows kept in "
+                           f"{partial}; rerun with --resume to continue") from None
     except (KeyboardInterrupt, BrokenProcessPool) as error:
         progress.close()
         bar.close()

@@ -7,17 +7,20 @@ import sys
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, BinaryIO, Iterator, Sequence
 
+import numpy as np
 import pandas as pd
 
-from ..files import atomic_output, output_folder
+from ..files import atomic_output, exclusive_writer, output_folder
 from ..model import EnvParams
 from ..parallel import ordered_map
 from ..results import (
     JITTER_KEYS,
     METRICS,
+    PRIO_COLUMNS,
     REPORT_SUMMARY,
+    TIER_COLUMNS,
     ResultsError,
     best_rows,
     curve_rows,
@@ -27,6 +30,7 @@ from ..results import (
     group_slug,
     identity,
     jitter_families,
+    open_results,
     read_results,
     schedule_groups,
     schedule_summary,
@@ -142,15 +146,34 @@ def write_heatmaps(csv: Path, output_dir: Path, workers: int = 1, metric: str = 
 
     An incomplete environment (policies missing or repeated) is refused, or, with
     ``skip_incomplete``, left out of every figure and named in ``Drawn.left_out``. The
-    file is read twice, in pieces, so that memory stays flat however many rows it has: once
-    to check every environment before any figure is drawn, once to draw.
+    file is opened once and read twice, in pieces, so that memory stays flat however many
+    rows it has: once to check every environment before any figure is drawn, once to draw;
+    a file changed in place meanwhile is refused. ``output_dir`` is locked while drawing
+    (``files.exclusive_writer``), and holds the marker ``INCOMPLETE_MARKER`` until its last
+    figure is written.
     """
-    output_folder(output_dir)
+    with exclusive_writer(output_folder(output_dir)), open_results(csv) as source:
+        before = os.fstat(source.fileno())
+        drawn = _write_heatmaps(csv, source, output_dir, workers, metric, skip_incomplete)
+        after = os.fstat(source.fileno())
+        if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
+            raise ResultsError(f"{csv} changed while it was drawn; the figures in {output_dir} may mix two "
+                               f"versions of it: draw them again")
+        (output_dir / INCOMPLETE_MARKER).unlink(missing_ok=True)
+    return drawn
+
+
+#: The file that says a folder's figures are not all drawn: written before the first, removed after the last.
+INCOMPLETE_MARKER = "INCOMPLETE.txt"
+
+
+def _write_heatmaps(csv: Path, source: BinaryIO, output_dir: Path, workers: int, metric: str,
+                    skip_incomplete: bool) -> Drawn:
     heatmaps, left_out, summaries = [], [], []
     drawable: list[list[tuple] | None] = []  # per environment, its jitter families; None: left out
     steps_used: set[int] = set()
     levels: dict[tuple, list[float]] = {}  # per family of jitter levels, the levels of its environments
-    for params, rows in environments(read_results(csv)):
+    for params, rows in environments(read_results(csv, source=source), where=f"CSV {csv}"):
         if metric not in rows.columns:
             raise ResultsError(f"CSV {csv} has no column {metric!r} to colour; it was written before noise "
                                f"statistics existed, so use --metric completion_time")
@@ -178,8 +201,8 @@ def write_heatmaps(csv: Path, output_dir: Path, workers: int = 1, metric: str = 
                    for params, workload, summary in schedule_groups(summaries)]
     drawn = {family for family, values in levels.items() if len(set(values)) == len(values) >= 2}
     robustness: list[Path] = []
-    draw = _Drawing(csv, output_dir, metric, [families if families is None else bool(drawn.intersection(families))
-                                              for families in drawable])
+    draw = _Drawing(csv, source, output_dir, metric, [families if families is None else
+                                                      bool(drawn.intersection(families)) for families in drawable])
     jobs: Iterator[HeatmapJob | ComparisonJob | RobustnessJob] = chain(
         draw.heatmaps(), (ComparisonJob(*comparison) for comparison in comparisons), draw.robustness(robustness))
     if len(heatmaps) > 1:
@@ -187,6 +210,10 @@ def write_heatmaps(csv: Path, output_dir: Path, workers: int = 1, metric: str = 
 
         for steps in steps_used:
             heatmap_figure(steps).render_background()  # once here, not once per forked worker
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / INCOMPLETE_MARKER).write_text(
+        f"The figures of {csv} are being drawn here, or their drawing was stopped: some may be missing. Draw them "
+        f"all with plot_heatmap.py {csv} -o {output_dir}\n", encoding="utf-8")
     _run(jobs, workers, csv, output_dir, len(heatmaps) + len(comparisons) + len(drawn))
     return Drawn(heatmaps, comparisons, robustness, left_out)
 
@@ -195,12 +222,15 @@ class _Drawing:
     """The second reading of a sweep's output: its heatmap jobs, and on the way the curves of the environments
     that a robustness figure follows (``in_family``: None for an environment left out)."""
 
-    def __init__(self, path: Path, output_dir: Path, metric: str, in_family: list[bool | None]) -> None:
-        self.path, self.output_dir, self.metric, self.in_family = path, output_dir, metric, in_family
+    def __init__(self, path: Path, source: BinaryIO, output_dir: Path, metric: str,
+                 in_family: list[bool | None]) -> None:
+        self.path, self.source, self.output_dir, self.metric, self.in_family = path, source, output_dir, metric, \
+            in_family
         self.curves: list[tuple[EnvParams, Workload | None, pd.DataFrame]] = []
 
     def heatmaps(self) -> Iterator[HeatmapJob]:
-        for (params, rows), in_family in zip(environments(read_results(self.path)), self.in_family):
+        for (params, rows), in_family in zip(environments(read_results(self.path, source=self.source)),
+                                           self.in_family):
             if in_family is not None:
                 workload = workload_of(rows)
                 if in_family:
@@ -230,8 +260,14 @@ def _run(jobs: Iterator[HeatmapJob | ComparisonJob | RobustnessJob], workers: in
             count += 1
     except KeyboardInterrupt:
         drawn.close()
-        raise KeyboardInterrupt(f"interrupted after {count} of {total} figures (each written whole); the CSV "
-                                f"is complete: draw them all with plot_heatmap.py {csv} -o {output_dir}") from None
+        raise KeyboardInterrupt(f"interrupted after {count} of {total} figures (each written whole; "
+                                f"{INCOMPLETE_MARKER} says the folder is not); the CSV is complete: draw them all "
+                                f"with plot_heatmap.py {csv} -o {output_dir}") from None
+    finally:
+        drawn.close()
+        # Workers stopped mid-figure cannot remove the file they were writing beside its name (atomic_output's).
+        for temporary in output_dir.glob(".*.png.*.png"):
+            temporary.unlink(missing_ok=True)
 
 
 def _complete(rows: pd.DataFrame) -> int:
@@ -244,6 +280,15 @@ def _complete(rows: pd.DataFrame) -> int:
         raise ResultsError(f"has {len(rows)} rows, not a whole policy grid") from None
     if len(rows) != policy_count(steps):
         raise ResultsError(f"has {len(rows)} of the {policy_count(steps)} policies of its grid")
+    for column in PRIO_COLUMNS:  # a share off the grid would land in no cell, or in another policy's
+        shares = rows[column].to_numpy(dtype=float) * steps
+        off = np.abs(shares - np.round(shares)) > 1e-6 * steps
+        if off.any():
+            line = rows.index[int(np.flatnonzero(off)[0])]
+            raise ResultsError(f"has {column} = {float(rows.at[line, column])!r} at line {line}, off its policy grid "
+                               f"(step 1/{steps})")
+    if rows[[*PRIO_COLUMNS, *TIER_COLUMNS]].duplicated().any():
+        raise ResultsError("lists a policy twice")
     return steps
 
 

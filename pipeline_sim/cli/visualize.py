@@ -11,10 +11,10 @@ from typing import Mapping, Sequence
 from ..engine import given_order, memory_in_force, order_peak, simulate
 from ..files import atomic_output, output_target
 from ..metrics import schedule_metrics
-from ..model import COMM_KINDS, DEFAULT_POLICY, PARAMETERS, EnvParams, ParameterError, Policy
+from ..model import COMM_KINDS, DEFAULT_POLICY, PARAMETERS, SAMPLES, EnvParams, ParameterError, Policy
 from ..orders import format_orders, parse_orders
 from ..results import memory_name, schedule_name, workload_title
-from ..taskgraph import MAX_TASKS, build_task_graph, estimated_tasks
+from ..taskgraph import build_task_graph, check_size
 from ..trace import chrome_trace
 from ..workload import DERIVED_KEYS, RECOMPUTE_MODES, WORKLOAD_KEYS, Workload, workload_environment, workload_report
 from .common import Parser, UserError, ready_kernel, run_command, script_name, use_display
@@ -180,17 +180,14 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
     def body() -> int:
         try:
             params, workload = _environment(args)
-            if args.sample < 0:
-                raise ParameterError("sample", args.sample, "must be an integer >= 0")
+            SAMPLES.check("sample", args.sample)
             policy = _policy(args, default_priorities, default_exclusive_tiers)
+            check_size(params)
             order = None if args.order is None else given_order(params, parse_orders(_read_text(args.order)))
             memory_in_force(params, None if order is None else order_peak(build_task_graph(params), order))
         except ParameterError as error:
             flag = FLAGS.get(error.name.split("[")[0], error.name)
             raise UserError(f"{flag}: {error}") from None
-        if estimated_tasks(params) > MAX_TASKS:
-            raise UserError(f"n = {params.n} on {params.num_gpus} GPUs gives about {estimated_tasks(params):,} tasks; "
-                            f"at most {MAX_TASKS:,} can be simulated and drawn")
         output = args.output or (Path("outputs/gantt") /
                                  f"gantt_{layout}_{params.schedule}_n{params.n}_gpus{params.num_gpus}.png")
         output_target(output)  # a folder, a device or a FIFO is refused before its extension is judged
