@@ -369,7 +369,7 @@ def test_a_damaged_compile_cache_is_compiled_again_with_one_line(tmp_path):
 
 def test_no_writable_compile_cache_compiles_in_a_temporary_one(tmp_path):
     shutil.copytree(ROOT / "pipeline_sim", tmp_path / "pipeline_sim", ignore=shutil.ignore_patterns("__pycache__"))
-    (tmp_path / "pipeline_sim" / "__pycache__").write_text("")  # no folder can be made there, even by root
+    (tmp_path / "pipeline_sim" / "kernel" / "__pycache__").write_text("")  # no folder can be made there, even by root
     (tmp_path / "home").write_text("")
     temporary = tmp_path / "tmp"
     temporary.mkdir()
