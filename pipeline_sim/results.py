@@ -259,7 +259,8 @@ def _environment(rows: pd.DataFrame, names: list[str], seen: set[tuple], where: 
         raise ResultsError(f"{at} has {error}") from None
     for name in IGNORABLE:
         if name not in values and name in params.relevant():
-            raise ResultsError(f"{at} has {name} = an empty cell; its environment reads it")
+            reader = f"dispatch {params.dispatch}" if name in DISPATCH_KEYS else f"schedule {params.schedule}"
+            raise ResultsError(f"{at} has {name} = an empty cell; {reader} reads it")
     workload = workload_of(rows, at)
     if key in seen:
         raise ResultsError(f"the rows of environment {env_slug(params, workload)} are not together; a "
