@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from .engine import memory_in_force
-from .model import PARAMETERS, SCHEDULE_PARAMETERS, EnvParams, ParameterError
+from .model import LIST_KEYS, PARAMETER, PARAMETERS, SCHEDULE_PARAMETERS, EnvParams, ParameterError
+from .parameters import OPTIONAL_GROUPS
 from .schedules import SCHEDULES, get_schedule
 from .taskgraph import estimated_tasks
 from .workload import DERIVED_KEYS, WORKLOAD_KEYS, GpuSpec, ModelShape, Workload, workload_environment
@@ -132,11 +133,33 @@ def _workload_values(key: str, raw: object, base: Mapping[str, Any]) -> list:
     return values
 
 
+def _lists(key: str, raw: object) -> list[tuple[float, ...]]:
+    """The values of a key whose value is a list (one weight per stage): a list of numbers is one value, a list
+    of such lists several. Each is checked against its domain here; its length against each environment's stage
+    count, per combination."""
+    where = f"config key {key!r}"
+    if not isinstance(raw, (list, tuple)):
+        raise ConfigError(f"{where}: {raw!r} is not a list; give one number per stage, or a list of such lists")
+    items = raw if raw and all(isinstance(item, (list, tuple)) for item in raw) else [raw]
+    values = []
+    for item in items:
+        try:
+            PARAMETER[key].domain.check(key, item)
+        except ParameterError as error:
+            raise ConfigError(f"{where}: {error}") from None
+        values.append(tuple(float(x) for x in item))
+    if len(set(values)) != len(values):
+        raise ConfigError(f"{where}: values repeat; each environment must be listed once")
+    return values
+
+
 def _values(key: str, raw: object, base: Mapping[str, Any]) -> list:
     """The values of ``key``, each checked against its domain in the environment ``base``."""
     where = f"config key {key!r}"
     if key in STRING_KEYS:
         return _names(key, raw)
+    if key in LIST_KEYS:
+        return _lists(key, raw)
     if isinstance(raw, dict):
         values = _expand_range(key, raw)
     elif isinstance(raw, list):
@@ -171,9 +194,14 @@ class EnvironmentGrid:
         return "model" in self.given
 
     @property
+    def optional_groups(self) -> frozenset[str]:
+        """The optional groups (``OPTIONAL_GROUPS``) the grid names a parameter of: its rows carry their columns."""
+        return frozenset(p.group for p in PARAMETERS if p.group in OPTIONAL_GROUPS and p.name in self.given)
+
+    @property
     def has_dispatch(self) -> bool:
         """Whether the grid names a parameter of run-time dispatch: its rows then carry them and the bound."""
-        return any(p.name in self.given for p in PARAMETERS if p.group == "dispatch")
+        return "dispatch" in self.optional_groups
 
     @classmethod
     def from_mapping(cls, raw: object, source: str = "config", allow_large: bool = False) -> EnvironmentGrid:
@@ -195,11 +223,11 @@ class EnvironmentGrid:
         gpus = _values("num_gpus", raw["num_gpus"], defaults) if "num_gpus" in raw else [defaults["num_gpus"]]
         base = {**defaults, "num_gpus": max(gpus)}
         for key, value in raw.items():  # sizes first, before anything is expanded
-            if _count(value) > MAX_RANGE_VALUES:
+            if _count(value, key) > MAX_RANGE_VALUES:
                 what = "list of" if isinstance(value, list) else "range gives"
-                raise ConfigError(f"config key {key!r}: {what} {_count(value):,} values; at most "
+                raise ConfigError(f"config key {key!r}: {what} {_count(value, key):,} values; at most "
                                   f"{MAX_RANGE_VALUES:,} are allowed")
-        counts = [_count(raw[key]) for key in raw if key not in SETTING_KEYS]
+        counts = [_count(raw[key], key) for key in raw if key not in SETTING_KEYS]
         if math.prod(counts) > MAX_COMBINATIONS and not allow_large:
             raise ConfigError(f"{source}: the values multiply to {math.prod(counts):,} combinations; at most "
                               f"{MAX_COMBINATIONS:,} are allowed (pass --allow-large to try anyway)")
@@ -323,8 +351,10 @@ class EnvironmentGrid:
         return {name: [_plain(value) for value in values] for name, values in self.values} | {"samples": self.samples}
 
 
-def _count(value: object) -> int:
+def _count(value: object, key: str) -> int:
     """How many values a key's entry gives, without expanding it (1 for what the checks will refuse)."""
+    if isinstance(value, list) and key in LIST_KEYS:  # a list of numbers is one value
+        return len(value) if value and all(isinstance(item, list) for item in value) else 1
     if isinstance(value, list):
         return len(value)
     if isinstance(value, dict) and all(isinstance(value.get(k), (int, float)) and not isinstance(value.get(k), bool)

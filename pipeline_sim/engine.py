@@ -19,7 +19,20 @@ import numba
 import numpy as np
 
 from . import compile_cache
-from .model import COMM_KINDS, DISPATCHERS, SAMPLES, EnvParams, ParameterError, Policy, Schedule, Task, TaskKind
+from .model import (
+    COMM_KINDS,
+    DISPATCHERS,
+    ROOM_UNIT,
+    SAMPLES,
+    EnvParams,
+    ParameterError,
+    Policy,
+    Schedule,
+    Task,
+    TaskKind,
+    room_units,
+)
+from .schedules import get_schedule
 from .taskgraph import GraphTask, TaskGraph, build_task_graph, check_size, task_lengths
 
 compile_cache.ensure_writable()  # before the kernel's functions look for a place to keep their machine code
@@ -47,8 +60,9 @@ class GraphArrays(NamedTuple):
     index, compute impact, how many tasks it waits for, its class for dispatchers
     (``_KIND_CLASS``; -1 for a transfer or a pair), the room for activations it takes when
     it starts (``reserve``: a micro-batch's whole share on its GPU, at the forward of its
-    first stage there; docs/model.md section 12.1), the forward parts starting with it
-    (``rises``) and the backward or weight-gradient parts ending with it (``falls``).
+    first stage there; docs/model.md section 12.1), the activations of the forward part
+    starting with it (``rises``) and of the backward or weight-gradient part ending with
+    it (``falls``), all in units of ``ROOM_UNIT`` per stage of weight 1.
     """
 
     gpu: np.ndarray
@@ -93,25 +107,42 @@ def graph_arrays(params: EnvParams) -> GraphArrays:
         ints([t.index for t in tasks]), np.array([t.impact for t in tasks], dtype=float),
         ints([len(needs) for needs in graph.needs]), *_rows(graph.releases), *_rows(graph.orders),
         *_rows(graph.peers), ints([_KIND_CLASS.get(t.kind, -1) for t in tasks]), _reserve(graph),
-        *activation_changes(tasks))
+        *activation_changes(tasks, params))
     for array in arrays:
         array.flags.writeable = False
     return arrays
 
 
+def gpu_rooms(params: EnvParams) -> list[int]:
+    """Per GPU, one micro-batch's activations on all of its stages, in units (``ROOM_UNIT`` per stage of weight 1)."""
+    rooms = [0] * params.num_gpus
+    spec = get_schedule(params.schedule)
+    for stage in range(params.num_gpus * params.v):
+        rooms[spec.placement(stage, params.num_gpus, params.v)] += room_units(params.stage_weight(stage))
+    return rooms
+
+
 def _reserve(graph: TaskGraph) -> np.ndarray:
-    """Per task, the room for activations (in 1/v units) it takes when it starts: at the forward of a
-    micro-batch's first stage on its GPU, one unit for each of that micro-batch's stages there."""
-    share = [graph.stage_gpu.count(g) for g in range(graph.params.num_gpus)]
-    return np.array([share[t.gpu] if t.kind is TaskKind.FORWARD and graph.stage_chunk[t.stage] == 0 else 0
+    """Per task, the room for activations (in units) it takes when it starts: at the forward of a
+    micro-batch's first stage on its GPU, that micro-batch's activations on all of its stages there."""
+    rooms = gpu_rooms(graph.params)
+    return np.array([rooms[t.gpu] if t.kind is TaskKind.FORWARD and graph.stage_chunk[t.stage] == 0 else 0
                      for t in graph.tasks], dtype=np.int64)
 
 
-def activation_changes(tasks: Sequence[GraphTask | Task]) -> tuple[np.ndarray, np.ndarray]:
-    """Per task, the forward parts that start with it and the backward or weight-gradient parts that end with
-    it: the rises and falls of its GPU's activations (docs/model.md section 7)."""
-    return (np.array([sum(part.kind is TaskKind.FORWARD for part in t.parts) for t in tasks], dtype=np.int64),
-            np.array([sum(part.kind in _FALLS for part in t.parts) for t in tasks], dtype=np.int64))
+def activation_changes(tasks: Sequence[GraphTask | Task], params: EnvParams) -> tuple[np.ndarray, np.ndarray]:
+    """Per task, the activations (in units) of the forward part that starts with it and of the backward or
+    weight-gradient part that ends with it: the rises and falls of its GPU's activations (docs/model.md
+    section 7)."""
+    def units(t: GraphTask | Task, kinds: tuple[TaskKind, ...]) -> int:
+        return sum(room_units(params.stage_weight(part.stage)) for part in t.parts if part.kind in kinds)
+    return (np.array([units(t, (TaskKind.FORWARD,)) for t in tasks], dtype=np.int64),
+            np.array([units(t, _FALLS) for t in tasks], dtype=np.int64))
+
+
+def activation_units(params: EnvParams) -> int:
+    """Units per micro-batch of a GPU's whole share of the model, in which peaks are told (section 7)."""
+    return params.v * ROOM_UNIT
 
 
 @lru_cache(maxsize=64)
@@ -131,7 +162,7 @@ def policy_arrays(policies: tuple[Policy, ...]) -> tuple[np.ndarray, np.ndarray]
 def order_peak(graph: TaskGraph, orders: Sequence[Sequence[int]]) -> float:
     """The busiest GPU's peak activations when each GPU runs ``orders`` (section 7): a GPU's activations rise and
     fall only with its own tasks, in its order, so the peak does not depend on noise or communication."""
-    rises, falls = activation_changes(graph.tasks)
+    rises, falls = activation_changes(graph.tasks, graph.params)
     peak = 0
     for order in orders:
         level = 0
@@ -139,7 +170,7 @@ def order_peak(graph: TaskGraph, orders: Sequence[Sequence[int]]) -> float:
             level += int(rises[task])
             peak = max(peak, level)
             level -= int(falls[task])
-    return peak / graph.params.v
+    return peak / activation_units(graph.params)
 
 
 @lru_cache(maxsize=256)
@@ -184,21 +215,25 @@ def texts_of(graph: TaskGraph, tasks: Sequence[int]) -> list[str]:
 
 def memory_in_force(params: EnvParams, peak: float | None = None) -> float:
     """The memory limit a run keeps to (section 12.1): a static order's peak (``peak``: that of a given order
-    instead of the schedule's), or a dispatcher's limit in whole steps of 1/v; ``ParameterError`` for a limit
-    that cannot run the iteration."""
+    instead of the schedule's), or a dispatcher's limit, in whole steps of 1/v when the stages are equal (with
+    ``stage_weights`` rooms are no whole steps: the limit holds as given); ``ParameterError`` for a limit that
+    cannot run the iteration."""
     if params.dispatch == "static" or params.memory_limit == 0.0:
         return static_peak(params) if peak is None else peak
-    if params.memory_limit < 1.0:
+    room = max(gpu_rooms(params)) / activation_units(params)
+    if params.memory_limit < room:
         raise ParameterError("memory_limit", params.memory_limit,
-                             "a dispatcher needs room for one micro-batch's activations: 1 is the smallest limit "
-                             "that runs the iteration (or 0 for the static order's peak)")
+                             f"a dispatcher needs room for one micro-batch's activations: {room:g} is the smallest "
+                             f"limit that runs the iteration (or 0 for the static order's peak)")
+    if params.stage_weights:
+        return params.memory_limit
     return math.floor(params.memory_limit * params.v + 1e-9) / params.v
 
 
 @lru_cache(maxsize=256)
 def dispatch_arguments(params: EnvParams) -> tuple[np.ndarray, int, int]:
     """The kernel's dispatch arguments: each task's key (lowest first), the rule's number and the memory limit
-    in 1/v units (the static order reads neither). ``critical-path`` keys a task by minus its expected remaining
+    in units (the static order reads neither). ``critical-path`` keys a task by minus its expected remaining
     path to the end: the lengths without jitter, whose factors have mean 1, a straggler kept (section 12.1)."""
     arrays = graph_arrays(params)
     key = np.zeros(len(arrays.gpu))
@@ -209,7 +244,9 @@ def dispatch_arguments(params: EnvParams) -> tuple[np.ndarray, int, int]:
     key.flags.writeable = False
     if params.dispatch == "static":
         return key, DISPATCHERS.index("static"), 0
-    return key, DISPATCHERS.index(params.dispatch), round(memory_in_force(params) * params.v)
+    # a limit between two rooms counts as the lower; the tolerance keeps a limit that is a sum of rooms one
+    return key, DISPATCHERS.index(params.dispatch), math.floor(memory_in_force(params) * activation_units(params)
+                                                               + 1e-6)
 
 
 def lower_bound(params: EnvParams, sample: int = 0) -> float:
@@ -257,8 +294,8 @@ def simulate(params: EnvParams, policy: Policy, sample: int = 0,
                                                           F[kernel.THROTTLED_TIME].tolist(), segments)]
     p = params.num_gpus
     figures = np.empty(3 + 3 * p)
-    kernel.figures(arrays.gpu, arrays.comm, arrays.rises, arrays.falls, p, params.v, F[kernel.START], F[kernel.END],
-                   I[kernel.THROTTLED], F[kernel.THROTTLED_TIME], figures)
+    kernel.figures(arrays.gpu, arrays.comm, arrays.rises, arrays.falls, p, activation_units(params), F[kernel.START],
+                   F[kernel.END], I[kernel.THROTTLED], F[kernel.THROTTLED_TIME], figures)
     rank = I[kernel.RANK].tolist()
     orders = tuple(tuple(sorted(order, key=rank.__getitem__)) for order in graph.orders)
     return Schedule(params=params, policy=policy, tasks=tasks, completion_time=max(end),
@@ -274,7 +311,7 @@ def simulate_figures(params: EnvParams, policies: Sequence[Policy], sample: int 
     arrays = graph_arrays(params)
     tiers, priorities = policy_arrays(tuple(policies))
     out = kernel.simulate_policies(*arrays.kernel_arguments(task_lengths(params, sample), params), arrays.rises,
-                                   params.v, tiers, priorities, params.ingress_capacity)
+                                   activation_units(params), tiers, priorities, params.ingress_capacity)
     stuck = np.isnan(out[:, 0])
     if stuck.any():
         simulate(params, policies[int(np.argmax(stuck))], sample)  # raises, naming what waits
@@ -355,17 +392,20 @@ def calculate_full_pipeline_schedule(
         *, n: int = 8, num_gpus: int = 4, sync_freq: int = 1, fwd_len: float = 1.0, bwd_len: float = 2.0,
         prop_len: float = 1.0, sync_base_len: float = 2.0, fwd_impact: float = 0.2, bwd_impact: float = 0.2,
         ingress_capacity: float = 1.0, schedule: str = "1f1b", chunks: int = 2, w_fraction: float = 0.5,
-        fb_overlap: float = 0.0, dispatch: str = "static", memory_limit: float = 0.0, compute_jitter: float = 0.0,
-        comm_jitter: float = 0.0, jitter_dist: str = "lognormal", slow_gpu: int = -1, slow_factor: float = 1.0,
-        seed: int = 0, sample: int = 0, priorities: Mapping[str, float] | None = None,
-        exclusive_tiers: Mapping[str, str] | None = None, allow_large: bool = False) -> Schedule:
+        fb_overlap: float = 0.0, stage_weights: Sequence[float] = (), dispatch: str = "static",
+        memory_limit: float = 0.0, compute_jitter: float = 0.0, comm_jitter: float = 0.0,
+        jitter_dist: str = "lognormal", slow_gpu: int = -1, slow_factor: float = 1.0, seed: int = 0, sample: int = 0,
+        priorities: Mapping[str, float] | None = None, exclusive_tiers: Mapping[str, str] | None = None,
+        allow_large: bool = False) -> Schedule:
     """Simulate one training iteration and return every task's timeline (docs/model.md describes the model).
 
     Times are abstract units; rates are fractions of full speed or of one link.
     ``schedule`` is one of ``gpipe``, ``1f1b``, ``interleaved-1f1b`` (``chunks`` model
     chunks per GPU), ``zb-h1``, ``zb-v``, ``dualpipe-v``; ``w_fraction`` is the share of a
     split backward that computes weight gradients, ``fb_overlap`` the work an overlapped
-    forward/backward pair saves. ``priorities`` maps a transfer kind (``fwd_prop``,
+    forward/backward pair saves. ``stage_weights``, one factor per stage (v x ``num_gpus``
+    of them, chunks included; empty: all 1), multiplies each stage's forward, backward and
+    weight work and its activations (docs/model.md section 6.6). ``priorities`` maps a transfer kind (``fwd_prop``,
     ``grad_prop``, ``grad_sync``) to a shared priority in [0, 1] (missing kinds get 1.0);
     ``exclusive_tiers`` maps a kind to a tier letter, ``'a'`` highest, which overrides its
     shared priority. ``compute_jitter`` and ``comm_jitter`` are the coefficients of

@@ -14,7 +14,17 @@ from enum import StrEnum
 from typing import Mapping, NamedTuple
 
 from .noise import JITTER_DISTRIBUTIONS
-from .parameters import Integers, Interval, Lengths, Names, ParameterError, parameter, parameters_of
+from .parameters import (
+    OPTIONAL_GROUPS,
+    Integers,
+    Interval,
+    Lengths,
+    Names,
+    ParameterError,
+    Weights,
+    parameter,
+    parameters_of,
+)
 from .schedules import SCHEDULES, get_schedule
 
 
@@ -167,6 +177,16 @@ class Task:
                 f"end={self.end:.6g}, throttled={self.throttled})")
 
 
+#: Activations are counted in whole units of 1 / ROOM_UNIT of one stage's (docs/model.md section 7): a power of two,
+#: so that with every stage weight 1 each level is the count it always was, scaled exactly.
+ROOM_UNIT = 2 ** 20
+
+
+def room_units(weight: float) -> int:
+    """One micro-batch's activations on a stage of ``weight``, in whole units."""
+    return round(weight * ROOM_UNIT)
+
+
 #: Who chooses the compute task a free GPU starts (docs/model.md section 12): the schedule's static order, or a rule
 #: applied at run time. The kernel numbers the rules in this order.
 DISPATCHERS = ("static", "greedy", "critical-path", "zb-adaptive")
@@ -212,6 +232,10 @@ class EnvParams:
                                   metavar="X")
     fb_overlap: float = parameter(0.0, Interval(0.0, 1.0), "share of the work saved by overlapping a forward and a "
                                   "backward (dualpipe-v)", short="fbo", label="fbo", group="schedule", metavar="X")
+    stage_weights: tuple[float, ...] = parameter((), Weights(), "one factor per stage (v x GPUs of them, chunks "
+                                                 "included) on its forward, backward and weight work and its "
+                                                 "activations", short="sw", label="stage weights", group="stages",
+                                                 metavar="W,W,...")
     dispatch: str = parameter("static", Names(DISPATCHERS, case_insensitive=True),
                               "who chooses a free GPU's next compute task: the schedule's order, or a rule at run "
                               "time, case-insensitive", short="", label="", group="dispatch",
@@ -245,6 +269,12 @@ class EnvParams:
             raise ParameterError("dispatch", self.dispatch, f"{spec.name} with fb_overlap > 0 overlaps a forward and a "
                                  "backward as one task, which has no run-time form: use dispatch static, or "
                                  "fb_overlap 0")
+        object.__setattr__(self, "stage_weights", tuple(float(w) for w in self.stage_weights))
+        stages = self.num_gpus * spec.v(self.chunks)
+        if self.stage_weights and len(self.stage_weights) != stages:
+            raise ParameterError("stage_weights", self.stage_weights,
+                                 f"must have one weight per stage: {stages} for {spec.name} on {self.num_gpus} GPUs "
+                                 f"({spec.v(self.chunks)} per GPU), or none for every stage 1")
         if not self.slow_gpu < self.num_gpus:
             raise ParameterError("slow_gpu", self.slow_gpu,
                                  f"must be -1 (no straggler) or a GPU 0..{self.num_gpus - 1}")
@@ -252,14 +282,14 @@ class EnvParams:
             object.__setattr__(self, name, _DEFAULTS[name])
         for p in PARAMETERS:  # numpy scalars and the like become plain Python numbers
             value = getattr(self, p.name)
-            if type(value) is not p.type:
+            if type(value) is not p.type and p.type is not tuple:
                 object.__setattr__(self, p.name, p.type(value))
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
         return tuple(f.name for f in fields(cls))
 
-    def as_dict(self) -> dict[str, int | float | str]:
+    def as_dict(self) -> dict[str, int | float | str | tuple[float, ...]]:
         return {name: getattr(self, name) for name in self.names()}
 
     def ignored(self) -> tuple[str, ...]:
@@ -271,13 +301,17 @@ class EnvParams:
 
     def relevant(self) -> tuple[str, ...]:
         """The parameters that make this simulation what it is, in table order: all but those its schedule
-        ignores, the jitter's without jitter, the straggler's without a straggler, and a dispatch parameter at its
-        default (the schedule's order, the static order's peak)."""
+        ignores, the jitter's without jitter, the straggler's without a straggler, and a parameter of an optional
+        group at its default (equal stages; the schedule's order, the static order's peak)."""
         ignored = set(self.ignored())
         groups = {"environment", "schedule"} | ({"jitter"} if self.jittered else set()) | \
             ({"straggler"} if self.slow_gpu >= 0 else set())
-        dispatch = {p.name for p in PARAMETERS if p.group == "dispatch" and getattr(self, p.name) != p.default}
-        return tuple(p.name for p in PARAMETERS if (p.group in groups and p.name not in ignored) or p.name in dispatch)
+        given = {p.name for p in PARAMETERS if p.group in OPTIONAL_GROUPS and getattr(self, p.name) != p.default}
+        return tuple(p.name for p in PARAMETERS if (p.group in groups and p.name not in ignored) or p.name in given)
+
+    def stage_weight(self, stage: int) -> float:
+        """The factor on stage ``stage``'s work and activations (section 6.6)."""
+        return self.stage_weights[stage] if self.stage_weights else 1.0
 
     @property
     def dispatched(self) -> bool:
@@ -303,6 +337,8 @@ _DEFAULTS = {p.name: p.default for p in PARAMETERS}
 SCHEDULE_PARAMETERS = tuple(p.name for p in PARAMETERS if p.group == "schedule" and p.name != "schedule")
 #: The parameters of run-time dispatch (section 12), which a grid's output carries only when it names them.
 DISPATCH_KEYS = tuple(p.name for p in PARAMETERS if p.group == "dispatch")
+#: The parameters whose value is one number per stage (``Weights``): a JSON grid gives a list per value.
+LIST_KEYS = tuple(p.name for p in PARAMETERS if p.type is tuple)
 #: The parameters some environments ignore (``EnvParams.ignored``): their cells may be empty.
 IGNORABLE = (*SCHEDULE_PARAMETERS, "memory_limit")
 
@@ -434,23 +470,24 @@ class Schedule:
     def activation_steps(self) -> list[list[tuple[float, float]]]:
         """Per GPU, ``(time, in-flight activations from then on)``, starting with ``(0, 0)``.
 
-        An activation of 1/v rises when a forward part starts and falls when the
+        A stage's activations (its weight / v) rise when a forward part starts and fall when the
         weight-gradient work of the same micro-batch and stage ends; falls come first at
         one instant.
         """
-        v = self.params.v
+        units = self.params.v * ROOM_UNIT
         changes: list[list[tuple[float, int, int]]] = [[] for _ in range(self.params.num_gpus)]
         for t in self.tasks:
             for part in t.parts:
+                room = room_units(self.params.stage_weight(part.stage))
                 if part.kind is TaskKind.FORWARD:
-                    changes[t.gpu].append((t.start, 1, +1))
+                    changes[t.gpu].append((t.start, 1, room))
                 elif part.kind in (TaskKind.BACKWARD, TaskKind.BACKWARD_WEIGHT):
-                    changes[t.gpu].append((t.end, 0, -1))
+                    changes[t.gpu].append((t.end, 0, -room))
         steps = []
         for gpu_changes in changes:
             level, gpu_steps = 0, [(0.0, 0.0)]
             for time, _, delta in sorted(gpu_changes):
                 level += delta
-                gpu_steps.append((time, level / v))
+                gpu_steps.append((time, level / units))
             steps.append(gpu_steps)
         return steps

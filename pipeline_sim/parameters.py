@@ -19,7 +19,10 @@ MIN_LENGTH, MAX_LENGTH = 1e-6, 1e9
 
 #: Parameter groups, in the order flags, file names and titles list them. A group's parameters matter to a
 #: simulation only under a condition (``EnvParams.relevant``): the schedule's own, and the noise's when there is any.
-GROUPS = ("environment", "schedule", "dispatch", "jitter", "straggler")
+GROUPS = ("environment", "schedule", "stages", "dispatch", "jitter", "straggler")
+#: Groups whose parameters a grid's output has columns for only when the grid names one of them, so that a grid
+#: written before they existed writes the columns it always wrote.
+OPTIONAL_GROUPS = ("stages", "dispatch")
 
 
 class ParameterError(ValueError):
@@ -128,7 +131,42 @@ class Names:
         return self.describe()
 
 
-Domain = Integers | Interval | Lengths | Names
+@dataclass(frozen=True)
+class Weights:
+    """One factor per stage, each a finite number from ``low`` to ``high``; empty means every factor is 1. How many
+    there must be depends on the environment (its stage count), so the environment checks the count."""
+
+    low: float = 1e-3
+    high: float = 1e3
+
+    def check(self, name: str, value: object) -> None:
+        if not isinstance(value, (list, tuple)) or \
+                not all(_is_real(x) and self.low <= float(x) <= self.high for x in value):
+            raise ParameterError(name, value, f"must be {self.describe()}")
+
+    def describe(self) -> str:
+        return f"a list of finite numbers from {self.low:g} to {self.high:g}, one per stage (empty: every stage 1)"
+
+    @property
+    def brief(self) -> str:
+        return f"one number from {self.low:g} to {self.high:g} per stage, comma-separated"
+
+    @staticmethod
+    def parse(text: str) -> tuple[float, ...]:
+        """Weights from a flag or a CSV cell: numbers separated by commas or spaces (``2,1,1,1``, ``2.0 1.0``)."""
+        words = text.strip().strip("[]()").replace(",", " ").split()
+        try:
+            return tuple(float(word) for word in words)
+        except ValueError:
+            raise ParameterError("stage_weights", text, "must be numbers separated by commas, e.g. 2,1,1,1") from None
+
+    @staticmethod
+    def cell(value: tuple[float, ...]) -> str:
+        """A CSV cell: every weight exactly, separated by spaces (empty: every stage 1)."""
+        return " ".join(repr(x) for x in value)
+
+
+Domain = Integers | Interval | Lengths | Names | Weights
 
 
 @dataclass(frozen=True)
@@ -167,17 +205,26 @@ class Parameter:
         return domain.brief
 
     def text(self, value: object) -> str:
-        """A value as titles and file names show it: numbers in ``g`` format."""
+        """A value as titles and file names show it: numbers in ``g`` format; a list compactly, runs of one value
+        counted (``2,1x14,1.5``)."""
+        if isinstance(value, tuple):
+            runs: list[list] = []
+            for x in value:
+                if runs and runs[-1][0] == x:
+                    runs[-1][1] += 1
+                else:
+                    runs.append([x, 1])
+            return ",".join(f"{x:g}" + (f"x{count}" if count > 1 else "") for x, count in runs)
         return f"{value:g}" if isinstance(value, float) else str(value)
 
     def slug(self, value: object) -> str:
-        return f"{self.short}{self.text(value)}"
+        return f"{self.short}{self.text(value).replace(',', '-')}"
 
     def title(self, value: object) -> str:
         return f"{self.label}={self.text(value)}" if self.label else self.text(value)
 
 
-_TYPES = {"int": int, "float": float, "str": str}
+_TYPES = {"int": int, "float": float, "str": str, "tuple[float, ...]": tuple}
 
 
 def parameter(default: Any, domain: Domain, help: str, *, short: str, label: str, group: str,

@@ -17,11 +17,13 @@ from .model import (
     DEFAULT_POLICY,
     DISPATCH_KEYS,
     IGNORABLE,
+    LIST_KEYS,
     PARAMETER,
     PARAMETERS,
     EnvParams,
     ParameterError,
 )
+from .parameters import OPTIONAL_GROUPS, Weights
 from .parquet import ParquetUnavailable, read_frames, require_pyarrow
 from .workload import DERIVED_KEYS, WORKLOAD_KEYS, Workload, gpu_from_cell, model_from_cell, seconds_text
 
@@ -107,8 +109,9 @@ def _check_columns(path: Path, frame: pd.DataFrame) -> None:
         listed = ", ".join(missing[:6]) + (f" and {len(missing) - 6} more" if len(missing) > 6 else "")
         raise ResultsError(f"CSV {path} lacks the generator's columns {listed}; "
                            f"give a CSV written by data_generator.py")
-    dispatched = any(name in frame.columns for name in DISPATCH_KEYS)  # a grid without them writes neither
-    stated = [*(name for name in EnvParams.names() if dispatched or name not in DISPATCH_KEYS),
+    # a grid that names no parameter of an optional group writes none of its columns
+    named = {p.group for p in PARAMETERS if p.group in OPTIONAL_GROUPS and p.name in frame.columns}
+    stated = [*(p.name for p in PARAMETERS if p.group not in OPTIONAL_GROUPS or p.group in named),
               *(WORKLOAD_KEYS if "model" in frame.columns else ())]
     missing = [column for column in stated if column not in frame.columns]
     if missing:
@@ -129,7 +132,7 @@ def _bad_cell(path: Path, frame: pd.DataFrame, column: str, bad: pd.Series, allo
 
 #: Numeric columns a row's environment is read from; a schedule parameter may be empty (its schedule ignores it).
 _NUMERIC = tuple(name for name in (*EnvParams.names(), *WORKLOAD_KEYS) if name not in STRING_KEYS + OBJECT_KEYS +
-                 BOOLEAN_KEYS)
+                 BOOLEAN_KEYS + LIST_KEYS)
 
 
 def _check_cells(path: Path, frame: pd.DataFrame) -> None:
@@ -159,7 +162,7 @@ def _check_cells(path: Path, frame: pd.DataFrame) -> None:
         for value in frame[name].dropna().unique():
             cell = value.item() if isinstance(value, np.generic) else value
             try:
-                PARAMETER[name].domain.check(name, int(cell) if name in INTEGER_KEYS else cell)
+                PARAMETER[name].domain.check(name, _value(name, cell))
             except ParameterError as error:
                 allowed = str(error).split(": ", 1)[1]
                 raise _bad_cell(path, frame, name, frame[name] == value, allowed) from None
@@ -217,6 +220,8 @@ def load_results(path: str | Path) -> pd.DataFrame:
 def _value(name: str, cell: Any) -> Any:
     if name in STRING_KEYS:
         return str(cell)
+    if name in LIST_KEYS:
+        return Weights.parse(str(cell))
     return int(cell) if name in INTEGER_KEYS else float(cell)
 
 
@@ -334,8 +339,9 @@ def simplex_steps(rows: pd.DataFrame) -> int:
 #: The parameters that say which schedule runs and who dispatches it; environments differing only in them are
 #: compared side by side.
 SCHEDULE_KEYS = tuple(p.name for p in PARAMETERS if p.group in ("schedule", "dispatch"))
-#: The parameters of the environment proper, that neither a schedule nor the noise sets.
-ENVIRONMENT_KEYS = tuple(p.name for p in PARAMETERS if p.group == "environment")
+#: The parameters of the environment proper, that neither a schedule nor the noise sets (the stages' weights
+#: among them: titles and names show them only when given).
+ENVIRONMENT_KEYS = tuple(p.name for p in PARAMETERS if p.group in ("environment", "stages"))
 #: Those a workload leaves as they are: it names its batch (n) and layout (num_gpus) itself and derives the
 #: lengths, but its sync_freq may be given.
 _BESIDE_WORKLOAD = tuple(name for name in ENVIRONMENT_KEYS if name not in DERIVED_KEYS + ("num_gpus",)

@@ -32,8 +32,9 @@ from .config import BOOLEAN_KEYS, INTEGER_KEYS, OBJECT_KEYS, STRING_KEYS, Config
 from .engine import lower_bound, simulate_figures
 from .files import OutputError, exclusive_writer, file_digest, output_target
 from .metrics import ScheduleMetrics, ideal_time, metric_columns
-from .model import COMM_KINDS, DISPATCH_KEYS, EnvParams, ParameterError, Policy
+from .model import COMM_KINDS, LIST_KEYS, PARAMETER, EnvParams, ParameterError, Policy
 from .parallel import ordered_map
+from .parameters import OPTIONAL_GROUPS, Weights
 from .parquet import Parts, PartWriter, merge_parts, require_pyarrow, schema, verified_parts
 from .scenarios import DEFAULT_STEP, check_step, policy_grid, steps_per_unit
 from .taskgraph import MAX_TASKS
@@ -49,16 +50,24 @@ POLICY_COLUMNS = ("policy", *(f"prio_{kind}" for kind in COMM_KINDS), *(f"tier_{
 #: Completion-time statistics over samples; percentiles by linear interpolation (numpy's default, Hyndman-Fan 7).
 STATISTICS = ("completion_std", "completion_min", "completion_p50", "completion_p95", "completion_p99",
               "completion_max")
-#: What a run reports of section 12: columns of a grid that names a dispatch parameter (``DISPATCH_KEYS``).
+#: What a run reports of section 12: columns of a grid that names a dispatch parameter (``model.DISPATCH_KEYS``).
 BOUND_COLUMNS = ("lower_bound", "bound_gap")
 _METRIC_COLUMNS = ("completion_time", *STATISTICS, *ScheduleMetrics.SCALARS[1:])
 
 
-def sweep_columns(workload: bool, dispatch: bool = False) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The columns of the CSV and of the samples file. A grid that names a dispatch parameter has them among the
-    environment's and the bound after the metrics (``BOUND_COLUMNS``); a workload sweep adds its keys after the
-    environment's and its report (``workload.REPORT_COLUMNS``) at the end."""
-    env = tuple(name for name in EnvParams.names() if dispatch or name not in DISPATCH_KEYS)
+def _stated(name: str, optional: frozenset[str]) -> bool:
+    """Whether a row states parameter ``name``: always, unless its group is optional and not in ``optional``."""
+    group = PARAMETER[name].group
+    return group not in OPTIONAL_GROUPS or group in optional
+
+
+def sweep_columns(workload: bool, optional: frozenset[str] = frozenset()) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The columns of the CSV and of the samples file. A grid that names a parameter of an optional group
+    (``optional``: the groups it names) has that group's parameters among the environment's, and with dispatch
+    the bound after the metrics (``BOUND_COLUMNS``); a workload sweep adds its keys after the environment's and its
+    report (``workload.REPORT_COLUMNS``) at the end."""
+    dispatch = "dispatch" in optional
+    env = tuple(name for name in EnvParams.names() if _stated(name, optional))
     keys = WORKLOAD_KEYS if workload else ()
     return ((*env, *keys, "simulator", "samples", *POLICY_COLUMNS, *_METRIC_COLUMNS,
              *(BOUND_COLUMNS if dispatch else ()), *(REPORT_COLUMNS if workload else ())),
@@ -134,16 +143,17 @@ class SweepPlan:
 
     @property
     def header(self) -> str:
-        return ",".join(sweep_columns(self.grid.has_workload, self.grid.has_dispatch)[0]) + "\n"
+        return ",".join(sweep_columns(self.grid.has_workload, self.grid.optional_groups)[0]) + "\n"
 
     @property
     def sample_header(self) -> str:
-        return ",".join(sweep_columns(self.grid.has_workload, self.grid.has_dispatch)[1]) + "\n"
+        return ",".join(sweep_columns(self.grid.has_workload, self.grid.optional_groups)[1]) + "\n"
 
     def column_types(self) -> dict[str, type]:
         """The type of each column that is not a float: what a Parquet output stores them as."""
         types: dict[str, type] = {**{key: int for key in INTEGER_KEYS}, **{key: str for key in STRING_KEYS},
-                                  **{key: bool for key in BOOLEAN_KEYS}, **{key: str for key in OBJECT_KEYS}}
+                                  **{key: bool for key in BOOLEAN_KEYS}, **{key: str for key in OBJECT_KEYS},
+                                  **{key: str for key in LIST_KEYS}}
         types.update(simulator=str, samples=int, policy=str, memory_fits=bool,
                      **{column: str for column in POLICY_COLUMNS if column.startswith("tier_")},
                      throttled_transfers=int if self.samples == 1 else float)  # a mean over samples
@@ -178,7 +188,7 @@ class SweepPlan:
         for params, workload in self.grid.cases(first_env):
             for first in range(offset, per_env, rows_per_chunk):
                 yield Chunk(params, self.simulator, self.step, first, min(first + rows_per_chunk, per_env),
-                            self.samples, self.with_samples, workload, self.grid.has_dispatch)
+                            self.samples, self.with_samples, workload, self.grid.optional_groups)
             offset = 0
 
 
@@ -194,19 +204,26 @@ class Chunk:
     samples: int = 1
     with_samples: bool = False
     workload: Workload | None = None
-    dispatch: bool = False  # the rows carry the dispatch parameters and the lower bound
+    optional: frozenset[str] = frozenset()  # the optional groups whose columns the rows carry (dispatch: the bound)
+
+    @property
+    def dispatch(self) -> bool:
+        return "dispatch" in self.optional
 
 
 def _cell(value: object) -> str:
     if value is None:
         return ""
+    if isinstance(value, tuple):
+        return Weights.cell(value)
     return repr(value) if isinstance(value, float) else str(value)
 
 
-def _environment_cells(params: EnvParams, workload: Workload | None = None, dispatch: bool = False) -> list[object]:
+def _environment_cells(params: EnvParams, workload: Workload | None = None,
+                       optional: frozenset[str] = frozenset()) -> list[object]:
     ignored = params.ignored()
     cells: list[object] = [None if name in ignored else value for name, value in params.as_dict().items()
-                           if dispatch or name not in DISPATCH_KEYS]
+                           if _stated(name, optional)]
     return cells + (list(workload.cells().values()) if workload is not None else [])
 
 
@@ -266,7 +283,7 @@ def simulate_chunk(chunk: Chunk) -> tuple[str, str, int]:
             bound = lower_bound(chunk.params, sample)
             for values in scalars[sample]:
                 values["lower_bound"] = bound
-    environment = _environment_cells(chunk.params, chunk.workload, chunk.dispatch)
+    environment = _environment_cells(chunk.params, chunk.workload, chunk.optional)
     prefix = _csv_text([*environment, chunk.simulator, chunk.samples]) + ","
     sample_prefix = _csv_text([*environment, chunk.simulator]) + ","
     policy_texts = _policy_texts(chunk.step)[chunk.first:chunk.stop]

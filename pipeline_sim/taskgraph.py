@@ -146,14 +146,18 @@ def _build(params: EnvParams) -> TaskGraph:
     if params.dispatch != "static":  # a dispatcher runs an overlapped pair's two parts as tasks of their own
         orders = [[part for action in order for part in (action if isinstance(action, Pair) else (action,))]
                   for order in orders]
-    forward, backward = params.fwd_len / v, params.bwd_len / v
+    # each stage's forward and backward work (section 6.6); a weight of 1 leaves fwd_len / v to the bit
+    forwards = [params.fwd_len * params.stage_weight(s) / v for s in range(stages)]
+    backwards = [params.bwd_len * params.stage_weight(s) / v for s in range(stages)]
 
     def compute_task(gpu: int, action: Action | Pair) -> GraphTask:
         if isinstance(action, Pair):
+            forward, backward = forwards[action.forward.stage], backwards[action.backward.stage]
             impact = (forward * params.fwd_impact + backward * params.bwd_impact) / (forward + backward)
             return GraphTask(TaskKind.OVERLAP_F_B, gpu, action.forward.stage, action.forward.mb,
                              (forward + backward) * (1.0 - params.fb_overlap), parts=tuple(action), impact=impact)
-        length = {_F: forward, _B: backward, _I: backward * (1.0 - params.w_fraction),
+        backward = backwards[action.stage]
+        length = {_F: forwards[action.stage], _B: backward, _I: backward * (1.0 - params.w_fraction),
                   _W: backward * params.w_fraction}[action.kind]
         impact = params.fwd_impact if action.kind is _F else params.bwd_impact
         return GraphTask(action.kind, gpu, action.stage, action.mb, length, parts=(action,), impact=impact)

@@ -8,7 +8,7 @@ from pipeline_sim import calculate_full_pipeline_schedule
 from pipeline_sim.cli import visualize
 from pipeline_sim.config import ConfigError, EnvironmentGrid
 from pipeline_sim.model import DEFAULT_POLICY, PARAMETERS, EnvParams, ParameterError
-from pipeline_sim.parameters import Integers, Interval, Lengths, Names
+from pipeline_sim.parameters import OPTIONAL_GROUPS, Integers, Interval, Lengths, Names, Weights
 from pipeline_sim.results import env_slug, env_title
 from pipeline_sim.sweep import sweep_columns
 from pipeline_sim.workload import DERIVED_KEYS
@@ -22,6 +22,8 @@ def outside(domain):
         return domain.high + 1.0 if domain.high is not None else domain.low - 1.0
     if isinstance(domain, Lengths):
         return -1.0
+    if isinstance(domain, Weights):
+        return (1.0, -1.0, 1.0, 1.0)
     assert isinstance(domain, Names)
     return "no-such-name"
 
@@ -33,11 +35,12 @@ def test_the_table_is_the_dataclass():
         assert getattr(defaults, p.name) == p.default and type(p.default) is p.type
         p.domain.check(p.name, p.default)  # a default lies in its own domain
         assert p.help and p.group
-    columns = sweep_columns(workload=False, dispatch=True)[0]
+    columns = sweep_columns(workload=False, optional=frozenset(OPTIONAL_GROUPS))[0]
     assert columns[:len(PARAMETERS)] == EnvParams.names()
-    # a grid that names no dispatch parameter writes the columns it always wrote
-    assert sweep_columns(workload=False)[0] == tuple(c for c in columns if c not in ("dispatch", "memory_limit",
-                                                                                     "lower_bound", "bound_gap"))
+    # a grid that names no parameter of an optional group writes the columns it always wrote
+    assert sweep_columns(workload=False)[0] == tuple(c for c in columns if c not in ("stage_weights", "dispatch",
+                                                                                     "memory_limit", "lower_bound",
+                                                                                     "bound_gap"))
 
 
 def test_the_api_signature_follows_the_table():

@@ -6,13 +6,14 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from ..engine import given_order, memory_in_force, order_peak, simulate
 from ..files import atomic_output, output_target
 from ..metrics import schedule_metrics
 from ..model import COMM_KINDS, DEFAULT_POLICY, PARAMETERS, SAMPLES, EnvParams, ParameterError, Policy
 from ..orders import format_orders, parse_orders
+from ..parameters import Parameter, Weights
 from ..results import memory_name, schedule_name, workload_title
 from ..taskgraph import build_task_graph, check_size
 from ..trace import chrome_trace
@@ -34,6 +35,20 @@ _DESCRIPTIONS = {
 }
 
 
+def _flag_type(p: Parameter) -> Callable[[str], object]:
+    """What turns a flag's text into the parameter's value: its type, or for a list its domain's parser, whose
+    complaint argparse then says in one line."""
+    if not isinstance(p.domain, Weights):
+        return p.type
+
+    def parse(text: str) -> object:
+        try:
+            return p.domain.parse(text)  # type: ignore[union-attr]
+        except ParameterError as error:
+            raise argparse.ArgumentTypeError(str(error)) from None
+    return parse
+
+
 def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers: Mapping[str, str]) -> Parser:
     policy = Policy(priorities=priorities, exclusive_tiers=tiers).label
     parser = Parser(
@@ -44,6 +59,7 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
                f"script). Kinds: {', '.join(COMM_KINDS)}. Example: {prog} -n 8 --num-gpus 4 "
                f"--exclusive grad_sync=a --show-throttling --show-completion-time --no-show")
     groups = {"environment": parser.add_argument_group("environment (see docs/model.md)"),
+              "stages": parser.add_argument_group("uneven stages (see docs/model.md section 6.6)"),
               "schedule": parser.add_argument_group("schedule (see docs/model.md section 6)"),
               "dispatch": parser.add_argument_group("run-time dispatch (see docs/model.md section 12)")}
     groups["jitter"] = groups["straggler"] = noise = parser.add_argument_group(
@@ -52,7 +68,7 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
         # the parameters a workload derives default to None, so that giving one beside --model can be refused
         derived = p.name in DERIVED_KEYS
         default = f"default {p.default}" + ("; derived with --model" if derived else "")
-        groups[p.group].add_argument(*p.flag_names, dest=p.name, type=p.type, metavar=p.metavar,
+        groups[p.group].add_argument(*p.flag_names, dest=p.name, type=_flag_type(p), metavar=p.metavar,
                                      default=None if derived else p.default,
                                      help=f"{p.help}; {p.allowed} ({default})")
     groups["dispatch"].add_argument(

@@ -9,14 +9,15 @@ from .jit import compiled
 
 @compiled
 def figures(gpu: np.ndarray, comm: np.ndarray, rises: np.ndarray, falls: np.ndarray,
-            num_gpus: int, chunks: int, start: np.ndarray, end: np.ndarray, throttled: np.ndarray,
+            num_gpus: int, units: int, start: np.ndarray, end: np.ndarray, throttled: np.ndarray,
             throttled_time: np.ndarray, out: np.ndarray) -> None:
     """The per-simulation figures a sweep keeps, into ``out``: completion time, throttled time, throttled
     transfers, then per GPU its compute time, span and peak activations (``3 + 3 x num_gpus`` values).
 
-    Sums run in task order. Activations (section 7): ``rises[i]`` forward parts of task i
-    start with it, ``falls[i]`` backward or weight-gradient parts end with it; at one
-    instant falls come first; peaks are in micro-batches of a GPU's whole share.
+    Sums run in task order. Activations (section 7): ``rises[i]`` units rise when task i
+    starts (its forward part), ``falls[i]`` fall when it ends (its backward or
+    weight-gradient part); at one instant falls come first; peaks are in micro-batches
+    of a GPU's whole share, ``units`` of them.
     """
     n = len(gpu)
     completion = -np.inf
@@ -38,7 +39,10 @@ def figures(gpu: np.ndarray, comm: np.ndarray, rises: np.ndarray, falls: np.ndar
                 first[gpu[i]] = start[i]
             if end[i] > last[gpu[i]]:
                 last[gpu[i]] = end[i]
-            events += rises[i] + falls[i]
+            if rises[i] > 0:
+                events += 1
+            if falls[i] > 0:
+                events += 1
         elif throttled[i] == 1:
             throttle_count += 1
             throttle_sum += throttled_time[i]
@@ -47,12 +51,12 @@ def figures(gpu: np.ndarray, comm: np.ndarray, rises: np.ndarray, falls: np.ndar
     deltas = np.empty(events, dtype=np.int64)
     k = 0
     for i in range(n):  # falls first, so that a stable sort by time keeps them before rises at one instant
-        for _ in range(falls[i]):
-            times[k], owners[k], deltas[k] = end[i], gpu[i], -1
+        if comm[i] < 0 and falls[i] > 0:
+            times[k], owners[k], deltas[k] = end[i], gpu[i], -falls[i]
             k += 1
     for i in range(n):
-        for _ in range(rises[i]):
-            times[k], owners[k], deltas[k] = start[i], gpu[i], 1
+        if comm[i] < 0 and rises[i] > 0:
+            times[k], owners[k], deltas[k] = start[i], gpu[i], rises[i]
             k += 1
     level = np.zeros(num_gpus, dtype=np.int64)
     highest = np.zeros(num_gpus, dtype=np.int64)
@@ -63,7 +67,7 @@ def figures(gpu: np.ndarray, comm: np.ndarray, rises: np.ndarray, falls: np.ndar
             highest[h] = level[h]
     for h in range(num_gpus):
         span[h] = last[h] - first[h]
-        peak[h] = highest[h] / chunks
+        peak[h] = highest[h] / units
     out[0] = completion
     out[1] = throttle_sum
     out[2] = throttle_count

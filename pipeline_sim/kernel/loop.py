@@ -304,7 +304,7 @@ def simulate_policies(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray,
                       release_start: np.ndarray, release_task: np.ndarray, order_start: np.ndarray,
                       order_task: np.ndarray, peer_start: np.ndarray, peer_task: np.ndarray,
                       kind_class: np.ndarray, reserve: np.ndarray, falls: np.ndarray, dispatch_key: np.ndarray,
-                      rule: int, memory: int, rises: np.ndarray, chunks: int, kind_tiers: np.ndarray,
+                      rule: int, memory: int, rises: np.ndarray, units: int, kind_tiers: np.ndarray,
                       kind_priorities: np.ndarray, ingress_capacity: float) -> np.ndarray:
     """``figures`` of one simulation per policy (rows of ``kind_tiers`` and ``kind_priorities``), in one call.
 
@@ -319,5 +319,5 @@ def simulate_policies(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray,
                           0)
         status, F, I = result[0], result[1], result[2]
         if status == DONE:
-            figures(gpu, comm, rises, falls, p, chunks, F[START], F[END], I[THROTTLED], F[THROTTLED_TIME], out[row])
+            figures(gpu, comm, rises, falls, p, units, F[START], F[END], I[THROTTLED], F[THROTTLED_TIME], out[row])
     return out
