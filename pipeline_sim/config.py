@@ -44,6 +44,9 @@ STRING_KEYS = _keys(str)
 BOOLEAN_KEYS = _keys(bool)
 #: Workload keys whose values are a preset name or an object of fields, or a list of those.
 OBJECT_KEYS = ("model", "gpu")
+#: Workload keys whose value may be a list of numbers (one per stage): such a list is one value, a list of lists (or
+#: names) several.
+WORKLOAD_LIST_KEYS = ("layers_per_stage",)
 #: Keys of the grid file that are settings of the sweep, not environment parameters.
 SETTING_KEYS = ("samples",)
 MAX_RANGE_VALUES = 100_000  # values of one key, as a range or a list
@@ -108,6 +111,9 @@ def _workload_values(key: str, raw: object, base: Mapping[str, Any]) -> list:
     """The values of a workload key, each checked in the workload ``base``."""
     where = f"config key {key!r}"
     items = raw if isinstance(raw, list) else [raw]
+    if key in WORKLOAD_LIST_KEYS and isinstance(raw, list) and raw and \
+            not any(isinstance(item, (list, str)) for item in raw):  # one list of numbers is one value
+        items = [raw]
     if not items:
         raise ConfigError(f"{where}: empty list; give at least one value")
     if isinstance(raw, dict) and key not in OBJECT_KEYS:
@@ -116,7 +122,7 @@ def _workload_values(key: str, raw: object, base: Mapping[str, Any]) -> list:
     for item in items:
         if key in BOOLEAN_KEYS and not isinstance(item, bool):
             raise ConfigError(f"{where}: {item!r} is not true or false")
-        if key in STRING_KEYS and not isinstance(item, str):
+        if key in STRING_KEYS and not isinstance(item, str) and key not in WORKLOAD_LIST_KEYS:
             raise ConfigError(f"{where}: {item!r} is not a name")
         if key not in OBJECT_KEYS + BOOLEAN_KEYS + STRING_KEYS:
             item = _number(key, item, where)
@@ -127,7 +133,7 @@ def _workload_values(key: str, raw: object, base: Mapping[str, Any]) -> list:
                 raise ConfigError(f"{where}: {error}") from None
             values.append(item)
             continue
-        values.append(getattr(workload, key) if key in OBJECT_KEYS else item)
+        values.append(getattr(workload, key) if key in OBJECT_KEYS + WORKLOAD_LIST_KEYS else item)
     if len(set(values)) != len(values):
         raise ConfigError(f"{where}: values repeat; each workload must be listed once")
     return values

@@ -25,7 +25,15 @@ from .model import (
 )
 from .parameters import OPTIONAL_GROUPS, Weights
 from .parquet import ParquetUnavailable, read_frames, require_pyarrow
-from .workload import DERIVED_KEYS, WORKLOAD_KEYS, Workload, gpu_from_cell, model_from_cell, seconds_text
+from .workload import (
+    DERIVED_KEYS,
+    UNKNOWABLE_KEYS,
+    WORKLOAD_KEYS,
+    Workload,
+    gpu_from_cell,
+    model_from_cell,
+    seconds_text,
+)
 
 #: Columns every generator CSV has; later metric columns are optional for reading.
 REQUIRED_COLUMNS = ("n", "num_gpus", "policy", *(f"prio_{kind}" for kind in COMM_KINDS),
@@ -150,7 +158,7 @@ def _check_cells(path: Path, frame: pd.DataFrame) -> None:
             raise _bad_cell(path, frame, column, bad, f"must be {kind}")
         if integer and (bad := ~blank & (values % 1 != 0)).any():
             raise _bad_cell(path, frame, column, bad, "must be an integer")
-        if column not in IGNORABLE + PRIO_COLUMNS and (bad := blank).any():
+        if column not in IGNORABLE + PRIO_COLUMNS + UNKNOWABLE_KEYS and (bad := blank).any():
             raise _bad_cell(path, frame, column, bad, f"must be {kind} (only a parameter its environment ignores is "
                                                       f"empty)")
     for column in (*STRING_KEYS, *OBJECT_KEYS, "policy"):
@@ -292,11 +300,14 @@ def workload_of(rows: pd.DataFrame, at: str = "the first row") -> Workload | Non
         raise ResultsError(f"{at} has gpu = {str(cells['gpu'])!r}; must be a GPU preset's name or a custom GPU's "
                            f"fields (tflops=... memory_gb=...)") from None
     numbers = {key: (int(value) if key in INTEGER_KEYS else float(value)) for key, value in cells.items()
-               if key not in ("model", "gpu", "sequence_parallel", "recompute")}
+               if key not in ("model", "gpu", "recompute", "layers_per_stage", *BOOLEAN_KEYS) and not pd.isna(value)}
+    layers = str(cells.get("layers_per_stage", "balanced"))
     try:
-        return Workload(model=model, gpu=gpu, sequence_parallel=str(cells["sequence_parallel"]) == "True",
-                        recompute=str(cells["recompute"]), **numbers)  # type: ignore[arg-type]
-    except ParameterError as error:
+        return Workload(model=model, gpu=gpu, recompute=str(cells["recompute"]),
+                        layers_per_stage=layers if layers == "balanced" else tuple(int(x) for x in layers.split()),
+                        **{key: str(cells[key]) == "True" for key in BOOLEAN_KEYS if key in cells},
+                        **numbers)  # type: ignore[arg-type]
+    except ValueError as error:  # a ParameterError, or a layer count that is no number
         raise ResultsError(f"{at} has {error}") from None
 
 
@@ -394,6 +405,7 @@ def _slug_parts(params: EnvParams, workload: Workload | None = None) -> tuple[st
                 f"_p2p{w.p2p_bandwidth:g}_dp{w.dp_bandwidth:g}{_slugs(params, _BESIDE_WORKLOAD)}")
         if (w.dtype_bytes, w.bytes_per_param) != (2, 16.0):
             base += f"_bytes{w.dtype_bytes}_{w.bytes_per_param:g}"
+        base += "".join(f"_{text}" for text in _layout_words(w, short=True))
     else:
         base = _slugs(params, ENVIRONMENT_KEYS)[1:]
     return base, _slugs(params, SCHEDULE_KEYS), "".join(_slugs(params, _group(group)) for group in _NOISE_GROUPS)
@@ -419,13 +431,31 @@ def _sync_text(params: EnvParams) -> str:
     return f"sync {seconds_text(params.sync_base_len)} every {params.sync_freq} backwards"
 
 
+def _layout_words(w: Workload, *, short: bool) -> list[str]:
+    """What departs from a workload's default stages: given layer counts, no embedding or head on their stage, a
+    tensor-parallel bandwidth that is not the GPU's; file-name words when ``short``, else title words."""
+    words = []
+    if isinstance(w.layers_per_stage, tuple):
+        counts = PARAMETER["stage_weights"].text(w.layers_per_stage)
+        words.append(f"lps{counts.replace(',', '-')}" if short else f"layers {counts}")
+    if not w.embedding_on_first:
+        words.append("noemb" if short else "embedding spread")
+    if not w.head_on_last:
+        words.append("nohead" if short else "head spread")
+    nvlink = w.device.nvlink_bandwidth
+    if w.tensor_parallel > 1 and (nvlink is None or w.tp_bandwidth != nvlink / 2):
+        words.append(f"tp{w.tp_bandwidth:g}" if short else f"tp {w.tp_bandwidth:g} GB/s")
+    return words
+
+
 def workload_title(params: EnvParams, workload: Workload) -> str:
     """``gpt3-175b on 64 x a100-80gb (tensor 8, pipeline 8, data 1), batch 64 x 2048 tokens; ...``."""
     w = workload
     return (f"{w.label(params.num_gpus).replace('batch ?', f'batch {params.n * w.micro_batch_size * w.data_parallel}')}"
             f", micro-batch {w.micro_batch_size}, {'no' if w.recompute == 'none' else w.recompute} recompute; "
             f"p2p {w.p2p_bandwidth:g} GB/s, "
-            f"dp {w.dp_bandwidth:g} GB/s, efficiency {w.compute_efficiency:g}\n"
+            f"dp {w.dp_bandwidth:g} GB/s, efficiency {w.compute_efficiency:g}"
+            f"{''.join(', ' + text for text in _layout_words(w, short=False))}\n"
             f"fwd {seconds_text(params.fwd_len)}, bwd {seconds_text(params.bwd_len)}, "
             f"prop {seconds_text(params.prop_len)}, "
             f"{', '.join([_sync_text(params)] + titles(params, _BESIDE_SYNC))}")

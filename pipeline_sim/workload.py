@@ -80,24 +80,34 @@ MODEL_PRESETS: dict[str, ModelShape] = {shape.name: shape for shape in (
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GpuSpec:
-    """Peak dense BF16 throughput (TFLOP/s) and memory (GB, 10^9 bytes)."""
+    """Peak dense BF16 throughput (TFLOP/s), memory (GB, 10^9 bytes), memory bandwidth and NVLink bandwidth (GB/s,
+    NVLink as NVIDIA states it: both directions of all links together; None: not known)."""
 
     tflops: float
     memory_gb: float
+    memory_bandwidth: float | None = None
+    nvlink_bandwidth: float | None = None
     name: str = ""
 
     def __post_init__(self) -> None:
         Interval(0.0, low_open=True).check("gpu.tflops", self.tflops)
         Interval(0.0, low_open=True).check("gpu.memory_gb", self.memory_gb)
+        for key in ("memory_bandwidth", "nvlink_bandwidth"):
+            if getattr(self, key) is not None:
+                Interval(0.0, low_open=True).check(f"gpu.{key}", getattr(self, key))
         if not self.name:
-            object.__setattr__(self, "name", f"tflops={self.tflops:g} memory_gb={self.memory_gb:g}")
+            extra = "".join(f" {key}={getattr(self, key):g}" for key in ("memory_bandwidth", "nvlink_bandwidth")
+                            if getattr(self, key) is not None)
+            object.__setattr__(self, "name", f"tflops={self.tflops:g} memory_gb={self.memory_gb:g}{extra}")
 
 
+#: NVIDIA's figures: dense BF16 (the datasheets' sparse figure halved), HBM capacity and bandwidth, NVLink of the
+#: SXM parts (A100: 12 NVLink 3 links, H100 and H200: 18 NVLink 4 links). docs/model.md section 11 names the sources.
 GPU_PRESETS: dict[str, GpuSpec] = {gpu.name: gpu for gpu in (
-    GpuSpec(name="a100-40gb", tflops=312.0, memory_gb=40.0),
-    GpuSpec(name="a100-80gb", tflops=312.0, memory_gb=80.0),
-    GpuSpec(name="h100-80gb", tflops=989.0, memory_gb=80.0),
-    GpuSpec(name="h200-141gb", tflops=989.0, memory_gb=141.0),
+    GpuSpec(name="a100-40gb", tflops=312.0, memory_gb=40.0, memory_bandwidth=1555.0, nvlink_bandwidth=600.0),
+    GpuSpec(name="a100-80gb", tflops=312.0, memory_gb=80.0, memory_bandwidth=2039.0, nvlink_bandwidth=600.0),
+    GpuSpec(name="h100-80gb", tflops=989.0, memory_gb=80.0, memory_bandwidth=3350.0, nvlink_bandwidth=900.0),
+    GpuSpec(name="h200-141gb", tflops=989.0, memory_gb=141.0, memory_bandwidth=4800.0, nvlink_bandwidth=900.0),
 )}
 
 
@@ -152,6 +162,10 @@ class Workload:
     bytes_per_param: float = 16.0
     p2p_bandwidth: float = 50.0
     dp_bandwidth: float = 50.0
+    layers_per_stage: str | tuple[int, ...] = "balanced"
+    embedding_on_first: bool = True
+    head_on_last: bool = True
+    tp_bandwidth: float | None = None
 
     def __post_init__(self) -> None:
         model = _preset("model", self.model, MODEL_PRESETS, ModelShape)
@@ -182,6 +196,31 @@ class Workload:
         Interval(0.0).check("bytes_per_param", self.bytes_per_param)
         Interval(0.0, low_open=True).check("p2p_bandwidth", self.p2p_bandwidth)
         Interval(0.0, low_open=True).check("dp_bandwidth", self.dp_bandwidth)
+        for key in ("embedding_on_first", "head_on_last"):
+            if not isinstance(getattr(self, key), bool):
+                raise ParameterError(key, getattr(self, key), "must be true or false")
+        layers = self.layers_per_stage
+        if isinstance(layers, str):
+            if layers != "balanced":
+                raise ParameterError("layers_per_stage", layers, "must be balanced or a list of layer counts, one "
+                                                                 "per stage")
+        else:
+            if not isinstance(layers, (list, tuple)) or not layers or \
+                    any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in layers):
+                raise ParameterError("layers_per_stage", layers, "must be balanced or a list of layer counts >= 1, "
+                                                                 "one per stage")
+            if sum(layers) != model.layers:
+                raise ParameterError("layers_per_stage", layers, f"must add up to the {model.layers} layers of "
+                                                                 f"{model.name}, not {sum(layers)}")
+            object.__setattr__(self, "layers_per_stage", tuple(layers))
+        if self.tp_bandwidth is None and self.device.nvlink_bandwidth is not None:
+            # a ring all-reduce sends each byte one way round the ring: one direction of NVLink, half its figure
+            object.__setattr__(self, "tp_bandwidth", self.device.nvlink_bandwidth / 2)
+        if self.tp_bandwidth is None and t > 1:
+            raise ParameterError("tp_bandwidth", None, f"is needed with tensor_parallel = {t}: the gpu has no "
+                                                       f"nvlink_bandwidth")
+        if self.tp_bandwidth is not None:
+            Interval(0.0, low_open=True).check("tp_bandwidth", self.tp_bandwidth)
 
     @property
     def shape(self) -> ModelShape:
@@ -202,9 +241,13 @@ class Workload:
         return self.global_batch_size // (self.micro_batch_size * self.data_parallel)
 
     def cells(self) -> dict[str, object]:
-        """The workload's columns of a CSV row (a preset by name, a custom model or GPU by its fields)."""
-        return {key: (value.name if isinstance(value, (ModelShape, GpuSpec)) else value)
-                for key, value in ((f.name, getattr(self, f.name)) for f in fields(self))}
+        """The workload's columns of a CSV row (a preset by name, a custom model or GPU by its fields, a list of
+        layer counts separated by spaces)."""
+        def cell(value: object) -> object:
+            if isinstance(value, (ModelShape, GpuSpec)):
+                return value.name
+            return " ".join(map(str, value)) if isinstance(value, tuple) else value
+        return {f.name: cell(getattr(self, f.name)) for f in fields(self)}
 
     def label(self, num_gpus: int) -> str:
         """``gpt3-175b on 64 x a100-80gb (tensor 8, pipeline 8, data 1), batch 64 x 2048 tokens``."""
@@ -215,6 +258,9 @@ class Workload:
 
 
 WORKLOAD_KEYS = tuple(f.name for f in fields(Workload))
+#: Workload keys that stay empty when nothing gives them and nothing needs them (a custom GPU without NVLink, no
+#: tensor parallelism).
+UNKNOWABLE_KEYS = ("tp_bandwidth",)
 
 
 def model_from_cell(text: str) -> ModelShape:
@@ -232,7 +278,10 @@ def gpu_from_cell(text: str) -> GpuSpec:
     if text in GPU_PRESETS:
         return GPU_PRESETS[text]
     values = dict(word.split("=", 1) for word in text.split())
-    return GpuSpec(tflops=float(values["tflops"]), memory_gb=float(values["memory_gb"]))
+    def known(key: str) -> float | None:
+        return float(values[key]) if key in values else None
+    return GpuSpec(tflops=float(values["tflops"]), memory_gb=float(values["memory_gb"]),
+                   memory_bandwidth=known("memory_bandwidth"), nvlink_bandwidth=known("nvlink_bandwidth"))
 
 
 def seconds_text(seconds: float) -> str:
@@ -293,18 +342,64 @@ def activation_bytes_per_layer(workload: Workload) -> float:
     return sbh * per_token * workload.dtype_bytes / 2.0
 
 
+def stage_layers(workload: Workload, stages: int) -> tuple[int, ...]:
+    """Transformer layers of each stage: ``layers_per_stage``, or ``balanced``: as even as whole layers allow, the
+    extra layers on the stages after the first (which holds the embedding), in order."""
+    layers = workload.layers_per_stage
+    total = workload.shape.layers
+    if isinstance(layers, tuple):
+        if len(layers) != stages:
+            raise ParameterError("layers_per_stage", list(layers), f"must give one count per stage: {stages} here")
+        return layers
+    if total < stages:
+        raise ParameterError("layers_per_stage", layers, f"cannot give each of {stages} stages a layer of the "
+                                                         f"{total} of {workload.shape.name}")
+    base, extra = divmod(total, stages)
+    return tuple(base + (1 if 1 <= s <= extra else 0) for s in range(stages))
+
+
 def gpu_params(workload: Workload, num_gpus: int, schedule: str = "1f1b", chunks: int = 2) -> list[float]:
-    """Parameters held by each GPU (per tensor-parallel rank): its layers, and the embeddings of the first
-    and last stage wherever the schedule places them. Layers are spread evenly over the stages."""
+    """Parameters held by each GPU (per tensor-parallel rank): the layers of its stages, and the embeddings of the
+    first and last stage wherever the schedule places them."""
     shape, t = workload.shape, workload.tensor_parallel
     spec = get_schedule(schedule)
     v = spec.v(chunks)
     stages = num_gpus * v
-    held = [shape.layers / num_gpus * layer_params(shape) / t] * num_gpus
+    layers = stage_layers(workload, stages)
+    if workload.layers_per_stage == "balanced" and shape.layers % stages == 0:
+        held = [shape.layers / num_gpus * layer_params(shape) / t] * num_gpus  # the even split, as it always was
+    else:
+        held = [0.0] * num_gpus
+        for stage, count in enumerate(layers):
+            held[spec.placement(stage, num_gpus, v)] += count * layer_params(shape) / t
     embedding = shape.vocab * shape.hidden / t
     for stage in (0, stages - 1):
         held[spec.placement(stage, num_gpus, v)] += embedding
     return held
+
+
+def embedding_forward_seconds(workload: Workload) -> float:
+    """The input embedding's forward for one micro-batch: a lookup with no FLOPs, bound by memory (its s b h rows read
+    and written once, at the GPU's memory bandwidth; 0 when that is not known), and under tensor parallelism one
+    all-reduce of its output (Megatron-LM's vocabulary-parallel embedding), half a layer's."""
+    assert workload.seq_len is not None
+    values = workload.seq_len * workload.micro_batch_size * workload.shape.hidden
+    bandwidth = workload.device.memory_bandwidth
+    lookup = 2.0 * values * workload.dtype_bytes / (bandwidth * 1e9) if bandwidth else 0.0
+    return lookup + tp_forward_seconds(workload) / 2.0
+
+
+def tp_forward_seconds(workload: Workload) -> float:
+    """Tensor-parallel communication of one layer's forward for one micro-batch: two all-reduces (attention and
+    MLP outputs; with sequence parallelism a reduce-scatter and an all-gather each, the same bytes) of s b h values,
+    a ring moving 2 (t - 1) / t of them (Narayanan et al. 2021, section 3.2: 8 b s h (t - 1) / t per layer, forward
+    and backward). The backward sends as much again."""
+    t = workload.tensor_parallel
+    if t == 1:
+        return 0.0
+    assert workload.seq_len is not None and workload.tp_bandwidth is not None
+    values = workload.seq_len * workload.micro_batch_size * workload.shape.hidden
+    return 4.0 * values * (t - 1) / t * workload.dtype_bytes / (workload.tp_bandwidth * 1e9)
 
 
 def derived_parameters(workload: Workload, *, num_gpus: int, schedule: str = "1f1b", chunks: int = 2,
@@ -314,19 +409,42 @@ def derived_parameters(workload: Workload, *, num_gpus: int, schedule: str = "1f
                          workload.data_parallel)
     assert s is not None
     speed = workload.device.tflops * 1e12 * workload.compute_efficiency
-    # the logits are spread evenly over the stages, so that every GPU's share is the same
-    stage_flops = (shape.layers * layer_forward_flops(shape, s) + logits_forward_flops(shape, s)) / num_gpus
-    fwd = stage_flops * b / t / speed
-    bwd = 2.0 * fwd + (fwd if workload.recompute == "full" else 0.0)
+    v = get_schedule(schedule).v(chunks)
+    stages = num_gpus * v
+    layers = stage_layers(workload, stages)
+    layer = layer_forward_flops(shape, s) * b / t / speed
+    logits = logits_forward_flops(shape, s) * b / t / speed
+    comm = tp_forward_seconds(workload)
+    embedding = embedding_forward_seconds(workload)
+    # Each stage's forward: its layers, each with its tensor-parallel all-reduces, the input embedding on the first
+    # stage and the output layer on the last; without embedding_on_first or head_on_last that work is spread evenly,
+    # as the model did before stages were uneven.
+    ends = [(embedding if workload.embedding_on_first and stage == 0 else 0.0) +
+            (logits if workload.head_on_last and stage == stages - 1 else 0.0) for stage in range(stages)]
+    spread = (0.0 if workload.embedding_on_first else embedding) + (0.0 if workload.head_on_last else logits)
+    stage_forward = [count * (layer + comm) + extra + spread / stages for count, extra in zip(layers, ends)]
+    if len(set(stage_forward)) == 1 and embedding == 0.0:  # equal stages: a GPU's share as always computed
+        fwd = (shape.layers * layer_forward_flops(shape, s) + logits_forward_flops(shape, s)) / num_gpus * b / t \
+            / speed + shape.layers / num_gpus * comm
+        weights: tuple[float, ...] = ()
+    else:
+        fwd = math.fsum(stage_forward) / num_gpus
+        weights = tuple(forward * v / fwd for forward in stage_forward)
+    # a layer's backward is twice its forward's FLOPs with the same all-reduces, plus the forward again (and its
+    # all-reduces) under full recomputation; the ratio of a layer holds for the whole stage
+    recompute = workload.recompute == "full"
+    ratio = ((2.0 + recompute) * layer + (1.0 + recompute) * comm) / (layer + comm)
+    bwd = 2.0 * fwd + (fwd if recompute else 0.0) if comm == 0.0 else ratio * fwd
     message = s * b * shape.hidden * workload.dtype_bytes / (t if workload.sequence_parallel else 1)
     params = max(gpu_params(workload, num_gpus, schedule, chunks))
     sync = 2.0 * (d - 1) / d * params * workload.dtype_bytes / (workload.dp_bandwidth * 1e9)
     return {"n": workload.micro_batches(n), "fwd_len": fwd, "bwd_len": bwd,
-            "prop_len": message / (workload.p2p_bandwidth * 1e9), "sync_base_len": sync, "w_fraction": 0.5}
+            "prop_len": message / (workload.p2p_bandwidth * 1e9), "sync_base_len": sync, "w_fraction": 0.5,
+            "stage_weights": weights}
 
 
 #: The environment parameters a workload sets; ``sync_freq`` defaults to ``n`` unless given.
-DERIVED_KEYS = ("n", "fwd_len", "bwd_len", "prop_len", "sync_base_len", "w_fraction", "sync_freq")
+DERIVED_KEYS = ("n", "fwd_len", "bwd_len", "prop_len", "sync_base_len", "w_fraction", "stage_weights", "sync_freq")
 
 
 def workload_environment(workload: Workload, **env: Any) -> EnvParams:

@@ -76,7 +76,8 @@ DERIVE = ModelShape(layers=4, hidden=8, heads=2, kv_heads=2, ffn_hidden=32, voca
 def tiny_workload(**kwargs):
     # 1,000 FLOP/s peak at efficiency 0.5; 100 bytes/s links
     values = dict(model=DERIVE, gpu={"tflops": 1e-9, "memory_gb": 3.5e-5}, compute_efficiency=0.5, data_parallel=2,
-                  micro_batch_size=2, global_batch_size=8, p2p_bandwidth=1e-7, dp_bandwidth=1e-7)
+                  micro_batch_size=2, global_batch_size=8, p2p_bandwidth=1e-7, dp_bandwidth=1e-7,
+                  embedding_on_first=False, head_on_last=False)  # the even stages of section 11 before 6.6
     return Workload(**(values | kwargs))
 
 
@@ -242,7 +243,72 @@ def test_the_visualizer_reports_a_workload_in_seconds(tmp_path):
     lines = result.stdout.splitlines()
     assert "completion time" in lines[0] and " s (ideal" in lines[0]
     assert lines[1].strip() == "gpt3-175b on 64 x a100-80gb (tensor 8, pipeline 8, data 1), batch 16 x 2048 tokens"
-    assert lines[2].strip().startswith("derived times: fwd 73.6 ms, bwd 147 ms, prop 126 us, sync 0 s")
+    # 73.6 ms of FLOPs per GPU's forward, and 12 layers x 2 all-reduces of s h = 2048 x 12288 values, 2 bytes,
+    # 2 x 7/8 of them over 300 GB/s (one direction of the A100's 600 GB/s NVLink): 12 x 0.587 ms = 7.05 ms
+    assert lines[2].strip().startswith("derived times: fwd 80.7 ms, bwd 154 ms, prop 126 us, sync 0 s")
     assert "MFU" in lines[3] and lines[4].strip().endswith("fits")
     from conftest import assert_png_drawn
     assert_png_drawn(tmp_path / "g.png", min_width=1000, min_height=500)
+
+
+def test_uneven_stages_of_a_tiny_workload_by_hand():
+    # a layer's forward: 6656 FLOPs x micro-batch 2 at 500 FLOP/s = 26.624 s; the logits 1024 x 2 / 500 = 4.096 s
+    workload = tiny_workload(embedding_on_first=True, head_on_last=True)
+    params = workload_environment(workload, num_gpus=2)
+    stages = [2 * 26.624, 2 * 26.624 + 4.096]  # the embedding is a lookup: no FLOPs, and this GPU states no bandwidth
+    assert params.fwd_len == pytest.approx(sum(stages) / 2)
+    assert params.stage_weights == pytest.approx([stage / params.fwd_len for stage in stages])
+    assert params.bwd_len == pytest.approx(2 * params.fwd_len)
+    # the lookup reads and writes s b h = 64 values of 2 bytes at 100 B/s
+    gpu = {"tflops": 1e-9, "memory_gb": 3.5e-5, "memory_bandwidth": 1e-7}
+    params = workload_environment(tiny_workload(gpu=gpu, embedding_on_first=True, head_on_last=True),
+                                  num_gpus=2)
+    assert params.fwd_len * params.stage_weights[0] == pytest.approx(2 * 26.624 + 2.56)
+    # layers given per stage: one on the first, three on the last (the logits spread: 2.048 each); parameters
+    # follow them
+    uneven = tiny_workload(layers_per_stage=[1, 3])
+    params = workload_environment(uneven, num_gpus=2)
+    assert [params.fwd_len * w for w in params.stage_weights] == pytest.approx([28.672, 3 * 26.624 + 2.048])
+    assert gpu_params(uneven, 2) == [784 + 128, 3 * 784 + 128]
+    # with embedding and head spread and even layers, every stage is equal: no weights, the model as before
+    assert workload_environment(tiny_workload(), num_gpus=2).stage_weights == ()
+
+
+def test_tensor_parallel_all_reduces_by_hand():
+    # t = 2 halves the FLOPs per GPU: a layer 13.312 s, the logits 2.048 s. Per layer forward two all-reduces of
+    # s b h = 64 values, 2 bytes, a ring moving 2 (t - 1)/t of them, at 100 B/s: 4 x 64 x 1/2 x 2 / 100 = 2.56 s
+    workload = tiny_workload(tensor_parallel=2, tp_bandwidth=1e-7, embedding_on_first=True, head_on_last=True)
+    params = workload_environment(workload, num_gpus=2)
+    stages = [2 * (13.312 + 2.56) + 1.28, 2 * (13.312 + 2.56) + 2.048]  # the embedding: one all-reduce
+    assert [params.fwd_len * w for w in params.stage_weights] == pytest.approx(stages)
+    # a layer's backward: twice its FLOPs and the same all-reduces
+    assert params.bwd_len / params.fwd_len == pytest.approx((2 * 13.312 + 2.56) / (13.312 + 2.56))
+    # by default half the GPU's NVLink: one direction of it
+    assert Workload(model=DERIVE, gpu="h100-80gb", tensor_parallel=2).tp_bandwidth == 450.0
+    assert Workload(model=DERIVE, gpu="a100-80gb").tp_bandwidth == 300.0
+
+
+@pytest.mark.parametrize("kwargs, fragment", [
+    (dict(layers_per_stage=[1, 2]), "must add up to the 4 layers"),
+    (dict(layers_per_stage=[0, 4]), "layer counts >= 1"),
+    (dict(layers_per_stage="even"), "must be balanced or a list"),
+    (dict(tensor_parallel=2, gpu={"tflops": 1, "memory_gb": 1}), "tp_bandwidth = None: is needed"),
+    (dict(head_on_last="yes"), "head_on_last = 'yes': must be true or false"),
+])
+def test_bad_stage_layouts(kwargs, fragment):
+    with pytest.raises(ParameterError, match=fragment.replace("(", r"\(")):
+        Workload(**({"model": DERIVE} | kwargs))
+
+
+def test_layers_per_stage_must_fit_the_stages():
+    with pytest.raises(ParameterError, match="must give one count per stage: 4 here"):
+        workload_environment(Workload(model=DERIVE, layers_per_stage=[1, 3], global_batch_size=4), num_gpus=2,
+                             schedule="zb-v")
+    # a list of counts is one value, a list of lists (or names) several
+    grid = EnvironmentGrid.from_mapping({"model": "llama3-8b", "num_gpus": 2, "global_batch_size": 4,
+                                         "layers_per_stage": [[15, 17], "balanced"], "head_on_last": [True, False]})
+    weights = [params.stage_weights for params in grid]
+    assert weights[0][0] < 1 < weights[0][1] and weights[1][0] < 1 < weights[1][1]
+    assert weights[3] == pytest.approx((1, 1), abs=1e-3)  # the embedding alone: a lookup of s h values
+    assert len(list(EnvironmentGrid.from_mapping({"model": "llama3-8b", "num_gpus": 2, "global_batch_size": 4,
+                                                  "layers_per_stage": [15, 17]}))) == 1

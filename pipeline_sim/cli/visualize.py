@@ -102,6 +102,15 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
         work.add_argument("--" + key.replace("_", "-"), type=kind, default=None, help=text)
     work.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=None,
                       help="sequence parallelism (default: on when --tensor-parallel > 1)")
+    work.add_argument("--tp-bandwidth", type=float, default=None, metavar="GB/S",
+                      help="tensor-parallel all-reduce bandwidth per GPU (default: half the GPU's NVLink figure, "
+                           "one direction)")
+    work.add_argument("--layers-per-stage", default=None, metavar="balanced|N,N,...",
+                      help="transformer layers of each stage, chunks included (default balanced)")
+    for key, text in (("embedding_on_first", "the input embedding's work on the first stage"),
+                      ("head_on_last", "the output layer and loss on the last stage")):
+        work.add_argument("--" + key.replace("_", "-"), action=argparse.BooleanOptionalAction, default=None,
+                          help=f"{text} (default on; off: spread evenly over the stages)")
     work.add_argument("--recompute", default=None, choices=RECOMPUTE_MODES,
                       help="activation recomputation (default none)")
     pol = parser.add_argument_group("communication policy")
@@ -142,6 +151,12 @@ def _environment(args) -> tuple[EnvParams, Workload | None]:
                 keys[key] = json.loads(keys[key])
             except json.JSONDecodeError as error:
                 raise ParameterError(key, keys[key], f"is not a JSON object ({error.msg})") from None
+    if keys.get("layers_per_stage", "balanced") != "balanced":
+        try:
+            keys["layers_per_stage"] = tuple(int(word) for word in keys["layers_per_stage"].replace(",", " ").split())
+        except ValueError:
+            raise ParameterError("layers_per_stage", keys["layers_per_stage"], "must be balanced or whole numbers "
+                                                                               "separated by commas") from None
     workload = Workload(**keys)
     return workload_environment(workload, **env), workload
 
