@@ -458,7 +458,9 @@ def workload_environment(workload: Workload, **env: Any) -> EnvParams:
             raise ParameterError(key, env[key], "is derived from the workload; leave it out")
     if "n" in env and workload.global_batch_size is not None:
         raise ParameterError("n", env["n"], "is derived from global_batch_size; give one of them")
-    base = EnvParams(**{key: value for key, value in env.items() if key != "n"})  # checks num_gpus, schedule...
+    # checks num_gpus, schedule...; with the workload's own n, which a schedule's requirement on n judges
+    base = EnvParams(**{key: value for key, value in env.items() if key != "n"},
+                     n=workload.micro_batches(env.get("n", EnvParams().n)))
     derived = derived_parameters(workload, num_gpus=base.num_gpus, schedule=base.schedule, chunks=base.chunks,
                                  n=env.get("n", EnvParams().n))
     sync_freq = env.get("sync_freq", derived["n"])

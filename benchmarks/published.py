@@ -1,0 +1,141 @@
+"""The model against published measurements: the table of docs/model.md section 13, computed again.
+
+    python benchmarks/published.py            # both comparisons, as a Markdown table (about half a minute)
+
+Megatron-LM's weak-scaling table (Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU
+Clusters Using Megatron-LM", table 1: A100 80 GB, interleaved 1F1B, full recomputation, per-GPU TFLOP/s by their
+equation 3) is simulated as a workload with one ``compute_efficiency``, calibrated on the 76.1B row. The zero-bubble
+paper's throughputs (Qi et al. 2024, "Zero Bubble Pipeline Parallelism", table 4: ZB-1p and 1F1B, samples per GPU
+per second) are compared as the ratio ZB-1p / 1F1B against our ZB-H1 / 1F1B on their own profiled times (their
+table 6: T_F, T_B, T_W, T_comm in ms per stage and micro-batch); ZB-1p is the searched schedule with 1F1B's memory,
+whose bubble their table 5 computes equal to ZB-H1's.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import NamedTuple
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pipeline_sim.engine import simulate  # noqa: E402
+from pipeline_sim.model import DEFAULT_POLICY, EnvParams  # noqa: E402
+from pipeline_sim.workload import Workload, workload_environment  # noqa: E402
+
+
+class MegatronRow(NamedTuple):
+    """One row of Narayanan et al. 2021, table 1 (sequence 2048, vocabulary 51,200, micro-batch size not stated)."""
+
+    billions: float
+    heads: int
+    hidden: int
+    layers: int
+    tensor: int
+    pipeline: int
+    gpus: int
+    batch: int
+    tflops: float  # achieved per GPU, by their equation 3 (recomputation's extra forward counted)
+
+
+MEGATRON = (
+    MegatronRow(1.7, 24, 2304, 24, 1, 1, 32, 512, 137), MegatronRow(3.6, 32, 3072, 30, 2, 1, 64, 512, 138),
+    MegatronRow(7.5, 32, 4096, 36, 4, 1, 128, 512, 142), MegatronRow(18.4, 48, 6144, 40, 8, 1, 256, 1024, 135),
+    MegatronRow(39.1, 64, 8192, 48, 8, 2, 512, 1536, 138), MegatronRow(76.1, 80, 10240, 60, 8, 4, 1024, 1792, 140),
+    MegatronRow(145.6, 96, 12288, 80, 8, 8, 1536, 2304, 148),
+    MegatronRow(310.1, 128, 16384, 96, 8, 16, 1920, 2160, 155),
+    MegatronRow(529.6, 128, 20480, 105, 8, 35, 2520, 2520, 163),
+    MegatronRow(1008.0, 160, 25600, 128, 8, 64, 3072, 3072, 163),
+)
+#: The row one compute_efficiency is calibrated on, and what that gives (bisection on it, to 4 digits).
+CALIBRATION_ROW = 5
+EFFICIENCY = 0.5058
+
+
+def megatron_environment(row: MegatronRow, efficiency: float) -> EnvParams:
+    """A row as a workload: micro-batch 1 (the paper's other runs use 1), interleaving with two chunks per GPU, or
+    one layer a chunk when a GPU's layers are odd; data parallel the rest of the GPUs; 8 x 200 Gb/s InfiniBand per
+    8-GPU node: 25 GB/s per GPU for pipeline and data-parallel traffic; the scatter/gather of messages (bsh/t) as
+    sequence parallelism does it."""
+    data = row.gpus // (row.tensor * row.pipeline)
+    workload = Workload(model={"layers": row.layers, "hidden": row.hidden, "heads": row.heads,
+                               "ffn_hidden": 4 * row.hidden, "vocab": 51200, "seq_len": 2048},
+                        gpu="a100-80gb", compute_efficiency=efficiency, tensor_parallel=row.tensor,
+                        data_parallel=data, micro_batch_size=1, global_batch_size=row.batch, sequence_parallel=True,
+                        recompute="full", p2p_bandwidth=25.0, dp_bandwidth=25.0)
+    per_gpu = row.layers // row.pipeline
+    chunks = 2 if per_gpu % 2 == 0 else per_gpu
+    if row.pipeline == 1 or chunks == 1:
+        return workload_environment(workload, num_gpus=row.pipeline)
+    return workload_environment(workload, num_gpus=row.pipeline, schedule="interleaved-1f1b", chunks=chunks)
+
+
+def megatron_tflops(row: MegatronRow, efficiency: float = EFFICIENCY) -> float:
+    """Our per-GPU TFLOP/s of a row, counted as the paper counts (its equation 3: 96 B s l h^2 (1 + s/6h + V/16lh))."""
+    params = megatron_environment(row, efficiency)
+    time = simulate(params, DEFAULT_POLICY).completion_time
+    s, h, l, vocab = 2048, row.hidden, row.layers, 51200
+    flops = 96 * row.batch * s * l * h * h * (1 + s / (6 * h) + vocab / (16 * l * h))
+    return flops / time / row.gpus / 1e12
+
+
+class ZeroBubbleRow(NamedTuple):
+    """Qi et al. 2024: table 6's profiled times (ms) and table 4's throughput (samples per GPU per second)."""
+
+    model: str
+    pipeline: int
+    micro_batches: int
+    t_f: float
+    t_b: float
+    t_w: float
+    t_comm: float
+    zb_1p: float
+    one_f_one_b: float
+
+
+ZERO_BUBBLE = (
+    ZeroBubbleRow("1.5B", 8, 24, 18.522, 18.086, 9.337, 0.601, 12.9, 11.8),
+    ZeroBubbleRow("1.5B", 8, 32, 18.513, 18.086, 9.331, 0.626, 13.4, 12.5),
+    ZeroBubbleRow("1.5B", 8, 64, 18.546, 18.097, 9.321, 0.762, 14.2, 13.6),
+    ZeroBubbleRow("6.2B", 8, 24, 29.718, 29.444, 19.927, 0.527, 3.88, 3.50),
+    ZeroBubbleRow("6.2B", 8, 32, 29.802, 29.428, 19.530, 0.577, 4.00, 3.70),
+    ZeroBubbleRow("6.2B", 8, 64, 29.935, 29.621, 19.388, 0.535, 4.20, 4.03),
+    ZeroBubbleRow("14.6B", 16, 48, 11.347, 11.248, 8.132, 0.377, 1.61, 1.40),
+    ZeroBubbleRow("14.6B", 16, 64, 11.307, 11.254, 8.101, 0.379, 1.67, 1.49),
+    ZeroBubbleRow("14.6B", 16, 128, 11.325, 11.308, 8.109, 0.378, 1.76, 1.64),
+    ZeroBubbleRow("28.3B", 32, 96, 10.419, 10.207, 7.715, 0.408, 0.87, 0.76),
+    ZeroBubbleRow("28.3B", 32, 128, 10.408, 10.204, 7.703, 0.408, 0.90, 0.80),
+    ZeroBubbleRow("28.3B", 32, 256, 10.402, 10.248, 7.698, 0.460, 0.96, 0.88),
+)
+
+
+def zero_bubble_ratio(row: ZeroBubbleRow) -> float:
+    """Our ZB-H1 throughput over 1F1B's, on the row's profiled times: one pipeline (no data parallelism, no
+    gradient sync), a backward of T_B + T_W split at T_W, messages of T_comm, stages equal (the paper gives the
+    first and last one layer fewer to make up for the embedding and the loss)."""
+    common = dict(n=row.micro_batches, num_gpus=row.pipeline, fwd_len=row.t_f, bwd_len=row.t_b + row.t_w,
+                  w_fraction=row.t_w / (row.t_b + row.t_w), prop_len=row.t_comm, sync_base_len=0.0)
+    one_f_one_b = simulate(EnvParams(**common), DEFAULT_POLICY).completion_time
+    zb_h1 = simulate(EnvParams(**common, schedule="zb-h1"), DEFAULT_POLICY).completion_time
+    return one_f_one_b / zb_h1
+
+
+def main() -> int:
+    lines = ["| setting | published | ours | error |", "|---|---:|---:|---:|"]
+    for i, row in enumerate(MEGATRON):
+        ours = megatron_tflops(row)
+        mark = " (calibration)" if i == CALIBRATION_ROW else ""
+        lines.append(f"| Megatron-LM {row.billions:g}B, t {row.tensor} p {row.pipeline} on {row.gpus:,} A100, batch "
+                     f"{row.batch}{mark}: TFLOP/s per GPU | {row.tflops:g} | {ours:.1f} | "
+                     f"{100 * (ours / row.tflops - 1):+.1f}% |")
+    for zb in ZERO_BUBBLE:
+        published = zb.zb_1p / zb.one_f_one_b
+        ours = zero_bubble_ratio(zb)
+        lines.append(f"| zero bubble {zb.model}, p {zb.pipeline}, m {zb.micro_batches}: ZB-1p / 1F1B (ours ZB-H1 / "
+                     f"1F1B) | {published:.3f} | {ours:.3f} | {100 * (ours - published):+.1f} points |")
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
