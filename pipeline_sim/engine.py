@@ -275,8 +275,8 @@ def simulate(params: EnvParams, policy: Policy, sample: int = 0,
         memory = memory_in_force(params, order_peak(graph, graph.orders))
     room = 4 * len(lengths) + 64
     while True:
-        status, F, I, segment_count, seg_task, seg_times, P = kernel.simulate(
-            *arguments, tiers[0], priorities[0], params.ingress_capacity, room)
+        status, F, I, segment_count, seg_task, seg_times, P, _, _ = kernel.simulate(
+            *arguments, tiers[0], priorities[0], params.ingress_capacity, room, None, 0.0)
         if segment_count <= room:
             break
         room = segment_count  # the same run again, with room for every segment

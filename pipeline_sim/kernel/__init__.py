@@ -29,14 +29,17 @@ GPU other than through ``grad_sync`` traffic, and the receiving side of ``grad_s
 from .allocation import layered_rates
 from .bound import lower_bound, path_times
 from .figures import figures
-from .loop import simulate, simulate_policies
+from .loop import begin, decision, prepare, simulate, simulate_policies
+from .next_task import choices
 from .state import (
     BUSY,
     DONE,
     END,
+    EXTERNAL,
     NEXT,
     RANK,
     READY,
+    RUNNING,
     SHARED_LAYER,
     START,
     STUCK,
@@ -45,6 +48,6 @@ from .state import (
     ZERO_LAYER,
 )
 
-__all__ = ["BUSY", "DONE", "END", "NEXT", "RANK", "READY", "SHARED_LAYER", "START", "STUCK", "THROTTLED",
-           "THROTTLED_TIME", "ZERO_LAYER", "figures", "layered_rates", "lower_bound", "path_times", "simulate",
-           "simulate_policies"]
+__all__ = ["BUSY", "DONE", "END", "EXTERNAL", "NEXT", "RANK", "READY", "RUNNING", "SHARED_LAYER", "START", "STUCK",
+           "THROTTLED", "THROTTLED_TIME", "ZERO_LAYER", "begin", "choices", "decision", "figures", "layered_rates",
+           "lower_bound", "path_times", "prepare", "simulate", "simulate_policies"]

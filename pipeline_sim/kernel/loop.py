@@ -17,7 +17,7 @@ from .allocation import (
 from .events import heap_pop, mark, push, set_rate
 from .figures import figures
 from .jit import compiled, inner
-from .next_task import dispatch, take_next
+from .next_task import dispatch, next_decider, take_next, wake
 from .state import (
     BUSY,
     COMM,
@@ -33,6 +33,7 @@ from .state import (
     DONE_COUNT,
     END,
     END_TOLERANCE,
+    EXTERNAL,
     FALLS,
     GPU,
     GPU_INTS,
@@ -53,6 +54,7 @@ from .state import (
     RELEASE,
     REMAINING,
     RESERVE,
+    RUNNING,
     SEGMENTS,
     STACK,
     STAGE,
@@ -66,6 +68,7 @@ from .state import (
     THROTTLED_TIME,
     TIER,
     TRY_START,
+    WAITED,
     WAITING,
 )
 
@@ -195,27 +198,14 @@ def _finish(i: int, now: float, F: np.ndarray, I: np.ndarray, P: np.ndarray, Q: 
 
 
 @compiled
-def simulate(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.ndarray, stage: np.ndarray,
-             index: np.ndarray, impact: np.ndarray, needs_count: np.ndarray, release_start: np.ndarray,
-             release_task: np.ndarray, order_start: np.ndarray, order_task: np.ndarray, peer_start: np.ndarray,
-             peer_task: np.ndarray, kind_class: np.ndarray, reserve: np.ndarray, falls: np.ndarray,
-             dispatch_key: np.ndarray, rule: int, memory: int, kind_tier: np.ndarray, kind_priority: np.ndarray,
-             ingress_capacity: float, segment_room: int) -> tuple:
-    """Simulate one iteration of the task graph given as arrays under one policy.
-
-    ``kind_tier[k]`` is the exclusive tier rank (0 = 'a') of transfer kind ``k`` in
-    ``COMM_KINDS`` order, -1 for shared; ``kind_priority[k]`` its shared priority.
-    ``rule`` is ``STATIC`` (each GPU runs ``order_task`` in order) or a dispatcher, which
-    chooses by ``dispatch_key``, then ``kind_class``, micro-batch and stage, within
-    ``memory`` (1/v units; ``reserve`` and ``falls``: the room a task takes and gives back).
-    Returns ``(status, F, I, segments, segment_task, segment_times, P)``: ``status`` is
-    ``DONE`` or ``STUCK``; the rows ``READY``, ``START``, ``END`` and ``THROTTLED_TIME`` of
-    ``F`` and ``THROTTLED`` and ``RANK`` (its place in its GPU's run) of ``I`` are every task's
-    record; ``segments`` counts the stretches at a constant positive rate, of which the first ``segment_room`` are kept:
-    task, then ``(t0, t1, rate)`` rows. ``P`` holds each GPU's next compute and busy task.
-    """
+def prepare(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.ndarray, stage: np.ndarray,
+            index: np.ndarray, impact: np.ndarray, needs_count: np.ndarray, kind_class: np.ndarray,
+            reserve: np.ndarray, falls: np.ndarray, dispatch_key: np.ndarray, num_gpus: int, kind_tier: np.ndarray,
+            kind_priority: np.ndarray, segment_room: int) -> tuple:
+    """The state of an iteration at time 0, before anything starts: the arrays ``F, I, P, PF, Q, A, AF, C, HT, HI,
+    SI, SF, K, ending`` that ``advance`` and the decisions carry from event to event."""
     n = len(length)
-    p = len(order_start) - 1
+    p = num_gpus
     F = np.zeros((TASK_FLOATS, n))
     F[LENGTH] = length
     F[IMPACT] = impact
@@ -255,16 +245,63 @@ def simulate(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np
     SI = np.empty(segment_room, dtype=np.int64)
     SF = np.empty((3, segment_room))
     K = np.empty((3, 2 * n + 2 * p + 8), dtype=np.int64)
-
-    now = 0.0
-    for s in range(p):
-        push(K, C, TRY_START, s)
-        _settle(now, rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
-    if rule != STATIC:
-        _decide(now, rule, memory, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
     ending = np.empty(n, dtype=np.int64)
-    status = DONE
+    return F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending
+
+
+@inner
+def begin(rule: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, Q: np.ndarray, K: np.ndarray, C: np.ndarray,
+          release_start: np.ndarray, release_task: np.ndarray, order_start: np.ndarray,
+          order_task: np.ndarray) -> None:
+    """Time 0: every GPU tries its first task, and what needs nothing becomes ready."""
+    for s in range(P.shape[1]):
+        push(K, C, TRY_START, s)
+        _settle(0.0, rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
+
+
+@compiled
+def simulate(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.ndarray, stage: np.ndarray,
+             index: np.ndarray, impact: np.ndarray, needs_count: np.ndarray, release_start: np.ndarray,
+             release_task: np.ndarray, order_start: np.ndarray, order_task: np.ndarray, peer_start: np.ndarray,
+             peer_task: np.ndarray, kind_class: np.ndarray, reserve: np.ndarray, falls: np.ndarray,
+             dispatch_key: np.ndarray, rule: int, memory: int, kind_tier: np.ndarray, kind_priority: np.ndarray,
+             ingress_capacity: float, segment_room: int, state: tuple | None = None, now: float = 0.0) -> tuple:
+    """Simulate one iteration of the task graph given as arrays under one policy.
+
+    ``kind_tier[k]`` is the exclusive tier rank (0 = 'a') of transfer kind ``k`` in
+    ``COMM_KINDS`` order, -1 for shared; ``kind_priority[k]`` its shared priority.
+    ``rule`` is ``STATIC`` (each GPU runs ``order_task`` in order) or a dispatcher, which
+    chooses by ``dispatch_key``, then ``kind_class``, micro-batch and stage, within
+    ``memory`` (1/v units; ``reserve`` and ``falls``: the room a task takes and gives back).
+    Returns ``(status, F, I, segments, segment_task, segment_times, P, now, decider)``: ``status`` is
+    ``DONE`` or ``STUCK``; the rows ``READY``, ``START``, ``END`` and ``THROTTLED_TIME`` of
+    ``F`` and ``THROTTLED`` and ``RANK`` (its place in its GPU's run) of ``I`` are every task's
+    record; ``segments`` counts the stretches at a constant positive rate, of which the first ``segment_room`` are kept:
+    task, then ``(t0, t1, rate)`` rows. ``P`` holds each GPU's next compute and busy task.
+
+    Under the ``EXTERNAL`` rule the loop stops at each decision with ``status`` ``RUNNING``, the instant ``now``
+    and the GPU that must decide (``decider``); the caller starts a task (``decision``) and calls again with
+    ``state``, the arrays of ``prepare`` it began with, and ``now``: the same loop continues where it stopped.
+    Without ``state`` the compiler removes those branches, and the state stays local to this function.
+    """
+    if state is None:
+        F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending = prepare(
+            length, gpu, receiver, comm, stage, index, impact, needs_count, kind_class, reserve, falls,
+            dispatch_key, len(order_start) - 1, kind_tier, kind_priority, segment_room)
+        begin(rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
+    else:
+        F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending = state
+    n = len(length)
+    p = len(order_start) - 1
+    status = RUNNING
+    decider = -1
     while True:
+        if rule == EXTERNAL:
+            decider = next_decider(memory, F, I, P, order_start, order_task)
+            if decider >= 0:
+                break
+        elif rule != STATIC:
+            _decide(now, rule, memory, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
         # new rates where the last event's changes reach
         for group in range(sending_sets(now, F, I, P, Q, A, HT, HI, SI, SF, C, peer_start, peer_task)):
             count = group_flows(group, ingress_capacity, F, I, P, PF, Q, A)
@@ -273,6 +310,7 @@ def simulate(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np
             set_group_rates(group, abs(count), count > 0, now, F, I, P, PF, Q, A, AF, HT, HI, SI, SF, C)
         compute_rates(now, F, I, P, PF, HT, HI, SI, SF, C)
         if C[DONE_COUNT] >= n:
+            status = DONE
             break
         # the next event: every task whose projected end lies within the tolerance of the earliest
         while C[HEAP_SIZE] > 0 and I[LIVE, HI[1, 0]] != HI[0, 0]:
@@ -292,10 +330,26 @@ def simulate(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np
         for k in range(count):
             _finish(ending[k], now, F, I, P, Q, K, HT, HI, SI, SF, C)
             _settle(now, rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
-        if rule != STATIC:
-            _decide(now, rule, memory, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
+        if rule == EXTERNAL:
+            wake(P)
     kept = min(C[SEGMENTS], segment_room)
-    return status, F, I, C[SEGMENTS], SI[:kept], SF[:, :kept], P
+    return status, F, I, C[SEGMENTS], SI[:kept], SF[:, :kept], P, now, decider
+
+
+@inner
+def decision(s: int, task: int, now: float, rule: int, F: np.ndarray, I: np.ndarray, P: np.ndarray,
+             Q: np.ndarray, K: np.ndarray, C: np.ndarray, release_start: np.ndarray, release_task: np.ndarray,
+             order_start: np.ndarray, order_task: np.ndarray) -> None:
+    """GPU s, stopped at a decision, starts ``task`` now, or with -1 waits for the next event (docs/model.md
+    section 12.4); what it makes ready is settled as a compiled dispatcher's choice would be."""
+    P[DECIDE, s] = 0
+    if task < 0:
+        P[WAITED, s] = 1
+        return
+    _start(task, s, now, F, I, P, K, C)
+    if P[BUSY, s] < 0:
+        P[DECIDE, s] = 1
+    _settle(now, rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
 
 
 @compiled
@@ -316,7 +370,7 @@ def simulate_policies(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray,
         result = simulate(length, gpu, receiver, comm, stage, index, impact, needs_count, release_start,
                           release_task, order_start, order_task, peer_start, peer_task, kind_class, reserve,
                           falls, dispatch_key, rule, memory, kind_tiers[row], kind_priorities[row], ingress_capacity,
-                          0)
+                          0, None, 0.0)
         status, F, I = result[0], result[1], result[2]
         if status == DONE:
             figures(gpu, comm, rises, falls, p, units, F[START], F[END], I[THROTTLED], F[THROTTLED_TIME], out[row])

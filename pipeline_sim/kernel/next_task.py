@@ -6,14 +6,18 @@ import numpy as np
 
 from .jit import inner
 from .state import (
+    BUSY,
+    DECIDE,
     DISPATCH_KEY,
     HELD,
     INDEX,
     KIND_CLASS,
     NEXT,
     READY,
+    READY_COUNT,
     RESERVE,
     STAGE,
+    WAITED,
     WAITING,
     WEIGHT_CLASS,
     ZB_ADAPTIVE,
@@ -78,3 +82,70 @@ def dispatch(s: int, rule: int, memory: int, F: np.ndarray, I: np.ndarray, P: np
     if rule == ZB_ADAPTIVE and held_back and weight >= 0:
         return weight
     return best
+
+
+@inner
+def choices(s: int, memory: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, order_start: np.ndarray,
+            order_task: np.ndarray, out: np.ndarray) -> int:
+    """For a decision handed to the caller (section 12.4): per action (``out``'s index), the task it starts on
+    GPU s: of the candidates ``dispatch`` would weigh whose ``DISPATCH_KEY`` is that action, the lowest
+    micro-batch, then stage; -1 where there is none. The last entry is waiting, possible (0) only while
+    something is under way that brings another event, or another GPU still decides in this instant and, being
+    asked later, cannot wait with nothing under way. Returns how many tasks can start."""
+    out[:] = -1
+    count = 0
+    first, stop = order_start[s], order_start[s + 1]
+    for j in range(first + P[NEXT, s], stop):
+        task = order_task[j]
+        if I[WAITING, task] > 0 or not np.isnan(F[READY, task]):
+            continue
+        if I[RESERVE, task] > 0 and P[HELD, s] + I[RESERVE, task] > memory:
+            continue
+        action = int(F[DISPATCH_KEY, task])
+        best = out[action]
+        if best < 0:
+            count += 1
+        if best < 0 or I[INDEX, task] < I[INDEX, best] or (I[INDEX, task] == I[INDEX, best]
+                                                            and I[STAGE, task] < I[STAGE, best]):
+            out[action] = task
+    for g in range(P.shape[1]):
+        if P[BUSY, g] >= 0 or P[READY_COUNT, g] > 0 or (
+                g > s and P[DECIDE, g] == 1 and _can_start(g, memory, F, I, P, order_start, order_task)):
+            out[len(out) - 1] = 0
+    return count
+
+
+@inner
+def _can_start(s: int, memory: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, order_start: np.ndarray,
+               order_task: np.ndarray) -> bool:
+    """Whether free GPU s has a task whose needs are met and that fits the memory limit."""
+    for j in range(order_start[s] + P[NEXT, s], order_start[s + 1]):
+        task = order_task[j]
+        if I[WAITING, task] == 0 and np.isnan(F[READY, task]) and (
+                I[RESERVE, task] == 0 or P[HELD, s] + I[RESERVE, task] <= memory):
+            return True
+    return False
+
+
+@inner
+def next_decider(memory: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, order_start: np.ndarray,
+                 order_task: np.ndarray) -> int:
+    """The lowest free GPU marked to decide that has a task it may start, or -1; GPUs marked without one are
+    unmarked, as a compiled dispatcher leaves them."""
+    for s in range(P.shape[1]):
+        if P[DECIDE, s] == 0:
+            continue
+        if P[BUSY, s] < 0 and _can_start(s, memory, F, I, P, order_start, order_task):
+            return s
+        P[DECIDE, s] = 0
+    return -1
+
+
+@inner
+def wake(P: np.ndarray) -> None:
+    """After an event, every free GPU that chose to wait decides again."""
+    for s in range(P.shape[1]):
+        if P[WAITED, s] == 1:
+            P[WAITED, s] = 0
+            if P[BUSY, s] < 0:
+                P[DECIDE, s] = 1

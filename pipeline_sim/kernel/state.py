@@ -16,13 +16,15 @@ ZERO_LAYER = 1_001
 #: The position of grad_sync in COMM_KINDS (fwd_prop, grad_prop, grad_sync), which is also the tie order.
 GRAD_SYNC = 2
 
-#: What ``simulate`` returns in ``status``.
-DONE, STUCK = 0, 1
+#: What ``simulate`` returns in ``status``; ``RUNNING`` while an episode waits for a decision.
+DONE, STUCK, RUNNING = 0, 1, 2
 
 RELEASE, TRY_START = 0, 1  # frames of the explicit stack that replaces recursion
 
 #: Dispatch rules (docs/model.md section 12), in the order of ``model.DISPATCHERS``.
 STATIC, GREEDY, CRITICAL_PATH, ZB_ADAPTIVE = range(4)
+#: The rule of an episode (``episode``): each decision is handed back to the caller.
+EXTERNAL = 4
 #: A compute task's class as dispatchers rank it: backward work (B or I) first, then F, then W.
 BACKWARD_CLASS, FORWARD_CLASS, WEIGHT_CLASS = range(3)
 
@@ -40,8 +42,8 @@ GPU, RECEIVER, COMM, STAGE, INDEX, WAITING, LIVE, THROTTLED_NOW, THROTTLED, TIER
 TASK_INTS = 15
 # per GPU, integers (P; a list fills a row from the left, its length in C or in a count row):
 NEXT, BUSY, READY_COUNT, SENDING_COUNT, DIRTY_COMM, DIRTY_COMPUTE, DIRTY_COMM_LIST, DIRTY_COMPUTE_LIST, SEED, \
-    GROUPED, GROUP, GROUP_END, HELD, DECIDE, TAKEN = range(15)
-GPU_INTS = 15
+    GROUPED, GROUP, GROUP_END, HELD, DECIDE, TAKEN, WAITED = range(16)
+GPU_INTS = 16
 # per GPU, floats (PF):
 SYNC_RATE, INFLOW = range(2)
 # queues Q[READY_QUEUE, g] and Q[SENDING_SET, g]: task numbers in ready order

@@ -1,0 +1,129 @@
+"""An iteration run one decision at a time (docs/model.md section 12.4): the kernel's event loop stops wherever a
+free GPU must choose its next compute task, hands the choice to the caller, and continues from its own arrays.
+
+This is what a learned scheduler trains on; it is the same loop as every other run, under the rule ``EXTERNAL``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from .engine import dispatch_arguments, graph_arrays, kernel, lower_bound, memory_in_force, policy_arrays
+from .model import EnvParams, ParameterError, Policy
+from .taskgraph import build_task_graph, task_lengths
+
+_EXTERNAL = kernel.EXTERNAL
+#: The kinds of compute an action names, in the order dispatchers rank them (section 12.1).
+ACTION_KINDS = ("B/I", "F", "W")
+
+
+class Episode:
+    """One iteration of ``params`` under ``policy``, decided step by step.
+
+    An action names a kind of compute (``ACTION_KINDS``) on one of the deciding GPU's chunks: ``kind * chunks +
+    chunk``; it starts the lowest ready micro-batch of that kind there. The last action, ``wait``, starts nothing
+    until the next event. ``mask()`` says which are possible now: a task exists, fits the memory limit, and
+    waiting leaves something under way. ``params``' memory limit holds as a dispatcher's (section 12.1).
+    """
+
+    def __init__(self, params: EnvParams, policy: Policy) -> None:
+        if params.fb_overlap > 0:
+            raise ParameterError("fb_overlap", params.fb_overlap, "an episode decides single tasks: overlapped "
+                                 "forward/backward pairs (fb_overlap > 0) cannot be split into decisions; use 0")
+        self.params = replace(params, dispatch="greedy")  # the graph and memory a dispatcher runs with
+        graph = build_task_graph(self.params)
+        self.graph = graph
+        self.chunks = max(graph.stage_chunk) + 1
+        self.actions = len(ACTION_KINDS) * self.chunks + 1
+        self.arrays = graph_arrays(self.params)
+        self.memory_limit = memory_in_force(self.params)
+        memory = dispatch_arguments(self.params)[2]
+        stage_chunk = np.array(graph.stage_chunk, dtype=np.int64)
+        key = np.where(self.arrays.kind_class >= 0,
+                       self.arrays.kind_class * self.chunks + stage_chunk[self.arrays.stage], 0).astype(float)
+        tiers, priorities = policy_arrays((policy,))
+        a = self.arrays
+        self._structure = (*a[:15], a.falls, key, _EXTERNAL, memory, tiers[0], priorities[0],
+                           params.ingress_capacity, 0)
+        self.memory_units = memory
+        self._out = np.full(self.actions, -1, dtype=np.int64)
+        self.sample = 0
+        self.now = 0.0
+        self.gpu = -1
+        self.status = kernel.DONE
+
+    def reset(self, sample: int = 0) -> None:
+        """Begin the ``sample``-th noise draw of the environment at time 0 and run to the first decision."""
+        self.sample = sample
+        self.lengths = task_lengths(self.params, sample)
+        a = self.arrays
+        self._state = kernel.prepare(self.lengths, a.gpu, a.receiver, a.comm, a.stage, a.index, a.impact,
+                                     a.needs_count, a.kind_class, a.reserve, a.falls, self._structure[16],
+                                     self.params.num_gpus, self._structure[19], self._structure[20], 0)
+        F, I, P, _, Q, _, _, C, _, _, _, _, K, _ = self._state
+        kernel.begin(_EXTERNAL, F, I, P, Q, K, C, a.release_start, a.release_task, a.order_start, a.order_task)
+        self.now = 0.0
+        self._run()
+
+    def _run(self) -> None:
+        result = kernel.simulate(self.lengths, *self._structure, self._state, self.now)
+        self.status, self.now, self.gpu = int(result[0]), float(result[7]), int(result[8])
+        if self.status == kernel.DONE:
+            self.gpu = -1
+        elif self.status == kernel.STUCK:
+            raise RuntimeError("the episode is stuck: every GPU waited with nothing under way")
+
+    @property
+    def done(self) -> bool:
+        return self.status == kernel.DONE
+
+    def choices(self) -> np.ndarray:
+        """Per action, the task it would start on the deciding GPU (-1: not possible; the last entry, wait: 0 when
+        possible)."""
+        F, I, P = self._state[:3]
+        a = self.arrays
+        kernel.choices(self.gpu, self.memory_units, F, I, P, a.order_start, a.order_task, self._out)
+        return self._out
+
+    def mask(self) -> np.ndarray:
+        return self.choices() >= 0
+
+    def step(self, action: int) -> None:
+        """The deciding GPU takes ``action`` (it must be possible), and the loop runs to the next decision or the
+        end."""
+        task = int(self.choices()[action]) if action < self.actions - 1 else -1
+        if action >= self.actions - 1 and self._out[-1] < 0 or action < self.actions - 1 and task < 0:
+            raise ValueError(f"action {action} is not possible for GPU {self.gpu} now (mask: "
+                             f"{self.mask().astype(int).tolist()})")
+        F, I, P, _, Q, _, _, C, _, _, _, _, K, _ = self._state
+        a = self.arrays
+        kernel.decision(self.gpu, task, self.now, _EXTERNAL, F, I, P, Q, K, C, a.release_start, a.release_task,
+                        a.order_start, a.order_task)
+        self._run()
+
+    def start_task(self, task: int) -> None:
+        """The deciding GPU starts ``task`` (a task index of the graph), or waits with -1: for replaying a run's
+        order through the same decisions an action makes."""
+        if task < 0:
+            self.step(self.actions - 1)
+            return
+        out = self.choices()
+        hits = np.flatnonzero(out[:-1] == task)
+        if len(hits) == 0:
+            raise ValueError(f"task {task} is not the lowest ready of its kind on GPU {self.gpu}")
+        self.step(int(hits[0]))
+
+    @property
+    def completion_time(self) -> float:
+        return float(np.max(self._state[0][kernel.END]))
+
+    def bound(self) -> float:
+        return lower_bound(self.params, self.sample)
+
+    @property
+    def state(self) -> tuple:
+        """The kernel's arrays (``kernel.simulate``'s ``F, I, P, ...``), read-only by convention."""
+        return self._state
+
