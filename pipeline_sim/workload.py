@@ -611,6 +611,15 @@ REPORT_COLUMNS = ("tokens_per_second", "mfu", "peak_memory_gb", "gpu_memory_gb",
 AUTO_COLUMNS = ("auto_layers", "auto_gain")
 
 
+def gpu_memory_gb(workload: Workload, params: EnvParams,
+                  gpu_peak_activations: list[float] | tuple[float, ...]) -> tuple[float, ...]:
+    """Per GPU, GB of parameters and optimizer state and of its peak activations (section 7's unit)."""
+    per_microbatch = activation_bytes_per_layer(workload) * workload.shape.layers / params.num_gpus
+    static = gpu_params(workload, params.num_gpus, params.schedule, params.chunks)
+    return tuple((held * workload.bytes_per_param + peak * per_microbatch) / 1e9
+                 for held, peak in zip(static, gpu_peak_activations))
+
+
 def workload_report(workload: Workload, params: EnvParams, completion_time: float,
                     gpu_peak_activations: list[float] | tuple[float, ...]) -> WorkloadReport:
     """Iteration time, throughput, MFU and memory of one simulated iteration of ``workload`` in ``params``."""
@@ -620,10 +629,7 @@ def workload_report(workload: Workload, params: EnvParams, completion_time: floa
     peak_flops = workload.device.tflops * 1e12
     flops = iteration_flops(workload, batch)
     mfu = flops / (completion_time * total_gpus * peak_flops) if completion_time else math.nan
-    per_microbatch = activation_bytes_per_layer(workload) * workload.shape.layers / params.num_gpus
-    static = gpu_params(workload, params.num_gpus, params.schedule, params.chunks)
-    memory = tuple((held * workload.bytes_per_param + peak * per_microbatch) / 1e9
-                   for held, peak in zip(static, gpu_peak_activations))
+    memory = gpu_memory_gb(workload, params, gpu_peak_activations)
     return WorkloadReport(fwd_seconds=params.fwd_len, bwd_seconds=params.bwd_len, prop_seconds=params.prop_len,
                           sync_seconds=params.sync_base_len, iteration_seconds=completion_time,
                           tokens_per_second=batch * workload.seq_len / completion_time if completion_time else math.nan,
