@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Callable, Iterator
 
 import numpy as np
@@ -163,7 +164,8 @@ def enumerate_layouts(base: Workload, gpus: int, env: dict[str, object] | None =
     assert base.global_batch_size is not None
     layouts, enumerated, least = [], 0, (math.inf, "")
     for t in _divisors(gpus):
-        if t > GPUS_PER_NODE or shape.heads % t or (shape.kv_heads or shape.heads) % t:
+        if t > GPUS_PER_NODE or shape.heads % t or (shape.kv_heads or shape.heads) % t or \
+                (t > 1 and base.tp_bandwidth is None):  # a GPU without NVLink figures and no tp_bandwidth given
             continue
         for p in _divisors(gpus // t):
             d = gpus // (t * p)
@@ -171,7 +173,8 @@ def enumerate_layouts(base: Workload, gpus: int, env: dict[str, object] | None =
                 if base.global_batch_size % (b * d):
                     continue
                 for schedule in SCHEDULES:
-                    if p * get_schedule(schedule).v(CHUNKS) > shape.layers:
+                    v = get_schedule(schedule).v(CHUNKS)
+                    if p * v > shape.layers or (p == 1 and v > 1):  # chunks on one GPU only add transfers
                         continue
                     for recompute in RECOMPUTE_MODES:
                         balanced: tuple[int, ...] | None = None  # the split of the first partition
@@ -207,11 +210,22 @@ def _shortened(params: EnvParams, rounds: int) -> EnvParams:
     return replace(params, n=n, sync_freq=n)
 
 
+@lru_cache(maxsize=256)
+def _unit_peaks(schedule: str, num_gpus: int, chunks: int, n: int) -> tuple[float, ...]:
+    """Each GPU's peak activations under the static order of equal stages."""
+    graph = build_task_graph(EnvParams(schedule=schedule, num_gpus=num_gpus, chunks=chunks, n=n, sync_freq=n))
+    return tuple(gpu_order_peaks(graph, graph.orders))
+
+
 def estimated_memory_gb(layout: Layout) -> float:
-    """The fullest GPU's memory under the static order, its peaks counted on at most ``PEAK_ROUNDS`` x p
-    micro-batches."""
-    graph = build_task_graph(replace(_shortened(layout.params, PEAK_ROUNDS), compute_jitter=0.0, comm_jitter=0.0))
-    return max(gpu_memory_gb(layout.workload, layout.params, gpu_order_peaks(graph, graph.orders)))
+    """No more than the fullest GPU's memory under the static order: its peaks counted on at most
+    ``PEAK_ROUNDS`` x p micro-batches, with every stage as light as the lightest (a GPU's activations at any
+    instant are a sum of its stages' weights over the micro-batches in flight, so at least the lightest weight
+    times their count). Equal stages share one count per schedule, p and n, whatever the model."""
+    params = layout.params
+    peaks = _unit_peaks(params.schedule, params.num_gpus, params.chunks, _shortened(params, PEAK_ROUNDS).n)
+    lightest = min(params.stage_weights, default=1.0)
+    return max(gpu_memory_gb(layout.workload, params, tuple(lightest * peak for peak in peaks)))
 
 
 def _draws(params: EnvParams, samples: int) -> int:
@@ -258,10 +272,19 @@ def _screen(item: tuple[Layout, int]) -> Outcome | None:
 
 
 def _policy_pass(item: tuple[Outcome, int]) -> Outcome:
-    """A layout simulated in full over the planner's policy grid, under its best policy (the default on a tie)."""
+    """A layout over the planner's policy grid: the policies compared on the screening's two short runs
+    (extrapolated alike), then the best and the default simulated in full, the faster kept (the default on a
+    tie)."""
     outcome, samples = item
-    policies = policy_grid(POLICY_STEP)
-    seconds, peaks = _measure(outcome.layout.params, policies, samples)
+    params, grid = outcome.layout.params, policy_grid(POLICY_STEP)
+    first, second = _shortened(params, PEAK_ROUNDS), _shortened(params, 2 * PEAK_ROUNDS)
+    policies = tuple(dict.fromkeys((Policy(), *grid)))
+    if second.n < params.n:
+        short, _ = _measure(first, grid, samples)
+        longer, _ = _measure(second, grid, samples)
+        estimate = longer + (longer - short) / (second.n - first.n) * (params.n - second.n)
+        policies = tuple(dict.fromkeys((Policy(), grid[int(np.argmin(estimate))])))
+    seconds, peaks = _measure(params, policies, samples)
     best = int(np.argmin(seconds))
     if seconds[best] >= seconds[0]:
         best = 0

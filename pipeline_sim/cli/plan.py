@@ -97,22 +97,28 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         from tqdm import tqdm
 
         started = time.monotonic()
-        with tqdm(total=0, unit="layout", file=sys.stderr, dynamic_ncols=True, mininterval=0.5,
-                  leave=False) as bar:
-            def progress(done: int, total: int) -> None:
-                bar.total = total
-                bar.n = done
-                bar.refresh()
+        bars: list[tqdm] = []  # made at the first report, so that a request refused at once leaves no bar behind
+
+        def progress(done: int, total: int) -> None:
+            if not bars:
+                bars.append(tqdm(total=total, unit="layout", file=sys.stderr, dynamic_ncols=True, mininterval=0.5,
+                                 leave=False))
+            bars[0].total = total
+            bars[0].update(done - bars[0].n)
+        try:
             result = plan(base, args.gpus, env=env, samples=args.samples, workers=args.workers, progress=progress)
+        finally:
+            for bar in bars:
+                bar.close()
         elapsed = time.monotonic() - started
         rank_by = "p95 iteration" if args.jitter else "iteration"
         title = (f"{base.shape.name} on {args.gpus} x {base.device.name}, batch {args.global_batch_size} x "
                  f"{base.seq_len} tokens: {len(result.tried)} layouts simulated of {result.enumerated}")
         print(f"{title} ({result.pruned_memory} too large for memory, {result.pruned_bound} unable to beat the "
               f"tenth fastest), {elapsed:.1f} s")
-        print(f"{'':>3} {'layout':<52} {rank_by:>14} {'tokens/s':>10} {'MFU':>6} {'GB/GPU':>7}  policy")
+        print(f"{'':>3} {'layout':<62} {rank_by:>14} {'tokens/s':>10} {'MFU':>6} {'GB/GPU':>7}  policy")
         for rank, outcome in enumerate(result.ranked[:TOP], 1):
-            print(f"{rank:>3} {outcome.layout.describe():<52} {seconds_text(outcome.seconds):>14} "
+            print(f"{rank:>3} {outcome.layout.describe():<62} {seconds_text(outcome.seconds):>14} "
                   f"{outcome.tokens_per_second:>10,.0f} {outcome.mfu:>6.1%} {outcome.memory_gb:>7.1f}  "
                   f"{outcome.policy}")
         write_csv(result, output)

@@ -35,9 +35,8 @@ def plot_plan(ax, memory_gb: Sequence[float], seconds: Sequence[float], fits: Se
     ax.annotate(best_label, (memory_gb[best], seconds[best]), xytext=(12, 18), textcoords="offset points",
                 fontsize=8, color="tab:green", arrowprops={"arrowstyle": "-", "color": "tab:green"},
                 bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": "tab:green", "alpha": 0.9})
-    ax.set_yscale("log")
     ax.set_xlabel("peak memory per GPU (GB)")
-    ax.set_ylabel("iteration time (s, log scale)")
+    ax.set_ylabel("iteration time (s)")
     ax.set_title(title, fontsize=9, loc="left")
     ax.grid(True, which="both", alpha=0.25)
-    ax.legend(fontsize=8, loc="upper right")
+    ax.legend(fontsize=8, loc="best")
