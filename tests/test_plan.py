@@ -102,3 +102,12 @@ def test_a_plan_that_nothing_answers():
 ])
 def test_bad_plans_get_one_line(tmp_path, args, fragments):
     assert_one_line_error(run_script("plan.py", *args, cwd=tmp_path), *fragments)
+
+
+def test_under_jitter_layouts_rank_by_the_95th_percentile_of_their_draws():
+    result = plan(tiny(), 4, env={"compute_jitter": 0.1, "comm_jitter": 0.1, "seed": 3}, samples=5)
+    best = result.ranked[0]
+    policy = next(p for p in (Policy(), *policy_grid(1.0)) if p.label == best.policy)
+    times = [simulate_figures(best.layout.params, [policy], sample)[0, 0] for sample in range(5)]
+    assert best.seconds == pytest.approx(np.percentile(times, 95))
+    assert [o.seconds for o in result.ranked] == sorted(o.seconds for o in result.ranked)
