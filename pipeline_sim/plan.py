@@ -49,10 +49,11 @@ PARTITIONS = {"balanced": "balanced", "bottleneck": "auto"}
 POLICY_STEP = 1.0
 TOP = 10
 #: Peaks of the static order are reached within the warm-up and first steady rounds, so the memory check before
-#: simulating counts them on at most this many micro-batches per pipeline stage (fewer can only lower a peak), and
-#: the screening runs take this many and twice as many, where the pipeline is full (a multiple of p and at least 2 p,
-#: as the schedules require).
+#: simulating counts them on at most this many micro-batches per pipeline stage (fewer can only lower a peak).
 PEAK_ROUNDS = 4
+#: The screening runs take this many micro-batches per stage and twice as many: the pipeline is then full, and
+#: both are multiples of p and at least 2 p, as the schedules require.
+SCREEN_ROUNDS = 2
 COLUMNS = ("rank", "tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch_size", "schedule", "chunks",
            "recompute", "partition", "layers_per_stage", "iteration_seconds", "tokens_per_second", "mfu",
            "memory_gb", "gpu_memory_gb", "policy", "simulated")
@@ -254,14 +255,14 @@ def _outcome(layout: Layout, seconds: float, peaks: np.ndarray, policy: str, ful
 def _screen(item: tuple[Layout, int]) -> Outcome | None:
     """A layout under the default policy, or None when its estimated memory does not fit (nothing simulated).
 
-    Two short runs, on ``PEAK_ROUNDS`` x p and twice as many micro-batches, give the time of one more
+    Two short runs, on ``SCREEN_ROUNDS`` x p and twice as many micro-batches, give the time of one more
     micro-batch once the pipeline is full; the iteration's n is extrapolated from them (or simulated when it is
     no longer than the second run)."""
     layout, samples = item
     if estimated_memory_gb(layout) > layout.workload.device.memory_gb:
         return None
     params, policy = layout.params, (Policy(),)
-    first, second = _shortened(params, PEAK_ROUNDS), _shortened(params, 2 * PEAK_ROUNDS)
+    first, second = _shortened(params, SCREEN_ROUNDS), _shortened(params, 2 * SCREEN_ROUNDS)
     if second.n == params.n:
         seconds, peaks = _measure(params, policy, samples)
         return _outcome(layout, float(seconds[0]), peaks, Policy().label, True)
@@ -277,7 +278,7 @@ def _policy_pass(item: tuple[Outcome, int]) -> Outcome:
     tie)."""
     outcome, samples = item
     params, grid = outcome.layout.params, policy_grid(POLICY_STEP)
-    first, second = _shortened(params, PEAK_ROUNDS), _shortened(params, 2 * PEAK_ROUNDS)
+    first, second = _shortened(params, SCREEN_ROUNDS), _shortened(params, 2 * SCREEN_ROUNDS)
     policies = tuple(dict.fromkeys((Policy(), *grid)))
     if second.n < params.n:
         short, _ = _measure(first, grid, samples)
