@@ -200,6 +200,11 @@ class EnvironmentGrid:
         return "model" in self.given
 
     @property
+    def has_auto(self) -> bool:
+        """Whether a ``layers_per_stage`` of the grid is ``auto``: its rows then say the split chosen."""
+        return any(name == "layers_per_stage" and "auto" in values for name, values in self.values)
+
+    @property
     def optional_groups(self) -> frozenset[str]:
         """The optional groups (``OPTIONAL_GROUPS``) the grid names a parameter of: its rows carry their columns."""
         return frozenset(p.group for p in PARAMETERS if p.group in OPTIONAL_GROUPS and p.name in self.given)

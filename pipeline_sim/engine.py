@@ -159,18 +159,24 @@ def policy_arrays(policies: tuple[Policy, ...]) -> tuple[np.ndarray, np.ndarray]
     return tiers, priorities
 
 
-def order_peak(graph: TaskGraph, orders: Sequence[Sequence[int]]) -> float:
-    """The busiest GPU's peak activations when each GPU runs ``orders`` (section 7): a GPU's activations rise and
-    fall only with its own tasks, in its order, so the peak does not depend on noise or communication."""
+def gpu_order_peaks(graph: TaskGraph, orders: Sequence[Sequence[int]]) -> list[float]:
+    """Each GPU's peak activations when each GPU runs ``orders`` (section 7): a GPU's activations rise and fall
+    only with its own tasks, in its order, so the peak does not depend on noise or communication."""
     rises, falls = activation_changes(graph.tasks, graph.params)
-    peak = 0
+    peaks = []
     for order in orders:
-        level = 0
+        level = peak = 0
         for task in order:
             level += int(rises[task])
             peak = max(peak, level)
             level -= int(falls[task])
-    return peak / activation_units(graph.params)
+        peaks.append(peak / activation_units(graph.params))
+    return peaks
+
+
+def order_peak(graph: TaskGraph, orders: Sequence[Sequence[int]]) -> float:
+    """The busiest GPU's peak activations when each GPU runs ``orders``."""
+    return max(gpu_order_peaks(graph, orders))
 
 
 @lru_cache(maxsize=256)

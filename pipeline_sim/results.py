@@ -304,7 +304,8 @@ def workload_of(rows: pd.DataFrame, at: str = "the first row") -> Workload | Non
     layers = str(cells.get("layers_per_stage", "balanced"))
     try:
         return Workload(model=model, gpu=gpu, recompute=str(cells["recompute"]),
-                        layers_per_stage=layers if layers == "balanced" else tuple(int(x) for x in layers.split()),
+                        layers_per_stage=layers if layers in ("balanced", "auto") else
+                        tuple(int(x) for x in layers.split()),
                         **{key: str(cells[key]) == "True" for key in BOOLEAN_KEYS if key in cells},
                         **numbers)  # type: ignore[arg-type]
     except ValueError as error:  # a ParameterError, or a layer count that is no number

@@ -38,7 +38,7 @@ from .parameters import OPTIONAL_GROUPS, Weights
 from .parquet import Parts, PartWriter, merge_parts, require_pyarrow, schema, verified_parts
 from .scenarios import DEFAULT_STEP, check_step, policy_grid, steps_per_unit
 from .taskgraph import MAX_TASKS
-from .workload import REPORT_COLUMNS, WORKLOAD_KEYS, Workload, workload_report
+from .workload import AUTO_COLUMNS, REPORT_COLUMNS, WORKLOAD_KEYS, Workload, auto_candidates, workload_report
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -61,16 +61,19 @@ def _stated(name: str, optional: frozenset[str]) -> bool:
     return group not in OPTIONAL_GROUPS or group in optional
 
 
-def sweep_columns(workload: bool, optional: frozenset[str] = frozenset()) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def sweep_columns(workload: bool, optional: frozenset[str] = frozenset(),
+                  auto: bool = False) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The columns of the CSV and of the samples file. A grid that names a parameter of an optional group
     (``optional``: the groups it names) has that group's parameters among the environment's, and with dispatch
     the bound after the metrics (``BOUND_COLUMNS``); a workload sweep adds its keys after the environment's and its
-    report (``workload.REPORT_COLUMNS``) at the end."""
+    report (``workload.REPORT_COLUMNS``) at the end, then, when a ``layers_per_stage`` is ``auto``, the split it chose
+    and its gain (``workload.AUTO_COLUMNS``)."""
     dispatch = "dispatch" in optional
     env = tuple(name for name in EnvParams.names() if _stated(name, optional))
     keys = WORKLOAD_KEYS if workload else ()
     return ((*env, *keys, "simulator", "samples", *POLICY_COLUMNS, *_METRIC_COLUMNS,
-             *(BOUND_COLUMNS if dispatch else ()), *(REPORT_COLUMNS if workload else ())),
+             *(BOUND_COLUMNS if dispatch else ()), *(REPORT_COLUMNS if workload else ()),
+             *(AUTO_COLUMNS if auto else ())),
             (*env, *keys, "simulator", "policy", "sample", "completion_time"))
 #: Simulations a chunk of work aims at when samples multiply its rows.
 CHUNK_SIMULATIONS = 2048
@@ -143,18 +146,18 @@ class SweepPlan:
 
     @property
     def header(self) -> str:
-        return ",".join(sweep_columns(self.grid.has_workload, self.grid.optional_groups)[0]) + "\n"
+        return ",".join(sweep_columns(self.grid.has_workload, self.grid.optional_groups, self.grid.has_auto)[0]) + "\n"
 
     @property
     def sample_header(self) -> str:
-        return ",".join(sweep_columns(self.grid.has_workload, self.grid.optional_groups)[1]) + "\n"
+        return ",".join(sweep_columns(self.grid.has_workload, self.grid.optional_groups, self.grid.has_auto)[1]) + "\n"
 
     def column_types(self) -> dict[str, type]:
         """The type of each column that is not a float: what a Parquet output stores them as."""
         types: dict[str, type] = {**{key: int for key in INTEGER_KEYS}, **{key: str for key in STRING_KEYS},
                                   **{key: bool for key in BOOLEAN_KEYS}, **{key: str for key in OBJECT_KEYS},
                                   **{key: str for key in LIST_KEYS}}
-        types.update(simulator=str, samples=int, policy=str, memory_fits=bool,
+        types.update(simulator=str, samples=int, policy=str, memory_fits=bool, auto_layers=str,
                      **{column: str for column in POLICY_COLUMNS if column.startswith("tier_")},
                      throttled_transfers=int if self.samples == 1 else float)  # a mean over samples
         return types
@@ -188,7 +191,8 @@ class SweepPlan:
         for params, workload in self.grid.cases(first_env):
             for first in range(offset, per_env, rows_per_chunk):
                 yield Chunk(params, self.simulator, self.step, first, min(first + rows_per_chunk, per_env),
-                            self.samples, self.with_samples, workload, self.grid.optional_groups)
+                            self.samples, self.with_samples, workload, self.grid.optional_groups,
+                            self.grid.has_auto)
             offset = 0
 
 
@@ -205,6 +209,7 @@ class Chunk:
     with_samples: bool = False
     workload: Workload | None = None
     optional: frozenset[str] = frozenset()  # the optional groups whose columns the rows carry (dispatch: the bound)
+    auto: bool = False  # whether the rows carry AUTO_COLUMNS (the grid has a layers_per_stage of auto)
 
     @property
     def dispatch(self) -> bool:
@@ -273,30 +278,48 @@ def simulate_chunk(chunk: Chunk) -> tuple[str, str, int]:
     """
     policies = policy_grid(chunk.step)[chunk.first:chunk.stop]
     draws = chunk.samples if chunk.params.jittered else 1  # without jitter every sample is the same simulation
-    ideal = ideal_time(chunk.params)
-    runs = [metric_columns(simulate_figures(chunk.params, policies, sample), ideal) for sample in range(draws)]
-    scalars = [[dict(zip(ScheduleMetrics.SCALARS, values)) for values in zip(*(run[name] for name in
-                                                                               ScheduleMetrics.SCALARS))]
-               for run in runs]
-    if chunk.dispatch:  # the bound depends on the draw, not on the policy
-        for sample in range(draws):
-            bound = lower_bound(chunk.params, sample)
-            for values in scalars[sample]:
-                values["lower_bound"] = bound
+    choosing = chunk.workload is not None and chunk.workload.layers_per_stage == "auto"
+    # auto: every candidate split is simulated and each policy keeps the one of least mean completion time
+    candidates = auto_candidates(chunk.workload, chunk.params) if choosing and chunk.workload is not None \
+        else [(chunk.workload, chunk.params)]
+    runs_of, scalars_of = [], []
+    for _, params in candidates:
+        ideal = ideal_time(params)
+        runs = [metric_columns(simulate_figures(params, policies, sample), ideal) for sample in range(draws)]
+        scalars = [[dict(zip(ScheduleMetrics.SCALARS, values)) for values in zip(*(run[name] for name in
+                                                                                   ScheduleMetrics.SCALARS))]
+                   for run in runs]
+        if chunk.dispatch:  # the bound depends on the draw, not on the policy
+            for sample in range(draws):
+                bound = lower_bound(params, sample)
+                for values in scalars[sample]:
+                    values["lower_bound"] = bound
+        runs_of.append(runs)
+        scalars_of.append(scalars)
+    mean_times = np.array([[math.fsum(run["completion_time"][i] for run in runs) / draws
+                            for i in range(len(policies))] for runs in runs_of])
+    chosen = np.argmin(mean_times, axis=0)  # ties keep the first: balanced, whose gain is then 0
     environment = _environment_cells(chunk.params, chunk.workload, chunk.optional)
     prefix = _csv_text([*environment, chunk.simulator, chunk.samples]) + ","
     sample_prefix = _csv_text([*environment, chunk.simulator]) + ","
     policy_texts = _policy_texts(chunk.step)[chunk.first:chunk.stop]
     rows, sample_rows = [], []
     for i, policy in enumerate(policies):
+        c = int(chosen[i])
+        workload, params = candidates[c]
+        runs, scalars = runs_of[c], scalars_of[c]
         # identical draws summarise as one: the mean of repeated floats may not be that float
         summary = summarise([scalars[sample][i] for sample in range(draws)])
-        cells = [summary[name] for name in _METRIC_COLUMNS]
+        cells: list[object] = [summary[name] for name in _METRIC_COLUMNS]
         if chunk.dispatch:  # the gap of the mean completion time over the mean bound
             cells += [summary["lower_bound"], float(summary["completion_time"]) / float(summary["lower_bound"]) - 1.0]
-        if chunk.workload is not None:  # activation peaks follow the orders alone: any sample's will do
-            cells += workload_report(chunk.workload, chunk.params, float(summary["completion_time"]),
+        if workload is not None:  # activation peaks follow the orders alone: any sample's will do
+            cells += workload_report(workload, params, float(summary["completion_time"]),
                                      runs[0]["gpu_peak_activations"][i]).columns().values()
+        if chunk.auto:
+            assert workload is not None
+            cells += [" ".join(map(str, workload.layers_per_stage)), float(1.0 - mean_times[c, i] / mean_times[0, i])] \
+                if choosing else [None, None]
         rows.append(f"{prefix}{policy_texts[i]},{','.join(_cell(value) for value in cells)}\n")
         if chunk.with_samples:
             label = _csv_text([policy.label])

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING, Any, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Mapping, Sequence, TypeVar
+
+import numpy as np
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -201,14 +203,14 @@ class Workload:
                 raise ParameterError(key, getattr(self, key), "must be true or false")
         layers = self.layers_per_stage
         if isinstance(layers, str):
-            if layers != "balanced":
-                raise ParameterError("layers_per_stage", layers, "must be balanced or a list of layer counts, one "
-                                                                 "per stage")
+            if layers not in ("balanced", "auto"):
+                raise ParameterError("layers_per_stage", layers, "must be balanced, auto or a list of layer counts, "
+                                                                 "one per stage")
         else:
             if not isinstance(layers, (list, tuple)) or not layers or \
                     any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in layers):
-                raise ParameterError("layers_per_stage", layers, "must be balanced or a list of layer counts >= 1, "
-                                                                 "one per stage")
+                raise ParameterError("layers_per_stage", layers, "must be balanced, auto or a list of layer counts "
+                                                                 ">= 1, one per stage")
             if sum(layers) != model.layers:
                 raise ParameterError("layers_per_stage", layers, f"must add up to the {model.layers} layers of "
                                                                  f"{model.name}, not {sum(layers)}")
@@ -343,8 +345,9 @@ def activation_bytes_per_layer(workload: Workload) -> float:
 
 
 def stage_layers(workload: Workload, stages: int) -> tuple[int, ...]:
-    """Transformer layers of each stage: ``layers_per_stage``, or ``balanced``: as even as whole layers allow, the
-    extra layers on the stages after the first (which holds the embedding), in order."""
+    """Transformer layers of each stage: ``layers_per_stage``; ``balanced``: as even as whole layers allow, the
+    extra layers on the stages after the first (which holds the embedding), in order; ``auto``: the split of
+    least bottleneck stage (``bottleneck_split``; docs/model.md section 11.1)."""
     layers = workload.layers_per_stage
     total = workload.shape.layers
     if isinstance(layers, tuple):
@@ -354,8 +357,66 @@ def stage_layers(workload: Workload, stages: int) -> tuple[int, ...]:
     if total < stages:
         raise ParameterError("layers_per_stage", layers, f"cannot give each of {stages} stages a layer of the "
                                                          f"{total} of {workload.shape.name}")
+    if layers == "auto":
+        layer, first, last = stage_costs(workload)
+        return bottleneck_split([layer] * total, first, last, stages)
     base, extra = divmod(total, stages)
     return tuple(base + (1 if 1 <= s <= extra else 0) for s in range(stages))
+
+
+def bottleneck_split(costs: Sequence[float], first: float, last: float, stages: int) -> tuple[int, ...]:
+    """The contiguous split of layers of ``costs`` into ``stages`` stages of at least one layer each that minimises
+    the largest stage cost, ``first`` added to the first stage and ``last`` to the last: dynamic programming over
+    split points (PipeDream, Narayanan et al. 2019, section 3.1), exact.
+
+    ``best[j]`` after stage k is the least bottleneck of stages 0..k holding layers 0..j-1; each stage is one
+    vectorised minimum over where it starts, so the cost is O(stages x layers^2) arithmetic in numpy.
+    """
+    count = len(costs)
+    if not 1 <= stages <= count:
+        raise ParameterError("stages", stages, f"must be from 1 to the {count} layers")
+    prefix = np.concatenate(([0.0], np.cumsum(np.asarray(costs, dtype=float))))
+    span = prefix[None, :] - prefix[:, None]  # span[i, j]: layers i..j-1
+    best = np.full(count + 1, np.inf)
+    best[1:] = prefix[1:] + first  # stage 0 holds layers 0..j-1
+    starts = np.zeros((stages, count + 1), dtype=int)
+    for k in range(1, stages):
+        extra = last if k == stages - 1 else 0.0
+        # stage k holds layers i..j-1 (i >= k: a layer for each stage before it, j > i)
+        candidates = np.maximum(best[:, None], span + extra)
+        candidates[np.tril_indices(count + 1)] = np.inf
+        candidates[:k, :] = np.inf
+        starts[k] = np.argmin(candidates, axis=0)
+        best = candidates[starts[k], np.arange(count + 1)]
+    if stages == 1:
+        return (count,)
+    split, end = [], count
+    for k in range(stages - 1, 0, -1):
+        start = int(starts[k, end])
+        split.append(end - start)
+        end = start
+    return (end, *reversed(split))
+
+
+def split_neighbours(split: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """The splits one layer away from ``split``: one layer moved across one boundary, either way, no stage empty."""
+    found = []
+    for k in range(len(split) - 1):
+        for step in (1, -1):
+            moved = list(split)
+            moved[k] -= step
+            moved[k + 1] += step
+            if min(moved[k], moved[k + 1]) >= 1:
+                found.append(tuple(moved))
+    return found
+
+
+def auto_splits(workload: Workload, stages: int) -> list[tuple[int, ...]]:
+    """What ``auto`` simulates: the balanced split first (so auto is never slower than it), the bottleneck optimum
+    and its neighbours, each once."""
+    balanced = stage_layers(replace(workload, layers_per_stage="balanced"), stages)
+    optimum = stage_layers(replace(workload, layers_per_stage="auto"), stages)
+    return list(dict.fromkeys([balanced, optimum, *split_neighbours(optimum)]))
 
 
 def gpu_params(workload: Workload, num_gpus: int, schedule: str = "1f1b", chunks: int = 2) -> list[float]:
@@ -400,6 +461,19 @@ def tp_forward_seconds(workload: Workload) -> float:
     assert workload.seq_len is not None and workload.tp_bandwidth is not None
     values = workload.seq_len * workload.micro_batch_size * workload.shape.hidden
     return 4.0 * values * (t - 1) / t * workload.dtype_bytes / (workload.tp_bandwidth * 1e9)
+
+
+def stage_costs(workload: Workload) -> tuple[float, float, float]:
+    """Forward seconds of one micro-batch: a layer with its tensor-parallel all-reduces, and what the first and the
+    last stage add to their layers (the input embedding, the output layer), as ``derived_parameters`` counts them."""
+    shape, t = workload.shape, workload.tensor_parallel
+    assert workload.seq_len is not None
+    speed = workload.device.tflops * 1e12 * workload.compute_efficiency
+    layer = layer_forward_flops(shape, workload.seq_len) * workload.micro_batch_size / t / speed
+    logits = logits_forward_flops(shape, workload.seq_len) * workload.micro_batch_size / t / speed
+    embedding = embedding_forward_seconds(workload)
+    return (layer + tp_forward_seconds(workload), embedding if workload.embedding_on_first else 0.0,
+            logits if workload.head_on_last else 0.0)
 
 
 def derived_parameters(workload: Workload, *, num_gpus: int, schedule: str = "1f1b", chunks: int = 2,
@@ -479,6 +553,20 @@ def workload_environment(workload: Workload, **env: Any) -> EnvParams:
     return replace(base, **derived, sync_freq=sync_freq)
 
 
+def with_layers(workload: Workload, params: EnvParams, layers: tuple[int, ...]) -> tuple[Workload, EnvParams]:
+    """``workload`` and its environment ``params`` with the layers of each stage set to ``layers``."""
+    chosen = replace(workload, layers_per_stage=layers)
+    derived = derived_parameters(chosen, num_gpus=params.num_gpus, schedule=params.schedule, chunks=params.chunks,
+                                 n=params.n)
+    return chosen, replace(params, **derived)
+
+
+def auto_candidates(workload: Workload, params: EnvParams) -> list[tuple[Workload, EnvParams]]:
+    """The workloads and environments ``auto`` chooses among by simulating them (``auto_splits``), balanced first."""
+    stages = params.num_gpus * get_schedule(params.schedule).v(params.chunks)
+    return [with_layers(workload, params, layers) for layers in auto_splits(workload, stages)]
+
+
 @dataclass(frozen=True, slots=True)
 class WorkloadReport:
     """What an iteration of a workload means in seconds, tokens and bytes."""
@@ -518,6 +606,18 @@ class WorkloadReport:
 
 #: The report's columns of a workload sweep's CSV (iteration seconds are ``completion_time``).
 REPORT_COLUMNS = ("tokens_per_second", "mfu", "peak_memory_gb", "gpu_memory_gb", "memory_fits")
+#: A sweep whose ``layers_per_stage`` takes ``auto`` adds the split auto chose and the share of the balanced split's
+#: iteration time it saves (empty on rows of another ``layers_per_stage``).
+AUTO_COLUMNS = ("auto_layers", "auto_gain")
+
+
+def gpu_memory_gb(workload: Workload, params: EnvParams,
+                  gpu_peak_activations: list[float] | tuple[float, ...]) -> tuple[float, ...]:
+    """Per GPU, GB of parameters and optimizer state and of its peak activations (section 7's unit)."""
+    per_microbatch = activation_bytes_per_layer(workload) * workload.shape.layers / params.num_gpus
+    static = gpu_params(workload, params.num_gpus, params.schedule, params.chunks)
+    return tuple((held * workload.bytes_per_param + peak * per_microbatch) / 1e9
+                 for held, peak in zip(static, gpu_peak_activations))
 
 
 def workload_report(workload: Workload, params: EnvParams, completion_time: float,
@@ -529,10 +629,7 @@ def workload_report(workload: Workload, params: EnvParams, completion_time: floa
     peak_flops = workload.device.tflops * 1e12
     flops = iteration_flops(workload, batch)
     mfu = flops / (completion_time * total_gpus * peak_flops) if completion_time else math.nan
-    per_microbatch = activation_bytes_per_layer(workload) * workload.shape.layers / params.num_gpus
-    static = gpu_params(workload, params.num_gpus, params.schedule, params.chunks)
-    memory = tuple((held * workload.bytes_per_param + peak * per_microbatch) / 1e9
-                   for held, peak in zip(static, gpu_peak_activations))
+    memory = gpu_memory_gb(workload, params, gpu_peak_activations)
     return WorkloadReport(fwd_seconds=params.fwd_len, bwd_seconds=params.bwd_len, prop_seconds=params.prop_len,
                           sync_seconds=params.sync_base_len, iteration_seconds=completion_time,
                           tokens_per_second=batch * workload.seq_len / completion_time if completion_time else math.nan,

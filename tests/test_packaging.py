@@ -10,7 +10,7 @@ def test_console_commands_mirror_the_scripts():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     commands = project["scripts"]
     assert set(commands) == {"pipeline-sim-run", "pipeline-sim-generate", "pipeline-sim-heatmap",
-                             "pipeline-sim-gantt", "pipeline-sim-gantt-dual"}
+                             "pipeline-sim-gantt", "pipeline-sim-gantt-dual", "pipeline-sim-plan"}
     for target in commands.values():
         module, name = target.split(":")
         assert callable(getattr(importlib.import_module(module), name))

@@ -291,7 +291,7 @@ def test_tensor_parallel_all_reduces_by_hand():
 @pytest.mark.parametrize("kwargs, fragment", [
     (dict(layers_per_stage=[1, 2]), "must add up to the 4 layers"),
     (dict(layers_per_stage=[0, 4]), "layer counts >= 1"),
-    (dict(layers_per_stage="even"), "must be balanced or a list"),
+    (dict(layers_per_stage="even"), "must be balanced, auto or a list"),
     (dict(tensor_parallel=2, gpu={"tflops": 1, "memory_gb": 1}), "tp_bandwidth = None: is needed"),
     (dict(head_on_last="yes"), "head_on_last = 'yes': must be true or false"),
 ])

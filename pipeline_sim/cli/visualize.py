@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from ..engine import given_order, memory_in_force, order_peak, simulate
+from ..engine import given_order, memory_in_force, order_peak, simulate, simulate_figures
 from ..files import atomic_output, output_target
 from ..metrics import schedule_metrics
 from ..model import COMM_KINDS, DEFAULT_POLICY, PARAMETERS, SAMPLES, EnvParams, ParameterError, Policy
@@ -17,7 +17,16 @@ from ..parameters import Parameter, Weights
 from ..results import memory_name, schedule_name, workload_title
 from ..taskgraph import build_task_graph, check_size
 from ..trace import chrome_trace
-from ..workload import DERIVED_KEYS, RECOMPUTE_MODES, WORKLOAD_KEYS, Workload, workload_environment, workload_report
+from ..workload import (
+    DERIVED_KEYS,
+    RECOMPUTE_MODES,
+    WORKLOAD_KEYS,
+    Workload,
+    auto_candidates,
+    seconds_text,
+    workload_environment,
+    workload_report,
+)
 from .common import Parser, UserError, ready_kernel, run_command, script_name, use_display
 
 #: The flag that sets each library parameter, for error messages.
@@ -105,8 +114,9 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
     work.add_argument("--tp-bandwidth", type=float, default=None, metavar="GB/S",
                       help="tensor-parallel all-reduce bandwidth per GPU (default: half the GPU's NVLink figure, "
                            "one direction)")
-    work.add_argument("--layers-per-stage", default=None, metavar="balanced|N,N,...",
-                      help="transformer layers of each stage, chunks included (default balanced)")
+    work.add_argument("--layers-per-stage", default=None, metavar="balanced|auto|N,N,...",
+                      help="transformer layers of each stage, chunks included (default balanced); auto: the split "
+                           "of least bottleneck and its neighbours simulated, the fastest kept")
     for key, text in (("embedding_on_first", "the input embedding's work on the first stage"),
                       ("head_on_last", "the output layer and loss on the last stage")):
         work.add_argument("--" + key.replace("_", "-"), action=argparse.BooleanOptionalAction, default=None,
@@ -151,12 +161,12 @@ def _environment(args) -> tuple[EnvParams, Workload | None]:
                 keys[key] = json.loads(keys[key])
             except json.JSONDecodeError as error:
                 raise ParameterError(key, keys[key], f"is not a JSON object ({error.msg})") from None
-    if keys.get("layers_per_stage", "balanced") != "balanced":
+    if keys.get("layers_per_stage", "balanced") not in ("balanced", "auto"):
         try:
             keys["layers_per_stage"] = tuple(int(word) for word in keys["layers_per_stage"].replace(",", " ").split())
         except ValueError:
-            raise ParameterError("layers_per_stage", keys["layers_per_stage"], "must be balanced or whole numbers "
-                                                                               "separated by commas") from None
+            raise ParameterError("layers_per_stage", keys["layers_per_stage"], "must be balanced, auto or whole "
+                                                                               "numbers separated by commas") from None
     workload = Workload(**keys)
     return workload_environment(workload, **env), workload
 
@@ -229,6 +239,17 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
             if args.trace.suffix.lower() != ".json":
                 raise UserError(f"--trace {args.trace}: a trace is JSON; give a path ending in .json")
         ready_kernel()
+        auto = ""
+        if workload is not None and workload.layers_per_stage == "auto":
+            # every candidate split under this policy and draw; the first is balanced, which auto is measured against
+            timed = [(float(simulate_figures(p, [policy], args.sample)[0, 0]), w, p)
+                     for w, p in auto_candidates(workload, params)]
+            best = min(range(len(timed)), key=lambda i: timed[i][0])  # ties keep the first: balanced
+            time, workload, params = timed[best]
+            assert isinstance(workload.layers_per_stage, tuple)
+            auto = (f"layers per stage (auto): {' '.join(map(str, workload.layers_per_stage))}, "
+                    f"{1.0 - time / timed[0][0]:.2%} faster than balanced ({seconds_text(timed[0][0])}; "
+                    f"{len(timed)} splits simulated)")
         schedule = simulate(params, policy, args.sample,
                             None if args.order is None else parse_orders(_read_text(args.order)))
         if args.print_order:
@@ -266,7 +287,8 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
               f"{schedule.lower_bound:.6g}{unit}: {schedule.bound_gap:.1%} above it), peak activations {peak:g} "
               f"micro-batches; chart: {output}")
         if report is not None and workload is not None:
-            print("\n".join(f"  {line}" for line in [workload.label(params.num_gpus)] + report.lines()))
+            print("\n".join(f"  {line}" for line in [workload.label(params.num_gpus)] + report.lines() +
+                             ([auto] if auto else [])))
         if args.trace:
             with atomic_output(args.trace) as temporary:
                 temporary.write_text(json.dumps(chrome_trace(schedule)))

@@ -1,0 +1,129 @@
+"""plan.py: which layout, schedule, partition and policy to run a model on a number of GPUs."""
+
+from __future__ import annotations
+
+import csv
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+from ..files import atomic_output, output_target
+from ..plan import COLUMNS, TOP, PlanResult, plan
+from ..workload import GPU_PRESETS, MODEL_PRESETS, Workload, seconds_text
+from .common import Parser, UserError, positive_int, ready_kernel, run_command, script_name, use_display
+
+
+def build_parser(prog: str) -> Parser:
+    parser = Parser(prog=prog, description=(
+        "Search the layouts of a model on a number of GPUs: tensor, pipeline and data-parallel degrees that divide "
+        "the GPUs and the model, micro-batch size, schedule, recomputation and partition. Layouts that cannot fit "
+        "in memory or cannot beat the tenth fastest are left out before simulating; the fastest ten are simulated "
+        "again over a policy grid. Prints the ten fastest that fit, writes every layout simulated to a CSV and "
+        "draws iteration time against memory per GPU (docs/model.md section 14)."))
+    parser.add_argument("--model", required=True, help=f"a preset: {', '.join(MODEL_PRESETS)}")
+    parser.add_argument("--gpu", default="h100-80gb", help=f"a preset: {', '.join(GPU_PRESETS)} (default %(default)s)")
+    parser.add_argument("--gpus", type=positive_int, required=True, help="GPUs in all")
+    parser.add_argument("--global-batch-size", type=positive_int, required=True, help="sequences per iteration")
+    parser.add_argument("--seq-len", type=positive_int, default=None, help="tokens per sequence (default: the "
+                                                                            "model's training length)")
+    parser.add_argument("--compute-efficiency", type=float, default=0.5,
+                        help="achieved share of peak FLOP/s in transformer layers (default %(default)s)")
+    parser.add_argument("--p2p-bandwidth", type=float, default=50.0, help="pipeline bandwidth per GPU, GB/s "
+                                                                          "(default %(default)s)")
+    parser.add_argument("--dp-bandwidth", type=float, default=50.0, help="data-parallel bandwidth per GPU, GB/s "
+                                                                         "(default %(default)s)")
+    parser.add_argument("--tp-bandwidth", type=float, default=None, metavar="GB/S",
+                        help="tensor-parallel bandwidth per GPU (default: half the GPU's NVLink figure)")
+    parser.add_argument("--jitter", type=float, default=0.0,
+                        help="compute and communication jitter (coefficient of variation); above 0 each layout is "
+                             "drawn --samples times and ranked by the 95th percentile (default 0: the mean of one "
+                             "noiseless run)")
+    parser.add_argument("--samples", type=positive_int, default=8, help="draws per layout under --jitter "
+                                                                        "(default %(default)s)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the draws (default %(default)s)")
+    parser.add_argument("--workers", type=positive_int, metavar="N", default=os.cpu_count() or 1,
+                        help="worker processes (default: all %(default)s cores; 1 runs serially)")
+    parser.add_argument("--output", "-o", type=Path, default=None,
+                        help="CSV of every layout that fits, fastest first (default outputs/plan/plan_<model>_"
+                             "<gpus>x<gpu>.csv); the figure is written beside it as .png")
+    return parser
+
+
+def write_csv(result: PlanResult, path: Path) -> None:
+    with atomic_output(path) as temporary, open(temporary, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(COLUMNS)
+        for rank, outcome in enumerate(result.ranked, 1):
+            writer.writerow(outcome.cells(rank))
+
+
+def draw(result: PlanResult, path: Path, title: str) -> None:
+    use_display(no_show=True)
+    import matplotlib.pyplot as plt
+
+    from ..plotting.plan import plot_plan
+
+    tried = result.tried
+    best = result.ranked[0]
+    fig, ax = plt.subplots(figsize=(10, 6.5), layout="constrained")
+    plot_plan(ax, [o.memory_gb for o in tried], [o.seconds for o in tried], [o.fits for o in tried],
+              best.layout.workload.device.memory_gb, tried.index(best),
+              f"best: {best.layout.describe()}\n{seconds_text(best.seconds)}, MFU {best.mfu:.1%}, "
+              f"{best.memory_gb:.1f} GB, policy {best.policy}", title)
+    with atomic_output(path) as temporary:
+        fig.savefig(temporary, dpi=130, format="png")
+    plt.close(fig)
+
+
+def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
+    prog = prog or script_name(sys.argv[0])
+    args = build_parser(prog).parse_args(argv)
+
+    def body() -> int:
+        base = Workload(model=args.model, gpu=args.gpu, seq_len=args.seq_len, global_batch_size=args.global_batch_size,
+                        compute_efficiency=args.compute_efficiency, p2p_bandwidth=args.p2p_bandwidth,
+                        dp_bandwidth=args.dp_bandwidth, tp_bandwidth=args.tp_bandwidth)
+        if args.jitter < 0 or args.jitter > 1:
+            raise UserError(f"--jitter {args.jitter}: must be from 0 to 1")
+        env = {"compute_jitter": args.jitter, "comm_jitter": args.jitter, "seed": args.seed} if args.jitter else {}
+        output = args.output or Path("outputs/plan") / f"plan_{base.shape.name}_{args.gpus}x{base.device.name}.csv"
+        output_target(output)
+        if output.suffix.lower() != ".csv":
+            raise UserError(f"--output {output}: the planner writes CSV; give a path ending in .csv")
+        figure = output.with_suffix(".png")
+        ready_kernel()
+        from tqdm import tqdm
+
+        started = time.monotonic()
+        bars: list[tqdm] = []  # made at the first report, so that a request refused at once leaves no bar behind
+
+        def progress(done: int, total: int) -> None:
+            if not bars:
+                bars.append(tqdm(total=total, unit="layout", file=sys.stderr, dynamic_ncols=True, mininterval=0.5,
+                                 leave=False))
+            bars[0].total = total
+            bars[0].update(done - bars[0].n)
+        try:
+            result = plan(base, args.gpus, env=env, samples=args.samples, workers=args.workers, progress=progress)
+        finally:
+            for bar in bars:
+                bar.close()
+        elapsed = time.monotonic() - started
+        rank_by = "p95 iteration" if args.jitter else "iteration"
+        title = (f"{base.shape.name} on {args.gpus} x {base.device.name}, batch {args.global_batch_size} x "
+                 f"{base.seq_len} tokens: {len(result.tried)} layouts simulated of {result.enumerated}")
+        print(f"{title} ({result.pruned_memory} too large for memory, {result.pruned_bound} unable to beat the "
+              f"tenth fastest), {elapsed:.1f} s")
+        print(f"{'':>3} {'layout':<62} {rank_by:>14} {'tokens/s':>10} {'MFU':>6} {'GB/GPU':>7}  policy")
+        for rank, outcome in enumerate(result.ranked[:TOP], 1):
+            print(f"{rank:>3} {outcome.layout.describe():<62} {seconds_text(outcome.seconds):>14} "
+                  f"{outcome.tokens_per_second:>10,.0f} {outcome.mfu:>6.1%} {outcome.memory_gb:>7.1f}  "
+                  f"{outcome.policy}")
+        write_csv(result, output)
+        draw(result, figure, title)
+        print(f"csv: {output}\nfigure: {figure}")
+        return 0
+
+    return run_command(prog, body)

@@ -1,0 +1,6 @@
+"""Search the layouts, schedules and policies of a model on a number of GPUs; see `--help`."""
+
+from pipeline_sim.cli.plan import main
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,113 @@
+"""The planner (docs/model.md section 14): a run end to end, its pruning against simulation, an exhaustive search
+on a small model, and bad input in one line."""
+
+import csv
+
+import numpy as np
+import pytest
+from conftest import assert_one_line_error, assert_png_drawn, run_script
+
+from pipeline_sim import Policy
+from pipeline_sim.engine import simulate_figures
+from pipeline_sim.plan import COLUMNS, TOP, PlanError, enumerate_layouts, estimated_memory_gb, plan
+from pipeline_sim.scenarios import policy_grid
+from pipeline_sim.workload import ModelShape, Workload, gpu_memory_gb
+
+SMALL = ["--model", "llama3-8b", "--gpu", "h100-80gb", "--gpus", "8", "--global-batch-size", "64", "--seq-len",
+         "4096"]
+
+
+def test_a_small_plan_end_to_end(tmp_path):
+    result = run_script("plan.py", *SMALL, "-o", "plan.csv", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("llama3-8b on 8 x h100-80gb, batch 64 x 4096 tokens:")
+    listed = [line for line in lines if line[:3].strip().isdigit()]
+    assert len(listed) == TOP
+    with open(tmp_path / "plan.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert tuple(rows[0]) == COLUMNS and len(rows) >= TOP
+    for row in rows:
+        assert float(row["memory_gb"]) <= float(row["gpu_memory_gb"]) == 80.0
+        assert int(row["tensor_parallel"]) * int(row["pipeline_parallel"]) * int(row["data_parallel"]) == 8
+        assert 64 % (int(row["micro_batch_size"]) * int(row["data_parallel"])) == 0
+        assert sum(map(int, row["layers_per_stage"].split())) == 32
+        tokens = float(row["tokens_per_second"])
+        assert tokens == pytest.approx(64 * 4096 / float(row["iteration_seconds"]))
+    times = [float(row["iteration_seconds"]) for row in rows]
+    assert times == sorted(times) and [int(row["rank"]) for row in rows] == list(range(1, len(rows) + 1))
+    assert {row["simulated"] for row in rows[:TOP]} == {"full"}
+    # the printed best is the CSV's first row
+    assert rows[0]["schedule"] in listed[0] and f"t {rows[0]['tensor_parallel']} p {rows[0]['pipeline_parallel']}" \
+        in listed[0]
+    assert_png_drawn(tmp_path / "plan.png", min_width=1000, min_height=600)
+
+
+TINY = ModelShape(layers=8, hidden=256, heads=8, kv_heads=4, ffn_hidden=1024, vocab=4000, seq_len=512)
+
+
+def tiny(**kwargs):
+    return Workload(**{"model": TINY, "gpu": {"tflops": 10, "memory_gb": 0.08, "nvlink_bandwidth": 100},
+                       "global_batch_size": 16, "p2p_bandwidth": 1.0, "dp_bandwidth": 1.0} | kwargs)
+
+
+def test_layouts_divide_and_pruning_never_drops_what_simulation_keeps():
+    found = enumerate_layouts(tiny(), 4)
+    assert found.enumerated > len(found.layouts) > 20  # some layouts hold more state than the 80 MB GPU
+    for layout in found.layouts:
+        w, p = layout.workload, layout.params
+        assert w.tensor_parallel * p.num_gpus * w.data_parallel == 4
+        assert TINY.heads % w.tensor_parallel == 0 and TINY.kv_heads % w.tensor_parallel == 0
+        figures = simulate_figures(p, [Policy()])[0]
+        # the bound is below the simulated time and the memory estimate below the simulated memory
+        assert layout.bound <= figures[0] * (1 + 1e-9)
+        memory = max(gpu_memory_gb(w, p, tuple(figures[3 + 2 * p.num_gpus:])))
+        assert estimated_memory_gb(layout) <= memory * (1 + 1e-5)  # peaks in units of 2^-20 of a stage
+
+
+def test_the_best_of_a_small_plan_is_the_best_of_every_layout():
+    base = tiny()
+    result = plan(base, 4)
+    assert all(outcome.fits for outcome in result.ranked)
+    best = None
+    for layout in enumerate_layouts(base, 4).layouts:  # every layout, every policy, in full
+        policies = (Policy(), *policy_grid(1.0))
+        figures = simulate_figures(layout.params, policies)
+        peaks = tuple(figures[0, 3 + 2 * layout.params.num_gpus:])
+        if max(gpu_memory_gb(layout.workload, layout.params, peaks)) > 0.08:
+            continue
+        time = float(np.min(figures[:, 0]))
+        best = time if best is None else min(best, time)
+    assert result.ranked[0].seconds == pytest.approx(best)
+
+
+def test_a_plan_that_nothing_answers():
+    with pytest.raises(PlanError, match="fits no layout on 4 x"):
+        plan(tiny(gpu={"tflops": 10, "memory_gb": 0.001, "nvlink_bandwidth": 100}), 4)
+    # without NVLink figures or tp_bandwidth, tensor parallelism cannot be timed: only t = 1 is tried
+    assert {layout.tensor for layout in enumerate_layouts(tiny(gpu={"tflops": 10, "memory_gb": 1}), 4).layouts} == {1}
+    with pytest.raises(PlanError, match="no layout of"):
+        plan(tiny(), 37)
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["--model", "nope", "--gpus", "8", "--global-batch-size", "8"], ("model = 'nope': unknown preset",)),
+    (["--model", "llama3-8b", "--gpus", "37", "--global-batch-size", "64"],
+     ("gpus = 37: no layout of llama3-8b on 37 GPUs", "tried tensor degrees")),
+    (["--model", "llama3-405b", "--gpu", "a100-40gb", "--gpus", "8", "--global-batch-size", "8"],
+     ("model = llama3-405b: fits no layout on 8 x a100-40gb", "811.7 GB per GPU")),
+    (["--model", "llama3-8b", "--gpus", "8", "--global-batch-size", "8", "--jitter", "2"], ("--jitter 2.0",)),
+    (["--model", "llama3-8b", "--gpus", "8", "--global-batch-size", "8", "-o", "x.txt"], ("ending in .csv",)),
+    (["--model", "llama3-8b", "--gpus", "0", "--global-batch-size", "8"], ("--gpus",)),
+])
+def test_bad_plans_get_one_line(tmp_path, args, fragments):
+    assert_one_line_error(run_script("plan.py", *args, cwd=tmp_path), *fragments)
+
+
+def test_under_jitter_layouts_rank_by_the_95th_percentile_of_their_draws():
+    result = plan(tiny(), 4, env={"compute_jitter": 0.1, "comm_jitter": 0.1, "seed": 3}, samples=5)
+    best = result.ranked[0]
+    policy = next(p for p in (Policy(), *policy_grid(1.0)) if p.label == best.policy)
+    times = [simulate_figures(best.layout.params, [policy], sample)[0, 0] for sample in range(5)]
+    assert best.seconds == pytest.approx(np.percentile(times, 95))
+    assert [o.seconds for o in result.ranked] == sorted(o.seconds for o in result.ranked)
