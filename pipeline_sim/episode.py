@@ -11,6 +11,7 @@ from dataclasses import replace
 import numpy as np
 
 from .engine import dispatch_arguments, graph_arrays, kernel, lower_bound, memory_in_force, policy_arrays
+from .kernel.state import DONE_COUNT
 from .model import EnvParams, ParameterError, Policy
 from .taskgraph import build_task_graph, task_lengths
 
@@ -49,6 +50,7 @@ class Episode:
                            params.ingress_capacity, 0)
         self.memory_units = memory
         self._out = np.full(self.actions, -1, dtype=np.int64)
+        self._fresh = False
         self.sample = 0
         self.now = 0.0
         self.gpu = -1
@@ -70,6 +72,7 @@ class Episode:
     def _run(self) -> None:
         result = kernel.simulate(self.lengths, *self._structure, self._state, self.now)
         self.status, self.now, self.gpu = int(result[0]), float(result[7]), int(result[8])
+        self._fresh = False
         if self.status == kernel.DONE:
             self.gpu = -1
         elif self.status == kernel.STUCK:
@@ -82,9 +85,11 @@ class Episode:
     def choices(self) -> np.ndarray:
         """Per action, the task it would start on the deciding GPU (-1: not possible; the last entry, wait: 0 when
         possible)."""
-        F, I, P = self._state[:3]
-        a = self.arrays
-        kernel.choices(self.gpu, self.memory_units, F, I, P, a.order_start, a.order_task, self._out)
+        if not self._fresh:  # the state moves only in ``_run``
+            F, I, P = self._state[:3]
+            a = self.arrays
+            kernel.choices(self.gpu, self.memory_units, F, I, P, a.order_start, a.order_task, self._out)
+            self._fresh = True
         return self._out
 
     def mask(self) -> np.ndarray:
@@ -114,6 +119,10 @@ class Episode:
         if len(hits) == 0:
             raise ValueError(f"task {task} is not the lowest ready of its kind on GPU {self.gpu}")
         self.step(int(hits[0]))
+
+    @property
+    def tasks_done(self) -> int:
+        return int(self._state[7][DONE_COUNT])
 
     @property
     def completion_time(self) -> float:

@@ -1,0 +1,132 @@
+"""``PipelineDispatchEnv``: one episode is one training iteration; one step is one GPU's choice of its next
+compute task (docs/model.md section 12.4), made on the kernel's own state.
+
+Observation, one fixed-size vector of floats in [0, 1] (``OBSERVATION_FIELDS``): for the deciding GPU and its
+two neighbours in the pipeline (upstream, self, downstream; zeros past either end) ``GPU_FIELDS``, then
+``GLOBAL_FIELDS``, then the action mask. Times are in units of the mean compute task, capped at ten.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Sequence
+
+import gymnasium as gym
+import numpy as np
+
+from ..engine import simulate
+from ..episode import ACTION_KINDS, Episode
+from ..kernel.observation import GPU_WIDTH, observe
+from ..model import EnvParams, ParameterError, Policy
+
+GPU_FIELDS = ("present", "busy", "busy_left", "idle_for", "held", "ready_backward", "ready_forward", "ready_weight",
+              "progress", "sends_queued", "send_rate")
+GLOBAL_FIELDS = ("time", "gpu_position", "tasks_done", "can_wait")
+WINDOW = (-1, 0, 1)
+#: The training draws' sample numbers start here, so that no training draw is a sweep's (samples 0, 1, ...).
+TRAINING_SAMPLES = 2 ** 40
+REWARDS = ("time", "relative")
+
+
+def _names(actions: int) -> tuple[str, ...]:
+    return (*(f"{place}.{field}" for place in ("up", "self", "down") for field in GPU_FIELDS), *GLOBAL_FIELDS,
+            *(f"mask.{i}" for i in range(actions)))
+
+
+OBSERVATION_FIELDS = _names(len(ACTION_KINDS) + 1)  # one chunk per GPU; ``env.fields`` in general
+
+
+class PipelineDispatchEnv(gym.Env):
+    """The dispatch decisions of ``params`` under ``policy`` as a Gymnasium environment.
+
+    ``samples``: the noise draws to play, in turn (evaluation: the sweep's own samples, 0 to k - 1, for common
+    random numbers with its rows); ``None`` (training) draws a fresh sample from the environment's seed stream at
+    every reset, never one a sweep uses. ``reward``: ``time`` (each step minus the time until the next decision,
+    so an episode returns minus its iteration time) or ``relative`` (the same over static ``reference``'s time on
+    the same draw, plus 1 at the end: the share of the reference's time saved). An action the mask forbids
+    takes the first possible action instead (``info["masked_action"]`` says so), as a greedy dispatcher would.
+    """
+
+    metadata = {"render_modes": []}
+
+    def __init__(self, params: EnvParams, policy: Policy, *, samples: Sequence[int] | None = None,
+                 reward: str = "time", reference: str = "zb-h1") -> None:
+        if reward not in REWARDS:
+            raise ParameterError("reward", reward, f"is one of {', '.join(REWARDS)}")
+        self.episode = Episode(params, policy)
+        self.params, self.policy = params, policy
+        self.samples = None if samples is None else [int(s) for s in samples]
+        if self.samples is not None and not self.samples:
+            raise ParameterError("samples", "[]", "lists at least one sample, or is None for fresh draws")
+        self.reward_kind, self.reference = reward, reference
+        episode = self.episode
+        self.fields = _names(episode.actions)
+        self.action_space = gym.spaces.Discrete(episode.actions)
+        self.observation_space = gym.spaces.Box(0.0, 1.0, (len(self.fields),), dtype=np.float32)
+        compute = episode.arrays.kind_class >= 0
+        self._compute = compute
+        base = episode.graph
+        self._unit = float(np.mean([t.length for t, c in zip(base.tasks, compute) if c]))
+        self._per_gpu = np.array([len(order) for order in base.orders], dtype=float)
+        self._next = 0
+        self._scale = 1.0
+        self._bound = 1.0
+        self._mask = np.zeros(self.episode.actions, dtype=bool)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
+        super().reset(seed=seed)
+        if options and "sample" in options:
+            sample = int(options["sample"])
+        elif self.samples is None:
+            sample = int(self.np_random.integers(TRAINING_SAMPLES, 2 ** 62))
+        else:
+            sample = self.samples[self._next % len(self.samples)]
+            self._next += 1
+        self.episode.reset(sample)
+        self._bound = max(self._unit, self.episode.bound())
+        self._scale = 1.0
+        if self.reward_kind == "relative":
+            reference = replace(self.params, schedule=self.reference, dispatch="static", memory_limit=0.0)
+            self._scale = simulate(reference, self.policy, sample).completion_time
+        self._mask = self.episode.mask()
+        return self._observe(), {"sample": sample, "action_mask": self._mask.copy()}
+
+    def action_masks(self) -> np.ndarray:
+        """Which actions are possible now (for masked policies)."""
+        return self._mask.copy()
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
+        episode = self.episode
+        before = episode.now
+        action = int(action)
+        info: dict[str, Any] = {"sample": episode.sample}
+        if not self._mask[action]:  # an unmasked agent's impossible choice: the first possible one instead
+            info["masked_action"] = action
+            action = int(np.argmax(self._mask))
+        episode.step(action)
+        if episode.done:
+            end = episode.completion_time
+            reward = -(end - before) / self._scale
+            info.update(completion_time=end, lower_bound=self._bound)
+            if self.reward_kind == "relative":
+                reward += 1.0
+            self._mask = np.zeros(episode.actions, dtype=bool)
+            return np.zeros(len(self.fields), dtype=np.float32), reward, True, False, info
+        self._mask = episode.mask()
+        info["action_mask"] = self._mask.copy()
+        return self._observe(), -(episode.now - before) / self._scale, False, False, info
+
+    def _observe(self) -> np.ndarray:
+        episode = self.episode
+        F, I, P, _, Q = episode.state[:5]
+        a = episode.arrays
+        out = np.zeros(len(self.fields), dtype=np.float64)
+        observe(episode.gpu, episode.now, self._unit, episode.memory_units, F, I, P, Q, a.order_start,
+                a.order_task, out)
+        base = len(WINDOW) * GPU_WIDTH
+        out[base] = min(10.0, episode.now / self._bound) / 10.0
+        out[base + 1] = episode.gpu / max(1, P.shape[1] - 1)
+        out[base + 2] = episode.tasks_done / F.shape[1]
+        out[base + 3] = float(self._mask[-1])
+        out[base + 4:] = self._mask
+        return out.astype(np.float32)
