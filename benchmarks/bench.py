@@ -31,6 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -124,6 +126,40 @@ def dispatched(seconds: float, rounds: int = 3) -> list[dict]:
     return rows
 
 
+def decisions_per_second(seconds: float) -> list[dict]:
+    """Dispatch decisions per second on one core, a random masked choice each: the episode alone (the kernel
+    stopping and continuing), and through the Gymnasium environment (observations too) when the [rl] extra is
+    installed."""
+    from pipeline_sim.episode import Episode
+    rows = []
+    for n in (8, 16, 64):
+        params = EnvParams(n=n, num_gpus=4, schedule="zb-h1", compute_jitter=0.2, comm_jitter=0.2)
+        episode, rng = Episode(params, Policy()), np.random.default_rng(0)
+        count, start, sample = 0, time.perf_counter(), 0
+        while time.perf_counter() - start < seconds:
+            episode.reset(sample)
+            sample += 1
+            while not episode.done:
+                episode.step(int(rng.choice(np.flatnonzero(episode.mask()))))
+                count += 1
+        row = {"n": n, "episode": count / (time.perf_counter() - start)}
+        try:
+            from pipeline_sim.rl import PipelineDispatchEnv
+        except ImportError:
+            rows.append(row)
+            continue
+        env = PipelineDispatchEnv(params, Policy())
+        count, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            env.reset()
+            done = False
+            while not done:
+                done = env.step(int(rng.choice(np.flatnonzero(env.action_masks()))))[2]
+                count += 1
+        rows.append({**row, "environment": count / (time.perf_counter() - start)})
+    return rows
+
+
 def scaling(budget: float) -> list[dict]:
     rows = []
     for num_gpus in SIZES_GPUS:
@@ -156,6 +192,8 @@ import sys, time
 start = time.perf_counter()
 sys.path.insert(0, {root!r})
 from pathlib import Path
+
+import numpy as np
 from pipeline_sim.cli.heatmap import write_heatmaps
 from pipeline_sim.config import EnvironmentGrid
 from pipeline_sim.engine import compile_kernel
@@ -357,6 +395,11 @@ def main() -> int:
     for row in dispatch:
         print(f"  {row['schedule']:<8}  {row['dispatch']:<14} {row['sims_per_second']:>7,.0f} "
               f"{row['static_sims_per_second']:>14,.0f} {row['static_over_dispatched']:>8.2f}x", flush=True)
+    decisions = decisions_per_second(0.5 if args.quick else 2.0)
+    print("\n  decisions/s (ZB-H1, 4 GPUs, random masked choices)    n  episode  environment")
+    for row in decisions:
+        print(f"  {'':<50}{row['n']:>3} {row['episode']:>8,.0f} {row.get('environment', float('nan')):>12,.0f}",
+              flush=True)
     rows = scaling(0.2 if args.quick else 1.0)
     print("\n  n  GPUs   tasks   ms/sim   us/task")
     for row in rows:
@@ -408,7 +451,8 @@ def main() -> int:
         "single_core": single, "pure_python_sims_per_second": pure,
         "kernel_over_pure_python": single["sims_per_second"] / pure, "api_sims_per_second": api,
         "example_pipeline": pipeline, "heatmap_cpu_seconds": heatmap, "first_compile_seconds": compile_seconds,
-        "schedules": schedules, "dispatch": dispatch, "scaling": rows, "scaling_ratio": largest / smallest,
+        "schedules": schedules, "dispatch": dispatch, "decisions": decisions, "scaling": rows,
+        "scaling_ratio": largest / smallest,
         "sweep": {"simulations": 2178, "serial_seconds": serial, "parallel_seconds": parallel, "workers": cores,
                   "parallel_efficiency": efficiency},
         "noisy_sweep": noisy, "memory": memory, "cluster": cluster,
