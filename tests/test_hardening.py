@@ -392,7 +392,7 @@ def test_no_writable_compile_cache_compiles_in_a_temporary_one(tmp_path):
     ('{"n": 1e20}', "config key 'n': 1e+20 is not an integer (at most 2^53)"),
     ('{"n": 8, "n": 16}', "config key 'n' is given twice"),
     ("[" * 100_000, "JSON nested too deeply"),
-    ('{"fwd_len": 1e308}', "fwd_len = 1e+308: must be a finite number from 1e-06 to 1e+09"),
+    ('{"fwd_len": 1e308}', "fwd_len = 1e+308: must be a finite number from 1e-12 to 1e+09"),
 ])
 def test_config_mistakes_get_one_line(tmp_path, text, fragment):
     (tmp_path / "bad.json").write_text(text)
@@ -469,9 +469,11 @@ def test_a_derived_length_out_of_range_names_what_the_user_gave(tmp_path):
                         "--tensor-parallel", "8", "--p2p-bandwidth", "1e-12", "--no-show", cwd=tmp_path)
     assert_one_line_error(result, "--p2p-bandwidth: p2p_bandwidth = 1e-12: gives prop_len = 6.29e+09 s")
     tiny = {"layers": 2, "hidden": 128, "heads": 4, "ffn_hidden": 512, "vocab": 1000, "seq_len": 64}
-    config = write_config(tmp_path, {"model": tiny, "num_gpus": 2, "global_batch_size": 8})
+    config = write_config(tmp_path, {"model": tiny, "gpu": {"tflops": 1e9, "memory_gb": 80}, "num_gpus": 2,
+                                     "global_batch_size": 8})
     result = run_script("data_generator.py", "-c", str(config), "-o", "w.csv", cwd=tmp_path)
-    assert_one_line_error(result, "model = 'layers=2 hidden=128", "gives fwd_len = 2.27e-07 s with this gpu")
+    assert_one_line_error(result, "model = 'layers=2 hidden=128", "gives fwd_len = 7.09e-14 s with this gpu",
+                          "outside 1e-12 to 1e+09 s")
 
 
 def quick_rows():
