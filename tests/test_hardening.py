@@ -128,6 +128,78 @@ def test_one_writer_per_output(tmp_path, big_reference):
     assert (tmp_path / "out.csv").read_bytes() == big_reference
 
 
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+@pytest.mark.parametrize("how", ["removed", "replaced"])
+def test_a_lock_file_removed_by_hand_lets_no_second_writer_in(tmp_path, big_reference, fmt, how):
+    """flock holds a file, not a name: with the lock file of a running sweep removed (or replaced) by hand, a
+    second run locks a new file of that name. It is refused all the same, by the lock the first run holds on
+    its partial itself, and the first run stops at its next commit point, naming its lock; nothing is lost."""
+    from pipeline_sim.config import EnvironmentGrid
+    from pipeline_sim.files import OutputError
+    from pipeline_sim.sweep import SweepPlan, run_sweep
+
+    if fmt == "parquet":
+        pytest.importorskip("pyarrow")
+    config = write_config(tmp_path, BIG)
+    output = tmp_path / f"out.{fmt}"
+    first = run_sweep(SweepPlan(EnvironmentGrid.from_mapping(BIG), format=fmt), output, workers=1)
+    assert next(first) == 0 and next(first) > 0  # a chunk of rows is written
+    lock = tmp_path / f"out.{fmt}.lock"
+    lock.unlink()
+    try:
+        for extra in (["--resume"], ["--overwrite"]):
+            second = run_script("data_generator.py", "-c", str(config), "-o", output.name, "--format", fmt, *extra,
+                                cwd=tmp_path)
+            assert_one_line_error(second, f"another run is writing out.{fmt}.partial")
+        if how == "replaced":
+            lock.write_text("")
+        with pytest.raises(OutputError, match=f"out.{fmt}.lock was {how} while this run held it"):
+            while True:
+                next(first)
+    finally:
+        first.close()
+    resumed = run_script("data_generator.py", "-c", str(config), "-o", output.name, "--format", fmt, "--resume",
+                         cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    if fmt == "csv":
+        assert output.read_bytes() == big_reference
+    else:
+        clean = run_script("data_generator.py", "-c", str(config), "-o", "clean.parquet", "--format", fmt,
+                           cwd=tmp_path)
+        assert clean.returncode == 0, clean.stderr
+        assert output.read_bytes() == (tmp_path / "clean.parquet").read_bytes()
+
+
+def test_a_sweep_whose_lock_file_is_removed_stops_in_one_line(tmp_path, big_reference):
+    config = write_config(tmp_path, BIG)
+    process = start([ROOT / "data_generator.py", "-c", config, "-o", "out.csv", "--workers", "1"], tmp_path)
+    wait_for_rows(tmp_path / "out.csv.partial", process)
+    (tmp_path / "out.csv.lock").unlink()
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 2, err
+    last = err.replace("\r", "\n").strip().splitlines()[-1]
+    assert "out.csv.lock was removed while this run held it" in last and "Traceback" not in err
+    assert "rows kept in out.csv.partial; once no other run writes it, rerun with --resume" in last
+    resumed = run_script("data_generator.py", "-c", str(config), "-o", "out.csv", "--resume", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert (tmp_path / "out.csv").read_bytes() == big_reference
+
+
+def test_a_holder_never_removes_a_lock_file_that_is_not_its_own(tmp_path):
+    """Every lock a run holds is checked at each commit point (figures too), and a lock file put in place of the
+    run's own, perhaps another run's now, is left where it is."""
+    from pipeline_sim.files import LockLost, check_locks, exclusive_writer
+
+    with exclusive_writer(tmp_path / "maps"), exclusive_writer(tmp_path / "out.csv"):
+        check_locks()
+        (tmp_path / "maps.lock").unlink()
+        (tmp_path / "maps.lock").write_text("4242\n")
+        with pytest.raises(LockLost, match="maps.lock was replaced while this run held it, so another run may be "
+                                           "writing .*maps; stopped before writing more"):
+            check_locks()
+    assert (tmp_path / "maps.lock").read_text() == "4242\n" and not (tmp_path / "out.csv.lock").exists()
+
+
 def test_every_output_of_a_run_is_locked(tmp_path):
     """The samples file and the figures' folder are held as the main output is: a second run writing any of
     them is refused, naming the first."""

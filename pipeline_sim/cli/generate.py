@@ -13,7 +13,7 @@ from typing import Callable, Generator, Sequence
 
 from ..cluster import CLUSTER_VARIABLE, ClusterError, ClusterLost, DaskCluster
 from ..config import EnvironmentGrid
-from ..files import exclusive_writer, output_folder, output_target
+from ..files import LockLost, exclusive_writer, output_folder, output_target
 from ..scenarios import DEFAULT_STEP
 from ..sweep import FORMATS, SIMULATORS, SweepPlan, partial_paths, resumable, run_sweep, useful_workers
 from .common import Parser, UserError, positive_int, ready_kernel, run_command, script_name
@@ -182,6 +182,11 @@ def _follow(progress: Generator[int, None, None], plan: SweepPlan, done: int, pa
         bar.close()
         raise ClusterError(f"{error} after {bar.n:,} of {plan.num_simulations:,} simulations; rows kept in "
                            f"{partial}; rerun with --resume to continue") from None
+    except LockLost as error:
+        progress.close()
+        bar.close()
+        raise LockLost(f"{error}; rows kept in {partial}; once no other run writes it, rerun with --resume to "
+                       f"continue") from None
     except (KeyboardInterrupt, BrokenProcessPool) as error:
         progress.close()
         bar.close()

@@ -12,7 +12,7 @@ from typing import Any, BinaryIO, Iterator, Sequence
 import numpy as np
 import pandas as pd
 
-from ..files import atomic_output, exclusive_writer, output_folder
+from ..files import atomic_output, check_locks, exclusive_writer, output_folder
 from ..model import EnvParams
 from ..parallel import ordered_map
 from ..results import (
@@ -257,6 +257,7 @@ def _run(jobs: Iterator[HeatmapJob | ComparisonJob | RobustnessJob], workers: in
     try:
         for _ in tqdm(drawn, total=total, unit="figure", file=sys.stderr, dynamic_ncols=True, mininterval=0.5,
                       disable=total < 2):
+            check_locks()
             count += 1
     except KeyboardInterrupt:
         drawn.close()
