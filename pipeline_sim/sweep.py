@@ -383,7 +383,7 @@ def _not_resumable(partial: Path, meta: Path) -> str:
             f"drop --resume or pass --overwrite")
 
 
-def _finished(output: Path, plan: SweepPlan) -> bool:
+def finished(output: Path, plan: SweepPlan) -> bool:
     """Whether ``output`` is the complete output of ``plan`` and only the cleanup of its sweep was cut short."""
     record = _record(partial_paths(output)[1])
     return record.get("fingerprint") == plan.fingerprint() and "complete" in record and output.is_file() and \
@@ -436,7 +436,7 @@ def run_sweep(plan: SweepPlan, output: str | os.PathLike, *, workers: int = 1, r
     with exclusive_writer(output), exclusive_writer(samples_output), ExitStack() as partials:
         for path in (partial, sample_partial):  # before anything reads, continues or removes them
             hold(path, partials)
-        if resume and meta.exists() and _finished(output, plan):
+        if resume and meta.exists() and finished(output, plan):
             if plan.with_samples and sample_partial.exists():  # the samples were not moved yet
                 assert samples_output is not None
                 os.replace(sample_partial, samples_output)

@@ -126,6 +126,42 @@ def test_full_pipeline_resumes_the_newest_partial(tmp_path):
     assert len(list((tmp_path / "outputs" / "heatmaps" / final.stem).glob("*.png"))) == 8
 
 
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_full_pipeline_resume_finds_a_sweep_by_its_record(tmp_path, fmt):
+    """Without -o, --resume finds the newest unfinished sweep of its config by the partial's record, which is
+    written first and removed last: a partial file or Parquet folder, and an output whose cleanup was cut short
+    (nothing named .partial is left, and the resume finishes the cleanup instead of running the sweep again)."""
+    from pipeline_sim.config import EnvironmentGrid
+    from pipeline_sim.files import file_digest
+    from pipeline_sim.sweep import SweepPlan, partial_paths, run_sweep
+
+    if fmt == "parquet":
+        pytest.importorskip("pyarrow")
+    config = tmp_path / "q.json"
+    config.write_text(json.dumps({"n": [4, 6]}))
+    plan = SweepPlan(EnvironmentGrid.load(config), step=0.5, format=fmt)
+    data = tmp_path / "outputs" / "data"
+    command = ("run_full_pipeline.py", "-c", str(config), "--priority_step", "0.5", "--format", fmt, "--resume")
+    interrupted = data / f"q_20260101-000000.{fmt}"
+    progress = run_sweep(plan, interrupted, workers=1)
+    assert next(progress) == 0 and next(progress) == 37  # one environment of two
+    progress.close()
+    result = run_script(*command, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert f"resuming: 37 rows already in outputs/data/{interrupted.name}.partial" in result.stdout
+    assert interrupted.is_file() and not partial_paths(interrupted)[1].exists()
+    cut_short = data / f"q_20260101-000001.{fmt}"
+    list(run_sweep(plan, cut_short, workers=1))
+    partial_paths(cut_short)[1].write_text(json.dumps({"fingerprint": plan.fingerprint(), "output": str(cut_short),
+                                                       "complete": file_digest(cut_short)}))
+    before = cut_short.read_bytes()
+    result = run_script(*command, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert f"outputs/data/{cut_short.name} is already complete; removed what its sweep left behind" in result.stdout
+    assert cut_short.read_bytes() == before and not partial_paths(cut_short)[1].exists()
+    assert sorted(path.name for path in data.iterdir()) == [interrupted.name, cut_short.name]
+
+
 @pytest.mark.parametrize("content, fragments", [
     (None, ["no such file"]),
     ('{"n": [8, 16],\n "fwd_len": [1.0,]}', ["invalid JSON at line 2, column 18"]),
@@ -193,9 +229,9 @@ def test_plot_heatmap_rejects_other_csvs(tmp_path, content, fragments):
     path = tmp_path / "other.csv"
     if content is not None:
         path.write_text(content)
-    result = run_script("plot_heatmap.py", str(path), "-o", "maps", cwd=tmp_path)
+    result = run_script("plot_heatmap.py", str(path), "-o", "figures/of/maps", cwd=tmp_path)
     assert_one_line_error(result, *fragments)
-    assert not (tmp_path / "maps").exists()
+    assert sorted(tmp_path.iterdir()) == ([] if content is None else [path])  # no folder on the way, no lock
 
 
 def test_plot_heatmap_rejects_a_cut_csv(tmp_path):
