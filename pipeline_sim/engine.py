@@ -245,7 +245,9 @@ def simulate(params: EnvParams, policy: Policy, sample: int = 0,
     memory = None
     if order is not None:
         graph = graph._replace(orders=given_order(params, order))
-        arguments[11] = np.array([i for tasks in graph.orders for i in tasks], dtype=np.int64)  # order_task
+        order_task = np.array([i for tasks in graph.orders for i in tasks], dtype=np.int64)
+        order_task.flags.writeable = False  # as the graph's own: the kernel is compiled for read-only arrays
+        arguments[11] = order_task
         memory = memory_in_force(params, order_peak(graph, graph.orders))
     room = 4 * len(lengths) + 64
     while True:

@@ -1,4 +1,5 @@
-"""data_generator.py, plot_heatmap.py and run_full_pipeline.py run as a user runs them."""
+"""data_generator.py, plot_heatmap.py and run_full_pipeline.py run as a user runs them (their answers to mistakes
+checked in this process)."""
 
 import csv
 import json
@@ -9,7 +10,7 @@ import sys
 import time
 
 import pytest
-from conftest import ROOT, assert_one_line_error, assert_png_drawn, run_script
+from conftest import ROOT, assert_one_line_error, assert_png_drawn, run_here, run_script
 
 from pipeline_sim import calculate_full_pipeline_schedule
 from pipeline_sim.metrics import schedule_metrics
@@ -178,7 +179,7 @@ def test_generator_config_mistakes(tmp_path, content, fragments):
     config = tmp_path / "config.json"
     if content is not None:
         config.write_text(content)
-    result = run_script("data_generator.py", "-c", str(config), "-o", "out.csv", cwd=tmp_path)
+    result = run_here("data_generator.py", "-c", str(config), "-o", "out.csv", cwd=tmp_path)
     assert_one_line_error(result, *fragments)
     assert not (tmp_path / "out.csv.partial").exists()
 
@@ -193,12 +194,12 @@ def test_generator_config_mistakes(tmp_path, content, fragments):
 def test_generator_argument_mistakes(tmp_path, args, fragments):
     (tmp_path / "blocker").write_text("a file, not a folder")
     (tmp_path / "config.json").write_text("{}")
-    result = run_script("data_generator.py", "-c", "config.json", *args, cwd=tmp_path)
+    result = run_here("data_generator.py", "-c", "config.json", *args, cwd=tmp_path)
     assert_one_line_error(result, *fragments)
 
 
 def test_full_pipeline_step_mistake(tmp_path):
-    result = run_script("run_full_pipeline.py", "-c", str(ROOT / "configs" / "quick.json"), "--priority_step",
+    result = run_here("run_full_pipeline.py", "-c", str(ROOT / "configs" / "quick.json"), "--priority_step",
                         "0.15", cwd=tmp_path)
     assert_one_line_error(result, "step = 0.15")
 
@@ -229,7 +230,7 @@ def test_plot_heatmap_rejects_other_csvs(tmp_path, content, fragments):
     path = tmp_path / "other.csv"
     if content is not None:
         path.write_text(content)
-    result = run_script("plot_heatmap.py", str(path), "-o", "figures/of/maps", cwd=tmp_path)
+    result = run_here("plot_heatmap.py", str(path), "-o", "figures/of/maps", cwd=tmp_path)
     assert_one_line_error(result, *fragments)
     assert sorted(tmp_path.iterdir()) == ([] if content is None else [path])  # no folder on the way, no lock
 
@@ -238,11 +239,11 @@ def test_plot_heatmap_rejects_a_cut_csv(tmp_path):
     config = tmp_path / "c.json"
     config.write_text('{"n": 3, "num_gpus": 2}')
     full = tmp_path / "full.csv"
-    assert run_script("data_generator.py", "-c", str(config), "-o", str(full), cwd=tmp_path).returncode == 0
+    assert run_here("data_generator.py", "-c", str(config), "-o", str(full), cwd=tmp_path).returncode == 0
     lines = full.read_text().splitlines(keepends=True)
     cut = tmp_path / "cut.csv"
     cut.write_text("".join(lines[:40]))
-    result = run_script("plot_heatmap.py", str(cut), cwd=tmp_path)
+    result = run_here("plot_heatmap.py", str(cut), cwd=tmp_path)
     assert_one_line_error(result, "has 39 rows, not a whole policy grid; pass --skip-incomplete")
 
 
@@ -252,7 +253,7 @@ def test_plot_heatmap_rejects_a_cut_csv(tmp_path):
     ("run_full_pipeline.py", ["--config", "--simulator", "--priority_step", "--workers", "--resume"]),
 ])
 def test_help(tmp_path, script, flags):
-    result = run_script(script, "--help", cwd=tmp_path)
+    result = run_here(script, "--help", cwd=tmp_path)
     assert result.returncode == 0
     for flag in flags:
         assert flag in result.stdout
@@ -296,12 +297,12 @@ def test_invalid_schedule_combinations_are_reported_up_front(tmp_path):
     config = tmp_path / "mixed.json"
     config.write_text(json.dumps({"schedule": ["1f1b", "interleaved-1f1b", "dualpipe-v"], "n": [6, 8],
                                   "num_gpus": 4}))
-    refused = run_script("data_generator.py", "-c", str(config), "--step", "1", cwd=tmp_path)
+    refused = run_here("data_generator.py", "-c", str(config), "--step", "1", cwd=tmp_path)
     assert_one_line_error(refused, "2 combinations of the grid cannot run", "schedule=interleaved-1f1b, n=6",
                           "multiple of num_gpus", "--skip-invalid")
     assert not (tmp_path / "outputs").exists()
     output = tmp_path / "out.csv"
-    result = run_script("data_generator.py", "-c", str(config), "--step", "1", "--skip-invalid", "-o", str(output),
+    result = run_here("data_generator.py", "-c", str(config), "--step", "1", "--skip-invalid", "-o", str(output),
                         cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "left out 2 combinations" in result.stdout
@@ -346,7 +347,7 @@ def test_jitter_config_through_the_pipeline(tmp_path):
 
 def test_plot_heatmap_metric_needs_the_column(tmp_path):
     csv_path = ROOT / "tests" / "data" / "quick_step0.5.csv"
-    result = run_script("plot_heatmap.py", str(csv_path), "--metric", "slowdown", "-o", "maps", cwd=tmp_path)
+    result = run_here("plot_heatmap.py", str(csv_path), "--metric", "slowdown", "-o", "maps", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert_png_drawn(next((tmp_path / "maps").glob("*.png")), min_width=1000, min_height=500)
     legacy = tmp_path / "legacy.csv"
@@ -354,5 +355,5 @@ def test_plot_heatmap_metric_needs_the_column(tmp_path):
     header = text[0].split(",")
     keep = [i for i, name in enumerate(header) if name != "completion_p95"]
     legacy.write_text("\n".join(",".join(line.split(",")[i] for i in keep) for line in text) + "\n")
-    bad = run_script("plot_heatmap.py", str(legacy), "--metric", "completion_p95", cwd=tmp_path)
+    bad = run_here("plot_heatmap.py", str(legacy), "--metric", "completion_p95", cwd=tmp_path)
     assert_one_line_error(bad, "no column 'completion_p95'")

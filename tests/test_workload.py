@@ -3,7 +3,7 @@
 import csv
 
 import pytest
-from conftest import assert_one_line_error, run_script
+from conftest import assert_one_line_error, run_here, run_script
 
 from pipeline_sim import ParameterError, Policy, simulate
 from pipeline_sim.config import ConfigError, EnvironmentGrid
@@ -163,7 +163,7 @@ def test_bad_workload_configs_get_one_line(tmp_path, grid, fragment):
 
     config = tmp_path / "bad.json"
     config.write_text(json.dumps(grid))
-    result = run_script("data_generator.py", "--config", str(config), "-o", str(tmp_path / "x.csv"), cwd=tmp_path)
+    result = run_here("data_generator.py", "--config", str(config), "-o", str(tmp_path / "x.csv"), cwd=tmp_path)
     assert_one_line_error(result, fragment)
 
 
@@ -177,7 +177,7 @@ def test_bad_workload_configs_get_one_line(tmp_path, grid, fragment):
     (["--model", "{\"layers\": 2"], "--model: model = '{\"layers\": 2': is not a JSON object"),
 ])
 def test_bad_workload_flags_get_one_line(tmp_path, args, fragment):
-    result = run_script("schedule_visualizer_single_channel.py", *args, "--no-show", cwd=tmp_path)
+    result = run_here("schedule_visualizer_single_channel.py", *args, "--no-show", cwd=tmp_path)
     assert_one_line_error(result, fragment)
 
 
@@ -235,7 +235,7 @@ def test_a_workload_sweep_through_the_pipeline(tmp_path):
 
 
 def test_the_visualizer_reports_a_workload_in_seconds(tmp_path):
-    result = run_script("schedule_visualizer_single_channel.py", "--model", "gpt3-175b", "--num-gpus", "8",
+    result = run_here("schedule_visualizer_single_channel.py", "--model", "gpt3-175b", "--num-gpus", "8",
                         "--tensor-parallel", "8", "--global-batch-size", "16", "--recompute", "selective",
                         "--no-show", "--output", "g.png", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -299,7 +299,7 @@ def test_a_small_model_is_simulated_in_a_unit_of_its_own_to_the_bit(schedule):
 def test_a_small_model_runs_from_the_visualizer_and_a_sweep(tmp_path):
     import json
 
-    shown = run_script("schedule_visualizer_single_channel.py", "--model", json.dumps(SMALL), "--num-gpus", "2",
+    shown = run_here("schedule_visualizer_single_channel.py", "--model", json.dumps(SMALL), "--num-gpus", "2",
                        "--global-batch-size", "8", "--no-show", "--output", "s.png", cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
@@ -309,7 +309,7 @@ def test_a_small_model_runs_from_the_visualizer_and_a_sweep(tmp_path):
     config = tmp_path / "small.json"
     config.write_text(json.dumps({"model": SMALL, "num_gpus": 2, "global_batch_size": 8,
                                   "schedule": ["1f1b", "zb-h1"]}))
-    swept = run_script("run_full_pipeline.py", "-c", str(config), "--priority_step", "0.5", cwd=tmp_path)
+    swept = run_here("run_full_pipeline.py", "-c", str(config), "--priority_step", "0.5", cwd=tmp_path)
     assert swept.returncode == 0, swept.stderr
     (output,) = (tmp_path / "outputs" / "data").glob("small_*.csv")
     with open(output, newline="") as handle:
