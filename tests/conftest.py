@@ -14,10 +14,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="session", autouse=True)
 def compiled_kernel():
-    """The kernel is compiled (or loaded) once, before any test: the scripts run later load it from the cache."""
+    """The kernel is compiled (or loaded) once, before any test: the scripts run later load it from the cache, and
+    no test may drop that cache (every later script would compile the kernel again, half a minute each)."""
+    from pipeline_sim import compile_cache, kernel
     from pipeline_sim.engine import compile_kernel
 
     compile_kernel()
+    indexes = sorted(compile_cache.cache_folder(kernel).glob("*.nbi"))
+    yield
+    assert [index for index in indexes if not index.exists()] == [], "a test dropped the kernel's compile cache"
 
 
 #: A sweep long enough to interrupt (1,452 simulations, a few seconds).
