@@ -255,6 +255,16 @@ def dispatch_arguments(params: EnvParams) -> tuple[np.ndarray, int, int]:
                                                                + 1e-6)
 
 
+def in_unit(lengths: np.ndarray, unit: float) -> np.ndarray:
+    """``lengths`` in the engine's time unit (``EnvParams.time_unit``, a power of two: the division is exact),
+    read-only as the kernel is compiled for."""
+    if unit == 1.0:
+        return lengths
+    scaled = lengths / unit
+    scaled.flags.writeable = False
+    return scaled
+
+
 def lower_bound(params: EnvParams, sample: int = 0) -> float:
     """What no dispatcher and no order can beat in the ``sample``-th draw of ``params`` (section 12.2)."""
     arrays = graph_arrays(params)
@@ -273,11 +283,14 @@ def simulate(params: EnvParams, policy: Policy, sample: int = 0,
     arrays = graph_arrays(params)
     lengths = task_lengths(params, sample)
     tiers, priorities = policy_arrays((policy,))
-    arguments = list(arrays.kernel_arguments(lengths, params))
+    unit = params.time_unit
+    arguments = list(arrays.kernel_arguments(in_unit(lengths, unit), params))
     memory = None
     if order is not None:
         graph = graph._replace(orders=given_order(params, order))
-        arguments[11] = np.array([i for tasks in graph.orders for i in tasks], dtype=np.int64)  # order_task
+        order_task = np.array([i for tasks in graph.orders for i in tasks], dtype=np.int64)
+        order_task.flags.writeable = False  # as the graph's own: the kernel is compiled for read-only arrays
+        arguments[11] = order_task
         memory = memory_in_force(params, order_peak(graph, graph.orders))
     room = 4 * len(lengths) + 64
     while True:
@@ -286,6 +299,9 @@ def simulate(params: EnvParams, policy: Policy, sample: int = 0,
         if segment_count <= room:
             break
         room = segment_count  # the same run again, with room for every segment
+    for row in (kernel.READY, kernel.START, kernel.END, kernel.THROTTLED_TIME):
+        F[row] *= unit
+    seg_times[:2] *= unit  # each segment's t0 and t1; its rate has no unit
     ready, start, end = F[kernel.READY].tolist(), F[kernel.START].tolist(), F[kernel.END].tolist()
     if status == kernel.STUCK:
         raise SimulationStuckError(_stuck_message(graph, ready, end, P[kernel.NEXT].tolist(),
@@ -316,8 +332,12 @@ def simulate_figures(params: EnvParams, policies: Sequence[Policy], sample: int 
     """The figures of ``kernel.figures`` for every policy of ``policies`` in draw ``sample``, one row each."""
     arrays = graph_arrays(params)
     tiers, priorities = policy_arrays(tuple(policies))
-    out = kernel.simulate_policies(*arrays.kernel_arguments(task_lengths(params, sample), params), arrays.rises,
-                                   activation_units(params), tiers, priorities, params.ingress_capacity)
+    unit = params.time_unit
+    out = kernel.simulate_policies(*arrays.kernel_arguments(in_unit(task_lengths(params, sample), unit), params),
+                                   arrays.rises, activation_units(params), tiers, priorities, params.ingress_capacity)
+    p = params.num_gpus
+    out[:, :2] *= unit  # the times among the figures: completion, throttled time, each GPU's busy time and span
+    out[:, 3:3 + 2 * p] *= unit
     stuck = np.isnan(out[:, 0])
     if stuck.any():
         simulate(params, policies[int(np.argmax(stuck))], sample)  # raises, naming what waits

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from .engine import dispatch_arguments, graph_arrays, kernel, lower_bound, memory_in_force, policy_arrays
+from .engine import dispatch_arguments, graph_arrays, in_unit, kernel, lower_bound, memory_in_force, policy_arrays
 from .kernel.state import DONE_COUNT
 from .model import EnvParams, ParameterError, Policy
 from .taskgraph import build_task_graph, task_lengths
@@ -52,31 +52,36 @@ class Episode:
         self._out = np.full(self.actions, -1, dtype=np.int64)
         self._fresh = False
         self.sample = 0
-        self.now = 0.0
+        self.unit = self.params.time_unit  # the kernel counts in it; ``now`` and ``completion_time`` do not
+        self.clock = 0.0  # ``now`` in the kernel's unit
         self.gpu = -1
         self.status = kernel.DONE
 
     def reset(self, sample: int = 0) -> None:
         """Begin the ``sample``-th noise draw of the environment at time 0 and run to the first decision."""
         self.sample = sample
-        self.lengths = task_lengths(self.params, sample)
+        self.lengths = in_unit(task_lengths(self.params, sample), self.unit)
         a = self.arrays
         self._state = kernel.prepare(self.lengths, a.gpu, a.receiver, a.comm, a.stage, a.index, a.impact,
                                      a.needs_count, a.kind_class, a.reserve, a.falls, self._structure[16],
                                      self.params.num_gpus, self._structure[19], self._structure[20], 0)
         F, I, P, _, Q, _, _, C, _, _, _, _, K, _ = self._state
         kernel.begin(_EXTERNAL, F, I, P, Q, K, C, a.release_start, a.release_task, a.order_start, a.order_task)
-        self.now = 0.0
+        self.clock = 0.0
         self._run()
 
     def _run(self) -> None:
-        result = kernel.simulate(self.lengths, *self._structure, self._state, self.now)
-        self.status, self.now, self.gpu = int(result[0]), float(result[7]), int(result[8])
+        result = kernel.simulate(self.lengths, *self._structure, self._state, self.clock)
+        self.status, self.clock, self.gpu = int(result[0]), float(result[7]), int(result[8])
         self._fresh = False
         if self.status == kernel.DONE:
             self.gpu = -1
         elif self.status == kernel.STUCK:
             raise RuntimeError("the episode is stuck: every GPU waited with nothing under way")
+
+    @property
+    def now(self) -> float:
+        return self.clock * self.unit
 
     @property
     def done(self) -> bool:
@@ -104,7 +109,7 @@ class Episode:
                              f"{self.mask().astype(int).tolist()})")
         F, I, P, _, Q, _, _, C, _, _, _, _, K, _ = self._state
         a = self.arrays
-        kernel.decision(self.gpu, task, self.now, _EXTERNAL, F, I, P, Q, K, C, a.release_start, a.release_task,
+        kernel.decision(self.gpu, task, self.clock, _EXTERNAL, F, I, P, Q, K, C, a.release_start, a.release_task,
                         a.order_start, a.order_task)
         self._run()
 
@@ -126,7 +131,7 @@ class Episode:
 
     @property
     def completion_time(self) -> float:
-        return float(np.max(self._state[0][kernel.END]))
+        return float(np.max(self._state[0][kernel.END])) * self.unit
 
     def bound(self) -> float:
         return lower_bound(self.params, self.sample)

@@ -9,13 +9,17 @@ import hashlib
 import os
 import stat
 import tempfile
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Iterator
 
 
 class OutputError(ValueError):
     """An output path that cannot or must not be written; the message is one line."""
+
+
+class LockLost(OutputError):
+    """A lock file this run holds was removed or replaced by hand: another run may now hold that name."""
 
 
 def output_target(path: str | os.PathLike) -> Path:
@@ -73,9 +77,9 @@ def atomic_output(path: str | os.PathLike) -> Iterator[Path]:
             os.unlink(temporary)
 
 
-#: The locks this process holds, by lock path, with how many blocks hold each (a run nests them: the whole
-#: pipeline holds its CSV while the sweep inside it takes the same lock).
-_held: dict[Path, list[int]] = {}
+#: The locks this process holds, by lock path: its descriptor and the output it guards. A run nests blocks of one
+#: lock (the whole pipeline holds its CSV while the sweep inside it takes the same lock): the outermost holds it.
+_held: dict[Path, tuple[int, Path]] = {}
 
 
 def lock_path(output: Path) -> Path:
@@ -94,27 +98,25 @@ def exclusive_writer(output: Path | None) -> Iterator[None]:
     without following a link and must be an ordinary file, so nothing is written through a
     link, a FIFO or a device put there. The holder removes the file while it still holds
     the lock; a run that locked the removed file sees that the path no longer names it and
-    tries again, so two runs never hold two different files of one path.
+    tries again, so two runs never hold two different files of one path. A lock file
+    removed or replaced by hand is found at the holder's next ``check_locks``.
     """
     if output is None:
         yield
         return
     lock = lock_path(output)
     if lock in _held:
-        _held[lock][1] += 1
-        try:
-            yield
-        finally:
-            _held[lock][1] -= 1
+        yield
         return
     handle = _take(lock, output)
-    _held[lock] = [handle, 1]
+    _held[lock] = (handle, output)
     try:
         yield
     finally:
         del _held[lock]
         try:
-            lock.unlink(missing_ok=True)  # while still locked: see above
+            if _names(lock, handle):  # a file put in its place by hand may be another run's lock now
+                lock.unlink()  # while still locked: see above
         finally:
             os.close(handle)
 
@@ -148,11 +150,7 @@ def _take(lock: Path, output: Path) -> int:
                 holder = os.pread(handle, 32, 0).decode(errors="replace").strip() or "unknown"
                 raise OutputError(f"another run (pid {holder}) is writing {output}; wait for it to finish or "
                                   f"choose another output") from None
-            try:
-                same = os.path.samestat(os.fstat(handle), os.lstat(lock))
-            except FileNotFoundError:
-                same = False
-            if same:
+            if _names(lock, handle):
                 os.ftruncate(handle, 0)
                 os.pwrite(handle, f"{os.getpid()}\n".encode(), 0)
                 return handle
@@ -160,6 +158,44 @@ def _take(lock: Path, output: Path) -> int:
             os.close(handle)
             raise
         os.close(handle)  # the holder removed this file as we locked it: lock the path's new file
+
+
+def check_locks() -> None:
+    """At a commit point (rows, a part or a figure about to be written): every lock this process holds is still
+    the file at its path. Else ``LockLost``, naming the lock: a run that then took that name may write the same
+    output, so this one stops before writing more."""
+    for lock, (handle, output) in _held.items():
+        if not _names(lock, handle):
+            how = "replaced" if os.path.lexists(lock) else "removed"
+            raise LockLost(f"{lock} was {how} while this run held it, so another run may be writing {output}; "
+                           f"stopped before writing more")
+
+
+def hold(path: Path, stack: ExitStack) -> None:
+    """Lock ``path`` itself, a partial file or folder that a run continues, replaces or writes, until ``stack``
+    closes; nothing when it does not exist. Its output's lock keeps a second run out unless that lock file was
+    removed by hand; this one still does, so that a partial is never written by two runs. ``OutputError`` when
+    another process holds it."""
+    try:
+        handle = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return
+    stack.callback(os.close, handle)
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as error:
+        if error.errno not in (errno.EWOULDBLOCK, errno.EACCES):
+            raise OSError(error.errno, f"cannot lock {path}: {error.strerror or error}") from None
+        raise OutputError(f"another run is writing {path} (the lock file beside it was removed or replaced by "
+                          f"hand); wait for it to finish or choose another output") from None
+
+
+def _names(lock: Path, handle: int) -> bool:
+    """Whether the path ``lock`` names the file open as ``handle``."""
+    try:
+        return os.path.samestat(os.fstat(handle), os.lstat(lock))
+    except FileNotFoundError:
+        return False
 
 
 def _kind(mode: int) -> str:

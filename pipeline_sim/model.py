@@ -16,6 +16,7 @@ from typing import Mapping, NamedTuple
 from .noise import JITTER_DISTRIBUTIONS
 from .parameters import (
     OPTIONAL_GROUPS,
+    UNIT_FLOOR,
     Integers,
     Interval,
     Lengths,
@@ -327,6 +328,15 @@ class EnvParams:
     def v(self) -> int:
         """Model chunks (stages) per GPU."""
         return get_schedule(self.schedule).v(self.chunks)
+
+    @property
+    def time_unit(self) -> float:
+        """The unit the engine simulates in (docs/model.md section 9): 1, or, when a nonzero length is shorter than
+        ``UNIT_FLOOR``, the largest power of two not above the shortest, so that the engine's absolute tolerances
+        stay a billionth of the shortest work. Dividing by it and multiplying back are exact."""
+        shortest = min(length for length in (self.fwd_len, self.bwd_len, self.prop_len, self.sync_base_len)
+                       if length > 0.0)
+        return 1.0 if shortest >= UNIT_FLOOR else math.ldexp(1.0, math.frexp(shortest)[1] - 1)
 
 
 #: The environment parameters, in ``EnvParams`` field order.

@@ -13,9 +13,13 @@ import numbers
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-#: Bounds of a task's work (docs/model.md section 1): every accepted environment gives finite times, and no work
-#: is so small that the engine's tolerance for simultaneous instants (1e-9 x max(1, t)) would swallow it.
-MIN_LENGTH, MAX_LENGTH = 1e-6, 1e9
+#: Bounds of a task's work (docs/model.md section 9): every accepted environment gives finite times. Work below
+#: ``UNIT_FLOOR`` is not swallowed by the engine's tolerances, because such an environment is simulated in a time
+#: unit of its own (``EnvParams.time_unit``); ``MIN_LENGTH`` is a picosecond for a workload's seconds.
+MIN_LENGTH, MAX_LENGTH = 1e-12, 1e9
+#: The shortest work the engine's absolute grains (1e-9) were chosen for: a thousand of them. Environments whose
+#: every work reaches it are simulated in their own unit, as they always were.
+UNIT_FLOOR = 1e-6
 
 #: Parameter groups, in the order flags, file names and titles list them. A group's parameters matter to a
 #: simulation only under a condition (``EnvParams.relevant``): the schedule's own, and the noise's when there is any.

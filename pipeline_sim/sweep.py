@@ -20,6 +20,7 @@ import json
 import math
 import os
 import shutil
+from contextlib import ExitStack
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -30,7 +31,7 @@ import numpy as np
 from .cluster import DaskCluster
 from .config import BOOLEAN_KEYS, INTEGER_KEYS, OBJECT_KEYS, STRING_KEYS, ConfigError, EnvironmentGrid
 from .engine import lower_bound, simulate_figures
-from .files import OutputError, exclusive_writer, file_digest, output_target
+from .files import OutputError, check_locks, exclusive_writer, file_digest, hold, output_target
 from .metrics import ScheduleMetrics, ideal_time, metric_columns
 from .model import COMM_KINDS, LIST_KEYS, PARAMETER, EnvParams, ParameterError, Policy
 from .parallel import ordered_map
@@ -422,7 +423,7 @@ def _not_resumable(partial: Path, meta: Path) -> str:
             f"drop --resume or pass --overwrite")
 
 
-def _finished(output: Path, plan: SweepPlan) -> bool:
+def finished(output: Path, plan: SweepPlan) -> bool:
     """Whether ``output`` is the complete output of ``plan`` and only the cleanup of its sweep was cut short."""
     record = _record(partial_paths(output)[1])
     return record.get("fingerprint") == plan.fingerprint() and "complete" in record and output.is_file() and \
@@ -472,8 +473,10 @@ def run_sweep(plan: SweepPlan, output: str | os.PathLike, *, workers: int = 1, r
     for path in (partial, meta, sample_partial):
         if path.is_symlink():
             raise OutputError(f"{path} is a link; remove it")
-    with exclusive_writer(output), exclusive_writer(samples_output):
-        if resume and meta.exists() and _finished(output, plan):
+    with exclusive_writer(output), exclusive_writer(samples_output), ExitStack() as partials:
+        for path in (partial, sample_partial):  # before anything reads, continues or removes them
+            hold(path, partials)
+        if resume and meta.exists() and finished(output, plan):
             if plan.with_samples and sample_partial.exists():  # the samples were not moved yet
                 assert samples_output is not None
                 os.replace(sample_partial, samples_output)
@@ -507,6 +510,8 @@ def run_sweep(plan: SweepPlan, output: str | os.PathLike, *, workers: int = 1, r
                                       f"{partial}; remove both or drop --resume")
         else:
             _start(plan, output, samples_output, overwrite)
+            for path in (partial, sample_partial):  # the new ones
+                hold(path, partials)
         yield done
         types = schema(plan.header.rstrip("\n").split(","), plan.column_types()) if parquet else None
         with open(os.devnull if parquet else partial, "a", encoding="utf-8", newline="") as handle, \
@@ -523,6 +528,7 @@ def run_sweep(plan: SweepPlan, output: str | os.PathLike, *, workers: int = 1, r
                 ordered_map(simulate_chunk, chunks, workers, isolate=True)
             try:
                 for text, sample_text, count in results:
+                    check_locks()
                     samples.write(sample_text)  # samples first: a summarised row always has its samples on disk
                     samples.flush()
                     if writer is not None:
@@ -539,6 +545,7 @@ def run_sweep(plan: SweepPlan, output: str | os.PathLike, *, workers: int = 1, r
                 os.fsync(handle.fileno())
             if plan.with_samples:
                 os.fsync(samples.fileno())
+        check_locks()
         _finish(plan, output, samples_output, types)
 
 

@@ -162,11 +162,12 @@ CHECKS: tuple[Callable[[Schedule, TaskGraph, float], list[str]], ...] = (
 def validate_schedule(schedule: Schedule, tolerance: float = 1e-6) -> list[str]:
     """Return every violated invariant of ``schedule`` as a sentence; empty when it is sound.
 
-    ``tolerance`` is relative to the completion time. When the task set itself is
-    wrong, only that is reported.
+    ``tolerance`` is relative to the completion time, or to the environment's time unit
+    when the whole iteration is shorter (docs/model.md section 9). When the task set
+    itself is wrong, only that is reported.
     """
     graph = build_task_graph(schedule.params, schedule.sample)
-    tol = tolerance * max(1.0, schedule.completion_time)
+    tol = tolerance * max(schedule.params.time_unit, schedule.completion_time)
     errors = check_task_set(schedule, graph, tol)
     if errors:
         return errors

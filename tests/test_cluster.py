@@ -11,8 +11,8 @@ import threading
 import time
 
 import pytest
-from conftest import ROOT, assert_one_line_error, run_script
-from test_hardening import BIG, start, wait_for_rows, write_config
+from conftest import BIG, ROOT, assert_one_line_error, run_script, write_config
+from test_hardening import start, wait_for_rows
 
 distributed = pytest.importorskip("distributed", reason="the [cluster] extra (dask[distributed]) is not installed")
 
@@ -62,10 +62,8 @@ def test_a_worker_killed_mid_sweep_loses_and_repeats_nothing(tmp_path):
         local.close()
 
 
-def test_an_interrupted_cluster_sweep_resumes_to_the_same_bytes(tmp_path):
+def test_an_interrupted_cluster_sweep_resumes_to_the_same_bytes(tmp_path, big_reference):
     config = write_config(tmp_path, BIG)
-    clean = run_script("data_generator.py", "-c", str(config), "-o", "clean.csv", cwd=tmp_path)
-    assert clean.returncode == 0, clean.stderr
     args = [ROOT / "data_generator.py", "-c", config, "-o", "out.csv", "--cluster", "local", "--workers", "2"]
     process = start(args, tmp_path)
     wait_for_rows(tmp_path / "out.csv.partial", process)
@@ -77,7 +75,7 @@ def test_an_interrupted_cluster_sweep_resumes_to_the_same_bytes(tmp_path):
                          cwd=tmp_path, env=env)
     assert resumed.returncode == 0, resumed.stderr
     assert "local Dask cluster" in resumed.stdout and "resuming" in resumed.stdout
-    assert (tmp_path / "out.csv").read_bytes() == (tmp_path / "clean.csv").read_bytes()
+    assert (tmp_path / "out.csv").read_bytes() == big_reference
 
 
 def test_an_unreachable_scheduler_is_one_line_and_leaves_no_files(tmp_path):
@@ -130,10 +128,8 @@ def test_a_scheduler_without_workers_is_one_line(monkeypatch):
         local.close()
 
 
-def test_a_scheduler_lost_mid_sweep_is_one_line_and_keeps_the_rows(tmp_path):
+def test_a_scheduler_lost_mid_sweep_is_one_line_and_keeps_the_rows(tmp_path, big_reference):
     config = write_config(tmp_path, BIG)
-    clean = run_script("data_generator.py", "-c", str(config), "-o", "clean.csv", cwd=tmp_path)
-    assert clean.returncode == 0, clean.stderr
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     dask = [sys.executable, "-m"]
     scheduler = subprocess.Popen([*dask, "distributed.cli.dask_scheduler", "--port", "0", "--no-dashboard",
@@ -163,7 +159,7 @@ def test_a_scheduler_lost_mid_sweep_is_one_line_and_keeps_the_rows(tmp_path):
     assert "simulations; rows kept in out.csv.partial; rerun with --resume to continue" in lines[0]
     resumed = run_script("data_generator.py", "-c", str(config), "-o", "out.csv", "--resume", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
-    assert (tmp_path / "out.csv").read_bytes() == (tmp_path / "clean.csv").read_bytes()
+    assert (tmp_path / "out.csv").read_bytes() == big_reference
 
 
 @pytest.mark.parametrize("delay", [1.0, 2.5, None])

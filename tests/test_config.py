@@ -58,7 +58,7 @@ def test_integer_ranges_and_scalars():
     ({"bwd_len": {"start": 3.0, "stop": 2.0, "step": 0.5}}, "range stop 2.0 is below start 3.0"),
     ({"fwd_impact": [0.2, 1.5]}, "config key 'fwd_impact': fwd_impact = 1.5: must be a finite number with 0 <= x < 1"),
     ({"n": 0}, "n = 0: must be an integer >= 1"),
-    ({"fwd_len": 0}, "fwd_len = 0.0: must be a finite number from 1e-06 to 1e+09"),
+    ({"fwd_len": 0}, "fwd_len = 0.0: must be a finite number from 1e-12 to 1e+09"),
     ({"n": [8, 8]}, "values repeat"),
     ({"prop_len": {"start": 0, "stop": 1, "step": 1e-9}}, "range gives 1,000,000,001 values; at most 100,000"),
 ])

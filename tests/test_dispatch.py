@@ -6,7 +6,7 @@ import random
 from dataclasses import replace
 
 import pytest
-from conftest import assert_one_line_error, assert_png_drawn, run_script
+from conftest import assert_one_line_error, assert_png_drawn, run_here, run_script
 from reference_dispatch import run as reference_run
 
 from pipeline_sim import EnvParams, ParameterError, Policy, calculate_full_pipeline_schedule, simulate
@@ -120,6 +120,20 @@ def test_a_dispatched_order_pasted_back_as_a_static_order_gives_the_same_timelin
         assert [(t.start, t.end) for t in replay.tasks] == [(t.start, t.end) for t in schedule.tasks], params
         assert replay.order_text() == schedule.order_text() and replay.given_order
         assert validate_schedule(replay) == []
+
+
+def test_a_given_order_runs_on_the_kernel_compiled_for_every_run():
+    """Its arrays are read-only as a graph's own, so --order FILE costs no compile of its own (13 s)."""
+    import numba
+
+    from pipeline_sim import kernel
+
+    if numba.config.DISABLE_JIT:
+        pytest.skip("nothing is compiled under NUMBA_DISABLE_JIT")
+    params = EnvParams(n=4, num_gpus=2)
+    compiled = list(kernel.simulate.signatures)
+    run = simulate(params, Policy(), 0, simulate(params, Policy()).order_text())
+    assert run.given_order and list(kernel.simulate.signatures) == compiled
 
 
 def test_a_given_order_that_is_not_the_gpus_own_is_refused():
@@ -272,12 +286,12 @@ def test_bad_dispatch_input_on_the_command_line(tmp_path):
                                                        "greedy, critical-path, zb-adaptive"),
                          (["--dispatch", "greedy", "--memory-limit", "0.5"], "--memory-limit: memory_limit = 0.5"),
                          (["--memory-limit", "-2"], "--memory-limit: memory_limit = -2.0")):
-        result = run_script("schedule_visualizer_single_channel.py", *flags, "--no-show", cwd=tmp_path)
+        result = run_here("schedule_visualizer_single_channel.py", *flags, "--no-show", cwd=tmp_path)
         assert_one_line_error(result)
         assert words in result.stderr
     config = tmp_path / "bad.json"
     config.write_text(json.dumps({"dispatch": "greedy", "memory_limit": 0.5}))
-    result = run_script("data_generator.py", "-c", str(config), "-o", "x.csv", cwd=tmp_path)
+    result = run_here("data_generator.py", "-c", str(config), "-o", "x.csv", cwd=tmp_path)
     assert_one_line_error(result)
     assert "memory_limit" in result.stderr and "1 is the smallest limit" in result.stderr
     assert not (tmp_path / "x.csv").exists()

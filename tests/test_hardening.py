@@ -2,7 +2,6 @@
 
 import csv
 import io
-import json
 import os
 import re
 import shutil
@@ -14,33 +13,13 @@ import time
 
 import numpy as np
 import pytest
-from conftest import ROOT, assert_one_line_error, run_script
+from conftest import BIG, ROOT, assert_one_line_error, run_here, run_script, write_config
 
 from pipeline_sim import EnvParams, Policy, calculate_full_pipeline_schedule
 from pipeline_sim.cli.common import run_command
 from pipeline_sim.model import ParameterError
 
 QUICK = ROOT / "configs" / "quick.json"
-#: A sweep long enough to interrupt (1,452 simulations, a few seconds).
-BIG = {"n": [64, 128], "num_gpus": 8, "bwd_len": {"start": 1.0, "stop": 1.5, "step": 0.1}}
-
-
-@pytest.fixture(scope="module")
-def big_reference(tmp_path_factory):
-    """The bytes of one uninterrupted run of BIG."""
-    folder = tmp_path_factory.mktemp("reference")
-    config = write_config(folder, BIG)
-    result = run_script("data_generator.py", "-c", str(config), "-o", "clean.csv", cwd=folder)
-    assert result.returncode == 0, result.stderr
-    return (folder / "clean.csv").read_bytes()
-
-
-def write_config(folder, grid, name="grid.json"):
-    path = folder / name
-    path.write_text(json.dumps(grid))
-    return path
-
-
 # -- data that must never be lost or destroyed --------------------------------------------
 
 def special_files(folder):
@@ -70,7 +49,7 @@ def test_an_output_that_is_not_a_regular_file_is_refused_and_kept(tmp_path):
 
 def test_a_symlink_is_written_through(tmp_path):
     (tmp_path / "link.csv").symlink_to("target.csv")
-    result = run_script("data_generator.py", "-c", str(QUICK), "-o", "link.csv", "--step", "0.5", cwd=tmp_path)
+    result = run_here("data_generator.py", "-c", str(QUICK), "-o", "link.csv", "--step", "0.5", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "link.csv").is_symlink() and (tmp_path / "target.csv").stat().st_size > 0
     assert not list(tmp_path.glob("*.partial*")) and not list(tmp_path.glob("*.lock"))
@@ -78,9 +57,9 @@ def test_a_symlink_is_written_through(tmp_path):
 
 def test_a_file_in_the_middle_of_an_output_path(tmp_path):
     (tmp_path / "afile").write_text("keep me")
-    result = run_script("data_generator.py", "-c", str(QUICK), "-o", "afile/out.csv", cwd=tmp_path)
+    result = run_here("data_generator.py", "-c", str(QUICK), "-o", "afile/out.csv", cwd=tmp_path)
     assert_one_line_error(result, "cannot write afile/out.csv: afile is a file, not a folder")
-    maps = run_script("plot_heatmap.py", str(ROOT / "tests" / "data" / "quick_step0.5.csv"), "-o", "afile/maps",
+    maps = run_here("plot_heatmap.py", str(ROOT / "tests" / "data" / "quick_step0.5.csv"), "-o", "afile/maps",
                       cwd=tmp_path)
     assert_one_line_error(maps, "cannot write into afile/maps: afile is a file, not a folder")
     assert (tmp_path / "afile").read_text() == "keep me"
@@ -117,15 +96,87 @@ def test_one_writer_per_output(tmp_path, big_reference):
     try:
         wait_for_rows(tmp_path / "out.csv.partial", first)
         for extra in ([], ["--resume"], ["--overwrite"]):
-            second = run_script("data_generator.py", "-c", str(config), "-o", "out.csv", *extra, cwd=tmp_path)
+            second = run_here("data_generator.py", "-c", str(config), "-o", "out.csv", *extra, cwd=tmp_path)
             assert_one_line_error(second, f"another run (pid {first.pid}) is writing out.csv")
     finally:
         first.send_signal(signal.SIGINT)
         first.communicate(timeout=60)
     # the first run's rows are intact: a resume completes it to the same bytes as one clean run
-    resumed = run_script("data_generator.py", "-c", str(config), "-o", "out.csv", "--resume", cwd=tmp_path)
+    resumed = run_here("data_generator.py", "-c", str(config), "-o", "out.csv", "--resume", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert (tmp_path / "out.csv").read_bytes() == big_reference
+
+
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+@pytest.mark.parametrize("how", ["removed", "replaced"])
+def test_a_lock_file_removed_by_hand_lets_no_second_writer_in(tmp_path, big_reference, fmt, how):
+    """flock holds a file, not a name: with the lock file of a running sweep removed (or replaced) by hand, a
+    second run locks a new file of that name. It is refused all the same, by the lock the first run holds on
+    its partial itself, and the first run stops at its next commit point, naming its lock; nothing is lost."""
+    from pipeline_sim.config import EnvironmentGrid
+    from pipeline_sim.files import OutputError
+    from pipeline_sim.sweep import SweepPlan, run_sweep
+
+    if fmt == "parquet":
+        pytest.importorskip("pyarrow")
+    config = write_config(tmp_path, BIG)
+    output = tmp_path / f"out.{fmt}"
+    first = run_sweep(SweepPlan(EnvironmentGrid.from_mapping(BIG), format=fmt), output, workers=1)
+    assert next(first) == 0 and next(first) > 0  # a chunk of rows is written
+    lock = tmp_path / f"out.{fmt}.lock"
+    lock.unlink()
+    try:
+        for extra in (["--resume"], ["--overwrite"]):
+            second = run_script("data_generator.py", "-c", str(config), "-o", output.name, "--format", fmt, *extra,
+                                cwd=tmp_path)
+            assert_one_line_error(second, f"another run is writing out.{fmt}.partial")
+        if how == "replaced":
+            lock.write_text("")
+        with pytest.raises(OutputError, match=f"out.{fmt}.lock was {how} while this run held it"):
+            while True:
+                next(first)
+    finally:
+        first.close()
+    resumed = run_here("data_generator.py", "-c", str(config), "-o", output.name, "--format", fmt, "--resume",
+                         cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    if fmt == "csv":
+        assert output.read_bytes() == big_reference
+    else:
+        clean = run_here("data_generator.py", "-c", str(config), "-o", "clean.parquet", "--format", fmt,
+                           cwd=tmp_path)
+        assert clean.returncode == 0, clean.stderr
+        assert output.read_bytes() == (tmp_path / "clean.parquet").read_bytes()
+
+
+def test_a_sweep_whose_lock_file_is_removed_stops_in_one_line(tmp_path, big_reference):
+    config = write_config(tmp_path, BIG)
+    process = start([ROOT / "data_generator.py", "-c", config, "-o", "out.csv", "--workers", "1"], tmp_path)
+    wait_for_rows(tmp_path / "out.csv.partial", process)
+    (tmp_path / "out.csv.lock").unlink()
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 2, err
+    last = err.replace("\r", "\n").strip().splitlines()[-1]
+    assert "out.csv.lock was removed while this run held it" in last and "Traceback" not in err
+    assert "rows kept in out.csv.partial; once no other run writes it, rerun with --resume" in last
+    resumed = run_here("data_generator.py", "-c", str(config), "-o", "out.csv", "--resume", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert (tmp_path / "out.csv").read_bytes() == big_reference
+
+
+def test_a_holder_never_removes_a_lock_file_that_is_not_its_own(tmp_path):
+    """Every lock a run holds is checked at each commit point (figures too), and a lock file put in place of the
+    run's own, perhaps another run's now, is left where it is."""
+    from pipeline_sim.files import LockLost, check_locks, exclusive_writer
+
+    with exclusive_writer(tmp_path / "maps"), exclusive_writer(tmp_path / "out.csv"):
+        check_locks()
+        (tmp_path / "maps.lock").unlink()
+        (tmp_path / "maps.lock").write_text("4242\n")
+        with pytest.raises(LockLost, match="maps.lock was replaced while this run held it, so another run may be "
+                                           "writing .*maps; stopped before writing more"):
+            check_locks()
+    assert (tmp_path / "maps.lock").read_text() == "4242\n" and not (tmp_path / "out.csv.lock").exists()
 
 
 def test_every_output_of_a_run_is_locked(tmp_path):
@@ -138,9 +189,9 @@ def test_every_output_of_a_run_is_locked(tmp_path):
                    "--samples-output", "samples.csv"], tmp_path)
     try:
         wait_for_rows(tmp_path / "out.csv.partial", first)
-        second = run_script("data_generator.py", "-c", str(QUICK), "-o", "samples.csv", cwd=tmp_path)
+        second = run_here("data_generator.py", "-c", str(QUICK), "-o", "samples.csv", cwd=tmp_path)
         assert_one_line_error(second, f"another run (pid {first.pid}) is writing", "samples.csv")
-        third = run_script("data_generator.py", "-c", str(QUICK), "-o", "other.csv", "--samples-output",
+        third = run_here("data_generator.py", "-c", str(QUICK), "-o", "other.csv", "--samples-output",
                            "samples.csv", cwd=tmp_path)
         assert_one_line_error(third, f"another run (pid {first.pid}) is writing", "samples.csv")
     finally:
@@ -178,14 +229,14 @@ def test_a_killed_run_leaves_no_lock_to_delete(tmp_path, big_reference):
     wait_for_rows(tmp_path / "out.csv.partial", process)
     os.killpg(process.pid, signal.SIGKILL)
     process.communicate(timeout=60)
-    resumed = run_script("data_generator.py", "-c", str(config), "-o", "out.csv", "--resume", cwd=tmp_path)
+    resumed = run_here("data_generator.py", "-c", str(config), "-o", "out.csv", "--resume", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert (tmp_path / "out.csv").read_bytes() == big_reference and not (tmp_path / "out.csv.lock").exists()
 
 
 def test_default_names_do_not_collide(tmp_path):
     for simulator in ("single_channel", "dual_channel"):
-        result = run_script("data_generator.py", "-c", str(QUICK), "--step", "0.5", "--simulator", simulator,
+        result = run_here("data_generator.py", "-c", str(QUICK), "--step", "0.5", "--simulator", simulator,
                             cwd=tmp_path)
         assert result.returncode == 0, result.stderr
     outputs = sorted((tmp_path / "outputs" / "data").glob("quick_*.csv"))
@@ -197,16 +248,16 @@ def test_default_names_do_not_collide(tmp_path):
 def test_an_existing_output_or_partial_is_never_discarded_silently(tmp_path):
     config = interrupted_sweep(tmp_path)
     kept = (tmp_path / "out.csv.partial").read_bytes()
-    again = run_script("data_generator.py", "-c", str(config), "-o", "out.csv", cwd=tmp_path)
+    again = run_here("data_generator.py", "-c", str(config), "-o", "out.csv", cwd=tmp_path)
     assert_one_line_error(again, "out.csv.partial holds rows of this very sweep; pass --resume", "--overwrite")
     assert (tmp_path / "out.csv.partial").read_bytes() == kept
-    other = run_script("data_generator.py", "-c", str(QUICK), "-o", "out.csv", cwd=tmp_path)
+    other = run_here("data_generator.py", "-c", str(QUICK), "-o", "out.csv", cwd=tmp_path)
     assert_one_line_error(other, "holds rows of another sweep")
-    done = run_script("data_generator.py", "-c", str(QUICK), "-o", "done.csv", cwd=tmp_path)
+    done = run_here("data_generator.py", "-c", str(QUICK), "-o", "done.csv", cwd=tmp_path)
     assert done.returncode == 0
-    assert_one_line_error(run_script("data_generator.py", "-c", str(QUICK), "-o", "done.csv", cwd=tmp_path),
+    assert_one_line_error(run_here("data_generator.py", "-c", str(QUICK), "-o", "done.csv", cwd=tmp_path),
                           "done.csv exists; pass --overwrite")
-    replaced = run_script("data_generator.py", "-c", str(QUICK), "-o", "out.csv", "--overwrite", cwd=tmp_path)
+    replaced = run_here("data_generator.py", "-c", str(QUICK), "-o", "out.csv", "--overwrite", cwd=tmp_path)
     assert replaced.returncode == 0, replaced.stderr
     assert not (tmp_path / "out.csv.partial").exists()
 
@@ -214,12 +265,12 @@ def test_an_existing_output_or_partial_is_never_discarded_silently(tmp_path):
 def test_an_output_may_not_be_an_input_or_another_output(tmp_path):
     config = write_config(tmp_path, {"n": 4})
     text = config.read_text()
-    assert_one_line_error(run_script("data_generator.py", "-c", str(config), "-o", str(config), cwd=tmp_path),
+    assert_one_line_error(run_here("data_generator.py", "-c", str(config), "-o", str(config), cwd=tmp_path),
                           "is the config itself")
-    assert_one_line_error(run_script("data_generator.py", "-c", str(config), "-o", "a.csv", "--samples-output",
+    assert_one_line_error(run_here("data_generator.py", "-c", str(config), "-o", "a.csv", "--samples-output",
                                      "a.csv", cwd=tmp_path), "the samples file and the CSV are both")
     assert config.read_text() == text
-    chart = run_script("schedule_visualizer_single_channel.py", "--no-show", "--output", "c.png", "--trace", "c.png",
+    chart = run_here("schedule_visualizer_single_channel.py", "--no-show", "--output", "c.png", "--trace", "c.png",
                        cwd=tmp_path)
     assert_one_line_error(chart, "--trace and --output are both c.png")
     assert not (tmp_path / "c.png").exists()
@@ -228,15 +279,15 @@ def test_an_output_may_not_be_an_input_or_another_output(tmp_path):
 @pytest.mark.parametrize("name, magic", [("c.svg", b"<?xml"), ("c.pdf", b"%PDF"), ("c.jpg", b"\xff\xd8\xff"),
                                          ("c.png", b"\x89PNG")])
 def test_the_chart_has_the_format_its_extension_names(tmp_path, name, magic):
-    result = run_script("schedule_visualizer_single_channel.py", "--no-show", "--output", name, cwd=tmp_path)
+    result = run_here("schedule_visualizer_single_channel.py", "--no-show", "--output", name, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / name).read_bytes().startswith(magic)
 
 
 def test_an_unknown_extension_is_refused(tmp_path):
-    result = run_script("schedule_visualizer_single_channel.py", "--no-show", "--output", "c.txt", cwd=tmp_path)
+    result = run_here("schedule_visualizer_single_channel.py", "--no-show", "--output", "c.txt", cwd=tmp_path)
     assert_one_line_error(result, "the extension '.txt' names no image format; use one of .png, .svg, .pdf")
-    result = run_script("schedule_visualizer_single_channel.py", "--no-show", "--trace", "t.png", cwd=tmp_path)
+    result = run_here("schedule_visualizer_single_channel.py", "--no-show", "--trace", "t.png", cwd=tmp_path)
     assert_one_line_error(result, "--trace t.png: a trace is JSON; give a path ending in .json")
     assert not list(tmp_path.iterdir())
 
@@ -259,7 +310,7 @@ def test_interrupts_stop_at_once_keep_every_row_and_resume(tmp_path, signals, bi
         assert process.returncode == 130
         last = err.replace("\r", "\n").strip().splitlines()[-1]
         assert "rows kept in out.csv.partial; rerun with --resume to continue" in last
-    resumed = run_script("data_generator.py", "-c", str(config), "-o", "out.csv", "--resume", cwd=tmp_path)
+    resumed = run_here("data_generator.py", "-c", str(config), "-o", "out.csv", "--resume", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert (tmp_path / "out.csv").read_bytes() == big_reference
 
@@ -284,7 +335,7 @@ def test_an_interrupt_always_says_something(capsys):
 ])
 def test_work_that_cannot_finish_or_fit_is_refused_before_it_starts(tmp_path, grid, args, fragment):
     config = write_config(tmp_path, grid)
-    result = run_script("data_generator.py", "-c", str(config), "-o", "x.csv", *args, cwd=tmp_path, timeout=120)
+    result = run_here("data_generator.py", "-c", str(config), "-o", "x.csv", *args, cwd=tmp_path)
     assert_one_line_error(result, fragment)
     assert not list(tmp_path.glob("x.csv*"))
 
@@ -297,7 +348,7 @@ def test_allow_large_lifts_every_size_limit(tmp_path):
         EnvironmentGrid.from_mapping(huge)
     assert EnvironmentGrid.from_mapping(huge, allow_large=True).values[0][1][-1] == 99999
     config = write_config(tmp_path, {"n": 4, "num_gpus": 2, "sync_base_len": 0.0})
-    result = run_script("data_generator.py", "-c", str(config), "-o", "fine.csv", "--step", "0.005",
+    result = run_here("data_generator.py", "-c", str(config), "-o", "fine.csv", "--step", "0.005",
                         "--allow-large", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "1 environments x 20,926 policies = 20,926 simulations" in result.stdout
@@ -320,18 +371,18 @@ def test_a_run_is_stopped_by_sigterm_during_a_long_simulation(tmp_path):
 def test_a_parquet_file_is_not_named_csv(tmp_path):
     for output, fmt, fragment in (("x.csv", "parquet", "--output x.csv: a Parquet file named .csv; name it .parquet"),
                                   ("x.parquet", "csv", "--output x.parquet: a CSV file named .parquet; name it .csv")):
-        result = run_script("data_generator.py", "-c", str(QUICK), "-o", output, "--format", fmt, cwd=tmp_path)
+        result = run_here("data_generator.py", "-c", str(QUICK), "-o", output, "--format", fmt, cwd=tmp_path)
         assert_one_line_error(result, fragment)
     assert not list(tmp_path.iterdir())
 
 
 def test_the_visualizer_refuses_a_graph_too_large_to_draw(tmp_path):
-    result = run_script("schedule_visualizer_single_channel.py", "-n", "10000000", "--no-show", cwd=tmp_path)
+    result = run_here("schedule_visualizer_single_channel.py", "-n", "10000000", "--no-show", cwd=tmp_path)
     assert_one_line_error(result, "n = 10000000: on 4 GPUs gives about 240,000,004 tasks; at most 1,000,000")
 
 
 def test_never_more_workers_than_chunks(tmp_path):
-    result = run_script("data_generator.py", "-c", str(QUICK), "-o", "q.csv", "--workers", "1000", cwd=tmp_path)
+    result = run_here("data_generator.py", "-c", str(QUICK), "-o", "q.csv", "--workers", "1000", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     workers = int(result.stdout.split(" simulations on ")[1].split(" worker")[0])
     assert 1 <= workers <= 16 and "(--workers 1000: no more chunks of work than that)" in result.stdout
@@ -354,14 +405,16 @@ def notices(result):
 def test_a_damaged_compile_cache_is_compiled_again_with_one_line(tmp_path):
     shutil.copytree(ROOT / "pipeline_sim", tmp_path / "pipeline_sim")
     cache = tmp_path / "pipeline_sim" / "kernel" / "__pycache__"
-    (data,) = cache.glob("loop.simulate_policies-*.1.nbc")
+    # two of the entry points every run loads, the smallest: compiling them again takes seconds, not half a minute
+    (data,) = cache.glob("figures.figures-*.1.nbc")
     data.write_bytes(os.urandom(4096))  # random bytes in a data file
-    (index,) = cache.glob("loop.simulate-*.nbi")
+    (index,) = cache.glob("bound.lower_bound-*.nbi")
     index.write_bytes(index.read_bytes()[:20])  # a truncated index
     first = run_copy(tmp_path, "-c", str(QUICK), "-o", "a.csv", "--step", "0.5")
     assert first.returncode == 0 and "Traceback" not in first.stderr, first.stderr
     assert notices(first) == ["the compile cache was damaged (UnpicklingError); the kernel was compiled again and "
                               "its cache rewritten"]
+    assert len(index.read_bytes()) > 20 and len(data.read_bytes()) != 4096  # both rewritten
     second = run_copy(tmp_path, "-c", str(QUICK), "-o", "b.csv", "--step", "0.5")
     assert second.returncode == 0 and notices(second) == [], second.stderr
     assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "b.csv").read_bytes()
@@ -392,20 +445,20 @@ def test_no_writable_compile_cache_compiles_in_a_temporary_one(tmp_path):
     ('{"n": 1e20}', "config key 'n': 1e+20 is not an integer (at most 2^53)"),
     ('{"n": 8, "n": 16}', "config key 'n' is given twice"),
     ("[" * 100_000, "JSON nested too deeply"),
-    ('{"fwd_len": 1e308}', "fwd_len = 1e+308: must be a finite number from 1e-06 to 1e+09"),
+    ('{"fwd_len": 1e308}', "fwd_len = 1e+308: must be a finite number from 1e-12 to 1e+09"),
 ])
 def test_config_mistakes_get_one_line(tmp_path, text, fragment):
     (tmp_path / "bad.json").write_text(text)
-    result = run_script("data_generator.py", "-c", "bad.json", "-o", "x.csv", cwd=tmp_path)
+    result = run_here("data_generator.py", "-c", "bad.json", "-o", "x.csv", cwd=tmp_path)
     assert_one_line_error(result, fragment)
 
 
 def test_an_endless_config_is_not_read_whole(tmp_path):
     (tmp_path / "huge.json").write_bytes(b" " * (11 * 2 ** 20))
-    assert_one_line_error(run_script("data_generator.py", "-c", "huge.json", "-o", "x.csv", cwd=tmp_path),
+    assert_one_line_error(run_here("data_generator.py", "-c", "huge.json", "-o", "x.csv", cwd=tmp_path),
                           "larger than 10 MB")
     (tmp_path / "adir").mkdir()
-    assert_one_line_error(run_script("data_generator.py", "-c", "adir", "-o", "x.csv", cwd=tmp_path),
+    assert_one_line_error(run_here("data_generator.py", "-c", "adir", "-o", "x.csv", cwd=tmp_path),
                           "config adir: is a folder")
 
 
@@ -456,22 +509,24 @@ def test_numpy_scalars_of_every_width_are_numbers(width):
 
 def test_a_seed_anywhere_in_its_domain_is_accepted_from_a_config(tmp_path):
     config = write_config(tmp_path, {"n": 4, "compute_jitter": 0.1, "seed": [0, 2 ** 63 - 1]})
-    result = run_script("data_generator.py", "-c", str(config), "-o", "s.csv", "--step", "0.5", cwd=tmp_path)
+    result = run_here("data_generator.py", "-c", str(config), "-o", "s.csv", "--step", "0.5", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert f",{2 ** 63 - 1}," in (tmp_path / "s.csv").read_text()
     config = write_config(tmp_path, {"seed": 2 ** 63})
-    assert_one_line_error(run_script("data_generator.py", "-c", str(config), "-o", "t.csv", cwd=tmp_path),
+    assert_one_line_error(run_here("data_generator.py", "-c", str(config), "-o", "t.csv", cwd=tmp_path),
                           "seed = 9223372036854775808: must be an integer from 0 to 2^63 - 1")
 
 
 def test_a_derived_length_out_of_range_names_what_the_user_gave(tmp_path):
-    result = run_script("schedule_visualizer_single_channel.py", "--model", "gpt3-175b", "--num-gpus", "8",
+    result = run_here("schedule_visualizer_single_channel.py", "--model", "gpt3-175b", "--num-gpus", "8",
                         "--tensor-parallel", "8", "--p2p-bandwidth", "1e-12", "--no-show", cwd=tmp_path)
     assert_one_line_error(result, "--p2p-bandwidth: p2p_bandwidth = 1e-12: gives prop_len = 6.29e+09 s")
     tiny = {"layers": 2, "hidden": 128, "heads": 4, "ffn_hidden": 512, "vocab": 1000, "seq_len": 64}
-    config = write_config(tmp_path, {"model": tiny, "num_gpus": 2, "global_batch_size": 8})
-    result = run_script("data_generator.py", "-c", str(config), "-o", "w.csv", cwd=tmp_path)
-    assert_one_line_error(result, "model = 'layers=2 hidden=128", "gives fwd_len = 2.27e-07 s with this gpu")
+    config = write_config(tmp_path, {"model": tiny, "gpu": {"tflops": 1e9, "memory_gb": 80}, "num_gpus": 2,
+                                     "global_batch_size": 8})
+    result = run_here("data_generator.py", "-c", str(config), "-o", "w.csv", cwd=tmp_path)
+    assert_one_line_error(result, "model = 'layers=2 hidden=128", "gives fwd_len = 7.09e-14 s with this gpu",
+                          "outside 1e-12 to 1e+09 s")
 
 
 def quick_rows():
@@ -517,7 +572,7 @@ def without_column(rows, column):
 ])
 def test_plot_heatmap_checks_what_it_reads(tmp_path, name, lines, fragment):
     (tmp_path / name).write_text(lines(quick_rows()))
-    result = run_script("plot_heatmap.py", name, "-o", "maps", cwd=tmp_path)
+    result = run_here("plot_heatmap.py", name, "-o", "maps", cwd=tmp_path)
     assert_one_line_error(result, fragment)
     assert not list((tmp_path / "maps").glob("*.png")) if (tmp_path / "maps").exists() else True
 
@@ -530,7 +585,7 @@ def test_plot_heatmap_checks_what_it_reads(tmp_path, name, lines, fragment):
 def test_plot_heatmap_names_a_garbled_workload_cell(tmp_path, column, value, fragment):
     config = write_config(tmp_path, {"model": "gpt3-175b", "num_gpus": 8, "tensor_parallel": 8,
                                      "global_batch_size": 16})
-    made = run_script("data_generator.py", "-c", str(config), "-o", "w.csv", "--step", "0.5", cwd=tmp_path)
+    made = run_here("data_generator.py", "-c", str(config), "-o", "w.csv", "--step", "0.5", cwd=tmp_path)
     assert made.returncode == 0, made.stderr
     rows = (tmp_path / "w.csv").read_text().splitlines(keepends=True)
     header = next(csv.reader([rows[0]]))
@@ -539,7 +594,7 @@ def test_plot_heatmap_names_a_garbled_workload_cell(tmp_path, column, value, fra
     buffer = io.StringIO()
     csv.writer(buffer, lineterminator="\n").writerow(cells)
     (tmp_path / "bad.csv").write_text(rows[0] + buffer.getvalue() + "".join(rows[2:]))
-    assert_one_line_error(run_script("plot_heatmap.py", "bad.csv", "-o", "maps", cwd=tmp_path), fragment)
+    assert_one_line_error(run_here("plot_heatmap.py", "bad.csv", "-o", "maps", cwd=tmp_path), fragment)
 
 
 def test_plot_heatmap_reads_one_file_however_it_is_replaced(tmp_path, monkeypatch):
@@ -565,7 +620,7 @@ def test_plot_heatmap_reads_one_file_however_it_is_replaced(tmp_path, monkeypatc
 def test_an_interrupted_drawing_leaves_a_marker_and_no_temporary_files(tmp_path):
     config = write_config(tmp_path, {"n": [4, 6, 8, 10, 12, 14], "bwd_len": [1.0, 1.5, 2.0, 2.5, 3.0],
                                      "ingress_capacity": [0.5, 1.0]})
-    made = run_script("data_generator.py", "-c", str(config), "-o", "many.csv", cwd=tmp_path)
+    made = run_here("data_generator.py", "-c", str(config), "-o", "many.csv", cwd=tmp_path)
     assert made.returncode == 0, made.stderr
     process = subprocess.Popen([sys.executable, str(ROOT / "plot_heatmap.py"), "many.csv", "-o", "maps", "--workers",
                                 "2"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -581,27 +636,27 @@ def test_an_interrupted_drawing_leaves_a_marker_and_no_temporary_files(tmp_path)
     assert "INCOMPLETE.txt" in names and all(name.endswith(".png") and not name.startswith(".")
                                              for name in names if name != "INCOMPLETE.txt"), names
     assert not (tmp_path / "maps.lock").exists()
-    again = run_script("plot_heatmap.py", "many.csv", "-o", "maps", cwd=tmp_path)
+    again = run_here("plot_heatmap.py", "many.csv", "-o", "maps", cwd=tmp_path)
     assert again.returncode == 0, again.stderr
     assert not (tmp_path / "maps" / "INCOMPLETE.txt").exists() and len(list((tmp_path / "maps").iterdir())) == 60
 
 
 def test_misleading_messages_are_gone(tmp_path):
     (tmp_path / "adir").mkdir()
-    assert_one_line_error(run_script("plot_heatmap.py", "adir", cwd=tmp_path), "adir: is a folder")
-    assert_one_line_error(run_script("data_generator.py", "-c", str(QUICK), "-o", "adir", cwd=tmp_path),
+    assert_one_line_error(run_here("plot_heatmap.py", "adir", cwd=tmp_path), "adir: is a folder")
+    assert_one_line_error(run_here("data_generator.py", "-c", str(QUICK), "-o", "adir", cwd=tmp_path),
                           "adir is a folder; give the path of a file to write")
     config = interrupted_sweep(tmp_path)
     record = (tmp_path / "out.csv.partial.json").read_text()
     (tmp_path / "out.csv.partial.json").write_text(record[:10])
-    result = run_script("data_generator.py", "-c", str(config), "-o", "out.csv", "--resume", cwd=tmp_path)
+    result = run_here("data_generator.py", "-c", str(config), "-o", "out.csv", "--resume", cwd=tmp_path)
     assert_one_line_error(result, "out.csv.partial.json is damaged, so which sweep wrote out.csv.partial is unknown")
     (tmp_path / "out.csv.partial.json").unlink()
-    result = run_script("data_generator.py", "-c", str(config), "-o", "out.csv", "--resume", cwd=tmp_path)
+    result = run_here("data_generator.py", "-c", str(config), "-o", "out.csv", "--resume", cwd=tmp_path)
     assert_one_line_error(result, "out.csv.partial has lost its record out.csv.partial.json")
     other = write_config(tmp_path, {"n": [4, 5]}, "other.json")
     (tmp_path / "out.csv.partial.json").write_text(record)
-    result = run_script("data_generator.py", "-c", str(other), "-o", "out.csv", "--resume", cwd=tmp_path)
+    result = run_here("data_generator.py", "-c", str(other), "-o", "out.csv", "--resume", cwd=tmp_path)
     assert_one_line_error(result, "was written by a different config, step, simulator or samples setting")
 
 
@@ -620,7 +675,7 @@ def test_a_reader_that_stops_early_ends_the_run_quietly(tmp_path):
 def test_plot_heatmap_can_draw_the_complete_environments_and_name_the_others(tmp_path):
     rows = quick_rows()
     (tmp_path / "cut.csv").write_text("".join(rows[:1] + rows[1:38] + rows[38:60]))  # the second environment cut
-    result = run_script("plot_heatmap.py", "cut.csv", "-o", "maps", "--skip-incomplete", cwd=tmp_path)
+    result = run_here("plot_heatmap.py", "cut.csv", "-o", "maps", "--skip-incomplete", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert len(list((tmp_path / "maps").glob("*.png"))) == 1
     assert "left out 1 incomplete environment: n8_gpus4_sf4_" in result.stdout

@@ -41,7 +41,7 @@ def random_case(rng: random.Random) -> tuple[EnvParams, Policy]:
     return params, Policy(priorities=priorities, exclusive_tiers=tiers)
 
 
-@pytest.mark.parametrize("seed", range(600))
+@pytest.mark.parametrize("seed", range(200))
 def test_random_schedules_are_valid(seed):
     params, policy = random_case(random.Random(seed))
     schedule = simulate(params, policy)
@@ -126,6 +126,7 @@ def test_a_stuck_simulation_names_what_waits(monkeypatch):
     graph = engine.build_task_graph(params)
     needs = arrays.needs_count.copy()
     needs[graph.orders[1][0]] += 1  # a dependency that no task will ever satisfy
+    needs.flags.writeable = False  # as the graph's own arrays, so the compiled kernel serves it without compiling
     monkeypatch.setattr(engine, "graph_arrays", lambda _: arrays._replace(needs_count=needs))
     with pytest.raises(SimulationStuckError, match=r"1F0 waits for its predecessor"):
         simulate(params, Policy())
@@ -193,7 +194,7 @@ def scaled(policy: Policy, factor: float) -> Policy:
                   exclusive_tiers=policy.exclusive_tiers)
 
 
-@pytest.mark.parametrize("seed", range(300))
+@pytest.mark.parametrize("seed", range(100))
 def test_scaling_every_shared_priority_changes_nothing(seed):
     rng = random.Random(5000 + seed)
     params, policy = random_case(rng)
@@ -208,7 +209,7 @@ def test_scaling_every_shared_priority_changes_nothing(seed):
     assert other.completion_time == pytest.approx(reference.completion_time, rel=1e-9), (params, policy, factor)
 
 
-@pytest.mark.parametrize("seed", range(300))
+@pytest.mark.parametrize("seed", range(100))
 def test_lazy_rates_equal_a_recomputation_from_scratch(seed):
     params, policy = random_case(random.Random(1000 + seed))
     schedule = simulate(params, policy)

@@ -74,6 +74,9 @@ def test_the_first_compile_is_announced_once(tmp_path, monkeypatch, capsys):
     from pipeline_sim.cli.common import ready_kernel
 
     monkeypatch.setattr(engine, "_stamp_path", lambda: tmp_path / "stamp")
+    # a compile without a stamp drops the cache it finds: an empty folder's, not the package's, which every later
+    # test's scripts load (they would each compile the kernel again, half a minute each)
+    monkeypatch.setattr(engine.compile_cache, "cache_folder", lambda module: tmp_path)
     assert not engine.kernel_is_compiled()
     ready_kernel()
     assert "compiling the simulation kernel, once per installation, about" in capsys.readouterr().err

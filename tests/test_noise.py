@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import ROOT, assert_one_line_error, run_script
+from conftest import ROOT, assert_one_line_error, run_here, run_script
 
 from pipeline_sim import EnvParams, ParameterError, Policy, calculate_full_pipeline_schedule, simulate
 from pipeline_sim.config import ConfigError, EnvironmentGrid
@@ -246,7 +246,7 @@ def test_bad_noise_config(grid, fragment):
 def test_bad_noise_input_gets_one_line(tmp_path, grid, args, fragments):
     config = tmp_path / "bad.json"
     config.write_text(json.dumps(grid))
-    result = run_script("data_generator.py", "-c", str(config), *args, cwd=tmp_path)
+    result = run_here("data_generator.py", "-c", str(config), *args, cwd=tmp_path)
     assert_one_line_error(result, *fragments)
 
 
@@ -254,7 +254,7 @@ def test_visualizer_draws_one_sampled_iteration(tmp_path):
     from conftest import assert_png_drawn
 
     chart = tmp_path / "chart.png"
-    result = run_script("schedule_visualizer_single_channel.py", "--compute-jitter", "0.2", "--seed", "4", "--sample",
+    result = run_here("schedule_visualizer_single_channel.py", "--compute-jitter", "0.2", "--seed", "4", "--sample",
                         "2", "--slow-gpu", "1", "--slow-factor", "1.5", "--no-show", "--output", str(chart),
                         cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -262,7 +262,7 @@ def test_visualizer_draws_one_sampled_iteration(tmp_path):
                                               priorities={"fwd_prop": 0.5, "grad_prop": 0.3, "grad_sync": 0.2})
     assert f"sample 2 of seed 4: completion time {direct.completion_time:.6g}" in result.stdout
     assert_png_drawn(chart)
-    bad = run_script("schedule_visualizer_single_channel.py", "--jitter-dist", "cauchy", "--no-show", cwd=tmp_path)
+    bad = run_here("schedule_visualizer_single_channel.py", "--jitter-dist", "cauchy", "--no-show", cwd=tmp_path)
     assert_one_line_error(bad, "--jitter-dist", "'cauchy'")
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import ROOT, assert_one_line_error, run_script
+from conftest import ROOT, assert_one_line_error, run_here, run_script
 
 from pipeline_sim import parquet
 from pipeline_sim.config import EnvironmentGrid
@@ -290,5 +290,5 @@ def test_without_pyarrow_parquet_is_one_line(tmp_path):
 
 def test_a_damaged_parquet_file_is_one_line(tmp_path):
     (tmp_path / "x.parquet").write_bytes(b"PAR1" + bytes(100))
-    result = run_script("plot_heatmap.py", "x.parquet", cwd=tmp_path)
+    result = run_here("plot_heatmap.py", "x.parquet", cwd=tmp_path)
     assert_one_line_error(result, "x.parquet", "not a readable Parquet file")

@@ -1,4 +1,5 @@
-"""data_generator.py, plot_heatmap.py and run_full_pipeline.py run as a user runs them."""
+"""data_generator.py, plot_heatmap.py and run_full_pipeline.py run as a user runs them (their answers to mistakes
+checked in this process)."""
 
 import csv
 import json
@@ -9,7 +10,7 @@ import sys
 import time
 
 import pytest
-from conftest import ROOT, assert_one_line_error, assert_png_drawn, run_script
+from conftest import ROOT, assert_one_line_error, assert_png_drawn, run_here, run_script
 
 from pipeline_sim import calculate_full_pipeline_schedule
 from pipeline_sim.metrics import schedule_metrics
@@ -126,6 +127,42 @@ def test_full_pipeline_resumes_the_newest_partial(tmp_path):
     assert len(list((tmp_path / "outputs" / "heatmaps" / final.stem).glob("*.png"))) == 8
 
 
+@pytest.mark.parametrize("fmt", ["csv", "parquet"])
+def test_full_pipeline_resume_finds_a_sweep_by_its_record(tmp_path, fmt):
+    """Without -o, --resume finds the newest unfinished sweep of its config by the partial's record, which is
+    written first and removed last: a partial file or Parquet folder, and an output whose cleanup was cut short
+    (nothing named .partial is left, and the resume finishes the cleanup instead of running the sweep again)."""
+    from pipeline_sim.config import EnvironmentGrid
+    from pipeline_sim.files import file_digest
+    from pipeline_sim.sweep import SweepPlan, partial_paths, run_sweep
+
+    if fmt == "parquet":
+        pytest.importorskip("pyarrow")
+    config = tmp_path / "q.json"
+    config.write_text(json.dumps({"n": [4, 6]}))
+    plan = SweepPlan(EnvironmentGrid.load(config), step=0.5, format=fmt)
+    data = tmp_path / "outputs" / "data"
+    command = ("run_full_pipeline.py", "-c", str(config), "--priority_step", "0.5", "--format", fmt, "--resume")
+    interrupted = data / f"q_20260101-000000.{fmt}"
+    progress = run_sweep(plan, interrupted, workers=1)
+    assert next(progress) == 0 and next(progress) == 37  # one environment of two
+    progress.close()
+    result = run_script(*command, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert f"resuming: 37 rows already in outputs/data/{interrupted.name}.partial" in result.stdout
+    assert interrupted.is_file() and not partial_paths(interrupted)[1].exists()
+    cut_short = data / f"q_20260101-000001.{fmt}"
+    list(run_sweep(plan, cut_short, workers=1))
+    partial_paths(cut_short)[1].write_text(json.dumps({"fingerprint": plan.fingerprint(), "output": str(cut_short),
+                                                       "complete": file_digest(cut_short)}))
+    before = cut_short.read_bytes()
+    result = run_script(*command, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert f"outputs/data/{cut_short.name} is already complete; removed what its sweep left behind" in result.stdout
+    assert cut_short.read_bytes() == before and not partial_paths(cut_short)[1].exists()
+    assert sorted(path.name for path in data.iterdir()) == [interrupted.name, cut_short.name]
+
+
 @pytest.mark.parametrize("content, fragments", [
     (None, ["no such file"]),
     ('{"n": [8, 16],\n "fwd_len": [1.0,]}', ["invalid JSON at line 2, column 18"]),
@@ -142,7 +179,7 @@ def test_generator_config_mistakes(tmp_path, content, fragments):
     config = tmp_path / "config.json"
     if content is not None:
         config.write_text(content)
-    result = run_script("data_generator.py", "-c", str(config), "-o", "out.csv", cwd=tmp_path)
+    result = run_here("data_generator.py", "-c", str(config), "-o", "out.csv", cwd=tmp_path)
     assert_one_line_error(result, *fragments)
     assert not (tmp_path / "out.csv.partial").exists()
 
@@ -157,12 +194,12 @@ def test_generator_config_mistakes(tmp_path, content, fragments):
 def test_generator_argument_mistakes(tmp_path, args, fragments):
     (tmp_path / "blocker").write_text("a file, not a folder")
     (tmp_path / "config.json").write_text("{}")
-    result = run_script("data_generator.py", "-c", "config.json", *args, cwd=tmp_path)
+    result = run_here("data_generator.py", "-c", "config.json", *args, cwd=tmp_path)
     assert_one_line_error(result, *fragments)
 
 
 def test_full_pipeline_step_mistake(tmp_path):
-    result = run_script("run_full_pipeline.py", "-c", str(ROOT / "configs" / "quick.json"), "--priority_step",
+    result = run_here("run_full_pipeline.py", "-c", str(ROOT / "configs" / "quick.json"), "--priority_step",
                         "0.15", cwd=tmp_path)
     assert_one_line_error(result, "step = 0.15")
 
@@ -193,20 +230,20 @@ def test_plot_heatmap_rejects_other_csvs(tmp_path, content, fragments):
     path = tmp_path / "other.csv"
     if content is not None:
         path.write_text(content)
-    result = run_script("plot_heatmap.py", str(path), "-o", "maps", cwd=tmp_path)
+    result = run_here("plot_heatmap.py", str(path), "-o", "figures/of/maps", cwd=tmp_path)
     assert_one_line_error(result, *fragments)
-    assert not (tmp_path / "maps").exists()
+    assert sorted(tmp_path.iterdir()) == ([] if content is None else [path])  # no folder on the way, no lock
 
 
 def test_plot_heatmap_rejects_a_cut_csv(tmp_path):
     config = tmp_path / "c.json"
     config.write_text('{"n": 3, "num_gpus": 2}')
     full = tmp_path / "full.csv"
-    assert run_script("data_generator.py", "-c", str(config), "-o", str(full), cwd=tmp_path).returncode == 0
+    assert run_here("data_generator.py", "-c", str(config), "-o", str(full), cwd=tmp_path).returncode == 0
     lines = full.read_text().splitlines(keepends=True)
     cut = tmp_path / "cut.csv"
     cut.write_text("".join(lines[:40]))
-    result = run_script("plot_heatmap.py", str(cut), cwd=tmp_path)
+    result = run_here("plot_heatmap.py", str(cut), cwd=tmp_path)
     assert_one_line_error(result, "has 39 rows, not a whole policy grid; pass --skip-incomplete")
 
 
@@ -216,7 +253,7 @@ def test_plot_heatmap_rejects_a_cut_csv(tmp_path):
     ("run_full_pipeline.py", ["--config", "--simulator", "--priority_step", "--workers", "--resume"]),
 ])
 def test_help(tmp_path, script, flags):
-    result = run_script(script, "--help", cwd=tmp_path)
+    result = run_here(script, "--help", cwd=tmp_path)
     assert result.returncode == 0
     for flag in flags:
         assert flag in result.stdout
@@ -260,12 +297,12 @@ def test_invalid_schedule_combinations_are_reported_up_front(tmp_path):
     config = tmp_path / "mixed.json"
     config.write_text(json.dumps({"schedule": ["1f1b", "interleaved-1f1b", "dualpipe-v"], "n": [6, 8],
                                   "num_gpus": 4}))
-    refused = run_script("data_generator.py", "-c", str(config), "--step", "1", cwd=tmp_path)
+    refused = run_here("data_generator.py", "-c", str(config), "--step", "1", cwd=tmp_path)
     assert_one_line_error(refused, "2 combinations of the grid cannot run", "schedule=interleaved-1f1b, n=6",
                           "multiple of num_gpus", "--skip-invalid")
     assert not (tmp_path / "outputs").exists()
     output = tmp_path / "out.csv"
-    result = run_script("data_generator.py", "-c", str(config), "--step", "1", "--skip-invalid", "-o", str(output),
+    result = run_here("data_generator.py", "-c", str(config), "--step", "1", "--skip-invalid", "-o", str(output),
                         cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "left out 2 combinations" in result.stdout
@@ -310,7 +347,7 @@ def test_jitter_config_through_the_pipeline(tmp_path):
 
 def test_plot_heatmap_metric_needs_the_column(tmp_path):
     csv_path = ROOT / "tests" / "data" / "quick_step0.5.csv"
-    result = run_script("plot_heatmap.py", str(csv_path), "--metric", "slowdown", "-o", "maps", cwd=tmp_path)
+    result = run_here("plot_heatmap.py", str(csv_path), "--metric", "slowdown", "-o", "maps", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert_png_drawn(next((tmp_path / "maps").glob("*.png")), min_width=1000, min_height=500)
     legacy = tmp_path / "legacy.csv"
@@ -318,5 +355,5 @@ def test_plot_heatmap_metric_needs_the_column(tmp_path):
     header = text[0].split(",")
     keep = [i for i, name in enumerate(header) if name != "completion_p95"]
     legacy.write_text("\n".join(",".join(line.split(",")[i] for i in keep) for line in text) + "\n")
-    bad = run_script("plot_heatmap.py", str(legacy), "--metric", "completion_p95", cwd=tmp_path)
+    bad = run_here("plot_heatmap.py", str(legacy), "--metric", "completion_p95", cwd=tmp_path)
     assert_one_line_error(bad, "no column 'completion_p95'")

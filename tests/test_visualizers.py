@@ -1,9 +1,9 @@
-"""Both visualizer scripts run as a user runs them."""
+"""Both visualizer scripts run as a user runs them (their messages and charts checked in this process)."""
 
 import importlib
 
 import pytest
-from conftest import assert_one_line_error, assert_png_drawn, run_script
+from conftest import assert_one_line_error, assert_png_drawn, run_here, run_script
 
 from pipeline_sim import calculate_full_pipeline_schedule
 from pipeline_sim.metrics import schedule_metrics
@@ -64,7 +64,7 @@ def test_default_output_location_and_policy_flags(script, tmp_path):
     (["--ingress-capacity", "0"], ["--ingress-capacity", "ingress_capacity = 0.0"]),
 ])
 def test_user_mistakes_get_one_line(script, args, fragments, tmp_path):
-    result = run_script(script, *args, "--no-show", cwd=tmp_path)
+    result = run_here(script, *args, "--no-show", cwd=tmp_path)
     assert_one_line_error(result, *fragments)
     assert not (tmp_path / "outputs").exists()
 
@@ -72,13 +72,13 @@ def test_user_mistakes_get_one_line(script, args, fragments, tmp_path):
 def test_unwritable_output_is_one_line(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    result = run_script(SCRIPTS[0], "--no-show", "--output", str(blocker / "chart.png"), cwd=tmp_path)
+    result = run_here(SCRIPTS[0], "--no-show", "--output", str(blocker / "chart.png"), cwd=tmp_path)
     assert_one_line_error(result)
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
 def test_help_documents_the_flags(script, tmp_path):
-    result = run_script(script, "--help", cwd=tmp_path)
+    result = run_here(script, "--help", cwd=tmp_path)
     assert result.returncode == 0
     for flag in ["--num_groups", "--fwd-impact", "--bwd-impact", "--sync-solo-w", "--sync-freq", "--no-show",
                  "--show-throttling", "--show-completion-time", "--num-gpus", "--fwd-len", "--bwd-len",
@@ -94,7 +94,7 @@ def test_every_schedule_draws_with_memory_and_order(schedule, n, tmp_path):
     from pipeline_sim import compute_orders
 
     chart = tmp_path / "chart.png"
-    result = run_script(SCRIPTS[0], "--schedule", schedule, "-n", str(n), "--show-memory", "--print-order",
+    result = run_here(SCRIPTS[0], "--schedule", schedule, "-n", str(n), "--show-memory", "--print-order",
                         "--no-show", "--output", str(chart), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
@@ -114,5 +114,5 @@ def test_every_schedule_draws_with_memory_and_order(schedule, n, tmp_path):
     (["--w-fraction", "1"], ["--w-fraction", "w_fraction = 1.0"]),
 ])
 def test_schedule_mistakes_get_one_line(args, fragments, tmp_path):
-    result = run_script(SCRIPTS[1], *args, "--no-show", cwd=tmp_path)
+    result = run_here(SCRIPTS[1], *args, "--no-show", cwd=tmp_path)
     assert_one_line_error(result, *fragments)

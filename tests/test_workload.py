@@ -3,7 +3,7 @@
 import csv
 
 import pytest
-from conftest import assert_one_line_error, run_script
+from conftest import assert_one_line_error, run_here, run_script
 
 from pipeline_sim import ParameterError, Policy, simulate
 from pipeline_sim.config import ConfigError, EnvironmentGrid
@@ -164,7 +164,7 @@ def test_bad_workload_configs_get_one_line(tmp_path, grid, fragment):
 
     config = tmp_path / "bad.json"
     config.write_text(json.dumps(grid))
-    result = run_script("data_generator.py", "--config", str(config), "-o", str(tmp_path / "x.csv"), cwd=tmp_path)
+    result = run_here("data_generator.py", "--config", str(config), "-o", str(tmp_path / "x.csv"), cwd=tmp_path)
     assert_one_line_error(result, fragment)
 
 
@@ -178,7 +178,7 @@ def test_bad_workload_configs_get_one_line(tmp_path, grid, fragment):
     (["--model", "{\"layers\": 2"], "--model: model = '{\"layers\": 2': is not a JSON object"),
 ])
 def test_bad_workload_flags_get_one_line(tmp_path, args, fragment):
-    result = run_script("schedule_visualizer_single_channel.py", *args, "--no-show", cwd=tmp_path)
+    result = run_here("schedule_visualizer_single_channel.py", *args, "--no-show", cwd=tmp_path)
     assert_one_line_error(result, fragment)
 
 
@@ -236,7 +236,7 @@ def test_a_workload_sweep_through_the_pipeline(tmp_path):
 
 
 def test_the_visualizer_reports_a_workload_in_seconds(tmp_path):
-    result = run_script("schedule_visualizer_single_channel.py", "--model", "gpt3-175b", "--num-gpus", "8",
+    result = run_here("schedule_visualizer_single_channel.py", "--model", "gpt3-175b", "--num-gpus", "8",
                         "--tensor-parallel", "8", "--global-batch-size", "16", "--recompute", "selective",
                         "--no-show", "--output", "g.png", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -312,3 +312,79 @@ def test_layers_per_stage_must_fit_the_stages():
     assert weights[3] == pytest.approx((1, 1), abs=1e-3)  # the embedding alone: a lookup of s h values
     assert len(list(EnvironmentGrid.from_mapping({"model": "llama3-8b", "num_gpus": 2, "global_batch_size": 4,
                                                   "layers_per_stage": [15, 17]}))) == 1
+
+
+#: 2 layers of hidden 128 and 64-token sequences: a forward of 0.23 us on an A100, below the abstract floor of 1e-6.
+SMALL = {"layers": 2, "hidden": 128, "heads": 4, "ffn_hidden": 512, "vocab": 1000, "seq_len": 64}
+LENGTHS = ("fwd_len", "bwd_len", "prop_len", "sync_base_len")
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "zb-h1"])
+def test_a_small_model_is_simulated_in_a_unit_of_its_own_to_the_bit(schedule):
+    """docs/model.md section 9: the run in seconds is the run of the same lengths counted in its time unit, every
+    time multiplied back exactly, so the engine's tolerances stay a billionth of the shortest work."""
+    from dataclasses import replace
+
+    from pipeline_sim.engine import simulate_figures
+    from pipeline_sim.validate import validate_schedule
+
+    workload = Workload(model=SMALL, global_batch_size=8, data_parallel=2, dp_bandwidth=400)
+    params = workload_environment(workload, num_gpus=2, schedule=schedule)
+    # a layer 4*64*128^2*(1 + 1 + 64/128) + 4*64*128*512 = 27,262,976 FLOPs, logits 2*64*128*1000, over 2 GPUs;
+    # the embedding's lookup reads and writes 64 x 128 values of 2 bytes at the A100's 2,039 GB/s
+    lookup = 2 * 64 * 128 * 2 / 2039e9
+    assert params.fwd_len == pytest.approx(((2 * 27_262_976 + 16_384_000) / 156e12 + lookup) / 2, rel=1e-12)
+    assert params.sync_base_len > 0
+    unit = params.time_unit
+    assert unit == 2.0 ** -23 and 1.0 <= params.fwd_len / unit < 2.0
+    counted = replace(params, **{key: getattr(params, key) / unit for key in LENGTHS})
+    assert counted.time_unit == 1.0
+    policies = [Policy(), Policy(exclusive_tiers={"grad_prop": "a", "fwd_prop": "b"}),
+                Policy(priorities={"fwd_prop": 0.0, "grad_prop": 1.0, "grad_sync": 0.5})]
+    for policy in policies:
+        run, same = simulate(params, policy), simulate(counted, policy)
+        assert validate_schedule(run) == []
+        assert run.completion_time == same.completion_time * unit
+        assert [(t.ready, t.start, t.end, t.throttled_time, t.segments) for t in run.tasks] == [
+            (t.ready * unit, t.start * unit, t.end * unit, t.throttled_time * unit,
+             [(t0 * unit, t1 * unit, rate) for t0, t1, rate in t.segments]) for t in same.tasks]
+        assert run.spans == tuple(span * unit for span in same.spans)
+        assert run.peak_activations == same.peak_activations
+    figures, counted_figures = simulate_figures(params, policies), simulate_figures(counted, policies)
+    times = [0, 1, 3, 4, 5, 6]  # completion, throttled time, each GPU's busy time and span
+    assert (figures[:, times] == counted_figures[:, times] * unit).all()
+    assert (figures[:, [2, 7, 8]] == counted_figures[:, [2, 7, 8]]).all()
+    # and the numbers are sane: no faster than free links, and the report follows from the completion time
+    free = simulate(replace(params, prop_len=0.0, sync_base_len=0.0), Policy()).completion_time
+    if schedule == "1f1b":
+        first, last = params.stage_weights  # the last stage, with the logits, is the bottleneck of 4 micro-batches
+        assert free == pytest.approx((first + 4 * last) * (params.fwd_len + params.bwd_len), rel=1e-12)
+    report = workload_report(workload, params, figures[0, 0], tuple(figures[0, 7:]))
+    assert free <= figures[0, 0] < 3 * free
+    assert report.tokens_per_second == pytest.approx(8 * 64 / figures[0, 0])
+    assert 0.1 < report.mfu < workload.compute_efficiency
+
+
+def test_a_small_model_runs_from_the_visualizer_and_a_sweep(tmp_path):
+    import json
+
+    shown = run_here("schedule_visualizer_single_channel.py", "--model", json.dumps(SMALL), "--num-gpus", "2",
+                       "--global-batch-size", "8", "--no-show", "--output", "s.png", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    run = simulate(workload_environment(Workload(model=SMALL, global_batch_size=8), num_gpus=2), Policy())
+    assert lines[0].startswith(f"1f1b: completion time {run.completion_time:g} s")
+    assert lines[2].strip() == "derived times: fwd 0.235 us, bwd 0.471 us, prop 0.328 us, sync 0 s"
+    config = tmp_path / "small.json"
+    config.write_text(json.dumps({"model": SMALL, "num_gpus": 2, "global_batch_size": 8,
+                                  "schedule": ["1f1b", "zb-h1"]}))
+    swept = run_here("run_full_pipeline.py", "-c", str(config), "--priority_step", "0.5", cwd=tmp_path)
+    assert swept.returncode == 0, swept.stderr
+    (output,) = (tmp_path / "outputs" / "data").glob("small_*.csv")
+    with open(output, newline="") as handle:
+        rows = [row for row in csv.DictReader(handle) if row["policy"] == "F0.5 G0.5 S0"]
+    assert [row["schedule"] for row in rows] == ["1f1b", "zb-h1"]
+    assert float(rows[0]["completion_time"]) == simulate(
+        run.params, Policy(priorities={"fwd_prop": 0.5, "grad_prop": 0.5, "grad_sync": 0.0})).completion_time
+    assert float(rows[1]["completion_time"]) < float(rows[0]["completion_time"])  # zb-h1 fills 1f1b's bubbles
+    assert len(list((tmp_path / "outputs" / "heatmaps" / output.stem).glob("*.png"))) == 3

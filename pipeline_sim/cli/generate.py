@@ -13,9 +13,9 @@ from typing import Callable, Generator, Sequence
 
 from ..cluster import CLUSTER_VARIABLE, ClusterError, ClusterLost, DaskCluster
 from ..config import EnvironmentGrid
-from ..files import exclusive_writer, output_folder, output_target
+from ..files import LockLost, exclusive_writer, output_folder, output_target
 from ..scenarios import DEFAULT_STEP
-from ..sweep import FORMATS, SIMULATORS, SweepPlan, partial_paths, resumable, run_sweep, useful_workers
+from ..sweep import FORMATS, SIMULATORS, SweepPlan, finished, partial_paths, resumable, run_sweep, useful_workers
 from .common import Parser, UserError, positive_int, ready_kernel, run_command, script_name
 
 DATA_DIR = Path("outputs/data")
@@ -57,13 +57,14 @@ def add_sweep_arguments(parser: Parser, *, step_flags: Sequence[str]) -> None:
 
 
 def default_output(config: Path, plan: SweepPlan, resume: bool) -> Path:
-    """``outputs/data/<config name>_<timestamp>.csv`` (``.parquet``); with ``resume``, the newest partial of this
-    plan."""
+    """``outputs/data/<config name>_<timestamp>.csv`` (``.parquet``); with ``resume``, the newest unfinished sweep of
+    this plan, found by its partial's record: written first and removed last, it is there whatever the sweep's
+    state (a partial file or folder, or a finished output whose cleanup was cut short)."""
     if resume:
-        candidates = sorted(DATA_DIR.glob(f"{config.stem}_*.{plan.format}.partial"), reverse=True)
-        for partial in candidates:
-            output = partial.with_name(partial.name.removesuffix(".partial"))
-            if resumable(output, plan):
+        candidates = sorted(DATA_DIR.glob(f"{config.stem}_*.{plan.format}.partial.json"), reverse=True)
+        for meta in candidates:
+            output = meta.with_name(meta.name.removesuffix(".partial.json"))
+            if resumable(output, plan) or finished(output, plan):
                 return output
     stem = f"{config.stem}_{time.strftime('%Y%m%d-%H%M%S')}"
     for suffix in ("", *(f"-{k}" for k in range(2, 1000))):  # runs started in one second get their own files
@@ -182,6 +183,11 @@ def _follow(progress: Generator[int, None, None], plan: SweepPlan, done: int, pa
         bar.close()
         raise ClusterError(f"{error} after {bar.n:,} of {plan.num_simulations:,} simulations; rows kept in "
                            f"{partial}; rerun with --resume to continue") from None
+    except LockLost as error:
+        progress.close()
+        bar.close()
+        raise LockLost(f"{error}; rows kept in {partial}; once no other run writes it, rerun with --resume to "
+                       f"continue") from None
     except (KeyboardInterrupt, BrokenProcessPool) as error:
         progress.close()
         bar.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from contextlib import ExitStack
 from dataclasses import dataclass
 from itertools import chain
 from pathlib import Path
@@ -12,7 +13,7 @@ from typing import Any, BinaryIO, Iterator, Sequence
 import numpy as np
 import pandas as pd
 
-from ..files import atomic_output, exclusive_writer, output_folder
+from ..files import atomic_output, check_locks, exclusive_writer, output_folder
 from ..model import EnvParams
 from ..parallel import ordered_map
 from ..results import (
@@ -148,13 +149,14 @@ def write_heatmaps(csv: Path, output_dir: Path, workers: int = 1, metric: str = 
     ``skip_incomplete``, left out of every figure and named in ``Drawn.left_out``. The
     file is opened once and read twice, in pieces, so that memory stays flat however many
     rows it has: once to check every environment before any figure is drawn, once to draw;
-    a file changed in place meanwhile is refused. ``output_dir`` is locked while drawing
-    (``files.exclusive_writer``), and holds the marker ``INCOMPLETE_MARKER`` until its last
-    figure is written.
+    a file changed in place meanwhile is refused. ``output_dir`` is locked once the file is
+    checked, before anything is written (so a refused input leaves no folder or lock behind),
+    until the end (``files.exclusive_writer``), and holds the marker ``INCOMPLETE_MARKER``
+    until its last figure is written.
     """
-    with exclusive_writer(output_folder(output_dir)), open_results(csv) as source:
+    with open_results(csv) as source, ExitStack() as lock:
         before = os.fstat(source.fileno())
-        drawn = _write_heatmaps(csv, source, output_dir, workers, metric, skip_incomplete)
+        drawn = _write_heatmaps(csv, source, output_dir, workers, metric, skip_incomplete, lock)
         after = os.fstat(source.fileno())
         if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
             raise ResultsError(f"{csv} changed while it was drawn; the figures in {output_dir} may mix two "
@@ -168,7 +170,7 @@ INCOMPLETE_MARKER = "INCOMPLETE.txt"
 
 
 def _write_heatmaps(csv: Path, source: BinaryIO, output_dir: Path, workers: int, metric: str,
-                    skip_incomplete: bool) -> Drawn:
+                    skip_incomplete: bool, lock: ExitStack) -> Drawn:
     heatmaps, left_out, summaries = [], [], []
     drawable: list[list[tuple] | None] = []  # per environment, its jitter families; None: left out
     steps_used: set[int] = set()
@@ -205,6 +207,7 @@ def _write_heatmaps(csv: Path, source: BinaryIO, output_dir: Path, workers: int,
                                                       bool(drawn.intersection(families)) for families in drawable])
     jobs: Iterator[HeatmapJob | ComparisonJob | RobustnessJob] = chain(
         draw.heatmaps(), (ComparisonJob(*comparison) for comparison in comparisons), draw.robustness(robustness))
+    lock.enter_context(exclusive_writer(output_folder(output_dir)))
     if len(heatmaps) > 1:
         from ..plotting.heatmap import heatmap_figure
 
@@ -257,6 +260,7 @@ def _run(jobs: Iterator[HeatmapJob | ComparisonJob | RobustnessJob], workers: in
     try:
         for _ in tqdm(drawn, total=total, unit="figure", file=sys.stderr, dynamic_ncols=True, mininterval=0.5,
                       disable=total < 2):
+            check_locks()
             count += 1
     except KeyboardInterrupt:
         drawn.close()

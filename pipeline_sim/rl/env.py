@@ -121,7 +121,7 @@ class PipelineDispatchEnv(gym.Env):
         F, I, P, _, Q = episode.state[:5]
         a = episode.arrays
         out = np.zeros(len(self.fields), dtype=np.float64)
-        observe(episode.gpu, episode.now, self._unit, episode.memory_units, F, I, P, Q, a.order_start,
+        observe(episode.gpu, episode.clock, self._unit / episode.unit, episode.memory_units, F, I, P, Q, a.order_start,
                 a.order_task, out)
         base = len(WINDOW) * GPU_WIDTH
         out[base] = min(10.0, episode.now / self._bound) / 10.0
