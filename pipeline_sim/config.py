@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from .engine import memory_in_force
+from .learned import load_policy
 from .model import LIST_KEYS, PARAMETER, PARAMETERS, SCHEDULE_PARAMETERS, EnvParams, ParameterError
 from .parameters import OPTIONAL_GROUPS
 from .schedules import SCHEDULES, get_schedule
@@ -315,6 +316,8 @@ class EnvironmentGrid:
                 params, _ = self._environment(combo)
                 if params.memory_limit != 0.0:  # a limit that cannot run the iteration (docs/model.md 12.1)
                     memory_in_force(params)
+                if params.learned:  # a policy file that is missing, or not made for this environment
+                    load_policy(params)
             except ParameterError as error:
                 invalid.append((_describe(combo, self), str(error)))
                 continue

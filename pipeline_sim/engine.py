@@ -250,6 +250,9 @@ def dispatch_arguments(params: EnvParams) -> tuple[np.ndarray, int, int]:
     key.flags.writeable = False
     if params.dispatch == "static":
         return key, DISPATCHERS.index("static"), 0
+    if params.learned:
+        raise ParameterError("dispatch", params.dispatch, "a learned policy is played by pipeline_sim.learned "
+                             "(simulate_learned, figures), not compiled into the kernel")
     # a limit between two rooms counts as the lower; the tolerance keeps a limit that is a sum of rooms one
     return key, DISPATCHERS.index(params.dispatch), math.floor(memory_in_force(params) * activation_units(params)
                                                                + 1e-6)
@@ -299,6 +302,19 @@ def simulate(params: EnvParams, policy: Policy, sample: int = 0,
         if segment_count <= room:
             break
         room = segment_count  # the same run again, with room for every segment
+    return schedule_of(params, policy, sample, graph, status, F, I, P, seg_task, seg_times,
+                       memory=memory_in_force(params) if memory is None else memory, given_order=order is not None)
+
+
+def schedule_of(params: EnvParams, policy: Policy, sample: int, graph: TaskGraph, status: int, F: np.ndarray,
+                I: np.ndarray, P: np.ndarray, seg_task: np.ndarray, seg_times: np.ndarray, *, memory: float,
+                given_order: bool = False) -> Schedule:
+    """The kernel's final arrays of a run (in ``params.time_unit``; ``seg_task`` and ``seg_times`` every segment
+    kept) as a ``Schedule``; ``SimulationStuckError`` naming what waits if the run stuck."""
+    unit = params.time_unit
+    F = F.copy()
+    seg_times = seg_times.copy()
+    arrays = graph_arrays(params)
     for row in (kernel.READY, kernel.START, kernel.END, kernel.THROTTLED_TIME):
         F[row] *= unit
     seg_times[:2] *= unit  # each segment's t0 and t1; its rate has no unit
@@ -324,8 +340,7 @@ def simulate(params: EnvParams, policy: Policy, sample: int = 0,
                     spans=tuple(figures[3 + p:3 + 2 * p].tolist()),
                     peak_activations=tuple(figures[3 + 2 * p:].tolist()),
                     lower_bound=lower_bound(params, sample),
-                    memory_limit=memory_in_force(params) if memory is None else memory, orders=orders,
-                    given_order=order is not None, sample=sample)
+                    memory_limit=memory, orders=orders, given_order=given_order, sample=sample)
 
 
 def simulate_figures(params: EnvParams, policies: Sequence[Policy], sample: int = 0) -> np.ndarray:

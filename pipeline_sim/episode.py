@@ -10,7 +10,17 @@ from dataclasses import replace
 
 import numpy as np
 
-from .engine import dispatch_arguments, graph_arrays, in_unit, kernel, lower_bound, memory_in_force, policy_arrays
+from .engine import (
+    activation_units,
+    dispatch_arguments,
+    graph_arrays,
+    in_unit,
+    kernel,
+    lower_bound,
+    memory_in_force,
+    policy_arrays,
+)
+from .kernel.observation import GPU_WIDTH, observe
 from .kernel.state import DONE_COUNT
 from .model import EnvParams, ParameterError, Policy
 from .taskgraph import build_task_graph, task_lengths
@@ -18,6 +28,27 @@ from .taskgraph import build_task_graph, task_lengths
 _EXTERNAL = kernel.EXTERNAL
 #: The kinds of compute an action names, in the order dispatchers rank them (section 12.1).
 ACTION_KINDS = ("B/I", "F", "W")
+#: What the observation holds for each GPU of the window, deciding GPU's upstream neighbour, itself and its
+#: downstream neighbour (``kernel.observation``), then for the run, then the action mask (section 12.4).
+GPU_FIELDS = ("present", "busy", "busy_left", "idle_for", "held", "ready_backward", "ready_forward", "ready_weight",
+              "progress", "sends_queued", "send_rate")
+WINDOW = ("up", "self", "down")
+GLOBAL_FIELDS = ("time", "gpu_position", "tasks_done", "can_wait")
+assert len(GPU_FIELDS) == GPU_WIDTH
+
+
+def action_names(chunks: int) -> tuple[str, ...]:
+    return (*(f"{kind}.{chunk}" for kind in ACTION_KINDS for chunk in range(chunks)), "wait")
+
+
+def observation_fields(actions: int) -> tuple[str, ...]:
+    """The observation's fields, in order, for an episode of ``actions`` actions."""
+    return (*(f"{place}.{field}" for place in WINDOW for field in GPU_FIELDS), *GLOBAL_FIELDS,
+            *(f"mask.{i}" for i in range(actions)))
+
+
+#: The observation of one chunk per GPU (four actions); ``Episode.fields`` in general.
+OBSERVATION_FIELDS = observation_fields(len(ACTION_KINDS) + 1)
 
 
 class Episode:
@@ -29,15 +60,16 @@ class Episode:
     waiting leaves something under way. ``params``' memory limit holds as a dispatcher's (section 12.1).
     """
 
-    def __init__(self, params: EnvParams, policy: Policy) -> None:
+    def __init__(self, params: EnvParams, policy: Policy, *, segment_room: int = 0) -> None:
         if params.fb_overlap > 0:
             raise ParameterError("fb_overlap", params.fb_overlap, "an episode decides single tasks: overlapped "
                                  "forward/backward pairs (fb_overlap > 0) cannot be split into decisions; use 0")
         self.params = replace(params, dispatch="greedy")  # the graph and memory a dispatcher runs with
         graph = build_task_graph(self.params)
         self.graph = graph
-        self.chunks = max(graph.stage_chunk) + 1
-        self.actions = len(ACTION_KINDS) * self.chunks + 1
+        self.chunks = self.params.v
+        self.fields, self.action_names = self.layout(self.params)
+        self.actions = len(self.action_names)
         self.arrays = graph_arrays(self.params)
         self.memory_limit = memory_in_force(self.params)
         memory = dispatch_arguments(self.params)[2]
@@ -47,15 +79,27 @@ class Episode:
         tiers, priorities = policy_arrays((policy,))
         a = self.arrays
         self._structure = (*a[:15], a.falls, key, _EXTERNAL, memory, tiers[0], priorities[0],
-                           params.ingress_capacity, 0)
+                           params.ingress_capacity, segment_room)
+        self.segment_room = segment_room  # segments recorded; ``segment_count`` says how many there were
         self.memory_units = memory
         self._out = np.full(self.actions, -1, dtype=np.int64)
         self._fresh = False
         self.sample = 0
         self.unit = self.params.time_unit  # the kernel counts in it; ``now`` and ``completion_time`` do not
         self.clock = 0.0  # ``now`` in the kernel's unit
+        compute = self.arrays.kind_class >= 0
+        # observed times count in mean compute tasks, the run's time in its lower bound
+        self._task_time = float(np.mean([t.length for t, c in zip(graph.tasks, compute) if c])) / self.unit
+        self._bound = 1.0
+        self.segment_count = 0
         self.gpu = -1
         self.status = kernel.DONE
+
+    @staticmethod
+    def layout(params: EnvParams) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The observation's fields and the actions of ``params``' episodes."""
+        actions = action_names(params.v)
+        return observation_fields(len(actions)), actions
 
     def reset(self, sample: int = 0) -> None:
         """Begin the ``sample``-th noise draw of the environment at time 0 and run to the first decision."""
@@ -64,15 +108,18 @@ class Episode:
         a = self.arrays
         self._state = kernel.prepare(self.lengths, a.gpu, a.receiver, a.comm, a.stage, a.index, a.impact,
                                      a.needs_count, a.kind_class, a.reserve, a.falls, self._structure[16],
-                                     self.params.num_gpus, self._structure[19], self._structure[20], 0)
+                                     self.params.num_gpus, self._structure[19], self._structure[20],
+                                     self._structure[-1])
         F, I, P, _, Q, _, _, C, _, _, _, _, K, _ = self._state
         kernel.begin(_EXTERNAL, F, I, P, Q, K, C, a.release_start, a.release_task, a.order_start, a.order_task)
         self.clock = 0.0
+        self._bound = max(self._task_time, self.bound() / self.unit)
         self._run()
 
     def _run(self) -> None:
         result = kernel.simulate(self.lengths, *self._structure, self._state, self.clock)
         self.status, self.clock, self.gpu = int(result[0]), float(result[7]), int(result[8])
+        self.segment_count = int(result[3])
         self._fresh = False
         if self.status == kernel.DONE:
             self.gpu = -1
@@ -135,6 +182,35 @@ class Episode:
 
     def bound(self) -> float:
         return lower_bound(self.params, self.sample)
+
+    def observe(self) -> np.ndarray:
+        """The deciding GPU's view (``fields``), every figure in [0, 1]: its window's GPUs (section 12.4), the time
+        against the run's lower bound (capped at ten bounds), the GPU's place in the pipeline, the share of tasks
+        done, and the mask."""
+        F, I, P, _, Q = self._state[:5]
+        a = self.arrays
+        out = np.zeros(len(self.fields))
+        observe(self.gpu, self.clock, self._task_time, self.memory_units, F, I, P, Q, a.order_start, a.order_task,
+                out)
+        mask = self.mask()
+        base = len(WINDOW) * GPU_WIDTH
+        out[base] = min(10.0, self.clock / self._bound) / 10.0
+        out[base + 1] = self.gpu / max(1, P.shape[1] - 1)
+        out[base + 2] = self.tasks_done / F.shape[1]
+        out[base + 3] = float(mask[-1])
+        out[base + 4:] = mask
+        return out
+
+    def figures(self) -> np.ndarray:
+        """The finished run's figures, as one row of ``engine.simulate_figures``."""
+        F, I = self._state[:2]
+        a, p = self.arrays, self.params.num_gpus
+        out = np.empty(3 + 3 * p)
+        kernel.figures(a.gpu, a.comm, a.rises, a.falls, p, activation_units(self.params), F[kernel.START],
+                       F[kernel.END], I[kernel.THROTTLED], F[kernel.THROTTLED_TIME], out)
+        out[:2] *= self.unit
+        out[3:3 + 2 * p] *= self.unit
+        return out
 
     @property
     def state(self) -> tuple:

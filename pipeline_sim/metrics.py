@@ -8,8 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from .engine import activation_changes, activation_units, simulate_figures
+from .engine import activation_changes, activation_units
 from .kernel import figures
+from .learned import figures_of
 from .model import EnvParams, Policy, Schedule
 
 
@@ -59,7 +60,7 @@ def ideal_time(params: EnvParams) -> float:
     Computed by the one engine, once per environment.
     """
     free = replace(params, prop_len=0.0, sync_base_len=0.0, compute_jitter=0.0, comm_jitter=0.0)
-    return float(simulate_figures(free, [Policy()])[0, 0])
+    return float(figures_of(free, [Policy()])[0, 0])
 
 
 def metric_columns(figures: np.ndarray, ideal: float) -> dict[str, list]:

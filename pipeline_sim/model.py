@@ -17,6 +17,7 @@ from .noise import JITTER_DISTRIBUTIONS
 from .parameters import (
     OPTIONAL_GROUPS,
     UNIT_FLOOR,
+    Dispatchers,
     Integers,
     Interval,
     Lengths,
@@ -237,10 +238,10 @@ class EnvParams:
                                                  "included) on its forward, backward and weight work and its "
                                                  "activations", short="sw", label="stage weights", group="stages",
                                                  metavar="W,W,...")
-    dispatch: str = parameter("static", Names(DISPATCHERS, case_insensitive=True),
-                              "who chooses a free GPU's next compute task: the schedule's order, or a rule at run "
-                              "time, case-insensitive", short="", label="", group="dispatch",
-                              metavar="RULE")
+    dispatch: str = parameter("static", Dispatchers(DISPATCHERS, case_insensitive=True),
+                              "who chooses a free GPU's next compute task: the schedule's order, a rule at run "
+                              "time (case-insensitive), or a learned policy's file", short="", label="",
+                              group="dispatch", metavar="RULE")
     memory_limit: float = parameter(0.0, Interval(0.0, 1e9, high_closed=True), "the most activations in flight per "
                                     "GPU a dispatcher may hold, in steps of 1/v; 0: the static order's busiest peak; "
                                     "static ignores it", short="mem",
@@ -265,7 +266,7 @@ class EnvParams:
         spec = get_schedule(self.schedule)
         spec.check(self.n, self.num_gpus)
         object.__setattr__(self, "schedule", spec.name)
-        object.__setattr__(self, "dispatch", self.dispatch.strip().lower())
+        object.__setattr__(self, "dispatch", Dispatchers(DISPATCHERS).normal(self.dispatch))
         if self.dispatch != "static" and "fb_overlap" in spec.parameters and self.fb_overlap > 0:
             raise ParameterError("dispatch", self.dispatch, f"{spec.name} with fb_overlap > 0 overlaps a forward and a "
                                  "backward as one task, which has no run-time form: use dispatch static, or "
@@ -313,6 +314,12 @@ class EnvParams:
     def stage_weight(self, stage: int) -> float:
         """The factor on stage ``stage``'s work and activations (section 6.6)."""
         return self.stage_weights[stage] if self.stage_weights else 1.0
+
+    @property
+    def learned(self) -> str | None:
+        """The policy file of a learned dispatcher (``dispatch = learned:<file>``), or None."""
+        prefix = Dispatchers.PREFIX
+        return self.dispatch[len(prefix):] if self.dispatch.startswith(prefix) else None
 
     @property
     def dispatched(self) -> bool:

@@ -136,6 +136,30 @@ class Names:
 
 
 @dataclass(frozen=True)
+class Dispatchers(Names):
+    """One of ``names``, or ``learned:<file>``: a policy file of a learned scheduler (docs/model.md section 12.5)."""
+
+    PREFIX = "learned:"
+
+    def check(self, name: str, value: object) -> None:
+        if isinstance(value, str) and self.normal(value).startswith(self.PREFIX):
+            if not value.strip()[len(self.PREFIX):].strip():
+                raise ParameterError(name, value, "must name a policy file after learned:")
+            return
+        super().check(name, value)
+
+    def normal(self, value: str) -> str:
+        """The rule's name in lower case; a policy file's name as given."""
+        text = value.strip()
+        if text.lower().startswith(self.PREFIX):
+            return self.PREFIX + text[len(self.PREFIX):].strip()
+        return text.lower()
+
+    def describe(self) -> str:
+        return f"{super().describe()}, or learned:<policy file>"
+
+
+@dataclass(frozen=True)
 class Weights:
     """One factor per stage, each a finite number from ``low`` to ``high``; empty means every factor is 1. How many
     there must be depends on the environment (its stage count), so the environment checks the count."""

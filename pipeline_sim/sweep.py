@@ -30,8 +30,9 @@ import numpy as np
 
 from .cluster import DaskCluster
 from .config import BOOLEAN_KEYS, INTEGER_KEYS, OBJECT_KEYS, STRING_KEYS, ConfigError, EnvironmentGrid
-from .engine import lower_bound, simulate_figures
+from .engine import lower_bound
 from .files import OutputError, check_locks, exclusive_writer, file_digest, hold, output_target
+from .learned import figures_of
 from .metrics import ScheduleMetrics, ideal_time, metric_columns
 from .model import COMM_KINDS, LIST_KEYS, PARAMETER, EnvParams, ParameterError, Policy
 from .parallel import ordered_map
@@ -286,7 +287,7 @@ def simulate_chunk(chunk: Chunk) -> tuple[str, str, int]:
     runs_of, scalars_of = [], []
     for _, params in candidates:
         ideal = ideal_time(params)
-        runs = [metric_columns(simulate_figures(params, policies, sample), ideal) for sample in range(draws)]
+        runs = [metric_columns(figures_of(params, policies, sample), ideal) for sample in range(draws)]
         scalars = [[dict(zip(ScheduleMetrics.SCALARS, values)) for values in zip(*(run[name] for name in
                                                                                    ScheduleMetrics.SCALARS))]
                    for run in runs]

@@ -10,6 +10,7 @@ from typing import Callable, Mapping, Sequence
 
 from ..engine import given_order, memory_in_force, order_peak, simulate, simulate_figures
 from ..files import atomic_output, output_target
+from ..learned import load_policy, simulate_learned
 from ..metrics import schedule_metrics
 from ..model import COMM_KINDS, DEFAULT_POLICY, PARAMETERS, SAMPLES, EnvParams, ParameterError, Policy
 from ..orders import format_orders, parse_orders
@@ -226,6 +227,8 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
             check_size(params)
             order = None if args.order is None else given_order(params, parse_orders(_read_text(args.order)))
             memory_in_force(params, None if order is None else order_peak(build_task_graph(params), order))
+            if params.learned:
+                load_policy(params)
         except ParameterError as error:
             flag = FLAGS.get(error.name.split("[")[0], error.name)
             raise UserError(f"{flag}: {error}") from None
@@ -250,8 +253,8 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
             auto = (f"layers per stage (auto): {' '.join(map(str, workload.layers_per_stage))}, "
                     f"{1.0 - time / timed[0][0]:.2%} faster than balanced ({seconds_text(timed[0][0])}; "
                     f"{len(timed)} splits simulated)")
-        schedule = simulate(params, policy, args.sample,
-                            None if args.order is None else parse_orders(_read_text(args.order)))
+        schedule = simulate_learned(params, policy, args.sample) if params.learned else \
+            simulate(params, policy, args.sample, None if args.order is None else parse_orders(_read_text(args.order)))
         if args.print_order:
             print(format_orders(schedule.order_text()))
         metrics = schedule_metrics(schedule)

@@ -9,6 +9,7 @@ except ImportError as error:  # a missing extra is one line, not a traceback far
     raise ImportError("pipeline_sim.rl needs the [rl] extra: pip install -r requirements-rl.txt "
                       "(or pip install 'pipeline-sim[rl]')") from error
 
-from .env import OBSERVATION_FIELDS, PipelineDispatchEnv
+from ..episode import OBSERVATION_FIELDS
+from .env import PipelineDispatchEnv
 
 __all__ = ["OBSERVATION_FIELDS", "PipelineDispatchEnv"]

@@ -1,9 +1,7 @@
 """``PipelineDispatchEnv``: one episode is one training iteration; one step is one GPU's choice of its next
 compute task (docs/model.md section 12.4), made on the kernel's own state.
 
-Observation, one fixed-size vector of floats in [0, 1] (``OBSERVATION_FIELDS``): for the deciding GPU and its
-two neighbours in the pipeline (upstream, self, downstream; zeros past either end) ``GPU_FIELDS``, then
-``GLOBAL_FIELDS``, then the action mask. Times are in units of the mean compute task, capped at ten.
+The observation is ``Episode.observe``'s (``episode.OBSERVATION_FIELDS``), as float32.
 """
 
 from __future__ import annotations
@@ -15,25 +13,12 @@ import gymnasium as gym
 import numpy as np
 
 from ..engine import simulate
-from ..episode import ACTION_KINDS, Episode
-from ..kernel.observation import GPU_WIDTH, observe
+from ..episode import Episode
 from ..model import EnvParams, ParameterError, Policy
 
-GPU_FIELDS = ("present", "busy", "busy_left", "idle_for", "held", "ready_backward", "ready_forward", "ready_weight",
-              "progress", "sends_queued", "send_rate")
-GLOBAL_FIELDS = ("time", "gpu_position", "tasks_done", "can_wait")
-WINDOW = (-1, 0, 1)
 #: The training draws' sample numbers start here, so that no training draw is a sweep's (samples 0, 1, ...).
 TRAINING_SAMPLES = 2 ** 40
 REWARDS = ("time", "relative")
-
-
-def _names(actions: int) -> tuple[str, ...]:
-    return (*(f"{place}.{field}" for place in ("up", "self", "down") for field in GPU_FIELDS), *GLOBAL_FIELDS,
-            *(f"mask.{i}" for i in range(actions)))
-
-
-OBSERVATION_FIELDS = _names(len(ACTION_KINDS) + 1)  # one chunk per GPU; ``env.fields`` in general
 
 
 class PipelineDispatchEnv(gym.Env):
@@ -60,17 +45,11 @@ class PipelineDispatchEnv(gym.Env):
             raise ParameterError("samples", "[]", "lists at least one sample, or is None for fresh draws")
         self.reward_kind, self.reference = reward, reference
         episode = self.episode
-        self.fields = _names(episode.actions)
+        self.fields = episode.fields
         self.action_space = gym.spaces.Discrete(episode.actions)
         self.observation_space = gym.spaces.Box(0.0, 1.0, (len(self.fields),), dtype=np.float32)
-        compute = episode.arrays.kind_class >= 0
-        self._compute = compute
-        base = episode.graph
-        self._unit = float(np.mean([t.length for t, c in zip(base.tasks, compute) if c]))
-        self._per_gpu = np.array([len(order) for order in base.orders], dtype=float)
         self._next = 0
         self._scale = 1.0
-        self._bound = 1.0
         self._mask = np.zeros(self.episode.actions, dtype=bool)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict]:
@@ -83,7 +62,6 @@ class PipelineDispatchEnv(gym.Env):
             sample = self.samples[self._next % len(self.samples)]
             self._next += 1
         self.episode.reset(sample)
-        self._bound = max(self._unit, self.episode.bound())
         self._scale = 1.0
         if self.reward_kind == "relative":
             reference = replace(self.params, schedule=self.reference, dispatch="static", memory_limit=0.0)
@@ -107,7 +85,7 @@ class PipelineDispatchEnv(gym.Env):
         if episode.done:
             end = episode.completion_time
             reward = -(end - before) / self._scale
-            info.update(completion_time=end, lower_bound=self._bound)
+            info.update(completion_time=end, lower_bound=episode.bound())
             if self.reward_kind == "relative":
                 reward += 1.0
             self._mask = np.zeros(episode.actions, dtype=bool)
@@ -117,16 +95,4 @@ class PipelineDispatchEnv(gym.Env):
         return self._observe(), -(episode.now - before) / self._scale, False, False, info
 
     def _observe(self) -> np.ndarray:
-        episode = self.episode
-        F, I, P, _, Q = episode.state[:5]
-        a = episode.arrays
-        out = np.zeros(len(self.fields), dtype=np.float64)
-        observe(episode.gpu, episode.clock, self._unit / episode.unit, episode.memory_units, F, I, P, Q, a.order_start,
-                a.order_task, out)
-        base = len(WINDOW) * GPU_WIDTH
-        out[base] = min(10.0, episode.now / self._bound) / 10.0
-        out[base + 1] = episode.gpu / max(1, P.shape[1] - 1)
-        out[base + 2] = episode.tasks_done / F.shape[1]
-        out[base + 3] = float(self._mask[-1])
-        out[base + 4:] = self._mask
-        return out.astype(np.float32)
+        return self.episode.observe().astype(np.float32)

@@ -1,0 +1,144 @@
+"""A learned dispatcher (docs/model.md section 12.5): a policy network, read from its file, takes every decision of
+an episode. It runs wherever a rule does (``dispatch = learned:<file>``): sweep rows, visualizers, the validator.
+
+The file is an ``.npz`` of plain arrays, read without the training stack: the actor's layers (``weight.<k>``,
+``bias.<k>``, tanh between them), its observation layout (``fields``), its actions (``actions``) and a note of
+how it was trained (``about``, JSON). The decision is the highest logit among the actions the mask allows.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from .engine import schedule_of, simulate_figures
+from .episode import Episode
+from .model import EnvParams, ParameterError, Policy, Schedule
+from .taskgraph import build_task_graph
+
+#: The file's layout; a file of another format is refused by name.
+POLICY_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class LearnedPolicy:
+    """An actor network: ``layers`` of (weight, bias), tanh between them, logits out."""
+
+    layers: tuple[tuple[np.ndarray, np.ndarray], ...]
+    fields: tuple[str, ...]
+    actions: tuple[str, ...]
+    about: Mapping[str, object]
+
+    def act(self, observation: np.ndarray, mask: np.ndarray) -> int:
+        """The allowed action of the highest logit (the first of equal ones)."""
+        h = observation.astype(np.float32).astype(np.float64)  # as the network saw it in training
+        for k, (weight, bias) in enumerate(self.layers):
+            h = h @ weight + bias
+            if k < len(self.layers) - 1:
+                h = np.tanh(h)
+        return int(np.argmax(np.where(mask, h, -np.inf)))
+
+    def to_bytes(self) -> bytes:
+        arrays: dict[str, np.ndarray] = {"format": np.array(POLICY_FORMAT), "fields": np.array(self.fields),
+                                         "actions": np.array(self.actions),
+                                         "about": np.array(json.dumps(dict(self.about), sort_keys=True))}
+        for k, (weight, bias) in enumerate(self.layers):
+            arrays[f"weight.{k}"], arrays[f"bias.{k}"] = weight, bias
+        buffer = io.BytesIO()
+        np.savez(buffer, allow_pickle=False, **arrays)
+        return buffer.getvalue()
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> LearnedPolicy:
+        """Read a policy file; ``ValueError`` in one line for a file that is not one."""
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                arrays = {key: data[key] for key in data.files}
+        except FileNotFoundError:
+            raise ValueError("no such policy file") from None
+        except (OSError, ValueError, zipfile.BadZipFile, EOFError) as error:
+            raise ValueError(f"is not a readable policy file ({type(error).__name__})") from None
+        if "format" not in arrays or arrays["format"].shape != () or int(arrays["format"]) != POLICY_FORMAT:
+            raise ValueError(f"is not a policy file of format {POLICY_FORMAT}")
+        try:
+            count = sum(1 for key in arrays if key.startswith("weight."))
+            layers = tuple((np.asarray(arrays[f"weight.{k}"], dtype=np.float64),
+                            np.asarray(arrays[f"bias.{k}"], dtype=np.float64)) for k in range(count))
+            fields = tuple(str(name) for name in arrays["fields"].tolist())
+            actions = tuple(str(name) for name in arrays["actions"].tolist())
+            about = json.loads(str(arrays["about"]))
+        except (KeyError, ValueError, TypeError):
+            raise ValueError(f"is not a policy file of format {POLICY_FORMAT}: a part is missing or damaged") from None
+        width = len(fields)
+        for weight, bias in layers:
+            if weight.ndim != 2 or weight.shape[0] != width or bias.shape != (weight.shape[1],):
+                raise ValueError("is not a policy file: its layers do not chain")
+            width = weight.shape[1]
+        if not layers or width != len(actions):
+            raise ValueError("is not a policy file: its last layer does not give one logit per action")
+        return cls(layers, fields, actions, about)
+
+
+@lru_cache(maxsize=8)
+def _load(path: str, stamp: tuple[int, int]) -> LearnedPolicy:
+    return LearnedPolicy.from_file(path)
+
+
+def load_policy(params: EnvParams) -> LearnedPolicy:
+    """``params``' learned policy (read once per process and file version), checked against the observation and
+    actions of ``params``' episodes; ``ParameterError`` naming ``dispatch`` otherwise."""
+    name = params.learned
+    if name is None:
+        raise ParameterError("dispatch", params.dispatch, "is not a learned dispatcher (learned:<policy file>)")
+    try:
+        stat = Path(name).stat()
+        policy = _load(str(Path(name).resolve()), (stat.st_mtime_ns, stat.st_size))
+    except FileNotFoundError:
+        raise ParameterError("dispatch", params.dispatch, "no such policy file") from None
+    except (OSError, ValueError) as error:
+        raise ParameterError("dispatch", params.dispatch, str(error)) from None
+    fields = Episode.layout(params)
+    if policy.fields != fields[0] or policy.actions != fields[1]:
+        raise ParameterError("dispatch", params.dispatch,
+                             f"was trained on an observation of {len(policy.fields)} fields and "
+                             f"{len(policy.actions)} actions ({', '.join(policy.actions)}); {params.schedule} on "
+                             f"{params.num_gpus} GPUs has {len(fields[0])} and {len(fields[1])} "
+                             f"({', '.join(fields[1])}): train a policy for it")
+    return policy
+
+
+def play(episode: Episode, policy: LearnedPolicy, sample: int) -> Episode:
+    """Run ``episode``'s ``sample``-th draw to its end, every decision ``policy``'s."""
+    episode.reset(sample)
+    while not episode.done:
+        episode.step(policy.act(episode.observe(), episode.mask()))
+    return episode
+
+
+def figures_of(params: EnvParams, policies: Sequence[Policy], sample: int = 0) -> np.ndarray:
+    """``engine.simulate_figures``, a learned dispatcher's included: for it one played episode per policy."""
+    if params.learned is None:
+        return simulate_figures(params, policies, sample)
+    learned = load_policy(params)
+    return np.array([play(Episode(params, policy), learned, sample).figures() for policy in policies])
+
+
+def simulate_learned(params: EnvParams, policy: Policy, sample: int = 0) -> Schedule:
+    """``engine.simulate`` for a learned dispatcher: the played episode as a ``Schedule``."""
+    learned = load_policy(params)
+    room = 4 * len(Episode(params, policy).graph.tasks) + 64
+    episode = play(Episode(params, policy, segment_room=room), learned, sample)
+    if episode.segment_count > room:  # the same decisions again, with room for every segment
+        episode = play(Episode(params, policy, segment_room=episode.segment_count), learned, sample)
+    F, I, P = episode.state[:3]
+    seg_task, seg_times = episode.state[10:12]
+    kept = episode.segment_count
+    return schedule_of(params, policy, sample, build_task_graph(params, sample), episode.status, F, I, P,
+                       seg_task[:kept], seg_times[:, :kept], memory=episode.memory_limit)

@@ -1,0 +1,116 @@
+"""A learned dispatcher (docs/model.md section 12.5): a policy file played through the kernel's episodes, wherever a
+rule runs. These tests need no training stack: a policy is a few arrays."""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline_sim.engine import simulate, simulate_figures
+from pipeline_sim.episode import Episode
+from pipeline_sim.learned import LearnedPolicy, figures_of, load_policy, simulate_learned
+from pipeline_sim.model import DEFAULT_POLICY, EnvParams, ParameterError, Policy
+from pipeline_sim.validate import validate_schedule
+from tests.conftest import assert_one_line_error, run_here
+
+
+def ranked(params: EnvParams, preference: list[float], hidden: int = 0) -> LearnedPolicy:
+    """A policy that ignores what it sees and prefers actions in the order of ``preference`` (highest first)."""
+    fields, actions = Episode.layout(params)
+    if hidden:  # the same preference through a tanh layer: the zeros keep the hidden units at 0
+        layers = ((np.zeros((len(fields), hidden)), np.zeros(hidden)),
+                  (np.zeros((hidden, len(actions))), np.array(preference)))
+    else:
+        layers = ((np.zeros((len(fields), len(actions))), np.array(preference)),)
+    return LearnedPolicy(layers, fields, actions, {"made": "by hand"})
+
+
+def written(policy: LearnedPolicy, path: Path) -> Path:
+    path.write_bytes(policy.to_bytes())
+    return path
+
+
+GREEDY_ORDER = [3.0, 2.0, 1.0, 0.0]  # backward work, then F, then W, then wait: the greedy rule's ranking
+
+
+@pytest.mark.parametrize("schedule, jitter", [("zb-h1", 0.0), ("zb-h1", 0.3), ("1f1b", 0.2), ("gpipe", 0.0)])
+def test_a_policy_ranking_as_greedy_plays_greedy_to_the_bit(tmp_path, schedule, jitter):
+    base = EnvParams(n=8, num_gpus=4, schedule=schedule, compute_jitter=jitter, comm_jitter=jitter, seed=5)
+    path = written(ranked(base, GREEDY_ORDER, hidden=8), tmp_path / "greedy.npz")
+    learned = replace(base, dispatch=f"learned:{path}")
+    greedy = replace(base, dispatch="greedy")
+    policies = [DEFAULT_POLICY, Policy(priorities={"fwd_prop": 0.0, "grad_prop": 1.0, "grad_sync": 0.5})]
+    for sample in (0, 3):
+        assert (figures_of(learned, policies, sample) == simulate_figures(greedy, policies, sample)).all()
+        run, reference = simulate_learned(learned, policies[1], sample), simulate(greedy, policies[1], sample)
+        assert run.completion_time == reference.completion_time
+        assert [(t.start, t.end, t.segments) for t in run.tasks] == \
+            [(t.start, t.end, t.segments) for t in reference.tasks]
+        assert run.orders == reference.orders and run.lower_bound == reference.lower_bound
+        assert run.params.dispatch == f"learned:{path}"
+        assert validate_schedule(run) == []
+
+
+def test_a_different_preference_gives_a_different_valid_run(tmp_path):
+    base = EnvParams(n=8, num_gpus=4, schedule="zb-h1", compute_jitter=0.2)
+    forward_first = replace(base, dispatch=f"learned:{written(ranked(base, [2.0, 3.0, 1.0, 0.0]), tmp_path / 'f.npz')}")
+    run = simulate_learned(forward_first, DEFAULT_POLICY, 1)
+    assert validate_schedule(run) == []
+    assert run.completion_time != simulate(replace(base, dispatch="greedy"), DEFAULT_POLICY, 1).completion_time
+    assert run.completion_time >= run.lower_bound
+
+
+def test_bad_policy_files_in_one_line(tmp_path):
+    base = EnvParams(n=8, num_gpus=4, schedule="zb-h1")
+    with pytest.raises(ParameterError, match="no such policy file"):
+        load_policy(replace(base, dispatch=f"learned:{tmp_path / 'none.npz'}"))
+    (tmp_path / "text.npz").write_text("not a policy")
+    with pytest.raises(ParameterError, match="is not a readable policy file"):
+        load_policy(replace(base, dispatch=f"learned:{tmp_path / 'text.npz'}"))
+    np.savez(tmp_path / "other.npz", weights=np.zeros(3))
+    with pytest.raises(ParameterError, match="is not a policy file of format 1"):
+        load_policy(replace(base, dispatch=f"learned:{tmp_path / 'other.npz'}"))
+    # trained for one chunk per GPU, asked to run two (interleaved): another observation layout
+    path = written(ranked(base, GREEDY_ORDER), tmp_path / "one_chunk.npz")
+    interleaved = EnvParams(n=8, num_gpus=4, schedule="interleaved-1f1b", dispatch=f"learned:{path}")
+    with pytest.raises(ParameterError, match=r"was trained on an observation of 41 fields and 4 actions .*"
+                                             r"interleaved-1f1b on 4 GPUs has 44 and 7"):
+        load_policy(interleaved)
+    with pytest.raises(ParameterError, match="must name a policy file after learned:"):
+        EnvParams(dispatch="learned: ")
+
+
+def test_a_sweep_and_the_visualizer_read_a_policy_file(tmp_path):
+    base = EnvParams(n=8, num_gpus=4, schedule="zb-h1")
+    written(ranked(base, GREEDY_ORDER), tmp_path / "greedy.npz")
+    config = tmp_path / "learned.json"
+    config.write_text(json.dumps({"n": 8, "num_gpus": 4, "schedule": "zb-h1", "compute_jitter": 0.2, "samples": 3,
+                                  "dispatch": ["greedy", "learned:greedy.npz"]}))
+    result = run_here("data_generator.py", "-c", str(config), "-o", "rows.csv", "--step", "0.5",
+                      cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    with open(tmp_path / "rows.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    by = {(row["dispatch"], row["policy"]): row for row in rows}
+    assert {row["dispatch"] for row in rows} == {"greedy", "learned:greedy.npz"}
+    for (dispatch, policy), row in by.items():
+        if dispatch == "greedy":
+            twin = by["learned:greedy.npz", policy]
+            assert {k: v for k, v in row.items() if k != "dispatch"} == \
+                {k: v for k, v in twin.items() if k != "dispatch"}
+    shown = run_here("schedule_visualizer_single_channel.py", "--schedule", "zb-h1", "--dispatch",
+                     "learned:greedy.npz", "--no-show", "--output", "g.png", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("zb-h1")
+    assert (tmp_path / "g.png").stat().st_size > 10_000
+    config.write_text(json.dumps({"n": 8, "num_gpus": 4, "schedule": "zb-v", "dispatch": "learned:greedy.npz"}))
+    refused = run_here("data_generator.py", "-c", str(config), "-o", "v.csv", cwd=tmp_path)
+    assert_one_line_error(refused, "dispatch = 'learned:greedy.npz': was trained on an observation of 41 fields")
+    missing = run_here("schedule_visualizer_single_channel.py", "--schedule", "zb-h1", "--dispatch",
+                       "learned:nothing.npz", "--no-show", cwd=tmp_path)
+    assert_one_line_error(missing, "--dispatch: dispatch = 'learned:nothing.npz': no such policy file")
