@@ -9,7 +9,9 @@ multiplies that schedule's environments (each distinct simulation appears once),
 a combination that breaks a schedule's requirement (interleaved-1f1b with n not a
 multiple of num_gpus, say) or names a straggler beyond its last GPU is listed by
 ``invalid()`` instead of being run. The key ``samples`` is a sweep setting: noise
-draws per (environment, policy). With the key ``model``, the grid also sweeps the
+draws per (environment, policy). A key given as ``{"same_as": "<other key>"}`` takes the
+other key's value in every environment instead of multiplying them (``"comm_jitter":
+{"same_as": "compute_jitter"}``: one jitter for both). With the key ``model``, the grid also sweeps the
 workload keys (``workload.WORKLOAD_KEYS``) and each environment's ``n``, lengths and
 ``sync_freq`` come from its workload (docs/model.md section 11).
 """
@@ -195,6 +197,7 @@ class EnvironmentGrid:
     values: tuple[tuple[str, tuple[Any, ...]], ...]
     samples: int = 1  # noise draws per (environment, policy): a sweep setting the file may give
     given: frozenset[str] = frozenset()  # the keys the file gave (a workload derives the others it sets)
+    ties: tuple[tuple[str, str], ...] = ()  # (key, the key whose value it takes)
 
     @property
     def has_workload(self) -> bool:
@@ -227,6 +230,8 @@ class EnvironmentGrid:
         if unknown:
             raise ConfigError(f"{source}: unknown key {unknown[0]!r}; valid keys: "
                               f"{', '.join(names + WORKLOAD_KEYS + SETTING_KEYS)}")
+        ties = _ties(raw)
+        raw = {key: value for key, value in raw.items() if key not in dict(ties)}
         samples = raw.get("samples", 1)
         if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
             raise ConfigError(f"config key 'samples': {samples!r} must be one integer >= 1")
@@ -255,7 +260,7 @@ class EnvironmentGrid:
         if combinations > MAX_COMBINATIONS and not allow_large:
             raise ConfigError(f"{source}: the values multiply to {combinations:,} combinations; at most "
                               f"{MAX_COMBINATIONS:,} are allowed (pass --allow-large to try anyway)")
-        return cls(tuple(values), samples, frozenset(raw) - set(SETTING_KEYS))
+        return cls(tuple(values), samples, frozenset(raw) - set(SETTING_KEYS) | {key for key, _ in ties}, ties)
 
     @classmethod
     def load(cls, path: str | Path, allow_large: bool = False) -> EnvironmentGrid:
@@ -305,6 +310,8 @@ class EnvironmentGrid:
             if any(indices[i] for i in ignored_by[combo[schedule_at]]) or \
                     (combo[dispatch_at] == "static" and indices[memory_at]):
                 continue
+            for key, other in self.ties:
+                combo[position[key]] = combo[position[other]]
             yield dict(zip(names, combo))
 
     @cached_property
@@ -362,7 +369,30 @@ class EnvironmentGrid:
         return [name for name, values in self.values if len(values) > 1]
 
     def as_dict(self) -> dict[str, Any]:
-        return {name: [_plain(value) for value in values] for name, values in self.values} | {"samples": self.samples}
+        tied = dict(self.ties)
+        return {name: {"same_as": tied[name]} if name in tied else [_plain(value) for value in values]
+                for name, values in self.values} | {"samples": self.samples}
+
+
+def _ties(raw: Mapping[str, object]) -> tuple[tuple[str, str], ...]:
+    """The keys given as ``{"same_as": other}``: each takes ``other``'s value, which must be a number of the same
+    domain given in the file."""
+    ties = []
+    for key, value in raw.items():
+        if not (isinstance(value, dict) and "same_as" in value):
+            continue
+        other = value["same_as"]
+        if set(value) != {"same_as"} or not isinstance(other, str):
+            raise ConfigError(f"config key {key!r}: {json.dumps(value)}: a tie is {{\"same_as\": \"<key>\"}} alone")
+        mine, theirs = PARAMETER.get(key), PARAMETER.get(other)
+        if mine is None or theirs is None or mine.domain != theirs.domain or key in LIST_KEYS:
+            raise ConfigError(f"config key {key!r}: same_as {other!r}: both must be number parameters of one "
+                              f"domain (compute_jitter and comm_jitter, say)")
+        given = raw.get(other)
+        if given is None or isinstance(given, dict) and "same_as" in given:
+            raise ConfigError(f"config key {key!r}: same_as {other!r}: the file must give {other!r} values of its own")
+        ties.append((key, other))
+    return tuple(ties)
 
 
 def _count(value: object, key: str) -> int:

@@ -118,7 +118,10 @@ def play(episode: Episode, policy: LearnedPolicy, sample: int) -> Episode:
     """Run ``episode``'s ``sample``-th draw to its end, every decision ``policy``'s."""
     episode.reset(sample)
     while not episode.done:
-        episode.step(policy.act(episode.observe(), episode.mask()))
+        mask = episode.mask()
+        allowed = np.flatnonzero(mask)
+        # a decision with one possible action is no decision: the network could only take it
+        episode.step(int(allowed[0]) if len(allowed) == 1 else policy.act(episode.observe(), mask))
     return episode
 
 

@@ -158,6 +158,13 @@ class Dispatchers(Names):
     def describe(self) -> str:
         return f"{super().describe()}, or learned:<policy file>"
 
+    def file_name(self, value: str) -> str:
+        """``value`` in a file name: a policy file by its stem (``learned-policy``), without its folders."""
+        if value.startswith(self.PREFIX):
+            stem = value[len(self.PREFIX):].replace("\\", "/").rsplit("/", 1)[-1].rsplit(".", 1)[0]
+            return "learned-" + stem
+        return value
+
 
 @dataclass(frozen=True)
 class Weights:
@@ -246,7 +253,8 @@ class Parameter:
         return f"{value:g}" if isinstance(value, float) else str(value)
 
     def slug(self, value: object) -> str:
-        return f"{self.short}{self.text(value).replace(',', '-')}"
+        text = self.text(value)
+        return f"{self.short}{getattr(self.domain, 'file_name', str)(text).replace(',', '-')}"
 
     def title(self, value: object) -> str:
         return f"{self.label}={self.text(value)}" if self.label else self.text(value)

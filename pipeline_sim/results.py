@@ -587,3 +587,49 @@ def jitter_families(environments: Iterable[tuple[EnvParams, Workload | None, pd.
         records = [{"policy": " = ".join(names), "why": "; ".join(reasons), **point}
                    for names, reasons, points in curves.values() for point in points]
         yield members[0][0], workloads[(key, family)], key, pd.DataFrame(records)
+
+
+def dispatch_families(summaries: Iterable[tuple[EnvParams, Workload | None, dict[str, Any]]]
+                      ) -> Iterator[tuple[EnvParams, Workload | None, str, pd.DataFrame]]:
+    """Groups of environments that differ by schedule or dispatcher and by their jitter, from each environment's
+    ``schedule_summary``: every way of running against the noise, for one figure.
+
+    Yields one environment of the group (its title), its workload, the jitter that varies (a
+    ``JITTER_KEYS`` name, or ``jitter`` when all of them vary together, equal in every
+    environment) and one row per (way, level): ``way`` (``schedule_name``), its ``schedule``
+    and ``dispatch``, ``static``, ``level``, ``mean``, ``p95`` and ``bound`` of the best
+    policy, and each of the three relative to the reference at that level (``mean_vs``, ``p95_vs``, ``bound_vs``: the
+    reference's own statistic, its mean for the bound). The reference, ``reference``, is
+    the static order of least mean at the lowest level. Only groups of two or more ways, two or
+    more levels each, and a static order among them are yielded.
+    """
+    groups: dict[tuple, list[tuple[EnvParams, Workload | None, dict[str, Any]]]] = {}
+    for params, workload, summary in summaries:
+        groups.setdefault(identity(params, workload, SCHEDULE_KEYS + JITTER_KEYS), []).append(
+            (params, workload, summary))
+    for members in groups.values():
+        varying = [key for key in JITTER_KEYS if len({getattr(params, key) for params, _, _ in members}) > 1]
+        together = len(varying) > 1 and all(len({getattr(params, key) for key in varying}) == 1
+                                            for params, _, _ in members)
+        if not varying or len(varying) > 1 and not together:
+            continue
+        key = "jitter" if together else varying[0]
+        records = [{"way": summary["schedule"], "schedule": params.schedule, "dispatch": params.dispatch,
+                    "static": params.dispatch == "static",
+                    "level": getattr(params, varying[0]), "mean": summary["best_time"],
+                    "p95": summary["best_p95"] if not math.isnan(summary["best_p95"]) else summary["best_time"],
+                    "bound": summary["lower_bound"]} for params, _, summary in members]
+        frame = pd.DataFrame(records)
+        if frame["way"].nunique() < 2 or frame["level"].nunique() < 2 or not frame["static"].any() or \
+                frame.groupby("way")["level"].nunique().min() < 2 or frame.duplicated(["way", "level"]).any():
+            continue
+        lowest = frame["level"].min()
+        static_lowest = frame[frame["static"] & (frame["level"] == lowest)]
+        reference = static_lowest.loc[static_lowest["mean"].idxmin(), "way"]
+        base = frame[frame["way"] == reference].set_index("level")
+        frame = frame[frame["level"].isin(base.index)]
+        frame = frame.assign(mean_vs=frame["mean"] / frame["level"].map(base["mean"]) - 1.0,
+                             p95_vs=frame["p95"] / frame["level"].map(base["p95"]) - 1.0,
+                             bound_vs=frame["bound"] / frame["level"].map(base["mean"]) - 1.0,
+                             reference=reference)
+        yield members[0][0], members[0][1], key, frame.sort_values(["way", "level"], kind="stable")

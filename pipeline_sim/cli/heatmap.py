@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import chain
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator, Sequence
@@ -25,6 +25,7 @@ from ..results import (
     ResultsError,
     best_rows,
     curve_rows,
+    dispatch_families,
     env_slug,
     env_title,
     environments,
@@ -96,8 +97,6 @@ class RobustnessJob:
     path: Path
 
     def draw(self) -> Path:
-        from dataclasses import replace
-
         from matplotlib.figure import Figure
 
         from ..plotting.robustness import figure_size, plot_robustness
@@ -106,6 +105,27 @@ class RobustnessJob:
         lowest: dict = {self.key: 0.0}
         plot_robustness(fig, self.family, self.key, title=env_title(replace(self.params, **lowest), self.workload),
                         unit=_unit(self.workload))
+        return _save(fig, self.path)
+
+
+@dataclass(frozen=True)
+class DispatchJob:
+    """One group of environments that differ by schedule or dispatcher and by jitter: every way against the noise."""
+
+    params: EnvParams
+    workload: Workload | None
+    key: str
+    family: pd.DataFrame
+    path: Path
+
+    def draw(self) -> Path:
+        from matplotlib.figure import Figure
+
+        from ..plotting.dispatch import figure_size, plot_dispatch
+
+        fig = Figure(figsize=figure_size())
+        plot_dispatch(fig, self.family, self.key,
+                      title=env_title(replace(self.params, **_lowest(self.key)), self.workload, schedule=False))
         return _save(fig, self.path)
 
 
@@ -120,7 +140,7 @@ def _save(fig, path: Path) -> Path:
     return path
 
 
-def _draw(job: HeatmapJob | ComparisonJob | RobustnessJob) -> Path:
+def _draw(job: HeatmapJob | ComparisonJob | RobustnessJob | DispatchJob) -> Path:
     """Render and save one figure (runs in worker processes)."""
     return job.draw()
 
@@ -133,7 +153,8 @@ class Drawn:
     heatmaps: list[tuple[EnvParams, Workload | None, dict[str, Any], Path]]
     comparisons: list[tuple[EnvParams, Workload | None, pd.DataFrame, Path]]
     robustness: list[Path]
-    left_out: list[str]  # incomplete environments, named, with what is wrong
+    left_out: list[str]
+    dispatch: list[Path]  # incomplete environments, named, with what is wrong
 
 
 #: What the summary of a run keeps of an environment's best row.
@@ -201,12 +222,16 @@ def _write_heatmaps(csv: Path, source: BinaryIO, output_dir: Path, workers: int,
         drawable.append(families)
     comparisons = [(params, workload, summary, output_dir / f"compare_{group_slug(params, workload)}.png")
                    for params, workload, summary in schedule_groups(summaries)]
+    dispatch = [DispatchJob(params, workload, key, family,
+                            output_dir / f"dispatch_{key}_{group_slug(replace(params, **_lowest(key)), workload)}.png")
+                for params, workload, key, family in dispatch_families(summaries)]
     drawn = {family for family, values in levels.items() if len(set(values)) == len(values) >= 2}
     robustness: list[Path] = []
     draw = _Drawing(csv, source, output_dir, metric, [families if families is None else
                                                       bool(drawn.intersection(families)) for families in drawable])
-    jobs: Iterator[HeatmapJob | ComparisonJob | RobustnessJob] = chain(
-        draw.heatmaps(), (ComparisonJob(*comparison) for comparison in comparisons), draw.robustness(robustness))
+    jobs: Iterator[HeatmapJob | ComparisonJob | RobustnessJob | DispatchJob] = chain(
+        draw.heatmaps(), (ComparisonJob(*comparison) for comparison in comparisons), iter(dispatch),
+        draw.robustness(robustness))
     lock.enter_context(exclusive_writer(output_folder(output_dir)))
     if len(heatmaps) > 1:
         from ..plotting.heatmap import heatmap_figure
@@ -217,8 +242,13 @@ def _write_heatmaps(csv: Path, source: BinaryIO, output_dir: Path, workers: int,
     (output_dir / INCOMPLETE_MARKER).write_text(
         f"The figures of {csv} are being drawn here, or their drawing was stopped: some may be missing. Draw them "
         f"all with plot_heatmap.py {csv} -o {output_dir}\n", encoding="utf-8")
-    _run(jobs, workers, csv, output_dir, len(heatmaps) + len(comparisons) + len(drawn))
-    return Drawn(heatmaps, comparisons, robustness, left_out)
+    _run(jobs, workers, csv, output_dir, len(heatmaps) + len(comparisons) + len(dispatch) + len(drawn))
+    return Drawn(heatmaps, comparisons, robustness, left_out, [job.path for job in dispatch])
+
+
+def _lowest(key: str) -> dict[str, Any]:
+    """The jitter of a dispatch figure's file name and title: none, the levels being its axis."""
+    return {name: 0.0 for name in JITTER_KEYS if key in (name, "jitter")}
 
 
 class _Drawing:
@@ -250,8 +280,10 @@ class _Drawing:
             yield job
 
 
-def _run(jobs: Iterator[HeatmapJob | ComparisonJob | RobustnessJob], workers: int, csv: Path, output_dir: Path,
-         total: int) -> None:
+Job = HeatmapJob | ComparisonJob | RobustnessJob | DispatchJob
+
+
+def _run(jobs: Iterator[Job], workers: int, csv: Path, output_dir: Path, total: int) -> None:
     """Draw ``jobs`` on ``workers`` processes with a progress bar (``total`` figures)."""
     from tqdm import tqdm
 
@@ -299,7 +331,7 @@ def _complete(rows: pd.DataFrame) -> int:
 def describe(drawn: Drawn) -> str:
     """``18 heatmaps, 4 schedule comparisons, 3 robustness figures``."""
     counts = [(len(drawn.heatmaps), "heatmap"), (len(drawn.comparisons), "schedule comparison"),
-              (len(drawn.robustness), "robustness figure")]
+              (len(drawn.dispatch), "dispatch figure"), (len(drawn.robustness), "robustness figure")]
     return ", ".join(f"{count} {name}{'s' if count != 1 else ''}" for count, name in counts if count or
                      name == "heatmap")
 
@@ -319,7 +351,9 @@ def build_parser(prog: str) -> Parser:
                         "schedule, the ideal time and the peak activations; environments that "
                         "differ only by a jitter level get one robustness figure "
                         "(robustness_*.png): how the best policies' mean and p95 move with the "
-                        "noise."),
+                        "noise; and environments that differ by schedule or dispatcher and by "
+                        "their jitter get one dispatch figure (dispatch_*.png): every way against "
+                        "the noise, relative to the best static order, above the lower bound."),
                     epilog=f"Example: {prog} outputs/data/example_20260101-120000.csv -o heatmaps")
     parser.add_argument("csv", type=Path, help="CSV (or Parquet file) written by data_generator.py; read in pieces, "
                                                "so memory stays flat however many rows it has")

@@ -88,6 +88,7 @@ class PipelineDispatchEnv(gym.Env):
             info.update(completion_time=end, lower_bound=episode.bound())
             if self.reward_kind == "relative":
                 reward += 1.0
+                info["reference_time"] = self._scale
             self._mask = np.zeros(episode.actions, dtype=bool)
             return np.zeros(len(self.fields), dtype=np.float32), reward, True, False, info
         self._mask = episode.mask()

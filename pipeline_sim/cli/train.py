@@ -1,0 +1,157 @@
+"""train.py: a learned dispatcher trained on the environments of a sweep config, for that sweep to compare."""
+
+from __future__ import annotations
+
+import csv
+import sys
+import time
+from dataclasses import fields
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+from ..config import ConfigError, EnvironmentGrid
+from ..files import atomic_output, check_locks, exclusive_writer, output_target
+from ..model import DEFAULT_POLICY, EnvParams
+from .common import Parser, UserError, positive_int, run_command, script_name, use_display
+
+if TYPE_CHECKING:
+    from ..rl.train import Settings
+
+
+def build_parser(prog: str, defaults: Settings) -> Parser:
+    parser = Parser(prog=prog, description=(
+        "Train a learned dispatcher with masked PPO on the environments of a sweep config: those whose dispatch is "
+        "learned:<file>. Each episode is one iteration of one of them, on a fresh noise draw no sweep uses; the "
+        "network is played on validation draws as it trains and the best one is written to <file>, with its "
+        "training curve (CSV and PNG) beside it. The same config then sweeps it against the static orders and the "
+        "compiled rules, on the sweep's own draws (docs/model.md section 12.5). Needs the [rl] extra."))
+    parser.add_argument("-c", "--config", type=Path, required=True,
+                        help="JSON grid naming learned:<file> among its dispatch values")
+    parser.add_argument("--policy-file", type=Path, default=None, metavar="FILE",
+                        help="which learned:<file> to train when the config names several")
+    parser.add_argument("--steps", type=positive_int, default=None,
+                        help=f"decisions to train on (default {defaults.steps:,})")
+    parser.add_argument("--evaluate-every", type=positive_int, default=None, metavar="STEPS",
+                        help=f"decisions between validation plays (default {defaults.evaluate_every:,})")
+    parser.add_argument("--validation-samples", type=positive_int, default=None, metavar="K",
+                        help=f"validation draws per environment (default {defaults.validation_samples})")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the network, the draws and the environment "
+                                                            "mix (default %(default)s)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing policy file")
+    return parser
+
+
+def training_environments(config: Path, chosen: Path | None) -> tuple[Path, list[EnvParams]]:
+    """The policy file to write and the environments to train it on: the config's with ``learned:<that file>``."""
+    grid = EnvironmentGrid.load(config)
+    raw = grid.as_dict()
+    names = sorted({value[len("learned:"):] for value in raw["dispatch"] if str(value).startswith("learned:")})
+    if not names:
+        raise UserError(f"config {config}: no dispatch value is learned:<file>; add one (\"dispatch\": [..., "
+                        f"\"learned:outputs/learned/{config.stem}.npz\"]) to say which environments to train on and "
+                        f"where the policy goes")
+    if chosen is not None:
+        if str(chosen) not in names:
+            raise UserError(f"--policy-file {chosen}: the config names {', '.join(names)}")
+        name = str(chosen)
+    elif len(names) > 1:
+        raise UserError(f"config {config} names {len(names)} policy files ({', '.join(names)}); choose one with "
+                        f"--policy-file")
+    else:
+        name = names[0]
+    # the learned environments, under the compiled rule whose graph and memory an episode takes
+    training = EnvironmentGrid.from_mapping(raw | {"dispatch": ["greedy"]}, f"config {config}")
+    environments = list(training.environments())
+    if not environments:
+        where, reason = training.invalid()[0]
+        raise UserError(f"config {config}: no environment of the grid can run under a dispatcher: {where}: {reason}")
+    return Path(name), environments
+
+
+def write_curve(curve: list, path: Path) -> None:
+    with atomic_output(path) as temporary, open(temporary, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        names = [f.name for f in fields(curve[0])]
+        writer.writerow(names)
+        for point in curve:
+            writer.writerow([repr(getattr(point, name)) for name in names])
+
+
+def draw_curve(curve: list, path: Path, title: str) -> None:
+    use_display(no_show=True)
+    import matplotlib.pyplot as plt
+
+    from ..plotting.training import plot_training
+
+    fig, ax = plt.subplots(figsize=(9, 5.5), layout="constrained")
+    plot_training(ax, [p.steps for p in curve], [p.training_saving for p in curve],
+                  [p.validation_saving for p in curve], curve[0].rule_saving, title)
+    with atomic_output(path) as temporary:
+        fig.savefig(temporary, dpi=130, format="png")
+    plt.close(fig)
+
+
+def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
+    prog = prog or script_name(sys.argv[0])
+    try:  # the [rl] extra: without it even --help has nothing to offer but how to install it
+        from ..rl.train import Settings, check_layouts, train
+    except ImportError as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return 2
+    args = build_parser(prog, Settings()).parse_args(argv)
+
+    def body() -> int:
+        try:
+            output, environments = training_environments(args.config, args.policy_file)
+        except ConfigError as error:
+            raise UserError(str(error)) from None
+        settings = Settings(**{name: value for name, value in (("steps", args.steps), ("seed", args.seed),
+                                                                ("evaluate_every", args.evaluate_every),
+                                                                ("validation_samples", args.validation_samples))
+                               if value is not None})
+        check_layouts(environments)
+        output_target(output)
+        if output.suffix.lower() != ".npz":
+            raise UserError(f"learned:{output}: a policy file is .npz; name it so in the config")
+        if output.exists() and not args.overwrite:
+            raise UserError(f"{output} exists; pass --overwrite to train it again")
+        curve_csv = output.with_name(output.stem + "_training.csv")
+        curve_png = curve_csv.with_suffix(".png")
+        output.parent.mkdir(parents=True, exist_ok=True)
+        from tqdm import tqdm
+
+        with exclusive_writer(output), exclusive_writer(curve_csv), exclusive_writer(curve_png):
+            print(f"training {output} on {len(environments)} environment{'s' * (len(environments) > 1)} of "
+                  f"{args.config} for {settings.steps:,} decisions (seed {settings.seed})", file=sys.stderr)
+            started = time.monotonic()
+            bar = tqdm(total=settings.steps, unit="decision", unit_scale=True, file=sys.stderr, dynamic_ncols=True,
+                       mininterval=0.5, leave=False)
+
+            def progress(steps: int, checkpoint: object) -> None:
+                bar.update(min(steps, settings.steps) - bar.n)
+                if checkpoint is not None:
+                    bar.set_postfix_str(f"validation {checkpoint.validation_saving:+.2%} vs static zb-h1")  # type: ignore[attr-defined]
+            try:
+                policy, curve, completed = train(environments, DEFAULT_POLICY, settings, progress=progress,
+                                                 about={"config": str(args.config),
+                                                        "environments": len(environments)})
+            finally:
+                bar.close()
+            check_locks()
+            with atomic_output(output) as temporary:
+                temporary.write_bytes(policy.to_bytes())
+            write_curve(curve, curve_csv)
+            draw_curve(curve, curve_png, f"{output.name}: {len(environments)} environments of {args.config.name}")
+        best = max(curve, key=lambda p: p.validation_saving)
+        if not completed:
+            print(f"{prog}: interrupted at decision {curve[-1].steps:,}: the best network so far is written",
+                  file=sys.stderr)
+        print(f"trained {curve[-1].steps:,} decisions ({curve[-1].episodes:,} iterations) in "
+              f"{(time.monotonic() - started) / 60:.1f} min")
+        print(f"validation draws: the kept network (decision {best.steps:,}) saves {best.validation_saving:+.2%} of "
+              f"static zb-h1's time; greedy saves {best.rule_saving:+.2%}")
+        print(f"policy: {output}\ncurve: {curve_csv}, {curve_png}")
+        print(f"compare it on the sweep's own draws: python run_full_pipeline.py -c {args.config}")
+        return 0
+
+    return run_command(prog, body)

@@ -1,0 +1,74 @@
+"""Every way of running one environment against its noise: static orders, compiled rules and learned policies, each
+at its best policy, relative to the best static order; the lower bound beneath them.
+
+Reads the summary that ``results.dispatch_families`` made from a sweep's rows; never simulates.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.ticker import PercentFormatter
+
+#: One colour per dispatcher, the static order first; a schedule other than the reference's is drawn faded.
+PALETTE = ("#333333", "#1B9E77", "#D95F02", "#7570B3", "#E7298A", "#66A61E", "#E6AB02", "#A6761D", "#1F78B4")
+LABELS = {"jitter": "compute and communication jitter (coefficient of variation)",
+          "compute_jitter": "compute jitter (coefficient of variation)",
+          "comm_jitter": "communication jitter (coefficient of variation)"}
+
+
+def figure_size() -> tuple[float, float]:
+    return 11.5, 6.2
+
+
+def short(way: str) -> str:
+    """A way's name with a policy file named by its file alone."""
+    words = way.split(" ")
+    return " ".join(f"learned ({word.rsplit('/', 1)[-1]})" if word.startswith("learned:") else word
+                    for word in words)
+
+
+def plot_dispatch(fig: Figure, family: pd.DataFrame, key: str, *, title: str) -> dict:
+    """Mean (solid, circles) and p95 (dashed, triangles) of each way's best policy against the jitter, relative to
+    the reference; one colour per dispatcher, the reference's schedule bold and the others faded; the reference's
+    lower bound dotted. The title names the two fastest ways at the highest level and how far above the bound the
+    fastest stays."""
+    ax = fig.add_axes((0.08, 0.11, 0.6, 0.72))
+    reference = family["reference"].iloc[0]
+    home = family.loc[family["way"] == reference, "schedule"].iloc[0]
+    dispatchers = list(dict.fromkeys(["static", *family["dispatch"]]))
+    colour = dict(zip(dispatchers, PALETTE * 4))
+    order = family.drop_duplicates("way").sort_values(["schedule", "dispatch"], key=lambda column: column.map(
+        lambda value: (value != home, value) if column.name == "schedule" else (dispatchers.index(value), value)))
+    for _, way in order.iterrows():
+        rows = family[family["way"] == way["way"]]
+        bold = way["schedule"] == home
+        style = {"color": colour[way["dispatch"]], "alpha": 1.0 if bold else 0.45}
+        ax.plot(rows["level"], rows["mean_vs"], marker="o", linewidth=2.4 if bold else 1.4, markersize=6,
+                label=short(way["way"]) + (" (reference)" if way["way"] == reference else ""), **style)
+        ax.plot(rows["level"], rows["p95_vs"], marker="^", linewidth=1.2 if bold else 0.8, markersize=4,
+                linestyle="--", **style)
+    bound = family[family["way"] == reference]
+    ax.plot(bound["level"], bound["bound_vs"], color="black", linestyle=":", marker="_", markersize=12, linewidth=1.5,
+            label=f"lower bound of {home} (no order beats it)")
+    ax.plot([], [], color="#777777", marker="o", label="mean over samples")
+    ax.plot([], [], color="#777777", marker="^", linestyle="--", label="p95 over samples")
+    ax.axhline(0.0, color="#999999", linewidth=0.8)
+    levels = sorted(family["level"].unique())
+    ax.set_xticks(levels, [f"{level:.0%}" for level in levels])
+    ax.set_xlabel(LABELS.get(key, key))
+    ax.set_ylabel(f"time against {short(reference)}, best policy of each (lower is better)")
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+    ax.grid(linestyle=":", linewidth=0.6)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False, title="schedule and dispatch",
+              title_fontsize=8)
+    top = family[family["level"] == levels[-1]].nsmallest(2, "mean_vs")
+    first = top.iloc[0]
+    gap = first["mean"] / first["bound"] - 1.0 if first["bound"] > 0 else math.nan
+    fastest = ", then ".join(f"{short(row['way'])} ({row['mean_vs']:+.1%} mean, {row['p95_vs']:+.1%} p95)"
+                             for _, row in top.iterrows())
+    fig.suptitle(f"{title}\nat {levels[-1]:.0%} jitter, against {short(reference)}: fastest {fastest}\n"
+                 f"the fastest is still {gap:.1%} above its lower bound", fontsize=9.5)
+    return {"dispatch": ax}

@@ -1,0 +1,119 @@
+"""Training a learned dispatcher (docs/model.md section 12.5): a tiny run learns something, is reproducible, and the
+command line trains from a sweep config whose sweep then reads the policy. Needs the [rl] extra."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import numpy as np
+import pytest
+
+pytest.importorskip("sb3_contrib")
+
+from pipeline_sim.episode import Episode  # noqa: E402
+from pipeline_sim.learned import LearnedPolicy  # noqa: E402
+from pipeline_sim.model import DEFAULT_POLICY, EnvParams  # noqa: E402
+from pipeline_sim.rl.train import VALIDATION_SAMPLES, Settings, savings, train  # noqa: E402
+from tests.conftest import assert_one_line_error, assert_png_drawn, run_here  # noqa: E402
+
+ENVIRONMENTS = [EnvParams(n=8, num_gpus=4, schedule="zb-h1", compute_jitter=0.2, comm_jitter=0.2)]
+TINY = Settings(steps=6144, rollout=256, evaluate_every=2048, validation_samples=2, seed=3)
+
+
+def random_time(params: EnvParams, samples: range, seed: int = 0) -> float:
+    """Mean iteration time of a policy choosing uniformly among the actions the mask allows."""
+    rng = np.random.default_rng(seed)
+    episode = Episode(params, DEFAULT_POLICY)
+    times = []
+    for sample in samples:
+        episode.reset(sample)
+        while not episode.done:
+            episode.step(int(rng.choice(np.flatnonzero(episode.mask()))))
+        times.append(episode.completion_time)
+    return math.fsum(times) / len(times)
+
+
+def played_time(params: EnvParams, policy: LearnedPolicy, samples: range) -> float:
+    from pipeline_sim.learned import play
+
+    episode = Episode(params, DEFAULT_POLICY)
+    return math.fsum(play(episode, policy, sample).completion_time for sample in samples) / len(samples)
+
+
+@pytest.fixture(scope="module")
+def tiny_run():
+    return train(ENVIRONMENTS, DEFAULT_POLICY, TINY)
+
+
+def test_a_few_thousand_decisions_beat_a_random_policy(tiny_run):
+    policy, curve, completed = tiny_run
+    assert completed and curve[-1].steps >= TINY.steps
+    assert [point.steps for point in curve[:3]] == [4, 2048, 4096]  # one update of 4 x 256 decisions a step
+    samples = range(10)  # sweep samples: neither training nor validation draws
+    learned, random = played_time(ENVIRONMENTS[0], policy, samples), random_time(ENVIRONMENTS[0], samples)
+    assert learned < 0.97 * random, (learned, random)
+    assert policy.fields == Episode.layout(ENVIRONMENTS[0])[0]
+    assert policy.about["steps"] == TINY.steps and policy.about["reference"] == "zb-h1"
+    # the kept network is the best played on the validation draws
+    validation = [VALIDATION_SAMPLES + k for k in range(TINY.validation_samples)]
+    assert savings(ENVIRONMENTS, DEFAULT_POLICY, policy, validation) == max(p.validation_saving for p in curve)
+
+
+def test_training_is_reproducible_under_a_seed():
+    settings = Settings(steps=1024, rollout=256, evaluate_every=1024, validation_samples=1, seed=7)
+    first, _, _ = train(ENVIRONMENTS, DEFAULT_POLICY, settings)
+    second, _, _ = train(ENVIRONMENTS, DEFAULT_POLICY, settings)
+    assert first.to_bytes() == second.to_bytes()
+
+
+def test_one_network_reads_one_layout():
+    from pipeline_sim.model import ParameterError
+
+    mixed = [ENVIRONMENTS[0], EnvParams(n=8, num_gpus=4, schedule="interleaved-1f1b")]
+    with pytest.raises(ParameterError, match="one network plays one layout"):
+        train(mixed, DEFAULT_POLICY, Settings(steps=16))
+
+
+def test_the_command_trains_from_a_sweep_config_and_the_sweep_reads_it(tmp_path):
+    config = tmp_path / "tiny.json"
+    config.write_text(json.dumps({"n": 8, "num_gpus": 4, "schedule": "zb-h1", "compute_jitter": [0.0, 0.2],
+                                  "comm_jitter": {"same_as": "compute_jitter"}, "samples": 2,
+                                  "dispatch": ["static", "greedy", "learned:policies/tiny.npz"]}))
+    result = run_here("train.py", "-c", str(config), "--steps", "1024", "--evaluate-every", "512",
+                      "--validation-samples", "1", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "training policies/tiny.npz on 2 environments" in result.stderr
+    assert "policy: policies/tiny.npz" in result.stdout
+    policy = LearnedPolicy.from_file(tmp_path / "policies" / "tiny.npz")
+    assert policy.actions == ("B/I.0", "F.0", "W.0", "wait") and policy.about["environments"] == 2
+    with open(tmp_path / "policies" / "tiny_training.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [int(row["steps"]) for row in rows] == [4, 512, 1024, 1536, 2048]  # whole updates of 4 x 512
+    assert all(-1.0 < float(row["validation_saving"]) < 0.5 for row in rows)
+    assert_png_drawn(tmp_path / "policies" / "tiny_training.png", min_width=1000, min_height=600)
+    again = run_here("train.py", "-c", str(config), "--steps", "64", cwd=tmp_path)
+    assert_one_line_error(again, "policies/tiny.npz exists; pass --overwrite")
+    swept = run_here("data_generator.py", "-c", str(config), "-o", "rows.csv", "--step", "1.0", cwd=tmp_path)
+    assert swept.returncode == 0, swept.stderr
+    with open(tmp_path / "rows.csv", newline="") as handle:
+        dispatches = {row["dispatch"] for row in csv.DictReader(handle)}
+    assert dispatches == {"static", "greedy", "learned:policies/tiny.npz"}
+
+
+def test_bad_training_requests_in_one_line(tmp_path):
+    config = tmp_path / "none.json"
+    config.write_text(json.dumps({"n": 8, "num_gpus": 4, "schedule": "zb-h1", "dispatch": ["greedy"]}))
+    assert_one_line_error(run_here("train.py", "-c", str(config), cwd=tmp_path),
+                          "no dispatch value is learned:<file>")
+    config.write_text(json.dumps({"n": 8, "num_gpus": 4, "schedule": "zb-h1",
+                                  "dispatch": ["learned:a.npz", "learned:b.npz"]}))
+    assert_one_line_error(run_here("train.py", "-c", str(config), cwd=tmp_path),
+                          "names 2 policy files (a.npz, b.npz); choose one with --policy-file")
+    config.write_text(json.dumps({"n": 8, "num_gpus": 4, "schedule": "dualpipe-v", "fb_overlap": 0.5,
+                                  "dispatch": ["learned:a.npz"]}))
+    assert_one_line_error(run_here("train.py", "-c", str(config), cwd=tmp_path), "fb_overlap")
+    config.write_text(json.dumps({"n": 8, "num_gpus": 4, "schedule": "zb-h1", "memory_limit": 0.5,
+                                  "dispatch": ["learned:a.npz"]}))
+    assert_one_line_error(run_here("train.py", "-c", str(config), cwd=tmp_path), "memory_limit = 0.5")
