@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from pipeline_sim.engine import simulate, simulate_figures
@@ -114,3 +115,51 @@ def test_a_sweep_and_the_visualizer_read_a_policy_file(tmp_path):
     missing = run_here("schedule_visualizer_single_channel.py", "--schedule", "zb-h1", "--dispatch",
                        "learned:nothing.npz", "--no-show", cwd=tmp_path)
     assert_one_line_error(missing, "--dispatch: dispatch = 'learned:nothing.npz': no such policy file")
+
+
+def test_the_dispatch_figure_reads_every_way_against_the_best_static_order():
+    from pipeline_sim.results import dispatch_families, schedule_summary
+
+    def summary(params: EnvParams, mean: float, p95: float, bound: float) -> tuple:
+        rows = pd.DataFrame([{"policy": "F=G=S", "completion_time": mean, "completion_p95": p95,
+                              "lower_bound": bound}])
+        return params, None, schedule_summary(params, rows)
+
+    members = []
+    for level in (0.0, 0.2):
+        noise = {"compute_jitter": level, "comm_jitter": level}
+        members += [summary(EnvParams(schedule="1f1b", **noise), 12.0 + level, 13.0 + level, 9.0),
+                    summary(EnvParams(schedule="zb-h1", **noise), 10.0 + 10 * level, 10.0 + 20 * level, 8.0),
+                    summary(EnvParams(schedule="zb-h1", dispatch="greedy", **noise), 9.0 + 5 * level, 11.0, 8.0)]
+    members.append(summary(EnvParams(schedule="zb-h1", n=16), 20.0, 20.0, 16.0))  # another environment, alone
+    (family,) = list(dispatch_families(members))
+    params, workload, key, rows = family
+    assert key == "jitter" and workload is None and params.n == 8
+    assert set(rows["reference"]) == {"zb-h1 wf=0.5"}  # the static order of least mean at 0%
+    greedy = rows[rows["dispatch"] == "greedy"].set_index("level")
+    assert greedy.loc[0.0, "mean_vs"] == pytest.approx(9.0 / 10.0 - 1)
+    assert greedy.loc[0.2, "mean_vs"] == pytest.approx(10.0 / 12.0 - 1)
+    assert greedy.loc[0.2, "p95_vs"] == pytest.approx(11.0 / 14.0 - 1)
+    assert greedy.loc[0.2, "bound_vs"] == pytest.approx(8.0 / 12.0 - 1)
+    # jitters that vary apart (a product) make no such figure: its axis would be two-dimensional
+    apart = [summary(EnvParams(schedule=s, dispatch=d, compute_jitter=c, comm_jitter=m), 10.0, 10.0, 8.0)
+             for s, d in (("zb-h1", "static"), ("zb-h1", "greedy")) for c in (0.0, 0.1) for m in (0.0, 0.1)]
+    assert list(dispatch_families(apart)) == []
+
+
+def test_a_key_tied_to_another_takes_its_value_in_every_environment():
+    from pipeline_sim.config import ConfigError, EnvironmentGrid
+
+    grid = EnvironmentGrid.from_mapping({"n": 8, "num_gpus": 4, "schedule": ["1f1b", "zb-h1"],
+                                         "compute_jitter": [0.0, 0.1, 0.3],
+                                         "comm_jitter": {"same_as": "compute_jitter"}})
+    assert [(p.schedule, p.compute_jitter, p.comm_jitter) for p in grid] == [
+        (s, j, j) for s in ("1f1b", "zb-h1") for j in (0.0, 0.1, 0.3)]
+    assert grid.as_dict()["comm_jitter"] == {"same_as": "compute_jitter"}
+    assert list(EnvironmentGrid.from_mapping(grid.as_dict())) == list(grid)
+    for raw, fragment in [({"comm_jitter": {"same_as": "n"}}, "both must be number parameters of one domain"),
+                          ({"comm_jitter": {"same_as": "compute_jitter"}}, "must give 'compute_jitter' values"),
+                          ({"compute_jitter": 0.1, "comm_jitter": {"same_as": "compute_jitter", "x": 1}},
+                           "a tie is")]:
+        with pytest.raises(ConfigError, match=fragment):
+            EnvironmentGrid.from_mapping(raw)

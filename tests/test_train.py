@@ -100,6 +100,12 @@ def test_the_command_trains_from_a_sweep_config_and_the_sweep_reads_it(tmp_path)
     with open(tmp_path / "rows.csv", newline="") as handle:
         dispatches = {row["dispatch"] for row in csv.DictReader(handle)}
     assert dispatches == {"static", "greedy", "learned:policies/tiny.npz"}
+    drawn = run_here("plot_heatmap.py", "rows.csv", "-o", "figures", cwd=tmp_path)
+    assert drawn.returncode == 0, drawn.stderr
+    assert "6 heatmaps, 2 schedule comparisons, 1 dispatch figure" in drawn.stdout
+    (figure,) = (tmp_path / "figures").glob("dispatch_jitter_*.png")
+    assert_png_drawn(figure, min_width=1200, min_height=650)
+    assert len(list((tmp_path / "figures").glob("*learned-tiny*.png"))) == 2  # the file's stem names its heatmaps
 
 
 def test_bad_training_requests_in_one_line(tmp_path):
