@@ -601,7 +601,7 @@ def dispatch_families(summaries: Iterable[tuple[EnvParams, Workload | None, dict
     policy, and each of the three relative to the reference at that level (``mean_vs``, ``p95_vs``, ``bound_vs``: the
     reference's own statistic, its mean for the bound). The reference, ``reference``, is
     the static order of least mean at the lowest level. Only groups of two or more ways, two or
-    more levels each, and a static order among them are yielded.
+    more levels each, a static order and a dispatcher among them are yielded.
     """
     groups: dict[tuple, list[tuple[EnvParams, Workload | None, dict[str, Any]]]] = {}
     for params, workload, summary in summaries:
@@ -620,7 +620,8 @@ def dispatch_families(summaries: Iterable[tuple[EnvParams, Workload | None, dict
                     "p95": summary["best_p95"] if not math.isnan(summary["best_p95"]) else summary["best_time"],
                     "bound": summary["lower_bound"]} for params, _, summary in members]
         frame = pd.DataFrame(records)
-        if frame["way"].nunique() < 2 or frame["level"].nunique() < 2 or not frame["static"].any() or \
+        if frame["way"].nunique() < 2 or frame["level"].nunique() < 2 or frame["static"].all() or \
+                not frame["static"].any() or \
                 frame.groupby("way")["level"].nunique().min() < 2 or frame.duplicated(["way", "level"]).any():
             continue
         lowest = frame["level"].min()

@@ -81,7 +81,7 @@ def test_the_command_trains_from_a_sweep_config_and_the_sweep_reads_it(tmp_path)
     config.write_text(json.dumps({"n": 8, "num_gpus": 4, "schedule": "zb-h1", "compute_jitter": [0.0, 0.2],
                                   "comm_jitter": {"same_as": "compute_jitter"}, "samples": 2,
                                   "dispatch": ["static", "greedy", "learned:policies/tiny.npz"]}))
-    result = run_here("train.py", "-c", str(config), "--steps", "1024", "--evaluate-every", "512",
+    result = run_here("train.py", "-c", str(config), "--steps", "1024", "--evaluate-every", "1024",
                       "--validation-samples", "1", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "training policies/tiny.npz on 2 environments" in result.stderr
@@ -90,7 +90,7 @@ def test_the_command_trains_from_a_sweep_config_and_the_sweep_reads_it(tmp_path)
     assert policy.actions == ("B/I.0", "F.0", "W.0", "wait") and policy.about["environments"] == 2
     with open(tmp_path / "policies" / "tiny_training.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
-    assert [int(row["steps"]) for row in rows] == [4, 512, 1024, 1536, 2048]  # whole updates of 4 x 512
+    assert [int(row["steps"]) for row in rows] == [4, 1024, 2048, 3072, 4096]  # whole updates of 4 x 1024
     assert all(-1.0 < float(row["validation_saving"]) < 0.5 for row in rows)
     assert_png_drawn(tmp_path / "policies" / "tiny_training.png", min_width=1000, min_height=600)
     again = run_here("train.py", "-c", str(config), "--steps", "64", cwd=tmp_path)
