@@ -131,6 +131,7 @@ def decisions_per_second(seconds: float) -> list[dict]:
     stopping and continuing), and through the Gymnasium environment (observations too) when the [rl] extra is
     installed."""
     from pipeline_sim.episode import Episode
+    from pipeline_sim.learned import LearnedPolicy, play
     rows = []
     for n in (8, 16, 64):
         params = EnvParams(n=n, num_gpus=4, schedule="zb-h1", compute_jitter=0.2, comm_jitter=0.2)
@@ -143,6 +144,16 @@ def decisions_per_second(seconds: float) -> list[dict]:
                 episode.step(int(rng.choice(np.flatnonzero(episode.mask()))))
                 count += 1
         row = {"n": n, "episode": count / (time.perf_counter() - start)}
+        # a learned dispatcher's play: a 64 x 64 tanh network choosing at every decision that has a choice
+        fields, actions = Episode.layout(params)
+        shapes = ((len(fields), 64), (64, 64), (64, len(actions)))
+        network = LearnedPolicy(tuple((rng.normal(size=shape) / np.sqrt(shape[0]), np.zeros(shape[1]))
+                                      for shape in shapes), fields, actions, {})
+        played, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            play(episode, network, played)
+            played += 1
+        row["learned"] = played / (time.perf_counter() - start)
         try:
             from pipeline_sim.rl import PipelineDispatchEnv
         except ImportError:
@@ -396,10 +407,10 @@ def main() -> int:
         print(f"  {row['schedule']:<8}  {row['dispatch']:<14} {row['sims_per_second']:>7,.0f} "
               f"{row['static_sims_per_second']:>14,.0f} {row['static_over_dispatched']:>8.2f}x", flush=True)
     decisions = decisions_per_second(0.5 if args.quick else 2.0)
-    print("\n  decisions/s (ZB-H1, 4 GPUs, random masked choices)    n  episode  environment")
+    print("\n  decisions/s (ZB-H1, 4 GPUs, random masked choices)    n  episode  environment  learned iterations/s")
     for row in decisions:
-        print(f"  {'':<50}{row['n']:>3} {row['episode']:>8,.0f} {row.get('environment', float('nan')):>12,.0f}",
-              flush=True)
+        print(f"  {'':<50}{row['n']:>3} {row['episode']:>8,.0f} {row.get('environment', float('nan')):>12,.0f} "
+              f"{row['learned']:>21,.1f}", flush=True)
     rows = scaling(0.2 if args.quick else 1.0)
     print("\n  n  GPUs   tasks   ms/sim   us/task")
     for row in rows:
