@@ -57,6 +57,22 @@ def test_replaying_the_static_order_gives_the_static_run(schedule: str) -> None:
         assert [t.start for t in run.tasks] == episode.state[0][START].tolist()
 
 
+def test_a_small_model_decides_in_its_own_time_unit() -> None:
+    """A forward of 0.24 us runs in a power-of-two unit (docs/model.md section 9); an episode counts in it too and
+    reports seconds: replaying greedy's run gives it to the bit."""
+    from pipeline_sim.workload import Workload, workload_environment
+
+    small = {"layers": 2, "hidden": 128, "heads": 4, "ffn_hidden": 512, "vocab": 1000, "seq_len": 64}
+    params = replace(workload_environment(Workload(model=small, global_batch_size=16), num_gpus=2, schedule="zb-h1"),
+                     compute_jitter=0.2, comm_jitter=0.2)
+    assert params.time_unit < 1e-6
+    run = simulate(replace(params, dispatch="greedy"), DEFAULT_POLICY, 1)
+    episode = _replay(params, DEFAULT_POLICY, 1, run.orders)
+    assert episode.completion_time == run.completion_time
+    assert [t.start for t in run.tasks] == (episode.state[0][START] * episode.unit).tolist()
+    assert 0 < episode.bound() <= run.completion_time
+
+
 def test_masks_only_offer_what_can_start_and_random_play_always_finishes() -> None:
     rng = np.random.default_rng(0)
     for trial in range(40):

@@ -123,3 +123,29 @@ def test_bad_training_requests_in_one_line(tmp_path):
     config.write_text(json.dumps({"n": 8, "num_gpus": 4, "schedule": "zb-h1", "memory_limit": 0.5,
                                   "dispatch": ["learned:a.npz"]}))
     assert_one_line_error(run_here("train.py", "-c", str(config), cwd=tmp_path), "memory_limit = 0.5")
+
+
+def test_a_missing_training_extra_is_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    code = ("import sys; sys.modules['sb3_contrib'] = None; sys.argv = ['train.py', '--help']; "
+            "from pipeline_sim.cli.train import main; raise SystemExit(main())")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert_one_line_error(result, "training needs the [rl] extra (sb3_contrib is missing): pip install -r "
+                                  "requirements-rl.txt")
+
+
+def test_the_vectorised_form_steps_copies_with_their_masks():
+    from pipeline_sim.rl.train import vector_env
+
+    vector = vector_env(ENVIRONMENTS * 2, DEFAULT_POLICY, copies=3, seed=1)
+    observations = vector.reset()
+    assert observations.shape == (3, len(Episode.layout(ENVIRONMENTS[0])[0]))
+    for _ in range(50):
+        masks = np.array(vector.env_method("action_masks"))
+        assert masks.shape == (3, 4) and masks.any(axis=1).all()
+        observations, rewards, dones, infos = vector.step(masks.argmax(axis=1))
+        assert ((0 <= observations) & (observations <= 1)).all()

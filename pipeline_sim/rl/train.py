@@ -103,6 +103,23 @@ class MixedEnv(gym.Env):
         return self.current.action_masks()
 
 
+def vector_env(environments: Sequence[EnvParams], policy: Policy, copies: int, seed: int = 0) -> Any:
+    """The vectorised form training steps: ``copies`` ``MixedEnv``s in one stable-baselines3 ``DummyVecEnv`` (masks
+    read through ``env_method("action_masks")``), each seeded apart."""
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    def make(k: int) -> Callable[[], gym.Env]:
+        def build() -> gym.Env:
+            env = MixedEnv(environments, policy)
+            env.reset(seed=seed * 1000 + k)
+            return env
+        return build
+
+    vector = DummyVecEnv([make(k) for k in range(copies)])
+    vector.seed(seed)
+    return vector
+
+
 def check_layouts(environments: Sequence[EnvParams]) -> None:
     """One network reads every environment: they must share the observation and the actions."""
     if not environments:
@@ -157,7 +174,6 @@ def train(environments: Sequence[EnvParams], policy: Policy, settings: Settings 
     ``progress(steps, checkpoint)`` is called as steps are taken, with a ``Checkpoint`` at each evaluation."""
     from sb3_contrib import MaskablePPO
     from stable_baselines3.common.callbacks import BaseCallback
-    from stable_baselines3.common.vec_env import DummyVecEnv
 
     check_layouts(environments)
     torch.set_num_threads(1)  # a small network: one thread is faster than several contending
@@ -167,15 +183,7 @@ def train(environments: Sequence[EnvParams], policy: Policy, settings: Settings 
     validation = [VALIDATION_SAMPLES + k for k in range(settings.validation_samples)]
     rule = savings(environments, policy, None, validation)
 
-    def make(k: int) -> Callable[[], gym.Env]:
-        def build() -> gym.Env:
-            env = MixedEnv(environments, policy)
-            env.reset(seed=settings.seed * 1000 + k)
-            return env
-        return build
-
-    vector = DummyVecEnv([make(k) for k in range(settings.environments_per_update)])
-    vector.seed(settings.seed)
+    vector = vector_env(environments, policy, settings.environments_per_update, settings.seed)
     model = MaskablePPO("MlpPolicy", vector, n_steps=settings.rollout, batch_size=settings.batch_size,
                         n_epochs=settings.epochs, learning_rate=settings.learning_rate, ent_coef=settings.entropy,
                         gamma=1.0, gae_lambda=0.95, seed=settings.seed, device="cpu", verbose=0,
