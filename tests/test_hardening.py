@@ -2,6 +2,7 @@
 
 import csv
 import io
+import json
 import os
 import re
 import shutil
@@ -219,6 +220,16 @@ def test_a_lock_path_that_is_not_an_ordinary_file_is_named_and_never_written(tmp
         assert not output.exists()
 
 
+@pytest.mark.parametrize("side", ["out.csv.partial", "out.csv.partial.json", "out.csv.samples.partial"])
+def test_a_link_at_a_side_path_is_refused_and_never_written_through(tmp_path, side):
+    (tmp_path / "victim.txt").write_text("keep me")
+    (tmp_path / side).symlink_to("victim.txt")
+    result = run_here("data_generator.py", "-c", str(QUICK), "-o", "out.csv", "--resume", cwd=tmp_path)
+    assert_one_line_error(result, f"{side} is a link; remove it")
+    assert (tmp_path / "victim.txt").read_text() == "keep me" and (tmp_path / side).is_symlink()
+    assert not (tmp_path / "out.csv").exists()
+
+
 def test_a_killed_run_leaves_no_lock_to_delete(tmp_path, big_reference):
     """A run killed outright releases its lock with its process: the next run goes on without anyone deleting
     anything."""
@@ -366,6 +377,27 @@ def test_a_run_is_stopped_by_sigterm_during_a_long_simulation(tmp_path):
     _, err = process.communicate(timeout=60)
     assert time.monotonic() - stopped < 5 and process.returncode == 130, err
     assert "terminated after 0 of 121 simulations; rows kept in long.csv.partial" in err
+
+
+def test_allow_large_starts_what_it_lifts_and_the_run_still_stops_at_once(tmp_path):
+    """Over the task limit and the day's estimate, a sweep is refused; --allow-large starts it (its first environment
+    of 1.4 million tasks being built), and SIGTERM still stops it within seconds."""
+    config = write_config(tmp_path, {"n": 30_000, "num_gpus": 8, "bwd_len": {"start": 1, "stop": 2000, "step": 1}})
+    refused = run_here("data_generator.py", "-c", str(config), "-o", "big.csv", cwd=tmp_path)
+    assert_one_line_error(refused, "about 1,440,008 tasks per simulation; at most 1,000,000", "--allow-large")
+    config.write_text(json.dumps({"n": 20_000, "num_gpus": 8, "bwd_len": {"start": 1, "stop": 2000, "step": 1}}))
+    refused = run_here("data_generator.py", "-c", str(config), "-o", "big.csv", cwd=tmp_path)
+    assert_one_line_error(refused, "hours on this machine; at most 24 are allowed", "--allow-large")
+    config.write_text(json.dumps({"n": 30_000, "num_gpus": 8, "bwd_len": {"start": 1, "stop": 2000, "step": 1}}))
+    process = start([ROOT / "data_generator.py", "-c", config, "-o", "big.csv", "--workers", "1", "--allow-large"],
+                    tmp_path)
+    assert "2,000 environments x 121 policies = 242,000 simulations on 1 worker" in process.stdout.readline()
+    time.sleep(3)
+    process.send_signal(signal.SIGTERM)
+    stopped = time.monotonic()
+    _, err = process.communicate(timeout=60)
+    assert time.monotonic() - stopped < 5 and process.returncode == 130, err
+    assert "terminated after 0 of 242,000 simulations; rows kept in big.csv.partial" in err
 
 
 def test_a_parquet_file_is_not_named_csv(tmp_path):
