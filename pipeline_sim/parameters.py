@@ -158,11 +158,16 @@ class Dispatchers(Names):
     def describe(self) -> str:
         return f"{super().describe()}, or learned:<policy file>"
 
-    def file_name(self, value: str) -> str:
-        """``value`` in a file name: a policy file by its stem (``learned-policy``), without its folders."""
+    def shown(self, value: str) -> str:
+        """``value`` in a title: a policy file by its name, without its folders (``learned:policy.npz``)."""
         if value.startswith(self.PREFIX):
-            stem = value[len(self.PREFIX):].replace("\\", "/").rsplit("/", 1)[-1].rsplit(".", 1)[0]
-            return "learned-" + stem
+            return self.PREFIX + value[len(self.PREFIX):].replace("\\", "/").rsplit("/", 1)[-1]
+        return value
+
+    def file_name(self, value: str) -> str:
+        """``value`` in a file name (after ``shown``): a policy file by its stem (``learned-policy``)."""
+        if value.startswith(self.PREFIX):
+            return "learned-" + value[len(self.PREFIX):].rsplit(".", 1)[0]
         return value
 
 
@@ -250,7 +255,9 @@ class Parameter:
                 else:
                     runs.append([x, 1])
             return ",".join(f"{x:g}" + (f"x{count}" if count > 1 else "") for x, count in runs)
-        return f"{value:g}" if isinstance(value, float) else str(value)
+        if isinstance(value, float):
+            return f"{value:g}"
+        return getattr(self.domain, "shown", str)(str(value))
 
     def slug(self, value: object) -> str:
         text = self.text(value)

@@ -531,6 +531,20 @@ def group_slug(params: EnvParams, workload: Workload | None = None) -> str:
 JITTER_KEYS = tuple(p.name for p in PARAMETERS if p.group == "jitter" and p.type is float)
 
 
+def jitter_keys(params: EnvParams, workload: Workload | None) -> list[tuple[str, tuple]]:
+    """The robustness families an environment belongs to: one per jitter key (all else equal), and ``jitter`` when
+    its jitters are equal (a grid that ties them varies them together)."""
+    families = [(key, identity(params, workload, (key,))) for key in JITTER_KEYS]
+    if len({getattr(params, key) for key in JITTER_KEYS}) == 1:
+        families.append(("jitter", identity(params, workload, JITTER_KEYS)))
+    return families
+
+
+def jitter_level(params: EnvParams, key: str) -> float:
+    """An environment's level in a robustness family of ``key`` (``jitter``: every jitter, all equal)."""
+    return getattr(params, JITTER_KEYS[0] if key == "jitter" else key)
+
+
 def curve_rows(rows: pd.DataFrame) -> pd.DataFrame:
     """What a robustness figure reads of an environment's rows: policy, mean and p95 (the mean without samples)."""
     if "completion_p95" not in rows.columns:
@@ -542,7 +556,8 @@ def jitter_families(environments: Iterable[tuple[EnvParams, Workload | None, pd.
                     ) -> Iterator[tuple[EnvParams, Workload | None, str, pd.DataFrame]]:
     """Groups of environments that differ only by one jitter level, for the robustness view.
 
-    Yields one environment of the family (for its title), its workload, the jitter key that varies,
+    Yields one environment of the family (for its title), its workload, the jitter key that varies (``jitter``
+    for jitters that vary together, equal in every environment),
     and one row per (policy followed, level): ``policy``, ``level``, ``mean``, ``p95``,
     ``why`` (``"best at 0%, 10%"`` for the best at each level it wins, ``"#2 at 0%"`` for
     the runners-up among the ``top`` best at the lowest level). Policies whose curves are
@@ -553,18 +568,17 @@ def jitter_families(environments: Iterable[tuple[EnvParams, Workload | None, pd.
     workloads: dict[tuple, Workload | None] = {}
     for params, workload, rows in environments:
         rows = curve_rows(rows)
-        for key in JITTER_KEYS:
-            family = (key, identity(params, workload, (key,)))
+        for family in jitter_keys(params, workload):
             families.setdefault(family, []).append((params, rows))
             workloads[family] = workload
     for (key, family), members in families.items():
-        levels = sorted({getattr(params, key) for params, _ in members})
+        levels = sorted({jitter_level(params, key) for params, _ in members})
         if len(levels) < 2 or len(levels) != len(members):
             continue
-        members.sort(key=lambda member: getattr(member[0], key))
+        members.sort(key=lambda member: jitter_level(member[0], key))
         best_at: dict[str, list[str]] = {}
         for params, rows in members:
-            best_at.setdefault(best_rows(rows).iloc[0]["policy"], []).append(f"{getattr(params, key):.0%}")
+            best_at.setdefault(best_rows(rows).iloc[0]["policy"], []).append(f"{jitter_level(params, key):.0%}")
         top_at_lowest = list(members[0][1].nsmallest(top, "completion_time")["policy"])
         followed: dict[str, str] = {}
         for policy in dict.fromkeys(top_at_lowest + list(best_at)):
@@ -577,7 +591,7 @@ def jitter_families(environments: Iterable[tuple[EnvParams, Workload | None, pd.
             points = []
             for params, rows in members:
                 row = rows[rows["policy"] == policy].iloc[0]
-                points.append({"level": getattr(params, key), "mean": float(row["completion_time"]),
+                points.append({"level": jitter_level(params, key), "mean": float(row["completion_time"]),
                                "p95": float(row["completion_p95"])})
             # Policies that behave alike draw one curve, else the later one hides the earlier.
             same = tuple((f"{point['mean']:.9g}", f"{point['p95']:.9g}") for point in points)

@@ -102,10 +102,12 @@ def test_the_command_trains_from_a_sweep_config_and_the_sweep_reads_it(tmp_path)
     assert dispatches == {"static", "greedy", "learned:policies/tiny.npz"}
     drawn = run_here("plot_heatmap.py", "rows.csv", "-o", "figures", cwd=tmp_path)
     assert drawn.returncode == 0, drawn.stderr
-    assert "6 heatmaps, 2 schedule comparisons, 1 dispatch figure" in drawn.stdout
+    assert "6 heatmaps, 2 schedule comparisons, 1 dispatch figure, 3 robustness figures" in drawn.stdout
     (figure,) = (tmp_path / "figures").glob("dispatch_jitter_*.png")
     assert_png_drawn(figure, min_width=1200, min_height=650)
-    assert len(list((tmp_path / "figures").glob("*learned-tiny*.png"))) == 2  # the file's stem names its heatmaps
+    assert len(list((tmp_path / "figures").glob("n8_*learned-tiny*.png"))) == 2  # the file's stem names its heatmaps
+    # the jitters vary together: one robustness figure per way, on both at once
+    assert len(list((tmp_path / "figures").glob("robustness_jitter_*.png"))) == 3
 
 
 def test_bad_training_requests_in_one_line(tmp_path):

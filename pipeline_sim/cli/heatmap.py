@@ -30,8 +30,9 @@ from ..results import (
     env_title,
     environments,
     group_slug,
-    identity,
     jitter_families,
+    jitter_keys,
+    jitter_level,
     open_results,
     read_results,
     schedule_groups,
@@ -102,8 +103,8 @@ class RobustnessJob:
         from ..plotting.robustness import figure_size, plot_robustness
 
         fig = Figure(figsize=figure_size())
-        lowest: dict = {self.key: 0.0}
-        plot_robustness(fig, self.family, self.key, title=env_title(replace(self.params, **lowest), self.workload),
+        plot_robustness(fig, self.family, self.key,
+                        title=env_title(replace(self.params, **_lowest(self.key)), self.workload),
                         unit=_unit(self.workload))
         return _save(fig, self.path)
 
@@ -216,9 +217,9 @@ def _write_heatmaps(csv: Path, source: BinaryIO, output_dir: Path, workers: int,
         heatmaps.append((params, workload, {name: best[name] for name in _BEST_COLUMNS if name in best},
                          output_dir / f"{slug}.png"))
         summaries.append((params, workload, schedule_summary(params, rows)))
-        families = [(key, identity(params, workload, (key,))) for key in JITTER_KEYS]
+        families = jitter_keys(params, workload)
         for family in families:
-            levels.setdefault(family, []).append(getattr(params, family[0]))
+            levels.setdefault(family, []).append(jitter_level(params, family[0]))
         drawable.append(families)
     comparisons = [(params, workload, summary, output_dir / f"compare_{group_slug(params, workload)}.png")
                    for params, workload, summary in schedule_groups(summaries)]

@@ -23,13 +23,6 @@ def figure_size() -> tuple[float, float]:
     return 11.5, 6.2
 
 
-def short(way: str) -> str:
-    """A way's name with a policy file named by its file alone."""
-    words = way.split(" ")
-    return " ".join(f"learned ({word.rsplit('/', 1)[-1]})" if word.startswith("learned:") else word
-                    for word in words)
-
-
 def plot_dispatch(fig: Figure, family: pd.DataFrame, key: str, *, title: str) -> dict:
     """Mean (solid, circles) and p95 (dashed, triangles) of each way's best policy against the jitter, relative to
     the reference; one colour per dispatcher, the reference's schedule bold and the others faded; the reference's
@@ -47,7 +40,7 @@ def plot_dispatch(fig: Figure, family: pd.DataFrame, key: str, *, title: str) ->
         bold = way["schedule"] == home
         style = {"color": colour[way["dispatch"]], "alpha": 1.0 if bold else 0.45}
         ax.plot(rows["level"], rows["mean_vs"], marker="o", linewidth=2.4 if bold else 1.4, markersize=6,
-                label=short(way["way"]) + (" (reference)" if way["way"] == reference else ""), **style)
+                label=way["way"] + (" (reference)" if way["way"] == reference else ""), **style)
         ax.plot(rows["level"], rows["p95_vs"], marker="^", linewidth=1.2 if bold else 0.8, markersize=4,
                 linestyle="--", **style)
     bound = family[family["way"] == reference]
@@ -59,7 +52,7 @@ def plot_dispatch(fig: Figure, family: pd.DataFrame, key: str, *, title: str) ->
     levels = sorted(family["level"].unique())
     ax.set_xticks(levels, [f"{level:.0%}" for level in levels])
     ax.set_xlabel(LABELS.get(key, key))
-    ax.set_ylabel(f"time against {short(reference)}, best policy of each (lower is better)")
+    ax.set_ylabel(f"time against {reference}, best policy of each (lower is better)")
     ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     ax.grid(linestyle=":", linewidth=0.6)
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False, title="schedule and dispatch",
@@ -67,8 +60,8 @@ def plot_dispatch(fig: Figure, family: pd.DataFrame, key: str, *, title: str) ->
     top = family[family["level"] == levels[-1]].nsmallest(2, "mean_vs")
     first = top.iloc[0]
     gap = first["mean"] / first["bound"] - 1.0 if first["bound"] > 0 else math.nan
-    lines = [f"{short(row['way'])} ({row['mean_vs']:+.1%} mean, {row['p95_vs']:+.1%} p95)" for _, row in top.iterrows()]
-    fig.suptitle(f"{title}\nat {levels[-1]:.0%} jitter, against {short(reference)}: fastest {lines[0]}\n"
+    lines = [f"{row['way']} ({row['mean_vs']:+.1%} mean, {row['p95_vs']:+.1%} p95)" for _, row in top.iterrows()]
+    fig.suptitle(f"{title}\nat {levels[-1]:.0%} jitter, against {reference}: fastest {lines[0]}\n"
                  + (f"then {lines[1]}; " if len(lines) > 1 else "")
                  + f"the fastest is still {gap:.1%} above its lower bound", fontsize=9.5)
     return {"dispatch": ax}

@@ -11,7 +11,8 @@ from matplotlib.figure import Figure
 #: Colours of the policies followed, in the order they are listed.
 PALETTE = ("#1B9E77", "#D95F02", "#7570B3", "#E7298A", "#66A61E", "#E6AB02", "#A6761D", "#666666")
 
-JITTER_LABELS = {"compute_jitter": "compute jitter (coefficient of variation of compute work)",
+JITTER_LABELS = {"jitter": "compute and communication jitter (coefficient of variation of all work)",
+                 "compute_jitter": "compute jitter (coefficient of variation of compute work)",
                  "comm_jitter": "communication jitter (coefficient of variation of transfer work)"}
 
 
