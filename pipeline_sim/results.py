@@ -229,7 +229,7 @@ def _value(name: str, cell: Any) -> Any:
     if name in STRING_KEYS:
         return str(cell)
     if name in LIST_KEYS:
-        return Weights.parse(str(cell))
+        return Weights.parse(str(cell), name)
     return int(cell) if name in INTEGER_KEYS else float(cell)
 
 

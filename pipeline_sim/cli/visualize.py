@@ -53,7 +53,7 @@ def _flag_type(p: Parameter) -> Callable[[str], object]:
 
     def parse(text: str) -> object:
         try:
-            return p.domain.parse(text)  # type: ignore[union-attr]
+            return p.domain.parse(text, p.name)  # type: ignore[union-attr]
         except ParameterError as error:
             raise argparse.ArgumentTypeError(str(error)) from None
     return parse
