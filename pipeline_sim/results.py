@@ -440,8 +440,9 @@ def _sync_text(params: EnvParams) -> str:
 
 
 def _layout_words(w: Workload, *, short: bool) -> list[str]:
-    """What departs from a workload's default stages: given layer counts, no embedding or head on their stage, a
-    tensor-parallel bandwidth that is not the GPU's; file-name words when ``short``, else title words."""
+    """What departs from a workload's default stages: given layer counts, no embedding or head on their stage, shares
+    recomputed per stage, a tensor-parallel bandwidth that is not the GPU's; file-name words when ``short``, else
+    title words."""
     words = []
     if isinstance(w.layers_per_stage, tuple):
         counts = PARAMETER["stage_weights"].text(w.layers_per_stage)
@@ -450,6 +451,9 @@ def _layout_words(w: Workload, *, short: bool) -> list[str]:
         words.append("noemb" if short else "embedding spread")
     if not w.head_on_last:
         words.append("nohead" if short else "head spread")
+    if w.recompute_per_stage is not None:
+        shares = PARAMETER["stage_weights"].text(w.recompute_per_stage)
+        words.append(f"rps{shares.replace(',', '-')}" if short else f"recomputed per stage {shares}")
     nvlink = w.device.nvlink_bandwidth
     if w.tensor_parallel > 1 and (nvlink is None or w.tp_bandwidth != nvlink / 2):
         words.append(f"tp{w.tp_bandwidth:g}" if short else f"tp {w.tp_bandwidth:g} GB/s")

@@ -188,3 +188,12 @@ def test_a_sweep_carries_recompute_per_stage_only_when_given(tmp_path):
     assert (derived.fwd_len, derived.bwd_len, derived.sync_base_len) == (params.fwd_len, params.bwd_len,
                                                                          params.sync_base_len)
     assert derived.bwd_weights == next(iter(grid.cases()))[0].bwd_weights
+
+
+def test_titles_and_file_names_say_the_shares_recomputed():
+    from pipeline_sim.results import env_slug, env_title
+
+    workload = tiny_workload(recompute_per_stage=[0, 0.5])
+    params = workload_environment(workload, num_gpus=2)
+    assert "_rps0-0.5_" in env_slug(params, workload) and "recomputed per stage 0,0.5" in env_title(params, workload)
+    assert "rps" not in env_slug(*(lambda w: (workload_environment(w, num_gpus=2), w))(tiny_workload()))
