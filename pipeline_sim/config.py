@@ -33,7 +33,15 @@ from .model import LIST_KEYS, PARAMETER, PARAMETERS, SCHEDULE_PARAMETERS, EnvPar
 from .parameters import OPTIONAL_GROUPS
 from .schedules import SCHEDULES, get_schedule
 from .taskgraph import estimated_tasks
-from .workload import DERIVED_KEYS, WORKLOAD_KEYS, GpuSpec, ModelShape, Workload, workload_environment
+from .workload import (
+    DERIVED_KEYS,
+    OPTIONAL_WORKLOAD_KEYS,
+    WORKLOAD_KEYS,
+    GpuSpec,
+    ModelShape,
+    Workload,
+    workload_environment,
+)
 
 
 def _keys(kind: type) -> tuple[str, ...]:
@@ -49,7 +57,7 @@ BOOLEAN_KEYS = _keys(bool)
 OBJECT_KEYS = ("model", "gpu")
 #: Workload keys whose value may be a list of numbers (one per stage): such a list is one value, a list of lists (or
 #: names) several.
-WORKLOAD_LIST_KEYS = ("layers_per_stage",)
+WORKLOAD_LIST_KEYS = ("layers_per_stage", "recompute_per_stage")
 #: Keys of the grid file that are settings of the sweep, not environment parameters.
 SETTING_KEYS = ("samples",)
 MAX_RANGE_VALUES = 100_000  # values of one key, as a range or a list
@@ -127,7 +135,7 @@ def _workload_values(key: str, raw: object, base: Mapping[str, Any]) -> list:
             raise ConfigError(f"{where}: {item!r} is not true or false")
         if key in STRING_KEYS and not isinstance(item, str) and key not in WORKLOAD_LIST_KEYS:
             raise ConfigError(f"{where}: {item!r} is not a name")
-        if key not in OBJECT_KEYS + BOOLEAN_KEYS + STRING_KEYS:
+        if key not in OBJECT_KEYS + BOOLEAN_KEYS + STRING_KEYS + WORKLOAD_LIST_KEYS:
             item = _number(key, item, where)
         try:
             workload = Workload(**{**base, key: item})
@@ -210,8 +218,10 @@ class EnvironmentGrid:
 
     @property
     def optional_groups(self) -> frozenset[str]:
-        """The optional groups (``OPTIONAL_GROUPS``) the grid names a parameter of: its rows carry their columns."""
-        return frozenset(p.group for p in PARAMETERS if p.group in OPTIONAL_GROUPS and p.name in self.given)
+        """The optional groups (``OPTIONAL_GROUPS``) the grid names a parameter of, and the optional workload keys
+        (``workload.OPTIONAL_WORKLOAD_KEYS``) it gives: its rows carry their columns."""
+        return frozenset(p.group for p in PARAMETERS if p.group in OPTIONAL_GROUPS and p.name in self.given) | \
+            frozenset(key for key in OPTIONAL_WORKLOAD_KEYS if key in self.given)
 
     @property
     def has_dispatch(self) -> bool:

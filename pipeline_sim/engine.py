@@ -433,7 +433,8 @@ def calculate_full_pipeline_schedule(
         *, n: int = 8, num_gpus: int = 4, sync_freq: int = 1, fwd_len: float = 1.0, bwd_len: float = 2.0,
         prop_len: float = 1.0, sync_base_len: float = 2.0, fwd_impact: float = 0.2, bwd_impact: float = 0.2,
         ingress_capacity: float = 1.0, schedule: str = "1f1b", chunks: int = 2, w_fraction: float = 0.5,
-        fb_overlap: float = 0.0, stage_weights: Sequence[float] = (), dispatch: str = "static",
+        fb_overlap: float = 0.0, stage_weights: Sequence[float] = (), sync_weights: Sequence[float] = (),
+        bwd_weights: Sequence[float] = (), dispatch: str = "static",
         memory_limit: float = 0.0, compute_jitter: float = 0.0, comm_jitter: float = 0.0,
         jitter_dist: str = "lognormal", slow_gpu: int = -1, slow_factor: float = 1.0, seed: int = 0, sample: int = 0,
         priorities: Mapping[str, float] | None = None, exclusive_tiers: Mapping[str, str] | None = None,
@@ -446,7 +447,8 @@ def calculate_full_pipeline_schedule(
     split backward that computes weight gradients, ``fb_overlap`` the work an overlapped
     forward/backward pair saves. ``stage_weights``, one factor per stage (v x ``num_gpus``
     of them, chunks included; empty: all 1), multiplies each stage's forward, backward and
-    weight work and its activations (docs/model.md section 6.6). ``priorities`` maps a transfer kind (``fwd_prop``,
+    weight work and its activations (docs/model.md section 6.6); ``sync_weights`` each stage's ``grad_sync`` and
+    ``bwd_weights`` its backward alone, the same way. ``priorities`` maps a transfer kind (``fwd_prop``,
     ``grad_prop``, ``grad_sync``) to a shared priority in [0, 1] (missing kinds get 1.0);
     ``exclusive_tiers`` maps a kind to a tier letter, ``'a'`` highest, which overrides its
     shared priority. ``compute_jitter`` and ``comm_jitter`` are the coefficients of

@@ -194,6 +194,10 @@ def room_units(weight: float) -> int:
 DISPATCHERS = ("static", "greedy", "critical-path", "zb-adaptive")
 
 
+#: The per-stage lists of an environment (section 6.6), each one factor per stage or empty.
+STAGE_LISTS = ("stage_weights", "sync_weights", "bwd_weights")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EnvParams:
     """One environment (docs/model.md sections 1 and 6). Invalid values raise ``ValueError``.
@@ -238,6 +242,13 @@ class EnvParams:
                                                  "included) on its forward, backward and weight work and its "
                                                  "activations", short="sw", label="stage weights", group="stages",
                                                  metavar="W,W,...")
+    sync_weights: tuple[float, ...] = parameter((), Weights(), "one factor per stage (v x GPUs of them) on its "
+                                                "grad_sync: an uneven stage syncs its own parameters", short="yw",
+                                                label="sync weights", group="stages", metavar="W,W,...")
+    bwd_weights: tuple[float, ...] = parameter((), Weights(), "one factor per stage (v x GPUs of them) on its "
+                                               "backward only, on top of its stage weight (a recomputed forward)",
+                                               short="bww", label="bwd weights", group="stages",
+                                               metavar="W,W,...")
     dispatch: str = parameter("static", Dispatchers(DISPATCHERS, case_insensitive=True),
                               "who chooses a free GPU's next compute task: the schedule's order, a rule at run "
                               "time (case-insensitive), or a learned policy's file", short="", label="",
@@ -271,12 +282,13 @@ class EnvParams:
             raise ParameterError("dispatch", self.dispatch, f"{spec.name} with fb_overlap > 0 overlaps a forward and a "
                                  "backward as one task, which has no run-time form: use dispatch static, or "
                                  "fb_overlap 0")
-        object.__setattr__(self, "stage_weights", tuple(float(w) for w in self.stage_weights))
         stages = self.num_gpus * spec.v(self.chunks)
-        if self.stage_weights and len(self.stage_weights) != stages:
-            raise ParameterError("stage_weights", self.stage_weights,
-                                 f"must have one weight per stage: {stages} for {spec.name} on {self.num_gpus} GPUs "
-                                 f"({spec.v(self.chunks)} per GPU), or none for every stage 1")
+        for name in STAGE_LISTS:
+            object.__setattr__(self, name, tuple(float(w) for w in getattr(self, name)))
+            if getattr(self, name) and len(getattr(self, name)) != stages:
+                raise ParameterError(name, getattr(self, name),
+                                     f"must have one weight per stage: {stages} for {spec.name} on {self.num_gpus} "
+                                     f"GPUs ({spec.v(self.chunks)} per GPU), or none for every stage 1")
         if not self.slow_gpu < self.num_gpus:
             raise ParameterError("slow_gpu", self.slow_gpu,
                                  f"must be -1 (no straggler) or a GPU 0..{self.num_gpus - 1}")
@@ -314,6 +326,14 @@ class EnvParams:
     def stage_weight(self, stage: int) -> float:
         """The factor on stage ``stage``'s work and activations (section 6.6)."""
         return self.stage_weights[stage] if self.stage_weights else 1.0
+
+    def sync_weight(self, stage: int) -> float:
+        """The factor on stage ``stage``'s grad_sync (section 6.6)."""
+        return self.sync_weights[stage] if self.sync_weights else 1.0
+
+    def bwd_weight(self, stage: int) -> float:
+        """The factor on stage ``stage``'s backward alone, on top of its stage weight (section 6.6)."""
+        return self.bwd_weights[stage] if self.bwd_weights else 1.0
 
     @property
     def learned(self) -> str | None:

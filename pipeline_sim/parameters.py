@@ -192,13 +192,14 @@ class Weights:
         return f"one number from {self.low:g} to {self.high:g} per stage, comma-separated"
 
     @staticmethod
-    def parse(text: str) -> tuple[float, ...]:
-        """Weights from a flag or a CSV cell: numbers separated by commas or spaces (``2,1,1,1``, ``2.0 1.0``)."""
+    def parse(text: str, name: str = "stage_weights") -> tuple[float, ...]:
+        """Weights of parameter ``name`` from a flag or a CSV cell: numbers separated by commas or spaces
+        (``2,1,1,1``, ``2.0 1.0``)."""
         words = text.strip().strip("[]()").replace(",", " ").split()
         try:
             return tuple(float(word) for word in words)
         except ValueError:
-            raise ParameterError("stage_weights", text, "must be numbers separated by commas, e.g. 2,1,1,1") from None
+            raise ParameterError(name, text, "must be numbers separated by commas, e.g. 2,1,1,1") from None
 
     @staticmethod
     def cell(value: tuple[float, ...]) -> str:

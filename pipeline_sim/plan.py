@@ -137,9 +137,14 @@ def _bound(workload: Workload, params: EnvParams) -> float:
     spec = get_schedule(params.schedule)
     v = spec.v(params.chunks)
     load = [0.0] * params.num_gpus
-    for stage in range(params.num_gpus * v):
-        load[spec.placement(stage, params.num_gpus, v)] += params.stage_weight(stage) / v
-    return params.n * (params.fwd_len + params.bwd_len) * max(load)
+    if not params.bwd_weights:
+        for stage in range(params.num_gpus * v):
+            load[spec.placement(stage, params.num_gpus, v)] += params.stage_weight(stage) / v
+        return params.n * (params.fwd_len + params.bwd_len) * max(load)
+    for stage in range(params.num_gpus * v):  # a backward weighted on its own (section 6.6)
+        load[spec.placement(stage, params.num_gpus, v)] += \
+            params.stage_weight(stage) * (params.fwd_len + params.bwd_len * params.bwd_weight(stage)) / v
+    return params.n * max(load)
 
 
 @dataclass(frozen=True)

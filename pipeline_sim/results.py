@@ -33,6 +33,7 @@ from .workload import (
     gpu_from_cell,
     model_from_cell,
     seconds_text,
+    workload_columns,
 )
 
 #: Columns every generator CSV has; later metric columns are optional for reading.
@@ -120,7 +121,7 @@ def _check_columns(path: Path, frame: pd.DataFrame) -> None:
     # a grid that names no parameter of an optional group writes none of its columns
     named = {p.group for p in PARAMETERS if p.group in OPTIONAL_GROUPS and p.name in frame.columns}
     stated = [*(p.name for p in PARAMETERS if p.group not in OPTIONAL_GROUPS or p.group in named),
-              *(WORKLOAD_KEYS if "model" in frame.columns else ())]
+              *(workload_columns(frame.columns) if "model" in frame.columns else ())]
     missing = [column for column in stated if column not in frame.columns]
     if missing:
         more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
@@ -140,7 +141,7 @@ def _bad_cell(path: Path, frame: pd.DataFrame, column: str, bad: pd.Series, allo
 
 #: Numeric columns a row's environment is read from; a schedule parameter may be empty (its schedule ignores it).
 _NUMERIC = tuple(name for name in (*EnvParams.names(), *WORKLOAD_KEYS) if name not in STRING_KEYS + OBJECT_KEYS +
-                 BOOLEAN_KEYS + LIST_KEYS)
+                 BOOLEAN_KEYS + LIST_KEYS + ("recompute_per_stage",))
 
 
 def _check_cells(path: Path, frame: pd.DataFrame) -> None:
@@ -229,7 +230,7 @@ def _value(name: str, cell: Any) -> Any:
     if name in STRING_KEYS:
         return str(cell)
     if name in LIST_KEYS:
-        return Weights.parse(str(cell))
+        return Weights.parse(str(cell), name)
     return int(cell) if name in INTEGER_KEYS else float(cell)
 
 
@@ -288,7 +289,7 @@ def workload_of(rows: pd.DataFrame, at: str = "the first row") -> Workload | Non
     if "model" not in rows.columns:
         return None
     row = rows.iloc[0]
-    cells = {key: row[key] for key in WORKLOAD_KEYS}
+    cells = {key: row[key] for key in workload_columns(rows.columns)}
     try:
         model = model_from_cell(str(cells["model"]))
     except (ValueError, TypeError, KeyError):
@@ -300,10 +301,16 @@ def workload_of(rows: pd.DataFrame, at: str = "the first row") -> Workload | Non
         raise ResultsError(f"{at} has gpu = {str(cells['gpu'])!r}; must be a GPU preset's name or a custom GPU's "
                            f"fields (tflops=... memory_gb=...)") from None
     numbers = {key: (int(value) if key in INTEGER_KEYS else float(value)) for key, value in cells.items()
-               if key not in ("model", "gpu", "recompute", "layers_per_stage", *BOOLEAN_KEYS) and not pd.isna(value)}
+               if key not in ("model", "gpu", "recompute", "layers_per_stage", "recompute_per_stage", *BOOLEAN_KEYS)
+               and not pd.isna(value)}
+    cell = cells.get("recompute_per_stage")
+    try:
+        shares = None if cell is None or pd.isna(cell) else Weights.parse(str(cell), "recompute_per_stage")
+    except ValueError as error:
+        raise ResultsError(f"{at} has {error}") from None
     layers = str(cells.get("layers_per_stage", "balanced"))
     try:
-        return Workload(model=model, gpu=gpu, recompute=str(cells["recompute"]),
+        return Workload(model=model, gpu=gpu, recompute=str(cells["recompute"]), recompute_per_stage=shares,
                         layers_per_stage=layers if layers in ("balanced", "auto") else
                         tuple(int(x) for x in layers.split()),
                         **{key: str(cells[key]) == "True" for key in BOOLEAN_KEYS if key in cells},
@@ -433,8 +440,9 @@ def _sync_text(params: EnvParams) -> str:
 
 
 def _layout_words(w: Workload, *, short: bool) -> list[str]:
-    """What departs from a workload's default stages: given layer counts, no embedding or head on their stage, a
-    tensor-parallel bandwidth that is not the GPU's; file-name words when ``short``, else title words."""
+    """What departs from a workload's default stages: given layer counts, no embedding or head on their stage, shares
+    recomputed per stage, a tensor-parallel bandwidth that is not the GPU's; file-name words when ``short``, else
+    title words."""
     words = []
     if isinstance(w.layers_per_stage, tuple):
         counts = PARAMETER["stage_weights"].text(w.layers_per_stage)
@@ -443,6 +451,9 @@ def _layout_words(w: Workload, *, short: bool) -> list[str]:
         words.append("noemb" if short else "embedding spread")
     if not w.head_on_last:
         words.append("nohead" if short else "head spread")
+    if w.recompute_per_stage is not None:
+        shares = PARAMETER["stage_weights"].text(w.recompute_per_stage)
+        words.append(f"rps{shares.replace(',', '-')}" if short else f"recomputed per stage {shares}")
     nvlink = w.device.nvlink_bandwidth
     if w.tensor_parallel > 1 and (nvlink is None or w.tp_bandwidth != nvlink / 2):
         words.append(f"tp{w.tp_bandwidth:g}" if short else f"tp {w.tp_bandwidth:g} GB/s")

@@ -40,7 +40,7 @@ from .parameters import OPTIONAL_GROUPS, Weights
 from .parquet import Parts, PartWriter, merge_parts, require_pyarrow, schema, verified_parts
 from .scenarios import DEFAULT_STEP, check_step, policy_grid, steps_per_unit
 from .taskgraph import MAX_TASKS
-from .workload import AUTO_COLUMNS, REPORT_COLUMNS, WORKLOAD_KEYS, Workload, auto_candidates, workload_report
+from .workload import AUTO_COLUMNS, REPORT_COLUMNS, Workload, auto_candidates, workload_columns, workload_report
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -72,7 +72,7 @@ def sweep_columns(workload: bool, optional: frozenset[str] = frozenset(),
     and its gain (``workload.AUTO_COLUMNS``)."""
     dispatch = "dispatch" in optional
     env = tuple(name for name in EnvParams.names() if _stated(name, optional))
-    keys = WORKLOAD_KEYS if workload else ()
+    keys = workload_columns(optional) if workload else ()
     return ((*env, *keys, "simulator", "samples", *POLICY_COLUMNS, *_METRIC_COLUMNS,
              *(BOUND_COLUMNS if dispatch else ()), *(REPORT_COLUMNS if workload else ()),
              *(AUTO_COLUMNS if auto else ())),
@@ -158,7 +158,7 @@ class SweepPlan:
         """The type of each column that is not a float: what a Parquet output stores them as."""
         types: dict[str, type] = {**{key: int for key in INTEGER_KEYS}, **{key: str for key in STRING_KEYS},
                                   **{key: bool for key in BOOLEAN_KEYS}, **{key: str for key in OBJECT_KEYS},
-                                  **{key: str for key in LIST_KEYS}}
+                                  **{key: str for key in LIST_KEYS}, "recompute_per_stage": str}
         types.update(simulator=str, samples=int, policy=str, memory_fits=bool, auto_layers=str,
                      **{column: str for column in POLICY_COLUMNS if column.startswith("tier_")},
                      throttled_transfers=int if self.samples == 1 else float)  # a mean over samples
@@ -231,7 +231,10 @@ def _environment_cells(params: EnvParams, workload: Workload | None = None,
     ignored = params.ignored()
     cells: list[object] = [None if name in ignored else value for name, value in params.as_dict().items()
                            if _stated(name, optional)]
-    return cells + (list(workload.cells().values()) if workload is not None else [])
+    if workload is None:
+        return cells
+    columns = workload_columns(optional)
+    return cells + [value for key, value in workload.cells().items() if key in columns]
 
 
 def _csv_text(cells: list[object]) -> str:

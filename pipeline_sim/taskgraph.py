@@ -148,7 +148,7 @@ def _build(params: EnvParams) -> TaskGraph:
                   for order in orders]
     # each stage's forward and backward work (section 6.6); a weight of 1 leaves fwd_len / v to the bit
     forwards = [params.fwd_len * params.stage_weight(s) / v for s in range(stages)]
-    backwards = [params.bwd_len * params.stage_weight(s) / v for s in range(stages)]
+    backwards = [params.bwd_len * params.stage_weight(s) * params.bwd_weight(s) / v for s in range(stages)]
 
     def compute_task(gpu: int, action: Action | Pair) -> GraphTask:
         if isinstance(action, Pair):
@@ -194,7 +194,8 @@ def _build(params: EnvParams) -> TaskGraph:
         for s in mine:
             for k in range(len(syncs)):
                 where[TaskKind.GRAD_SYNC, s, k] = len(tasks)
-                tasks.append(GraphTask(TaskKind.GRAD_SYNC, gpu, s, k, params.sync_base_len / v))
+                tasks.append(GraphTask(TaskKind.GRAD_SYNC, gpu, s, k,
+                                       params.sync_base_len / v * params.sync_weight(s)))
 
     def part_task(kind: TaskKind, stage: int, mb: int) -> int | None:
         return where.get(("part", kind, stage, mb))

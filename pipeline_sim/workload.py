@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING, Any, Mapping, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Collection, Mapping, Sequence, TypeVar
 
 import numpy as np
 
@@ -168,6 +168,7 @@ class Workload:
     embedding_on_first: bool = True
     head_on_last: bool = True
     tp_bandwidth: float | None = None
+    recompute_per_stage: tuple[float, ...] | None = None
 
     def __post_init__(self) -> None:
         model = _preset("model", self.model, MODEL_PRESETS, ModelShape)
@@ -215,6 +216,17 @@ class Workload:
                 raise ParameterError("layers_per_stage", layers, f"must add up to the {model.layers} layers of "
                                                                  f"{model.name}, not {sum(layers)}")
             object.__setattr__(self, "layers_per_stage", tuple(layers))
+        shares = self.recompute_per_stage
+        if shares is not None:
+            if not isinstance(shares, (list, tuple)) or not shares or \
+                    any(isinstance(x, bool) or not isinstance(x, (int, float)) or not 0.0 <= x <= 1.0
+                        for x in shares):
+                raise ParameterError("recompute_per_stage", shares, "must be a list of shares from 0 to 1, one per "
+                                                                    "stage")
+            if self.recompute == "full":
+                raise ParameterError("recompute_per_stage", shares, "needs recompute none or selective (full "
+                                                                    "already recomputes every layer)")
+            object.__setattr__(self, "recompute_per_stage", tuple(float(x) for x in shares))
         if self.tp_bandwidth is None and self.device.nvlink_bandwidth is not None:
             # a ring all-reduce sends each byte one way round the ring: one direction of NVLink, half its figure
             object.__setattr__(self, "tp_bandwidth", self.device.nvlink_bandwidth / 2)
@@ -260,6 +272,13 @@ class Workload:
 
 
 WORKLOAD_KEYS = tuple(f.name for f in fields(Workload))
+#: Workload keys a sweep's CSV carries only when its grid gives them (so that older grids write what they always did).
+OPTIONAL_WORKLOAD_KEYS = ("recompute_per_stage",)
+
+
+def workload_columns(given: Collection[str] = ()) -> tuple[str, ...]:
+    """The workload keys of a sweep's rows: all but the optional ones its grid does not give (``given``)."""
+    return tuple(key for key in WORKLOAD_KEYS if key not in OPTIONAL_WORKLOAD_KEYS or key in given)
 #: Workload keys that stay empty when nothing gives them and nothing needs them (a custom GPU without NVLink, no
 #: tensor parallelism).
 UNKNOWABLE_KEYS = ("tp_bandwidth",)
@@ -510,15 +529,71 @@ def derived_parameters(workload: Workload, *, num_gpus: int, schedule: str = "1f
     ratio = ((2.0 + recompute) * layer + (1.0 + recompute) * comm) / (layer + comm)
     bwd = 2.0 * fwd + (fwd if recompute else 0.0) if comm == 0.0 else ratio * fwd
     message = s * b * shape.hidden * workload.dtype_bytes / (t if workload.sequence_parallel else 1)
-    params = max(gpu_params(workload, num_gpus, schedule, chunks))
-    sync = 2.0 * (d - 1) / d * params * workload.dtype_bytes / (workload.dp_bandwidth * 1e9)
+    held = stage_params(workload, stages)
+    share = 2.0 * (d - 1) / d * workload.dtype_bytes / (workload.dp_bandwidth * 1e9)  # seconds per parameter
+    sync_weights: tuple[float, ...] = ()
+    if len(set(held)) == 1 or d == 1:  # equal stages (or no sync): one GPU's parameters, as always computed
+        sync = share * max(gpu_params(workload, num_gpus, schedule, chunks))
+    else:  # each stage syncs its own parameters; sync_base_len is the mean stage's, v of them (section 11)
+        mean = math.fsum(held) / stages
+        sync = share * mean * v
+        sync_weights = tuple(count / mean for count in held)
     return {"n": workload.micro_batches(n), "fwd_len": fwd, "bwd_len": bwd,
             "prop_len": message / (workload.p2p_bandwidth * 1e9), "sync_base_len": sync, "w_fraction": 0.5,
-            "stage_weights": weights}
+            "stage_weights": weights, "sync_weights": sync_weights,
+            "bwd_weights": backward_weights(workload, stages)}
+
+
+def stage_params(workload: Workload, stages: int) -> list[float]:
+    """Parameters of each stage (per tensor-parallel rank): its layers, the input embedding on the first stage and the
+    output layer on the last (both where gradients are synced, whatever ``embedding_on_first`` says of the work)."""
+    shape, t = workload.shape, workload.tensor_parallel
+    held = [count * layer_params(shape) / t for count in stage_layers(workload, stages)]
+    for stage in (0, stages - 1):
+        held[stage] += shape.vocab * shape.hidden / t
+    return held
+
+
+def recompute_shares(workload: Workload, stages: int) -> tuple[float, ...]:
+    """The share of each stage's layers fully recomputed on top of ``recompute``: ``recompute_per_stage``, or all 0."""
+    shares = workload.recompute_per_stage
+    if shares is None:
+        return (0.0,) * stages
+    if len(shares) != stages:
+        raise ParameterError("recompute_per_stage", list(shares), f"must give one share per stage: {stages} here")
+    return shares
+
+
+def backward_weights(workload: Workload, stages: int) -> tuple[float, ...]:
+    """``bwd_weights`` of ``recompute_per_stage`` (section 11): a stage's backward over its forward, ``((2 + c) layer
+    + (1 + c) tp) / (layer + tp)`` with c of its layers recomputed, over the same with c = 0; empty when no layer
+    is recomputed."""
+    shares = recompute_shares(workload, stages)
+    if not any(shares):
+        return ()
+    shape, t = workload.shape, workload.tensor_parallel
+    assert workload.seq_len is not None
+    speed = workload.device.tflops * 1e12 * workload.compute_efficiency
+    layer = layer_forward_flops(shape, workload.seq_len) * workload.micro_batch_size / t / speed
+    comm = tp_forward_seconds(workload)
+    base = 2.0 * layer + comm
+    return tuple(((2.0 + c) * layer + (1.0 + c) * comm) / base for c in shares)
+
+
+def activation_factors(workload: Workload, stages: int) -> tuple[float, ...]:
+    """Each stage's activations per layer over those of ``recompute``: ``c x full / base + 1 - c`` with c of its
+    layers fully recomputed (``recompute_per_stage``; all 1 without it)."""
+    shares = recompute_shares(workload, stages)
+    if not any(shares):
+        return (1.0,) * stages
+    full = activation_bytes_per_layer(replace(workload, recompute="full", recompute_per_stage=None))
+    base = activation_bytes_per_layer(workload)
+    return tuple(c * full / base + 1.0 - c for c in shares)
 
 
 #: The environment parameters a workload sets; ``sync_freq`` defaults to ``n`` unless given.
-DERIVED_KEYS = ("n", "fwd_len", "bwd_len", "prop_len", "sync_base_len", "w_fraction", "stage_weights", "sync_freq")
+DERIVED_KEYS = ("n", "fwd_len", "bwd_len", "prop_len", "sync_base_len", "w_fraction", "stage_weights",
+                "sync_weights", "bwd_weights", "sync_freq")
 
 
 def workload_environment(workload: Workload, **env: Any) -> EnvParams:
@@ -616,8 +691,17 @@ def gpu_memory_gb(workload: Workload, params: EnvParams,
     """Per GPU, GB of parameters and optimizer state and of its peak activations (section 7's unit)."""
     per_microbatch = activation_bytes_per_layer(workload) * workload.shape.layers / params.num_gpus
     static = gpu_params(workload, params.num_gpus, params.schedule, params.chunks)
-    return tuple((held * workload.bytes_per_param + peak * per_microbatch) / 1e9
-                 for held, peak in zip(static, gpu_peak_activations))
+    if workload.recompute_per_stage is None:
+        return tuple((held * workload.bytes_per_param + peak * per_microbatch) / 1e9
+                     for held, peak in zip(static, gpu_peak_activations))
+    # a GPU's activations scaled by the largest factor of its stages (exact with one stage a GPU)
+    spec, v = get_schedule(params.schedule), params.v
+    factors = [0.0] * params.num_gpus
+    for stage, factor in enumerate(activation_factors(workload, params.num_gpus * v)):
+        gpu = spec.placement(stage, params.num_gpus, v)
+        factors[gpu] = max(factors[gpu], factor)
+    return tuple((held * workload.bytes_per_param + peak * factor * per_microbatch) / 1e9
+                 for held, peak, factor in zip(static, gpu_peak_activations, factors))
 
 
 def workload_report(workload: Workload, params: EnvParams, completion_time: float,

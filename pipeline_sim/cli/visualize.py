@@ -53,7 +53,7 @@ def _flag_type(p: Parameter) -> Callable[[str], object]:
 
     def parse(text: str) -> object:
         try:
-            return p.domain.parse(text)  # type: ignore[union-attr]
+            return p.domain.parse(text, p.name)  # type: ignore[union-attr]
         except ParameterError as error:
             raise argparse.ArgumentTypeError(str(error)) from None
     return parse
@@ -124,6 +124,9 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
                           help=f"{text} (default on; off: spread evenly over the stages)")
     work.add_argument("--recompute", default=None, choices=RECOMPUTE_MODES,
                       help="activation recomputation (default none)")
+    work.add_argument("--recompute-per-stage", default=None, metavar="C,C,...",
+                      help="share from 0 to 1 of each stage's layers fully recomputed, chunks included (default: "
+                           "--recompute everywhere)")
     pol = parser.add_argument_group("communication policy")
     pol.add_argument("--priority", action="append", default=[], metavar="KIND=VALUE",
                      help="shared priority in [0, 1] of a transfer kind (repeatable; replaces the defaults)")
@@ -162,6 +165,8 @@ def _environment(args) -> tuple[EnvParams, Workload | None]:
                 keys[key] = json.loads(keys[key])
             except json.JSONDecodeError as error:
                 raise ParameterError(key, keys[key], f"is not a JSON object ({error.msg})") from None
+    if "recompute_per_stage" in keys:
+        keys["recompute_per_stage"] = Weights.parse(keys["recompute_per_stage"], "recompute_per_stage")
     if keys.get("layers_per_stage", "balanced") not in ("balanced", "auto"):
         try:
             keys["layers_per_stage"] = tuple(int(word) for word in keys["layers_per_stage"].replace(",", " ").split())
