@@ -1,4 +1,5 @@
-"""The sweep's chunks on a Dask cluster: the same in-order map as ``parallel.ordered_map``, over the network.
+"""The sweep's chunks and the planner's layouts on a Dask cluster: the same in-order map as
+``parallel.ordered_map``, over the network.
 
 Optional: needs ``dask[distributed]`` (``pip install "pipeline-sim[cluster]"``). ``address``
 is a scheduler's (``tcp://host:8786``) or ``local`` for a ``LocalCluster`` of worker
@@ -11,12 +12,14 @@ finish in, so the CSV is the same bytes as the process pool's.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import subprocess
 import sys
 import time
 import uuid
 from collections import deque
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Generator, Iterable, Iterator, TypeVar
 
@@ -40,7 +43,11 @@ class ClusterError(ValueError):
 
 
 class ClusterLost(ClusterError):
-    """The scheduler went away mid-sweep; the rows written before are kept."""
+    """The scheduler went away mid-run (a sweep keeps the rows written before)."""
+
+
+class TaskKilled(ClusterError):
+    """A task whose workers kept dying (a sweep keeps the rows before it)."""
 
 
 class DaskCluster:
@@ -82,7 +89,6 @@ class DaskCluster:
             except BaseException:
                 self.close()
                 raise
-            return self
             return self
         where = f"the Dask scheduler at {self.address}"
         try:
@@ -165,6 +171,34 @@ class DaskCluster:
                 future.cancel()
 
 
+def quiet_dask() -> None:
+    """Dask logs each connection it loses and each task it cancels, tracebacks included; what matters to a run is
+    said in one line by its command. Its loggers are set up when it is imported, so it is imported first."""
+    try:
+        import distributed  # noqa: F401
+    except ImportError:
+        return  # DaskCluster says how to install it
+    for name in ["distributed", *logging.root.manager.loggerDict]:  # some carry levels of their own
+        if name.split(".")[0] == "distributed":
+            logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+
+
+@contextmanager
+def connected(address: str | None, workers: int) -> Iterator[DaskCluster | None]:
+    """The cluster at ``address`` (``local``: a local one of ``workers`` processes), connected, its logs quiet,
+    closed on leaving; None without an address (the caller's process pool). An unreachable one raises
+    ``ClusterError`` in one line before anything is done."""
+    if not address:
+        yield None
+        return
+    quiet_dask()
+    cluster = DaskCluster(address, workers).connect()
+    try:
+        yield cluster
+    finally:
+        cluster.close()
+
+
 def _start_workers(address: str, workers: int) -> subprocess.Popen:
     """``workers`` worker processes for the scheduler at ``address``, under one `dask worker` process in a session
     of its own; they import this very package."""
@@ -216,6 +250,5 @@ def _result(future):
         return future.result()
     except Exception as error:  # a chunk that failed on every retry, or whose workers kept dying
         if type(error).__name__ == "KilledWorker":
-            raise ClusterError(f"task {future.key} was on workers that died {RETRIES + 1} times; the rows before it "
-                               f"are kept (rerun with --resume)") from None
+            raise TaskKilled(f"task {future.key} was on workers that died {RETRIES + 1} times") from None
         raise

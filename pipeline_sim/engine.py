@@ -134,8 +134,10 @@ def activation_changes(tasks: Sequence[GraphTask | Task], params: EnvParams) -> 
     """Per task, the activations (in units) of the forward part that starts with it and of the backward or
     weight-gradient part that ends with it: the rises and falls of its GPU's activations (docs/model.md
     section 7)."""
+    rooms = [room_units(params.stage_weight(stage)) for stage in range(params.num_gpus * params.v)]
+
     def units(t: GraphTask | Task, kinds: tuple[TaskKind, ...]) -> int:
-        return sum(room_units(params.stage_weight(part.stage)) for part in t.parts if part.kind in kinds)
+        return sum(rooms[part.stage] for part in t.parts if part.kind in kinds)
     return (np.array([units(t, (TaskKind.FORWARD,)) for t in tasks], dtype=np.int64),
             np.array([units(t, _FALLS) for t in tasks], dtype=np.int64))
 

@@ -15,10 +15,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator, TypeVar
 
 import numpy as np
 
+from .cluster import DaskCluster
 from .engine import gpu_order_peaks, simulate_figures
 from .model import EnvParams, ParameterError, Policy
 from .parallel import ordered_map
@@ -297,13 +298,24 @@ def _policy_pass(item: tuple[Outcome, int]) -> Outcome:
     return _outcome(outcome.layout, float(seconds[best]), peaks, policies[best].label, True)
 
 
+_Item = TypeVar("_Item")
+_Result = TypeVar("_Result")
+
+
+def _map(function: Callable[[_Item], _Result], items: Iterable[_Item], workers: int,
+         cluster: DaskCluster | None) -> Iterator[_Result]:
+    """``function`` over ``items`` in input order, on ``cluster`` or else on ``workers`` processes."""
+    return cluster.map(function, items) if cluster is not None else ordered_map(function, items, workers)
+
+
 def plan(base: Workload, gpus: int, *, env: dict[str, object] | None = None, samples: int = 8, workers: int = 1,
-         progress: Callable[[int, int], None] | None = None) -> PlanResult:
+         progress: Callable[[int, int], None] | None = None, cluster: DaskCluster | None = None) -> PlanResult:
     """Search the layouts of ``base`` on ``gpus`` GPUs (``base`` gives the model, GPU, global batch, sequence and
     network; its degrees, micro-batch, recomputation and partition are searched). ``env``: other environment
     parameters (``compute_jitter``, ``comm_jitter``, ``seed``); under jitter ``samples`` draws a layout and the
     95th percentile ranks. ``progress(done, total)`` is called as layouts are settled. ``PlanError`` when no
-    layout divides or fits."""
+    layout divides or fits. With ``cluster`` (``cluster.DaskCluster``) the simulations run there instead of on
+    ``workers`` processes; the result is the same."""
     if base.global_batch_size is None:
         raise PlanError("global_batch_size = None: the planner needs the global batch (sequences per iteration)")
     found = enumerate_layouts(base, gpus, env)
@@ -321,34 +333,46 @@ def plan(base: Workload, gpus: int, *, env: dict[str, object] | None = None, sam
                         f"({found.least_static[1]}), is above its {gpu_memory:g} GB before any activation")
     small.sort(key=lambda layout: layout.bound)
     total = len(small) + min(TOP, len(small))
-    fastest: list[float] = []  # the TOP fastest fitting times so far, ascending
+    live: list[float] = []  # the TOP fastest fitting times screened so far, ascending
     settled = 0
-    skipped = 0
 
     def items() -> Iterator[tuple[Layout, int]]:
-        nonlocal settled, skipped
-        for layout in small:
-            # a layout whose bound is above the TOP-th fastest time found cannot make the list
-            if len(fastest) >= TOP and layout.bound >= fastest[TOP - 1]:
-                skipped += 1
-                settled += 1
-                continue
+        nonlocal settled
+        for index, layout in enumerate(small):
+            # a layout whose bound is above the TOP-th fastest time found cannot make the list; bounds ascend, so
+            # neither can any after it
+            if len(live) >= TOP and layout.bound >= live[TOP - 1]:
+                settled += len(small) - index
+                return
             yield layout, samples
 
-    tried: list[Outcome] = []
-    too_large = 0
-    for outcome in ordered_map(_screen, items(), workers):
+    def fastest(times: list[float], outcome: Outcome | None) -> None:
+        if outcome is not None and outcome.fits:
+            times.append(outcome.seconds)
+            times.sort()
+            del times[TOP:]
+
+    screened: list[Outcome | None] = []
+    for outcome in _map(_screen, items(), workers, cluster):
         settled += 1
+        screened.append(outcome)
+        fastest(live, outcome)
+        if progress:
+            progress(settled, total)
+    # What a serial search screens: the layouts in flight when the bound was crossed are kept only if they were
+    # below it when their turn came, so that the result is the same on any number of workers or a cluster.
+    tried: list[Outcome] = []
+    serial: list[float] = []
+    too_large = 0
+    for layout, outcome in zip(small, screened):
+        if len(serial) >= TOP and layout.bound >= serial[TOP - 1]:
+            break
         if outcome is None:
             too_large += 1
         else:
             tried.append(outcome)
-            if outcome.fits:
-                fastest.append(outcome.seconds)
-                fastest.sort()
-                del fastest[TOP:]
-        if progress:
-            progress(settled, total)
+        fastest(serial, outcome)
+    skipped = len(small) - too_large - len(tried)
     fitting = sorted((o for o in tried if o.fits), key=lambda o: o.seconds)
     if not fitting:
         lightest = min(tried, key=lambda o: o.memory_gb) if tried else None
@@ -357,7 +381,7 @@ def plan(base: Workload, gpus: int, *, env: dict[str, object] | None = None, sam
         raise PlanError(f"model = {base.shape.name}: fits no layout on {gpus} x {base.device.name} with "
                         f"{gpu_memory:g} GB per GPU, recomputation included{where}")
     improved = {}  # the fastest, again over the policy grid
-    for old, new in zip(fitting[:TOP], ordered_map(_policy_pass, ((o, samples) for o in fitting[:TOP]), workers)):
+    for old, new in zip(fitting[:TOP], _map(_policy_pass, ((o, samples) for o in fitting[:TOP]), workers, cluster)):
         improved[id(old)] = new
         settled += 1
         if progress:

@@ -137,6 +137,54 @@ def _noise_rows(params: EnvParams) -> tuple[np.ndarray, np.ndarray, np.ndarray, 
 
 @lru_cache(maxsize=256)
 def _build(params: EnvParams) -> TaskGraph:
+    """``_structure``'s graph with ``params``' work and impact in each task."""
+    structure = _structure(params)
+    p, v = params.num_gpus, params.v
+    stages = p * v
+    # each stage's forward and backward work (section 6.6); a weight of 1 leaves fwd_len / v to the bit
+    forwards = [params.fwd_len * params.stage_weight(s) / v for s in range(stages)]
+    backwards = [params.bwd_len * params.stage_weight(s) * params.bwd_weight(s) / v for s in range(stages)]
+    syncs = [params.sync_base_len / v * params.sync_weight(s) for s in range(stages)]
+    w_fraction, fwd_impact, bwd_impact = params.w_fraction, params.fwd_impact, params.bwd_impact
+    tasks = []
+    for task in structure.tasks:
+        kind, impact = task.kind, 0.0
+        if kind is TaskKind.OVERLAP_F_B:
+            forward, backward = forwards[task.parts[0].stage], backwards[task.parts[1].stage]
+            impact = (forward * fwd_impact + backward * bwd_impact) / (forward + backward)
+            length = (forward + backward) * (1.0 - params.fb_overlap)
+        elif kind is _F:
+            length, impact = forwards[task.stage], fwd_impact
+        elif task.parts:
+            backward, impact = backwards[task.stage], bwd_impact
+            length = backward if kind is _B else backward * (1.0 - w_fraction) if kind is _I else \
+                backward * w_fraction
+        elif kind is TaskKind.GRAD_SYNC:
+            length = syncs[task.stage]
+        else:
+            length = params.prop_len
+        tasks.append(GraphTask(kind, task.gpu, task.stage, task.index, length, task.receiver, task.parts, impact))
+    return structure._replace(params=params, tasks=tuple(tasks))
+
+
+#: Structures kept, by shape: layouts of one schedule, p, v, n and sync frequency share one (the planner's do).
+_STRUCTURES: dict[tuple, TaskGraph] = {}
+
+
+def _structure(params: EnvParams) -> TaskGraph:
+    """The graph of ``params`` but for each task's work and impact (zero): what depends only on the schedule,
+    p, v, n, the sync frequency and whether pairs are split."""
+    key = (params.schedule, params.num_gpus, params.v, params.n, params.sync_freq, params.dispatch != "static")
+    graph = _STRUCTURES.pop(key, None)
+    if graph is None:
+        graph = _structure_of(params)
+        if len(_STRUCTURES) >= 64:
+            del _STRUCTURES[next(iter(_STRUCTURES))]  # the least recently used
+    _STRUCTURES[key] = graph
+    return graph
+
+
+def _structure_of(params: EnvParams) -> TaskGraph:
     spec = get_schedule(params.schedule)
     p, n, v = params.num_gpus, params.n, params.v
     stages = p * v
@@ -146,21 +194,12 @@ def _build(params: EnvParams) -> TaskGraph:
     if params.dispatch != "static":  # a dispatcher runs an overlapped pair's two parts as tasks of their own
         orders = [[part for action in order for part in (action if isinstance(action, Pair) else (action,))]
                   for order in orders]
-    # each stage's forward and backward work (section 6.6); a weight of 1 leaves fwd_len / v to the bit
-    forwards = [params.fwd_len * params.stage_weight(s) / v for s in range(stages)]
-    backwards = [params.bwd_len * params.stage_weight(s) * params.bwd_weight(s) / v for s in range(stages)]
 
     def compute_task(gpu: int, action: Action | Pair) -> GraphTask:
         if isinstance(action, Pair):
-            forward, backward = forwards[action.forward.stage], backwards[action.backward.stage]
-            impact = (forward * params.fwd_impact + backward * params.bwd_impact) / (forward + backward)
-            return GraphTask(TaskKind.OVERLAP_F_B, gpu, action.forward.stage, action.forward.mb,
-                             (forward + backward) * (1.0 - params.fb_overlap), parts=tuple(action), impact=impact)
-        backward = backwards[action.stage]
-        length = {_F: forwards[action.stage], _B: backward, _I: backward * (1.0 - params.w_fraction),
-                  _W: backward * params.w_fraction}[action.kind]
-        impact = params.fwd_impact if action.kind is _F else params.bwd_impact
-        return GraphTask(action.kind, gpu, action.stage, action.mb, length, parts=(action,), impact=impact)
+            return GraphTask(TaskKind.OVERLAP_F_B, gpu, action.forward.stage, action.forward.mb, 0.0,
+                             parts=tuple(action))
+        return GraphTask(action.kind, gpu, action.stage, action.mb, 0.0, parts=(action,))
 
     syncs = sync_points(n, params.sync_freq)
     tasks: list[GraphTask] = []
@@ -185,17 +224,16 @@ def _build(params: EnvParams) -> TaskGraph:
             if s < stages - 1 and stage_gpu[s + 1] != gpu:
                 for m in range(n):
                     where[TaskKind.FWD_PROP, s, m] = len(tasks)
-                    tasks.append(GraphTask(TaskKind.FWD_PROP, gpu, s, m, params.prop_len, stage_gpu[s + 1]))
+                    tasks.append(GraphTask(TaskKind.FWD_PROP, gpu, s, m, 0.0, stage_gpu[s + 1]))
         for s in mine:
             if s > 0 and stage_gpu[s - 1] != gpu:
                 for m in range(n):
                     where[TaskKind.GRAD_PROP, s, m] = len(tasks)
-                    tasks.append(GraphTask(TaskKind.GRAD_PROP, gpu, s, m, params.prop_len, stage_gpu[s - 1]))
+                    tasks.append(GraphTask(TaskKind.GRAD_PROP, gpu, s, m, 0.0, stage_gpu[s - 1]))
         for s in mine:
             for k in range(len(syncs)):
                 where[TaskKind.GRAD_SYNC, s, k] = len(tasks)
-                tasks.append(GraphTask(TaskKind.GRAD_SYNC, gpu, s, k,
-                                       params.sync_base_len / v * params.sync_weight(s)))
+                tasks.append(GraphTask(TaskKind.GRAD_SYNC, gpu, s, k, 0.0))
 
     def part_task(kind: TaskKind, stage: int, mb: int) -> int | None:
         return where.get(("part", kind, stage, mb))

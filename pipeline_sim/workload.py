@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields, replace
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Collection, Mapping, Sequence, TypeVar
 
 import numpy as np
@@ -378,9 +379,15 @@ def stage_layers(workload: Workload, stages: int) -> tuple[int, ...]:
                                                          f"{total} of {workload.shape.name}")
     if layers == "auto":
         layer, first, last = stage_costs(workload)
-        return bottleneck_split([layer] * total, first, last, stages)
+        return _uniform_split(layer, total, first, last, stages)
     base, extra = divmod(total, stages)
     return tuple(base + (1 if 1 <= s <= extra else 0) for s in range(stages))
+
+
+@lru_cache(maxsize=1024)
+def _uniform_split(layer: float, count: int, first: float, last: float, stages: int) -> tuple[int, ...]:
+    """``bottleneck_split`` of ``count`` layers of cost ``layer`` (the planner asks for many alike)."""
+    return bottleneck_split([layer] * count, first, last, stages)
 
 
 def bottleneck_split(costs: Sequence[float], first: float, last: float, stages: int) -> tuple[int, ...]:
@@ -399,11 +406,12 @@ def bottleneck_split(costs: Sequence[float], first: float, last: float, stages: 
     best = np.full(count + 1, np.inf)
     best[1:] = prefix[1:] + first  # stage 0 holds layers 0..j-1
     starts = np.zeros((stages, count + 1), dtype=int)
+    empty = np.tril_indices(count + 1)  # j <= i: no layer
     for k in range(1, stages):
         extra = last if k == stages - 1 else 0.0
         # stage k holds layers i..j-1 (i >= k: a layer for each stage before it, j > i)
         candidates = np.maximum(best[:, None], span + extra)
-        candidates[np.tril_indices(count + 1)] = np.inf
+        candidates[empty] = np.inf
         candidates[:k, :] = np.inf
         starts[k] = np.argmin(candidates, axis=0)
         best = candidates[starts[k], np.arange(count + 1)]

@@ -193,3 +193,24 @@ def test_a_local_cluster_starts_no_dashboard():
             urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=5)
     finally:
         local.close()
+
+
+PLAN = ["--model", "llama3-8b", "--gpu", "h100-80gb", "--gpus", "8", "--global-batch-size", "64", "--seq-len", "4096"]
+
+
+def test_a_plan_on_a_local_cluster_writes_the_pools_bytes(tmp_path):
+    pool = run_script("plan.py", *PLAN, "--workers", "2", "-o", "pool.csv", cwd=tmp_path)
+    assert pool.returncode == 0, pool.stderr
+    dask = run_script("plan.py", *PLAN, "--workers", "2", "--cluster", "local", "-o", "dask.csv", cwd=tmp_path)
+    assert dask.returncode == 0, dask.stderr
+    assert (tmp_path / "dask.csv").read_bytes() == (tmp_path / "pool.csv").read_bytes()
+    # the layouts listed are the same, and so is the count of those simulated (the run's seconds aside)
+    assert [re.sub(r", [\d.]+ s$", "", line) for line in dask.stdout.splitlines()[:-2]] == \
+        [re.sub(r", [\d.]+ s$", "", line) for line in pool.stdout.splitlines()[:-2]]
+
+
+def test_a_plan_on_an_unreachable_cluster_is_one_line(tmp_path):
+    address = serve(b"")
+    result = run_script("plan.py", *PLAN, "-o", "x.csv", "--cluster", address, cwd=tmp_path, timeout=60)
+    assert_one_line_error(result, f"cannot reach the Dask scheduler at {address} within 5 s")
+    assert not list(tmp_path.glob("x.*"))

@@ -9,6 +9,8 @@ import sys
 import textwrap
 from typing import Callable
 
+from ..cluster import CLUSTER_VARIABLE
+
 
 class UserError(Exception):
     """A mistake in the user's input; reported as one line, exit status 2."""
@@ -30,6 +32,14 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str):  # noqa: D102 - argparse's hook
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def add_cluster_argument(parser: argparse.ArgumentParser) -> None:
+    """``--cluster ADDRESS``, shared by the sweep and the planner (``cluster.connected`` opens it)."""
+    parser.add_argument("--cluster", metavar="ADDRESS", default=os.environ.get(CLUSTER_VARIABLE) or None,
+                        help="run the simulations on the Dask cluster at ADDRESS (tcp://host:8786), or on a local "
+                             "one of --workers processes with 'local'; needs pip install \"pipeline-sim[cluster]\" "
+                             f"(default: ${CLUSTER_VARIABLE}, else this machine's process pool)")
 
 
 def ready_kernel() -> None:

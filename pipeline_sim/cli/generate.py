@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 import time
@@ -11,12 +10,12 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Callable, Generator, Sequence
 
-from ..cluster import CLUSTER_VARIABLE, ClusterError, ClusterLost, DaskCluster
+from ..cluster import ClusterError, ClusterLost, TaskKilled, connected
 from ..config import EnvironmentGrid
 from ..files import LockLost, exclusive_writer, output_folder, output_target
 from ..scenarios import DEFAULT_STEP
 from ..sweep import FORMATS, SIMULATORS, SweepPlan, finished, partial_paths, resumable, run_sweep, useful_workers
-from .common import Parser, UserError, positive_int, ready_kernel, run_command, script_name
+from .common import Parser, UserError, add_cluster_argument, positive_int, ready_kernel, run_command, script_name
 
 DATA_DIR = Path("outputs/data")
 
@@ -30,10 +29,7 @@ def add_sweep_arguments(parser: Parser, *, step_flags: Sequence[str]) -> None:
                              "(default %(default)s: 121 policies per environment)")
     parser.add_argument("--workers", type=positive_int, metavar="N", default=os.cpu_count() or 1,
                         help="worker processes (default: all %(default)s cores; 1 runs serially)")
-    parser.add_argument("--cluster", metavar="ADDRESS", default=os.environ.get(CLUSTER_VARIABLE) or None,
-                        help="run the simulations on the Dask cluster at ADDRESS (tcp://host:8786), or on a local "
-                             "one of --workers processes with 'local'; needs pip install \"pipeline-sim[cluster]\" "
-                             f"(default: ${CLUSTER_VARIABLE}, else this machine's process pool)")
+    add_cluster_argument(parser)
     parser.add_argument("--format", choices=FORMATS, default="csv",
                         help="the output's format: csv, or parquet (typed columns in row groups, written as the "
                              "sweep streams; needs pip install \"pipeline-sim[cluster]\"); the samples file stays CSV "
@@ -119,31 +115,13 @@ def generate(config: Path, *, step: float, simulator: str, output: Path | None, 
 
 def _run(plan: SweepPlan, output: Path, partial: Path, workers: int, asked: int, resume: bool,
          samples_output: Path | None, overwrite: bool, cluster: str | None) -> None:
-    if cluster:
-        _quiet_dask()
-    dask = DaskCluster(cluster, workers).connect() if cluster else None  # an unreachable one: one line, no files
-    try:
+    with connected(cluster, workers) as dask:  # an unreachable one: one line, no files
         progress = run_sweep(plan, output, workers=workers, resume=resume, samples_output=samples_output,
                              overwrite=overwrite, cluster=dask, report=lambda line: print(line, flush=True))
         try:
             _announce(plan, progress, output, partial, workers, asked, resume, cluster)
         finally:
             progress.close()  # a sweep that stopped early keeps its rows and releases its lock
-    finally:
-        if dask is not None:
-            dask.close()
-
-
-def _quiet_dask() -> None:
-    """Dask logs each connection it loses and each task it cancels, tracebacks included; what matters to the run
-    is said in one line here. Its loggers are set up when it is imported, so it is imported first."""
-    try:
-        import distributed  # noqa: F401
-    except ImportError:
-        return  # DaskCluster says how to install it
-    for name in ["distributed", *logging.root.manager.loggerDict]:  # some carry levels of their own
-        if name.split(".")[0] == "distributed":
-            logging.getLogger(name).setLevel(logging.CRITICAL + 1)
 
 
 def _announce(plan: SweepPlan, progress: Generator[int, None, None], output: Path, partial: Path, workers: int,
@@ -183,6 +161,10 @@ def _follow(progress: Generator[int, None, None], plan: SweepPlan, done: int, pa
         bar.close()
         raise ClusterError(f"{error} after {bar.n:,} of {plan.num_simulations:,} simulations; rows kept in "
                            f"{partial}; rerun with --resume to continue") from None
+    except TaskKilled as error:
+        progress.close()
+        bar.close()
+        raise ClusterError(f"{error}; the rows before it are kept (rerun with --resume)") from None
     except LockLost as error:
         progress.close()
         bar.close()

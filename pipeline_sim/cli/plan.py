@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import csv
 import os
 import sys
@@ -9,10 +10,20 @@ import time
 from pathlib import Path
 from typing import Sequence
 
+from ..cluster import ClusterLost, DaskCluster, connected
 from ..files import atomic_output, output_target
 from ..plan import COLUMNS, TOP, PlanResult, plan
 from ..workload import GPU_PRESETS, MODEL_PRESETS, Workload, seconds_text
-from .common import Parser, UserError, positive_int, ready_kernel, run_command, script_name, use_display
+from .common import (
+    Parser,
+    UserError,
+    add_cluster_argument,
+    positive_int,
+    ready_kernel,
+    run_command,
+    script_name,
+    use_display,
+)
 
 
 def build_parser(prog: str) -> Parser:
@@ -45,6 +56,7 @@ def build_parser(prog: str) -> Parser:
     parser.add_argument("--seed", type=int, default=0, help="seed of the draws (default %(default)s)")
     parser.add_argument("--workers", type=positive_int, metavar="N", default=os.cpu_count() or 1,
                         help="worker processes (default: all %(default)s cores; 1 runs serially)")
+    add_cluster_argument(parser)
     parser.add_argument("--output", "-o", type=Path, default=None,
                         help="CSV of every layout that fits, fastest first (default outputs/plan/plan_<model>_"
                              "<gpus>x<gpu>.csv); the figure is written beside it as .png")
@@ -77,6 +89,33 @@ def draw(result: PlanResult, path: Path, title: str) -> None:
     plt.close(fig)
 
 
+def _search(base: Workload, args: argparse.Namespace, env: dict[str, object],
+            cluster: DaskCluster | None) -> tuple[PlanResult, float]:
+    """The planner's search with a progress bar, gone when it ends, and its seconds (the kernel ready)."""
+    ready_kernel()
+    from tqdm import tqdm
+
+    started = time.monotonic()
+    bars: list[tqdm] = []  # made at the first report, so that a request refused at once leaves no bar behind
+
+    def progress(done: int, total: int) -> None:
+        if not bars:
+            bars.append(tqdm(total=total, unit="layout", file=sys.stderr, dynamic_ncols=True, mininterval=0.5,
+                             leave=False))
+        bars[0].total = total
+        bars[0].update(done - bars[0].n)
+    try:
+        result = plan(base, args.gpus, env=env, samples=args.samples, workers=args.workers, progress=progress,
+                      cluster=cluster)
+        return result, time.monotonic() - started
+    except ClusterLost as error:
+        done = f" after {bars[0].n:,} of {bars[0].total:,} layouts" if bars else ""
+        raise ClusterLost(f"{error}{done}; nothing written") from None
+    finally:
+        for bar in bars:
+            bar.close()
+
+
 def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     prog = prog or script_name(sys.argv[0])
     args = build_parser(prog).parse_args(argv)
@@ -93,24 +132,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         if output.suffix.lower() != ".csv":
             raise UserError(f"--output {output}: the planner writes CSV; give a path ending in .csv")
         figure = output.with_suffix(".png")
-        ready_kernel()
-        from tqdm import tqdm
-
-        started = time.monotonic()
-        bars: list[tqdm] = []  # made at the first report, so that a request refused at once leaves no bar behind
-
-        def progress(done: int, total: int) -> None:
-            if not bars:
-                bars.append(tqdm(total=total, unit="layout", file=sys.stderr, dynamic_ncols=True, mininterval=0.5,
-                                 leave=False))
-            bars[0].total = total
-            bars[0].update(done - bars[0].n)
-        try:
-            result = plan(base, args.gpus, env=env, samples=args.samples, workers=args.workers, progress=progress)
-        finally:
-            for bar in bars:
-                bar.close()
-        elapsed = time.monotonic() - started
+        with connected(args.cluster, args.workers) as cluster:  # an unreachable one: one line, nothing written
+            result, elapsed = _search(base, args, env, cluster)
         rank_by = "p95 iteration" if args.jitter else "iteration"
         title = (f"{base.shape.name} on {args.gpus} x {base.device.name}, batch {args.global_batch_size} x "
                  f"{base.seq_len} tokens: {len(result.tried)} layouts simulated of {result.enumerated}")
