@@ -16,3 +16,6 @@ compiled: Any = njit(cache=True)  # numba's dispatchers take any arrays; their c
 #: The same, for functions that allocate nothing: without reference counting of their array arguments, which
 #: per call cost more than the function's own work.
 inner: Any = njit(cache=True, _nrt=False)  # type: ignore[call-overload]  # an option numba's stubs lack
+#: The same, with its body compiled into each compiled caller: arrays it allocates are then the caller's own, which
+#: lets the compiler keep them apart from every other array in the caller's loop.
+inlined: Any = njit(cache=True, inline="always")

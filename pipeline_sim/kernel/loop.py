@@ -16,7 +16,7 @@ from .allocation import (
 )
 from .events import heap_pop, mark, push, set_rate
 from .figures import figures
-from .jit import compiled, inner
+from .jit import compiled, inlined, inner
 from .next_task import dispatch, next_decider, take_next, wake
 from .state import (
     BUSY,
@@ -197,7 +197,7 @@ def _finish(i: int, now: float, F: np.ndarray, I: np.ndarray, P: np.ndarray, Q: 
         mark(P, C, DIRTY_COMM, DIRTY_COMM_LIST, DIRTY_COMM_COUNT, s)
 
 
-@compiled
+@inlined
 def prepare(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.ndarray, stage: np.ndarray,
             index: np.ndarray, impact: np.ndarray, needs_count: np.ndarray, kind_class: np.ndarray,
             reserve: np.ndarray, falls: np.ndarray, dispatch_key: np.ndarray, num_gpus: int, kind_tier: np.ndarray,
