@@ -88,14 +88,21 @@ class ComparisonJob:
 
 
 @dataclass(frozen=True)
-class RobustnessJob:
-    """One family of environments that differ only by a jitter level, with the policies it follows."""
+class FamilyJob:
+    """A family of environments along a jitter (``key``), summarised for one figure titled at no jitter."""
 
     params: EnvParams
     workload: Workload | None
     key: str
     family: pd.DataFrame
     path: Path
+
+    def title(self, **kwargs: bool) -> str:
+        return env_title(replace(self.params, **_lowest(self.key)), self.workload, **kwargs)
+
+
+class RobustnessJob(FamilyJob):
+    """Environments that differ only by a jitter level, with the policies they follow."""
 
     def draw(self) -> Path:
         from matplotlib.figure import Figure
@@ -103,21 +110,12 @@ class RobustnessJob:
         from ..plotting.robustness import figure_size, plot_robustness
 
         fig = Figure(figsize=figure_size())
-        plot_robustness(fig, self.family, self.key,
-                        title=env_title(replace(self.params, **_lowest(self.key)), self.workload),
-                        unit=_unit(self.workload))
+        plot_robustness(fig, self.family, self.key, title=self.title(), unit=_unit(self.workload))
         return _save(fig, self.path)
 
 
-@dataclass(frozen=True)
-class DispatchJob:
-    """One group of environments that differ by schedule or dispatcher and by jitter: every way against the noise."""
-
-    params: EnvParams
-    workload: Workload | None
-    key: str
-    family: pd.DataFrame
-    path: Path
+class DispatchJob(FamilyJob):
+    """Environments that differ by schedule or dispatcher and by jitter: every way against the noise."""
 
     def draw(self) -> Path:
         from matplotlib.figure import Figure
@@ -125,8 +123,7 @@ class DispatchJob:
         from ..plotting.dispatch import figure_size, plot_dispatch
 
         fig = Figure(figsize=figure_size())
-        plot_dispatch(fig, self.family, self.key,
-                      title=env_title(replace(self.params, **_lowest(self.key)), self.workload, schedule=False))
+        plot_dispatch(fig, self.family, self.key, title=self.title(schedule=False))
         return _save(fig, self.path)
 
 
