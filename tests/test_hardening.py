@@ -333,6 +333,31 @@ def test_an_interrupt_always_says_something(capsys):
     assert capsys.readouterr().err.strip() == "tool: interrupted"
 
 
+def test_an_interrupt_that_lands_where_exceptions_are_swallowed_still_stops_the_sweep(tmp_path, monkeypatch):
+    """Ctrl-C arriving inside a garbage-collector callback (as a cluster client's diagnostics install) is lost
+    as an exception; the sweep still stops at its next report, with only the usual line and status."""
+    import gc
+
+    from pipeline_sim.cli import generate
+
+    def swallowed(phase, info):  # the handler's KeyboardInterrupt is "ignored" by the collector
+        gc.callbacks.remove(swallowed)
+        signal.raise_signal(signal.SIGINT)
+
+    def ready_then_interrupted():
+        gc.callbacks.append(swallowed)
+        gc.collect()
+    monkeypatch.setattr(generate, "ready_kernel", ready_then_interrupted)
+    config = write_config(tmp_path, BIG)
+    result = run_here("data_generator.py", "-c", str(config), "-o", "out.csv", "--workers", "1", cwd=tmp_path)
+    assert swallowed not in gc.callbacks
+    lines = [line for line in result.stderr.replace("\r", "\n").splitlines() if line.strip() and "%|" not in line]
+    assert result.returncode == 130 and len(lines) == 1 and re.fullmatch(
+        r"data_generator\.py: interrupted after [\d,]+ of 1,452 simulations; rows kept in out\.csv\.partial; rerun "
+        r"with --resume to continue", lines[0]), result.stderr
+    assert not (tmp_path / "out.csv").exists()
+
+
 @pytest.mark.parametrize("grid, args, fragment", [
     ({"n": 10_000_000}, [], "n=10000000, num_gpus=4 has about 240,000,004 tasks per simulation; at most 1,000,000"),
     ({"num_gpus": 10_000_000}, [], "tasks per simulation; at most 1,000,000 fit in memory (pass --allow-large"),

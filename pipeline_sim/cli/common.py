@@ -57,8 +57,33 @@ def ready_kernel() -> None:
         print(NOTICES[0], file=sys.stderr, flush=True)
 
 
+_INTERRUPTS: list[str] = []  # what stopped the run, kept past the signal handler
+
+
 def _terminated(signum: int, frame: object) -> None:
+    _INTERRUPTS.append("terminated")
     raise KeyboardInterrupt("terminated")
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    _INTERRUPTS.append("interrupted")
+    raise KeyboardInterrupt
+
+
+def _unraisable(previous: Callable[[object], None]) -> Callable[[object], None]:
+    """A hook for exceptions Python cannot raise: our own interrupt, lost there, is silent (``check_interrupt``
+    raises it again); any other goes to ``previous``."""
+    def hook(unraisable) -> None:
+        if not (issubclass(unraisable.exc_type, KeyboardInterrupt) and _INTERRUPTS):
+            previous(unraisable)
+    return hook
+
+
+def check_interrupt() -> None:
+    """Raise the interrupt again if one arrived. A signal handler's exception is lost when it lands in code
+    that swallows exceptions (a garbage-collector callback, a destructor), so long loops ask here too."""
+    if _INTERRUPTS:
+        raise KeyboardInterrupt("terminated" if "terminated" in _INTERRUPTS else "")
 
 
 def run_command(prog: str, body: Callable[[], int]) -> int:
@@ -66,7 +91,10 @@ def run_command(prog: str, body: Callable[[], int]) -> int:
 
     SIGTERM is handled as Ctrl-C is: the run stops cleanly and says how to resume.
     """
+    _INTERRUPTS.clear()
     previous = signal.signal(signal.SIGTERM, _terminated)
+    previous_int = signal.signal(signal.SIGINT, _interrupted)
+    previous_hook, sys.unraisablehook = sys.unraisablehook, _unraisable(sys.unraisablehook)
     try:
         return body()
     except BrokenPipeError:
@@ -86,6 +114,9 @@ def run_command(prog: str, body: Callable[[], int]) -> int:
     finally:
         if previous is not None:  # a command run in-process leaves its caller as it was
             signal.signal(signal.SIGTERM, previous)
+        if previous_int is not None:
+            signal.signal(signal.SIGINT, previous_int)
+        sys.unraisablehook = previous_hook
 
 
 def positive_int(text: str) -> int:

@@ -15,7 +15,7 @@ from ..config import EnvironmentGrid
 from ..files import LockLost, exclusive_writer, output_folder, output_target
 from ..scenarios import DEFAULT_STEP
 from ..sweep import FORMATS, SIMULATORS, SweepPlan, finished, partial_paths, resumable, run_sweep, useful_workers
-from .common import Parser, UserError, add_cluster_argument, positive_int, ready_kernel, run_command, script_name
+from .common import Parser, UserError, add_cluster_argument, check_interrupt, positive_int, ready_kernel, run_command, script_name
 
 DATA_DIR = Path("outputs/data")
 
@@ -156,6 +156,7 @@ def _follow(progress: Generator[int, None, None], plan: SweepPlan, done: int, pa
     try:
         for rows in progress:
             bar.update(rows * plan.samples - bar.n)
+            check_interrupt()
     except ClusterLost as error:
         progress.close()
         bar.close()

@@ -42,7 +42,7 @@ from ..results import (
 )
 from ..scenarios import policy_count
 from ..workload import Workload
-from .common import Parser, positive_int, run_command, script_name
+from .common import Parser, check_interrupt, positive_int, run_command, script_name
 
 
 @dataclass(frozen=True)
@@ -291,6 +291,7 @@ def _run(jobs: Iterator[Job], workers: int, csv: Path, output_dir: Path, total: 
         for _ in tqdm(drawn, total=total, unit="figure", file=sys.stderr, dynamic_ncols=True, mininterval=0.5,
                       disable=total < 2):
             check_locks()
+            check_interrupt()
             count += 1
     except KeyboardInterrupt:
         drawn.close()

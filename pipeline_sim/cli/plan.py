@@ -18,6 +18,7 @@ from .common import (
     Parser,
     UserError,
     add_cluster_argument,
+    check_interrupt,
     positive_int,
     ready_kernel,
     run_command,
@@ -104,6 +105,7 @@ def _search(base: Workload, args: argparse.Namespace, env: dict[str, object],
                              leave=False))
         bars[0].total = total
         bars[0].update(done - bars[0].n)
+        check_interrupt()
     try:
         result = plan(base, args.gpus, env=env, samples=args.samples, workers=args.workers, progress=progress,
                       cluster=cluster)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Sequence
 from ..config import ConfigError, EnvironmentGrid
 from ..files import atomic_output, check_locks, exclusive_writer, output_target
 from ..model import DEFAULT_POLICY, EnvParams
-from .common import Parser, UserError, positive_int, run_command, script_name, use_display
+from .common import Parser, UserError, check_interrupt, positive_int, run_command, script_name, use_display
 
 if TYPE_CHECKING:
     from ..rl.train import Settings
@@ -129,6 +129,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
 
             def progress(steps: int, checkpoint: object) -> None:
                 bar.update(min(steps, settings.steps) - bar.n)
+                check_interrupt()
                 if checkpoint is not None:
                     bar.set_postfix_str(f"validation {checkpoint.validation_saving:+.2%} vs static zb-h1")  # type: ignore[attr-defined]
             try:
