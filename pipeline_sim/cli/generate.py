@@ -15,7 +15,16 @@ from ..config import EnvironmentGrid
 from ..files import LockLost, exclusive_writer, output_folder, output_target
 from ..scenarios import DEFAULT_STEP
 from ..sweep import FORMATS, SIMULATORS, SweepPlan, finished, partial_paths, resumable, run_sweep, useful_workers
-from .common import Parser, UserError, add_cluster_argument, check_interrupt, positive_int, ready_kernel, run_command, script_name
+from .common import (
+    Parser,
+    UserError,
+    add_cluster_argument,
+    check_interrupt,
+    positive_int,
+    ready_kernel,
+    run_command,
+    script_name,
+)
 
 DATA_DIR = Path("outputs/data")
 
