@@ -7,9 +7,12 @@ import os
 import signal
 import sys
 import textwrap
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from ..cluster import CLUSTER_VARIABLE
+
+if TYPE_CHECKING:
+    from sys import UnraisableHookArgs
 
 
 class UserError(Exception):
@@ -70,10 +73,10 @@ def _interrupted(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
-def _unraisable(previous: Callable[[object], None]) -> Callable[[object], None]:
+def _unraisable(previous: Callable[[UnraisableHookArgs], object]) -> Callable[[UnraisableHookArgs], None]:
     """A hook for exceptions Python cannot raise: our own interrupt, lost there, is silent (``check_interrupt``
     raises it again); any other goes to ``previous``."""
-    def hook(unraisable) -> None:
+    def hook(unraisable: UnraisableHookArgs) -> None:
         if not (issubclass(unraisable.exc_type, KeyboardInterrupt) and _INTERRUPTS):
             previous(unraisable)
     return hook
