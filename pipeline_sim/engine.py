@@ -41,8 +41,10 @@ from . import kernel  # noqa: E402
 compile_cache.tolerate_damage(kernel)
 _COMM_NUMBER = {kind: number for number, kind in enumerate(COMM_KINDS)}
 _FALLS = (TaskKind.BACKWARD, TaskKind.BACKWARD_WEIGHT)
-#: How dispatchers rank a compute task's kind: backward work first, then forwards, then weight gradients.
-_KIND_CLASS = {TaskKind.BACKWARD: 0, TaskKind.BACKWARD_INPUT: 0, TaskKind.FORWARD: 1, TaskKind.BACKWARD_WEIGHT: 2}
+#: How dispatchers rank a compute task's kind: backward work first, then forwards, then weight gradients; an
+#: optimizer step is no choice (it starts itself, section 6.7).
+_KIND_CLASS = {TaskKind.BACKWARD: 0, TaskKind.BACKWARD_INPUT: 0, TaskKind.FORWARD: 1, TaskKind.BACKWARD_WEIGHT: 2,
+               TaskKind.OPTIMIZER_STEP: 3}
 
 
 #: How long the first compile of the kernel takes on a 2-core machine (benchmarks/bench.py).
@@ -58,8 +60,8 @@ class GraphArrays(NamedTuple):
 
     Per task: its GPU, receiver (-1: none), transfer kind number (-1: compute), stage,
     index, compute impact, how many tasks it waits for, its class for dispatchers
-    (``_KIND_CLASS``; -1 for a transfer or a pair), the room for activations it takes when
-    it starts (``reserve``: a micro-batch's whole share on its GPU, at the forward of its
+    (``_KIND_CLASS``; -1 for a transfer or a pair; an optimizer step's is never chosen), the room for activations
+    it takes when it starts (``reserve``: a micro-batch's whole share on its GPU, at the forward of its
     first stage there; docs/model.md section 12.1), the activations of the forward part
     starting with it (``rises``) and of the backward or weight-gradient part ending with
     it (``falls``), all in units of ``ROOM_UNIT`` per stage of weight 1.
@@ -436,7 +438,7 @@ def calculate_full_pipeline_schedule(
         prop_len: float = 1.0, sync_base_len: float = 2.0, fwd_impact: float = 0.2, bwd_impact: float = 0.2,
         ingress_capacity: float = 1.0, schedule: str = "1f1b", chunks: int = 2, w_fraction: float = 0.5,
         fb_overlap: float = 0.0, stage_weights: Sequence[float] = (), sync_weights: Sequence[float] = (),
-        bwd_weights: Sequence[float] = (), dispatch: str = "static",
+        bwd_weights: Sequence[float] = (), optimizer_len: float = 0.0, dispatch: str = "static",
         memory_limit: float = 0.0, compute_jitter: float = 0.0, comm_jitter: float = 0.0,
         jitter_dist: str = "lognormal", slow_gpu: int = -1, slow_factor: float = 1.0, seed: int = 0, sample: int = 0,
         priorities: Mapping[str, float] | None = None, exclusive_tiers: Mapping[str, str] | None = None,
@@ -450,7 +452,8 @@ def calculate_full_pipeline_schedule(
     forward/backward pair saves. ``stage_weights``, one factor per stage (v x ``num_gpus``
     of them, chunks included; empty: all 1), multiplies each stage's forward, backward and
     weight work and its activations (docs/model.md section 6.6); ``sync_weights`` each stage's ``grad_sync`` and
-    ``bwd_weights`` its backward alone, the same way. ``priorities`` maps a transfer kind (``fwd_prop``,
+    ``bwd_weights`` its backward alone, the same way; ``optimizer_len`` (0: none) is the work of each GPU's
+    optimizer step after its last ``grad_sync`` (section 6.7). ``priorities`` maps a transfer kind (``fwd_prop``,
     ``grad_prop``, ``grad_sync``) to a shared priority in [0, 1] (missing kinds get 1.0);
     ``exclusive_tiers`` maps a kind to a tier letter, ``'a'`` highest, which overrides its
     shared priority. ``compute_jitter`` and ``comm_jitter`` are the coefficients of

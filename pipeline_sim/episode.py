@@ -74,7 +74,8 @@ class Episode:
         self.memory_limit = memory_in_force(self.params)
         memory = dispatch_arguments(self.params)[2]
         stage_chunk = np.array(graph.stage_chunk, dtype=np.int64)
-        key = np.where(self.arrays.kind_class >= 0,
+        choosable = (self.arrays.kind_class >= 0) & (self.arrays.kind_class < len(ACTION_KINDS))  # not a step
+        key = np.where(choosable,
                        self.arrays.kind_class * self.chunks + stage_chunk[self.arrays.stage], 0).astype(float)
         tiers, priorities = policy_arrays((policy,))
         a = self.arrays

@@ -41,6 +41,7 @@ class TaskKind(StrEnum):
     FWD_PROP = "fwd_prop"
     GRAD_PROP = "grad_prop"
     GRAD_SYNC = "grad_sync"
+    OPTIMIZER_STEP = "optimizer_step"
 
     @property
     def code(self) -> str:
@@ -60,6 +61,7 @@ _KIND_CODE = {
     TaskKind.FWD_PROP: "FP",
     TaskKind.GRAD_PROP: "GP",
     TaskKind.GRAD_SYNC: "GS",
+    TaskKind.OPTIMIZER_STEP: "O",
 }
 _CODE_KIND = {code: kind for kind, code in _KIND_CODE.items()}
 
@@ -67,7 +69,7 @@ _CODE_KIND = {code: kind for kind, code in _KIND_CODE.items()}
 COMM_KINDS: tuple[TaskKind, ...] = (TaskKind.FWD_PROP, TaskKind.GRAD_PROP, TaskKind.GRAD_SYNC)
 #: The kinds of work a GPU's compute channel runs.
 COMPUTE_KINDS: tuple[TaskKind, ...] = (TaskKind.FORWARD, TaskKind.BACKWARD, TaskKind.BACKWARD_INPUT,
-                                       TaskKind.BACKWARD_WEIGHT, TaskKind.OVERLAP_F_B)
+                                       TaskKind.BACKWARD_WEIGHT, TaskKind.OVERLAP_F_B, TaskKind.OPTIMIZER_STEP)
 
 
 class Action(NamedTuple):
@@ -126,7 +128,7 @@ class TaskId:
             return cls(TaskKind.OVERLAP_F_B, stage, mb, (other_stage, other_mb))
         match = _ACTION_RE.fullmatch(text)
         if not match or match.group(2) not in _CODE_KIND or match.group(2) == "FB":
-            raise ValueError(f"task id {text!r} is not of the form <stage><F|B|I|W|FP|GP|GS><index> "
+            raise ValueError(f"task id {text!r} is not of the form <stage><F|B|I|W|FP|GP|GS|O><index> "
                              f"or (<stage>F<index>;<stage>B<index>), e.g. '2F0'")
         return cls(_CODE_KIND[match.group(2)], int(match.group(1)), int(match.group(3)))
 
@@ -169,7 +171,10 @@ class Task:
 
     @property
     def label(self) -> str:
-        """Short label for charts: ``F3``, ``B3``, ``W3``, ``FP3``, ``GS0``, a pair ``F7|B3``."""
+        """Short label for charts: ``F3``, ``B3``, ``W3``, ``FP3``, ``GS0``, a pair ``F7|B3``, an optimizer step
+        ``O``."""
+        if self.kind is TaskKind.OPTIMIZER_STEP:
+            return self.kind.code
         if self.parts:
             return "|".join(f"{part.kind.code}{part.mb}" for part in self.parts)
         return f"{self.kind.code}{self.index}"
@@ -249,6 +254,9 @@ class EnvParams:
                                                "backward only, on top of its stage weight (a recomputed forward)",
                                                short="bww", label="bwd weights", group="stages",
                                                metavar="W,W,...")
+    optimizer_len: float = parameter(0.0, Lengths(zero=True), "work of each GPU's optimizer step after its last "
+                                     "grad_sync, for 1/p of the model (times its stages' sync weights); 0: none",
+                                     short="opt", label="optimizer", group="optimizer")
     dispatch: str = parameter("static", Dispatchers(DISPATCHERS, case_insensitive=True),
                               "who chooses a free GPU's next compute task: the schedule's order, a rule at run "
                               "time (case-insensitive), or a learned policy's file", short="", label="",
@@ -335,6 +343,14 @@ class EnvParams:
         """The factor on stage ``stage``'s backward alone, on top of its stage weight (section 6.6)."""
         return self.bwd_weights[stage] if self.bwd_weights else 1.0
 
+    def step_lengths(self) -> tuple[float, ...]:
+        """Each GPU's optimizer step (section 6.7): ``optimizer_len`` times the sync weights of its stages over v."""
+        spec, v = get_schedule(self.schedule), self.v
+        steps = [0.0] * self.num_gpus
+        for stage in range(self.num_gpus * v):
+            steps[spec.placement(stage, self.num_gpus, v)] += self.sync_weight(stage) / v
+        return tuple(self.optimizer_len * step for step in steps)
+
     @property
     def learned(self) -> str | None:
         """The policy file of a learned dispatcher (``dispatch = learned:<file>``), or None."""
@@ -361,8 +377,8 @@ class EnvParams:
         """The unit the engine simulates in (docs/model.md section 9): 1, or, when a nonzero length is shorter than
         ``UNIT_FLOOR``, the largest power of two not above the shortest, so that the engine's absolute tolerances
         stay a billionth of the shortest work. Dividing by it and multiplying back are exact."""
-        shortest = min(length for length in (self.fwd_len, self.bwd_len, self.prop_len, self.sync_base_len)
-                       if length > 0.0)
+        shortest = min(length for length in (self.fwd_len, self.bwd_len, self.prop_len, self.sync_base_len,
+                                             self.optimizer_len) if length > 0.0)
         return 1.0 if shortest >= UNIT_FLOOR else math.ldexp(1.0, math.frexp(shortest)[1] - 1)
 
 

@@ -360,7 +360,7 @@ def simplex_steps(rows: pd.DataFrame) -> int:
 SCHEDULE_KEYS = tuple(p.name for p in PARAMETERS if p.group in ("schedule", "dispatch"))
 #: The parameters of the environment proper, that neither a schedule nor the noise sets (the stages' weights
 #: among them: titles and names show them only when given).
-ENVIRONMENT_KEYS = tuple(p.name for p in PARAMETERS if p.group in ("environment", "stages"))
+ENVIRONMENT_KEYS = tuple(p.name for p in PARAMETERS if p.group in ("environment", "stages", "optimizer"))
 #: Those a workload leaves as they are: it names its batch (n) and layout (num_gpus) itself and derives the
 #: lengths, but its sync_freq may be given.
 _BESIDE_WORKLOAD = tuple(name for name in ENVIRONMENT_KEYS if name not in DERIVED_KEYS + ("num_gpus",)
@@ -441,8 +441,8 @@ def _sync_text(params: EnvParams) -> str:
 
 def _layout_words(w: Workload, *, short: bool) -> list[str]:
     """What departs from a workload's default stages: given layer counts, no embedding or head on their stage, shares
-    recomputed per stage, a tensor-parallel bandwidth that is not the GPU's; file-name words when ``short``, else
-    title words."""
+    recomputed per stage, the optimizer step, a tensor-parallel bandwidth that is not the GPU's; file-name words
+    when ``short``, else title words."""
     words = []
     if isinstance(w.layers_per_stage, tuple):
         counts = PARAMETER["stage_weights"].text(w.layers_per_stage)
@@ -454,6 +454,8 @@ def _layout_words(w: Workload, *, short: bool) -> list[str]:
     if w.recompute_per_stage is not None:
         shares = PARAMETER["stage_weights"].text(w.recompute_per_stage)
         words.append(f"rps{shares.replace(',', '-')}" if short else f"recomputed per stage {shares}")
+    if w.optimizer_step:
+        words.append("opt" if short else "optimizer step")
     nvlink = w.device.nvlink_bandwidth
     if w.tensor_parallel > 1 and (nvlink is None or w.tp_bandwidth != nvlink / 2):
         words.append(f"tp{w.tp_bandwidth:g}" if short else f"tp {w.tp_bandwidth:g} GB/s")

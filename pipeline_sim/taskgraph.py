@@ -19,6 +19,7 @@ from .orders import build_orders
 from .schedules import get_schedule
 
 _F, _B, _I, _W = TaskKind.FORWARD, TaskKind.BACKWARD, TaskKind.BACKWARD_INPUT, TaskKind.BACKWARD_WEIGHT
+_O = TaskKind.OPTIMIZER_STEP
 
 
 class GraphTask(NamedTuple):
@@ -67,11 +68,11 @@ def estimated_tasks(params: EnvParams) -> int:
     """An upper bound on the tasks of ``params``' graph, computed without building it.
 
     Per micro-batch and stage: a forward, a backward (or its I and W halves) and the two
-    pipeline transfers; plus the gradient syncs.
+    pipeline transfers; plus the gradient syncs and the optimizer steps.
     """
     stages = params.num_gpus * params.v
     syncs = stages * (params.n // params.sync_freq + 1)
-    return params.n * stages * 5 + syncs
+    return params.n * stages * 5 + syncs + (params.num_gpus if params.optimizer_len > 0 else 0)
 
 
 def check_size(params: EnvParams, hint: str = "") -> None:
@@ -145,6 +146,7 @@ def _build(params: EnvParams) -> TaskGraph:
     forwards = [params.fwd_len * params.stage_weight(s) / v for s in range(stages)]
     backwards = [params.bwd_len * params.stage_weight(s) * params.bwd_weight(s) / v for s in range(stages)]
     syncs = [params.sync_base_len / v * params.sync_weight(s) for s in range(stages)]
+    steps = params.step_lengths()
     w_fraction, fwd_impact, bwd_impact = params.w_fraction, params.fwd_impact, params.bwd_impact
     tasks = []
     for task in structure.tasks:
@@ -155,6 +157,8 @@ def _build(params: EnvParams) -> TaskGraph:
             length = (forward + backward) * (1.0 - params.fb_overlap)
         elif kind is _F:
             length, impact = forwards[task.stage], fwd_impact
+        elif kind is _O:
+            length = steps[task.gpu]
         elif task.parts:
             backward, impact = backwards[task.stage], bwd_impact
             length = backward if kind is _B else backward * (1.0 - w_fraction) if kind is _I else \
@@ -173,8 +177,9 @@ _STRUCTURES: dict[tuple, TaskGraph] = {}
 
 def _structure(params: EnvParams) -> TaskGraph:
     """The graph of ``params`` but for each task's work and impact (zero): what depends only on the schedule,
-    p, v, n, the sync frequency and whether pairs are split."""
-    key = (params.schedule, params.num_gpus, params.v, params.n, params.sync_freq, params.dispatch != "static")
+    p, v, n, the sync frequency, whether pairs are split and whether the GPUs step an optimizer."""
+    key = (params.schedule, params.num_gpus, params.v, params.n, params.sync_freq, params.dispatch != "static",
+           params.optimizer_len > 0)
     graph = _STRUCTURES.pop(key, None)
     if graph is None:
         graph = _structure_of(params)
@@ -205,6 +210,7 @@ def _structure_of(params: EnvParams) -> TaskGraph:
     tasks: list[GraphTask] = []
     where: dict[tuple, int] = {}  # ("part", kind, stage, mb) or (transfer kind, stage, index) -> task
     gpu_orders = []
+    step_needs: list[list[int]] = []  # per GPU, what its optimizer step waits for
     for gpu in range(p):
         order = []
         for action in orders[gpu]:
@@ -234,6 +240,11 @@ def _structure_of(params: EnvParams) -> TaskGraph:
             for k in range(len(syncs)):
                 where[TaskKind.GRAD_SYNC, s, k] = len(tasks)
                 tasks.append(GraphTask(TaskKind.GRAD_SYNC, gpu, s, k, 0.0))
+        if params.optimizer_len > 0:  # the GPU's last task (section 6.7)
+            first_sync = len(tasks) - len(mine) * len(syncs)
+            step_needs.append([*order, *range(first_sync, len(tasks))])
+            gpu_orders[gpu] += (len(tasks),)
+            tasks.append(GraphTask(_O, gpu, mine[0], 0, 0.0, parts=(Action(_O, mine[0], 0),)))
 
     def part_task(kind: TaskKind, stage: int, mb: int) -> int | None:
         return where.get(("part", kind, stage, mb))
@@ -255,6 +266,9 @@ def _structure_of(params: EnvParams) -> TaskGraph:
 
     needs: list[list[int]] = [[] for _ in tasks]
     for i, task in enumerate(tasks):
+        if task.kind is _O:  # every other compute task of its GPU and every sync of its stages
+            needs[i] = step_needs[task.gpu]
+            continue
         for action in task.parts:
             kind, s, m = action
             if kind is _F:

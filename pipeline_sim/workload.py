@@ -170,6 +170,7 @@ class Workload:
     head_on_last: bool = True
     tp_bandwidth: float | None = None
     recompute_per_stage: tuple[float, ...] | None = None
+    optimizer_step: bool = False
 
     def __post_init__(self) -> None:
         model = _preset("model", self.model, MODEL_PRESETS, ModelShape)
@@ -200,7 +201,7 @@ class Workload:
         Interval(0.0).check("bytes_per_param", self.bytes_per_param)
         Interval(0.0, low_open=True).check("p2p_bandwidth", self.p2p_bandwidth)
         Interval(0.0, low_open=True).check("dp_bandwidth", self.dp_bandwidth)
-        for key in ("embedding_on_first", "head_on_last"):
+        for key in ("embedding_on_first", "head_on_last", "optimizer_step"):
             if not isinstance(getattr(self, key), bool):
                 raise ParameterError(key, getattr(self, key), "must be true or false")
         layers = self.layers_per_stage
@@ -236,6 +237,9 @@ class Workload:
                                                        f"nvlink_bandwidth")
         if self.tp_bandwidth is not None:
             Interval(0.0, low_open=True).check("tp_bandwidth", self.tp_bandwidth)
+        if self.optimizer_step and self.device.memory_bandwidth is None:
+            raise ParameterError("optimizer_step", True, f"needs the gpu's memory_bandwidth (GB/s), which "
+                                                         f"{self.device.name} does not state")
 
     @property
     def shape(self) -> ModelShape:
@@ -274,7 +278,7 @@ class Workload:
 
 WORKLOAD_KEYS = tuple(f.name for f in fields(Workload))
 #: Workload keys a sweep's CSV carries only when its grid gives them (so that older grids write what they always did).
-OPTIONAL_WORKLOAD_KEYS = ("recompute_per_stage",)
+OPTIONAL_WORKLOAD_KEYS = ("recompute_per_stage", "optimizer_step")
 
 
 def workload_columns(given: Collection[str] = ()) -> tuple[str, ...]:
@@ -540,16 +544,20 @@ def derived_parameters(workload: Workload, *, num_gpus: int, schedule: str = "1f
     held = stage_params(workload, stages)
     share = 2.0 * (d - 1) / d * workload.dtype_bytes / (workload.dp_bandwidth * 1e9)  # seconds per parameter
     sync_weights: tuple[float, ...] = ()
-    if len(set(held)) == 1 or d == 1:  # equal stages (or no sync): one GPU's parameters, as always computed
-        sync = share * max(gpu_params(workload, num_gpus, schedule, chunks))
-    else:  # each stage syncs its own parameters; sync_base_len is the mean stage's, v of them (section 11)
+    # the optimizer step reads and writes each parameter's bytes_per_param once at the memory bandwidth
+    step = 2.0 * workload.bytes_per_param / (workload.device.memory_bandwidth or 1.0) / 1e9 \
+        if workload.optimizer_step else 0.0  # seconds per parameter
+    if len(set(held)) == 1 or (d == 1 and not step):  # equal stages, or nothing per stage: the fullest GPU's
+        fullest = max(gpu_params(workload, num_gpus, schedule, chunks))
+        sync, optimizer = share * fullest, step * fullest
+    else:  # each stage syncs (and steps) its own parameters; the lengths are the mean stage's, v of them
         mean = math.fsum(held) / stages
-        sync = share * mean * v
+        sync, optimizer = share * mean * v, step * mean * v
         sync_weights = tuple(count / mean for count in held)
     return {"n": workload.micro_batches(n), "fwd_len": fwd, "bwd_len": bwd,
             "prop_len": message / (workload.p2p_bandwidth * 1e9), "sync_base_len": sync, "w_fraction": 0.5,
             "stage_weights": weights, "sync_weights": sync_weights,
-            "bwd_weights": backward_weights(workload, stages)}
+            "bwd_weights": backward_weights(workload, stages), "optimizer_len": optimizer}
 
 
 def stage_params(workload: Workload, stages: int) -> list[float]:
@@ -601,7 +609,7 @@ def activation_factors(workload: Workload, stages: int) -> tuple[float, ...]:
 
 #: The environment parameters a workload sets; ``sync_freq`` defaults to ``n`` unless given.
 DERIVED_KEYS = ("n", "fwd_len", "bwd_len", "prop_len", "sync_base_len", "w_fraction", "stage_weights",
-                "sync_weights", "bwd_weights", "sync_freq")
+                "sync_weights", "bwd_weights", "optimizer_len", "sync_freq")
 
 
 def workload_environment(workload: Workload, **env: Any) -> EnvParams:
@@ -663,6 +671,7 @@ class WorkloadReport:
     mfu: float
     memory_gb: tuple[float, ...]  # per GPU: static + peak activations
     gpu_memory_gb: float
+    optimizer_seconds: float = 0.0  # the fullest GPU's step
 
     @property
     def peak_memory_gb(self) -> float:
@@ -676,7 +685,8 @@ class WorkloadReport:
         """The report as text, for the command line."""
         fits = "fits" if self.memory_fits else "DOES NOT FIT"
         return [f"derived times: fwd {seconds_text(self.fwd_seconds)}, bwd {seconds_text(self.bwd_seconds)}, "
-                f"prop {seconds_text(self.prop_seconds)}, sync {seconds_text(self.sync_seconds)}",
+                f"prop {seconds_text(self.prop_seconds)}, sync {seconds_text(self.sync_seconds)}"
+                + (f", optimizer step {seconds_text(self.optimizer_seconds)}" if self.optimizer_seconds else ""),
                 f"iteration {seconds_text(self.iteration_seconds)}, {self.tokens_per_second:,.0f} tokens/s, "
                 f"MFU {self.mfu:.1%}",
                 f"peak memory per GPU: {' '.join(f'{gb:.1f}' for gb in self.memory_gb)} GB of "
@@ -724,5 +734,6 @@ def workload_report(workload: Workload, params: EnvParams, completion_time: floa
     memory = gpu_memory_gb(workload, params, gpu_peak_activations)
     return WorkloadReport(fwd_seconds=params.fwd_len, bwd_seconds=params.bwd_len, prop_seconds=params.prop_len,
                           sync_seconds=params.sync_base_len, iteration_seconds=completion_time,
+                          optimizer_seconds=max(params.step_lengths()),
                           tokens_per_second=batch * workload.seq_len / completion_time if completion_time else math.nan,
                           mfu=mfu, memory_gb=memory, gpu_memory_gb=workload.device.memory_gb)

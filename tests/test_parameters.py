@@ -39,7 +39,8 @@ def test_the_table_is_the_dataclass():
     assert columns[:len(PARAMETERS)] == EnvParams.names()
     # a grid that names no parameter of an optional group writes the columns it always wrote
     assert sweep_columns(workload=False)[0] == tuple(c for c in columns if c not in ("stage_weights", "sync_weights",
-                                                                                     "bwd_weights", "dispatch",
+                                                                                     "bwd_weights", "optimizer_len",
+                                                                                     "dispatch",
                                                                                      "memory_limit", "lower_bound",
                                                                                      "bound_gap"))
 

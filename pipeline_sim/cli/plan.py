@@ -48,6 +48,8 @@ def build_parser(prog: str) -> Parser:
                                                                          "(default %(default)s)")
     parser.add_argument("--tp-bandwidth", type=float, default=None, metavar="GB/S",
                         help="tensor-parallel bandwidth per GPU (default: half the GPU's NVLink figure)")
+    parser.add_argument("--optimizer-step", action=argparse.BooleanOptionalAction, default=False,
+                        help="end each iteration with the optimizer step at the GPU's memory bandwidth (default off)")
     parser.add_argument("--jitter", type=float, default=0.0,
                         help="compute and communication jitter (coefficient of variation); above 0 each layout is "
                              "drawn --samples times and ranked by the 95th percentile (default 0: the mean of one "
@@ -125,7 +127,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     def body() -> int:
         base = Workload(model=args.model, gpu=args.gpu, seq_len=args.seq_len, global_batch_size=args.global_batch_size,
                         compute_efficiency=args.compute_efficiency, p2p_bandwidth=args.p2p_bandwidth,
-                        dp_bandwidth=args.dp_bandwidth, tp_bandwidth=args.tp_bandwidth)
+                        dp_bandwidth=args.dp_bandwidth, tp_bandwidth=args.tp_bandwidth,
+                        optimizer_step=args.optimizer_step)
         if args.jitter < 0 or args.jitter > 1:
             raise UserError(f"--jitter {args.jitter}: must be from 0 to 1")
         env = {"compute_jitter": args.jitter, "comm_jitter": args.jitter, "seed": args.seed} if args.jitter else {}

@@ -70,6 +70,7 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
                f"--exclusive grad_sync=a --show-throttling --show-completion-time --no-show")
     groups = {"environment": parser.add_argument_group("environment (see docs/model.md)"),
               "stages": parser.add_argument_group("uneven stages (see docs/model.md section 6.6)"),
+              "optimizer": parser.add_argument_group("the optimizer step (see docs/model.md section 6.7)"),
               "schedule": parser.add_argument_group("schedule (see docs/model.md section 6)"),
               "dispatch": parser.add_argument_group("run-time dispatch (see docs/model.md section 12)")}
     groups["jitter"] = groups["straggler"] = noise = parser.add_argument_group(
@@ -122,6 +123,9 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
                       ("head_on_last", "the output layer and loss on the last stage")):
         work.add_argument("--" + key.replace("_", "-"), action=argparse.BooleanOptionalAction, default=None,
                           help=f"{text} (default on; off: spread evenly over the stages)")
+    work.add_argument("--optimizer-step", action=argparse.BooleanOptionalAction, default=None,
+                      help="end the iteration with each GPU's optimizer step, its parameters' bytes_per_param read "
+                           "and written at the GPU's memory bandwidth (default off)")
     work.add_argument("--recompute", default=None, choices=RECOMPUTE_MODES,
                       help="activation recomputation (default none)")
     work.add_argument("--recompute-per-stage", default=None, metavar="C,C,...",

@@ -60,6 +60,7 @@ from .state import (
     STAGE,
     START,
     STATIC,
+    STEP_CLASS,
     STUCK,
     TAKEN,
     TASK_FLOATS,
@@ -133,7 +134,12 @@ def _settle(now: float, rule: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, 
             if rule != STATIC:
                 C[STACK] = top
                 if P[BUSY, s] < 0:
-                    P[DECIDE, s] = 1
+                    last = order_task[max(order_start[s], order_start[s + 1] - 1)]  # an optimizer step is no
+                    if I[KIND_CLASS, last] == STEP_CLASS and I[WAITING, last] == 0 and \
+                            np.isnan(F[READY, last]):  # decision (section 6.7)
+                        _start(last, s, now, F, I, P, K, C)
+                    else:
+                        P[DECIDE, s] = 1
                 continue
             task = take_next(s, I, P, order_start, order_task) if P[BUSY, s] < 0 else -1
             if task < 0:

@@ -19,6 +19,7 @@ from .state import (
     READY_QUEUE,
     REMAINING,
     SINCE,
+    STEP_CLASS,
     TAKEN,
     WAITING,
 )
@@ -59,7 +60,7 @@ def observe(s: int, now: float, unit: float, memory: int, F: np.ndarray, I: np.n
         out[base + 4] = min(1.0, P[HELD, g] / memory)
         for j in range(first + P[NEXT, g], stop):
             task = order_task[j]
-            if I[WAITING, task] == 0 and np.isnan(F[READY, task]):
+            if I[WAITING, task] == 0 and np.isnan(F[READY, task]) and I[KIND_CLASS, task] < STEP_CLASS:
                 out[base + 5 + I[KIND_CLASS, task]] += 0.25
         for k in range(3):
             out[base + 5 + k] = min(1.0, out[base + 5 + k])

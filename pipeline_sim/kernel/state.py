@@ -25,8 +25,9 @@ RELEASE, TRY_START = 0, 1  # frames of the explicit stack that replaces recursio
 STATIC, GREEDY, CRITICAL_PATH, ZB_ADAPTIVE = range(4)
 #: The rule of an episode (``episode``): each decision is handed back to the caller.
 EXTERNAL = 4
-#: A compute task's class as dispatchers rank it: backward work (B or I) first, then F, then W.
-BACKWARD_CLASS, FORWARD_CLASS, WEIGHT_CLASS = range(3)
+#: A compute task's class as dispatchers rank it: backward work (B or I) first, then F, then W; an optimizer step,
+#: a GPU's last task, is never chosen: it starts itself.
+BACKWARD_CLASS, FORWARD_CLASS, WEIGHT_CLASS, STEP_CLASS = range(4)
 
 
 # The loop's state lives in a few 2D arrays, one row per quantity, so that helpers take a

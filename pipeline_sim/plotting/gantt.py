@@ -25,8 +25,10 @@ KIND_COLORS = {
     TaskKind.FWD_PROP: "#55A868",
     TaskKind.GRAD_PROP: "#DD8452",
     TaskKind.GRAD_SYNC: "#64B5CD",
+    TaskKind.OPTIMIZER_STEP: "#C44E52",
 }
-LEGEND_NAMES = {TaskKind.BACKWARD_INPUT: "backward_input (I)", TaskKind.BACKWARD_WEIGHT: "backward_weight (W)"}
+LEGEND_NAMES = {TaskKind.BACKWARD_INPUT: "backward_input (I)", TaskKind.BACKWARD_WEIGHT: "backward_weight (W)",
+                TaskKind.OPTIMIZER_STEP: "optimizer_step (O)"}
 THROTTLE_COLOR = "#D62728"
 MEMORY_COLOR = "#6A3D9A"
 ROW_HEIGHT = 0.8
