@@ -144,9 +144,11 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                  f"{base.seq_len} tokens: {len(result.tried)} layouts simulated of {result.enumerated}")
         print(f"{title} ({result.pruned_memory} too large for memory, {result.pruned_bound} unable to beat the "
               f"tenth fastest), {elapsed:.1f} s")
-        print(f"{'':>3} {'layout':<62} {rank_by:>14} {'tokens/s':>10} {'MFU':>6} {'GB/GPU':>7}  policy")
-        for rank, outcome in enumerate(result.ranked[:TOP], 1):
-            print(f"{rank:>3} {outcome.layout.describe():<62} {seconds_text(outcome.seconds):>14} "
+        top = result.ranked[:TOP]
+        width = max([len("layout"), *(len(outcome.layout.describe()) for outcome in top)])
+        print(f"{'':>3} {'layout':<{width}} {rank_by:>13} {'tokens/s':>10} {'MFU':>6} {'GB/GPU':>7}  policy")
+        for rank, outcome in enumerate(top, 1):
+            print(f"{rank:>3} {outcome.layout.describe():<{width}} {seconds_text(outcome.seconds):>13} "
                   f"{outcome.tokens_per_second:>10,.0f} {outcome.mfu:>6.1%} {outcome.memory_gb:>7.1f}  "
                   f"{outcome.policy}")
         write_csv(result, output)
