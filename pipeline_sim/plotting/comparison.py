@@ -12,6 +12,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from . import fitted
+
 BEST, DEFAULT, WORST, IDEAL, BOUND = "#1A9850", "#222222", "#D73027", "#4575B4", "#762A83"
 
 
@@ -115,8 +117,8 @@ def plot_schedule_comparison(fig: Figure, summary: pd.DataFrame, *, title: str, 
     best = summary.loc[winner]
     if workload and not bool(summary["memory_fits"].astype(str).eq("True").all()):
         title += "\nred: does not fit in the GPU's memory"
-    fig.suptitle(f"{title}\nfastest: {best['schedule']} with {best['best_policy']} = {best['best_time']:.5g}",
-                 fontsize=10, y=1 - 0.12 / height, va="top")
+    fig.suptitle(fitted(f"{title}\nfastest: {best['schedule']} with {best['best_policy']} = "
+                        f"{best['best_time']:.5g}", fig, 10), fontsize=10, y=1 - 0.12 / height, va="top")
     return {"times": times, "memory": memory}
 
 

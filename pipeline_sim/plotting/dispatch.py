@@ -12,6 +12,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import PercentFormatter
 
+from . import fitted
+
 #: One colour per dispatcher, the static order first; a schedule other than the reference's is drawn faded.
 PALETTE = ("#333333", "#1B9E77", "#D95F02", "#7570B3", "#E7298A", "#66A61E", "#E6AB02", "#A6761D", "#1F78B4")
 LABELS = {"jitter": "compute and communication jitter (coefficient of variation)",
@@ -61,7 +63,7 @@ def plot_dispatch(fig: Figure, family: pd.DataFrame, key: str, *, title: str) ->
     first = top.iloc[0]
     gap = first["mean"] / first["bound"] - 1.0 if first["bound"] > 0 else math.nan
     lines = [f"{row['way']} ({row['mean_vs']:+.1%} mean, {row['p95_vs']:+.1%} p95)" for _, row in top.iterrows()]
-    fig.suptitle(f"{title}\nat {levels[-1]:.0%} jitter, against {reference}: fastest {lines[0]}\n"
-                 + (f"then {lines[1]}; " if len(lines) > 1 else "")
-                 + f"the fastest is still {gap:.1%} above its lower bound", fontsize=9.5)
+    fig.suptitle(fitted(f"{title}\nat {levels[-1]:.0%} jitter, against {reference}: fastest {lines[0]}\n"
+                        + (f"then {lines[1]}; " if len(lines) > 1 else "")
+                        + f"the fastest is still {gap:.1%} above its lower bound", fig, 9.5), fontsize=9.5)
     return {"dispatch": ax}

@@ -22,10 +22,12 @@ from matplotlib.font_manager import FontProperties
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.path import Path
 from matplotlib.textpath import TextPath, text_to_path
+from matplotlib.ticker import AutoLocator
 from PIL import Image
 
 from ..model import COMM_KINDS
 from ..results import METRICS, PRIO_COLUMNS, TIER_COLUMNS, best_rows, policy_family
+from . import fitted
 
 CMAP = "RdYlGn_r"  # green = fast
 DPI = 110
@@ -237,7 +239,8 @@ class HeatmapFigure:
         panels = _panels(rows, self.k, metric)
         times = rows[metric].to_numpy(dtype=float)
         low, high = float(times.min()), float(times.max())
-        self.meshes["simplex"].set_clim(low, high if high > low else low + 1)  # the norm all panels share
+        # the norm all panels share; equal times are one colour on a scale about them, of their own magnitude
+        self.meshes["simplex"].set_clim(low, high if high > low else low + (abs(low) * 1e-3 or 1.0))
         winners = best_rows(rows, metric=metric)
         best = set(rows.index.get_indexer(winners.index))
         for outline in self.outlines:
@@ -269,14 +272,19 @@ class HeatmapFigure:
                                                             linewidth=2.5, clip_on=False)))
         name = METRICS.get(metric, metric)
         self.colorbar.set_label(name if metric == "slowdown" else f"{name} ({unit})")
+        if high > low:
+            self.colorbar.set_ticks(AutoLocator())
+        else:  # one value: one tick, not a scale of equal labels
+            self.colorbar.set_ticks([low], labels=[f"{low:.6g}"])
         worst = rows.loc[rows[metric].idxmax()]
         first = winners.iloc[0]
         gain = 100 * (1 - first[metric] / worst[metric]) if worst[metric] else 0.0
         ties = f" (and {len(winners) - 1} tied)" if len(winners) > 1 else ""
         samples = int(first.get("samples", 1))
         over = f" over {samples} samples" if samples > 1 else ""
-        self.title.set_text(f"{title}\n{name}{over} - best: {first['policy']} = {first[metric]:.6g}{ties};  "
-                            f"worst: {worst['policy']} = {worst[metric]:.6g} - the best is {gain:.1f}% lower")
+        self.title.set_text(fitted(f"{title}\n{name}{over} - best: {first['policy']} = {first[metric]:.6g}{ties};  "
+                                   f"worst: {worst['policy']} = {worst[metric]:.6g} - the best is {gain:.1f}% lower",
+                                   self.fig, 10))
 
 
     def _changing(self) -> list:

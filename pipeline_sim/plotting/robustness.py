@@ -8,6 +8,8 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
+from . import fitted
+
 #: Colours of the policies followed, in the order they are listed.
 PALETTE = ("#1B9E77", "#D95F02", "#7570B3", "#E7298A", "#66A61E", "#E6AB02", "#A6761D", "#666666")
 
@@ -48,5 +50,5 @@ def plot_robustness(fig: Figure, family: pd.DataFrame, key: str, *, title: str, 
     winners = [family[family["level"] == level].nsmallest(1, "mean")["policy"].iloc[0] for level in levels]
     verdict = ("the winner at the lowest level stays the winner at every level" if len(set(winners)) == 1
                else "the winner changes: " + ", ".join(f"{level:.0%}: {w}" for level, w in zip(levels, winners)))
-    fig.suptitle(f"{title}\n{verdict}", fontsize=10)
+    fig.suptitle(fitted(f"{title}\n{verdict}", fig, 10), fontsize=10)
     return {"robustness": ax}
