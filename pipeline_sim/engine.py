@@ -214,6 +214,10 @@ def given_order(params: EnvParams, order: Sequence[Sequence[str]]) -> tuple[tupl
             raise ParameterError("order", f"GPU {gpu}", f"must list each of its {len(own)} tasks once"
                                  + (f"; it lacks {', '.join(texts_of(graph, missing[:3]))}" if missing else
                                     "; a task appears twice"))
+        step = next((i for i in own if graph.tasks[i].kind is TaskKind.OPTIMIZER_STEP), None)
+        if step is not None and tasks[-1] != step:
+            raise ParameterError("order", texts_of(graph, [step])[0], f"must end GPU {gpu}'s order: the optimizer "
+                                 "step waits for every other task of its GPU (docs/model.md section 6.7)")
         result.append(tuple(tasks))
     return tuple(result)
 
@@ -275,8 +279,8 @@ def in_unit(lengths: np.ndarray, unit: float) -> np.ndarray:
 def lower_bound(params: EnvParams, sample: int = 0) -> float:
     """What no dispatcher and no order can beat in the ``sample``-th draw of ``params`` (section 12.2)."""
     arrays = graph_arrays(params)
-    return float(kernel.lower_bound(task_lengths(params, sample), arrays.gpu, arrays.comm, arrays.needs_count,
-                                    arrays.release_start, arrays.release_task, params.num_gpus))
+    return float(kernel.lower_bound(task_lengths(params, sample), arrays.gpu, arrays.comm, arrays.kind_class,
+                                    arrays.needs_count, arrays.release_start, arrays.release_task, params.num_gpus))
 
 
 def simulate(params: EnvParams, policy: Policy, sample: int = 0,
@@ -426,7 +430,8 @@ def _stuck_message(graph: TaskGraph, ready: list[float], end: list[float], next_
         if busy[s] < 0 and next_compute[s] < len(order):
             node = order[next_compute[s]]
             unmet = [str(ident(i)) for i in graph.needs[node] if math.isnan(end[i])]
-            waiting.append(f"{ident(node)} waits for {', '.join(unmet) or 'its predecessor'}")
+            more = f" and {len(unmet) - 3} more" if len(unmet) > 3 else ""
+            waiting.append(f"{ident(node)} waits for {', '.join(unmet[:3]) + more or 'its predecessor'}")
         waiting.extend(f"{ident(i)} is ready but gets no bandwidth" for i, task in enumerate(tasks)
                        if task.gpu == s and task.kind in _COMM_NUMBER and not math.isnan(ready[i])
                        and math.isnan(end[i]))

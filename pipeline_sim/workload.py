@@ -237,6 +237,9 @@ class Workload:
                                                        f"nvlink_bandwidth")
         if self.tp_bandwidth is not None:
             Interval(0.0, low_open=True).check("tp_bandwidth", self.tp_bandwidth)
+        if self.optimizer_step and self.bytes_per_param == 0:
+            raise ParameterError("optimizer_step", True, "needs bytes_per_param > 0: the step reads and writes "
+                                                         "each parameter's bytes")
         if self.optimizer_step and self.device.memory_bandwidth is None:
             raise ParameterError("optimizer_step", True, f"needs the gpu's memory_bandwidth (GB/s), which "
                                                          f"{self.device.name} does not state")
@@ -268,10 +271,12 @@ class Workload:
             return " ".join(map(str, value)) if isinstance(value, tuple) else value
         return {f.name: cell(getattr(self, f.name)) for f in fields(self)}
 
-    def label(self, num_gpus: int) -> str:
-        """``gpt3-175b on 64 x a100-80gb (tensor 8, pipeline 8, data 1), batch 64 x 2048 tokens``."""
+    def label(self, num_gpus: int, n: int | None = None) -> str:
+        """``gpt3-175b on 64 x a100-80gb (tensor 8, pipeline 8, data 1), batch 64 x 2048 tokens``; without a global
+        batch, that of ``n`` micro-batches."""
         total = num_gpus * self.tensor_parallel * self.data_parallel
-        batch = self.global_batch_size if self.global_batch_size is not None else "?"
+        batch = self.global_batch_size if self.global_batch_size is not None else \
+            "?" if n is None else n * self.micro_batch_size * self.data_parallel
         return (f"{self.shape.name} on {total} x {self.device.name} (tensor {self.tensor_parallel}, pipeline "
                 f"{num_gpus}, data {self.data_parallel}), batch {batch} x {self.seq_len} tokens")
 
@@ -285,8 +290,8 @@ def workload_columns(given: Collection[str] = ()) -> tuple[str, ...]:
     """The workload keys of a sweep's rows: all but the optional ones its grid does not give (``given``)."""
     return tuple(key for key in WORKLOAD_KEYS if key not in OPTIONAL_WORKLOAD_KEYS or key in given)
 #: Workload keys that stay empty when nothing gives them and nothing needs them (a custom GPU without NVLink, no
-#: tensor parallelism).
-UNKNOWABLE_KEYS = ("tp_bandwidth",)
+#: tensor parallelism; a batch a grid gives as n).
+UNKNOWABLE_KEYS = ("tp_bandwidth", "global_batch_size")
 
 
 def model_from_cell(text: str) -> ModelShape:
@@ -635,7 +640,9 @@ def workload_environment(workload: Workload, **env: Any) -> EnvParams:
             ("bwd_len", "model", workload.shape.name, "with this gpu, compute_efficiency, micro_batch_size, seq_len "
                                                       "and tensor_parallel"),
             ("prop_len", "p2p_bandwidth", workload.p2p_bandwidth, "for each activation or gradient message"),
-            ("sync_base_len", "dp_bandwidth", workload.dp_bandwidth, "for each gradient sync")):
+            ("sync_base_len", "dp_bandwidth", workload.dp_bandwidth, "for each gradient sync"),
+            ("optimizer_len", "bytes_per_param", workload.bytes_per_param, "for the optimizer step of v mean stages "
+                                                                           "(optimizer_step)")):
         try:  # a derived length out of its domain is said in terms of what the user gave
             PARAMETER[key].domain.check(key, derived[key])
         except ParameterError:
@@ -686,7 +693,8 @@ class WorkloadReport:
         fits = "fits" if self.memory_fits else "DOES NOT FIT"
         return [f"derived times: fwd {seconds_text(self.fwd_seconds)}, bwd {seconds_text(self.bwd_seconds)}, "
                 f"prop {seconds_text(self.prop_seconds)}, sync {seconds_text(self.sync_seconds)}"
-                + (f", optimizer step {seconds_text(self.optimizer_seconds)}" if self.optimizer_seconds else ""),
+                + (f", optimizer step {seconds_text(self.optimizer_seconds)} (fullest GPU)" if self.optimizer_seconds
+                   else ""),
                 f"iteration {seconds_text(self.iteration_seconds)}, {self.tokens_per_second:,.0f} tokens/s, "
                 f"MFU {self.mfu:.1%}",
                 f"peak memory per GPU: {' '.join(f'{gb:.1f}' for gb in self.memory_gb)} GB of "

@@ -8,7 +8,7 @@ import random
 from dataclasses import replace
 
 import pytest
-from conftest import run_here
+from conftest import assert_one_line_error, run_here
 
 from pipeline_sim import calculate_full_pipeline_schedule
 from pipeline_sim.engine import simulate
@@ -149,7 +149,7 @@ def test_a_workloads_step_by_hand():
     schedule = calculate_full_pipeline_schedule(**params.as_dict())
     assert {t.gpu: t.length for t in schedule.tasks if t.kind == _O} == pytest.approx({0: 182.4, 1: 496.0})
     report = workload_report(workload, params, schedule.completion_time, [1.0, 1.0])
-    assert report.lines()[0].endswith("sync 33.9 s, optimizer step 496 s")
+    assert report.lines()[0].endswith("sync 33.9 s, optimizer step 496 s (fullest GPU)")
     # even stages: every GPU steps over the fullest GPU's parameters, 2 x 784 + 128 = 1696
     even = workload_environment(tiny_workload(), num_gpus=2)
     assert even.sync_weights == () and even.step_lengths() == pytest.approx((339.2, 339.2))
@@ -196,3 +196,79 @@ def test_the_visualizer_draws_and_reports_the_step(tmp_path):
                       "--print-order", "--no-show", "--output", str(tmp_path / "g.png"), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "0O0" in result.stdout and (tmp_path / "g.png").stat().st_size > 0
+
+
+def test_the_bound_counts_the_step():
+    """The step follows every other task of its GPU, so it lengthens their tails: a static 1F1B bound on free links
+    stays exact, and no bound falls when a step is added."""
+    free = dict(prop_len=0, sync_base_len=0, fwd_impact=0, bwd_impact=0)
+    assert calculate_full_pipeline_schedule(**free).lower_bound == 33.0
+    stepped = calculate_full_pipeline_schedule(**free, optimizer_len=1)
+    assert stepped.lower_bound == stepped.completion_time == 34.0
+    # the worked example: critical-path meets the bound, 10.5 with equal syncs and 11.25 with sync_weights
+    for weights, bound in (((), 10.5), ((1.5, 0.5), 11.25)):
+        run = calculate_full_pipeline_schedule(**EXAMPLE, optimizer_len=1.5, sync_weights=weights,
+                                               dispatch="critical-path")
+        assert run.lower_bound == run.completion_time == bound
+    rng = random.Random(6)
+    for seed in range(60):
+        params = _random_environment(rng, seed)
+        if params is not None:
+            without = simulate(replace(params, optimizer_len=0.0), DEFAULT_POLICY, 1).lower_bound
+            assert simulate(params, DEFAULT_POLICY, 1).lower_bound >= without
+
+
+def test_an_order_must_end_with_the_step(tmp_path):
+    order = tmp_path / "order.txt"
+    order.write_text("GPU 0: 0O0 0F0 0F1 0B0 0F2 0B1 0F3 0B2 0B3\nGPU 1: 1F0 1B0 1F1 1B1 1F2 1B2 1F3 1B3 1O0\n")
+    args = ["-n", "4", "--num-gpus", "2", "--optimizer-len", "1", "--no-show", "--output", str(tmp_path / "g.png")]
+    result = run_here("schedule_visualizer_single_channel.py", *args, "--order", str(order), cwd=tmp_path)
+    assert_one_line_error(result, "--order: order = '0O0': must end GPU 0's order: the optimizer step waits")
+    order.write_text("GPU 0: 0F0 0F1 0B0 0F2 0B1 0F3 0B2 0B3 0O0\nGPU 1: 1B0 1F0 1F1 1B1 1F2 1B2 1F3 1B3 1O0\n")
+    result = run_here("schedule_visualizer_single_channel.py", *args, "--order", str(order), cwd=tmp_path)
+    assert_one_line_error(result, "the order cannot run to its end: simulation stuck, nothing can progress: 0B0 "
+                                  "waits for 1GP0; 1B0 waits for 1F0")
+
+
+def test_a_workloads_step_out_of_range_names_what_the_user_gave(tmp_path):
+    result = run_here("schedule_visualizer_single_channel.py", "--model", "llama3-8b", "--optimizer-step",
+                      "--bytes-per-param", "1e12", "--no-show", cwd=tmp_path)
+    assert_one_line_error(result, "--bytes-per-param: bytes_per_param = 1000000000000.0: gives optimizer_len = "
+                                  "1.97e+09 s for the optimizer step of v mean stages (optimizer_step)")
+    with pytest.raises(ParameterError, match="optimizer_step = True: needs bytes_per_param > 0"):
+        tiny_workload(bytes_per_param=0)
+
+
+def test_a_plan_with_the_step_says_so(tmp_path):
+    from conftest import run_script
+
+    small = ["--model", "llama3-8b", "--gpu", "h100-80gb", "--gpus", "4", "--global-batch-size", "16", "--seq-len",
+             "2048", "--workers", "1"]
+    plain = run_script("plan.py", *small, cwd=tmp_path)
+    stepped = run_script("plan.py", *small, "--optimizer-step", cwd=tmp_path)
+    assert plain.returncode == stepped.returncode == 0, plain.stderr + stepped.stderr
+    assert "optimizer step" not in plain.stdout.splitlines()[0]
+    assert stepped.stdout.splitlines()[0].startswith("llama3-8b on 4 x h100-80gb, batch 16 x 2048 tokens, "
+                                                     "optimizer step: ")
+    folder = tmp_path / "outputs" / "plan"
+    assert {path.name for path in folder.iterdir()} == {f"plan_llama3-8b_4xh100-80gb{suffix}.{ext}"
+                                                        for suffix in ("", "_opt") for ext in ("csv", "png")}
+    times = {}
+    for suffix in ("", "_opt"):
+        with open(folder / f"plan_llama3-8b_4xh100-80gb{suffix}.csv", newline="") as handle:
+            times[suffix] = float(next(csv.DictReader(handle))["iteration_seconds"])
+    assert times["_opt"] > times[""]
+
+
+def test_a_workload_grid_that_gives_n_is_drawn(tmp_path):
+    model = {"layers": 4, "hidden": 64, "heads": 2, "ffn_hidden": 128, "vocab": 100, "seq_len": 64}
+    config = tmp_path / "c.json"
+    config.write_text(json.dumps({"model": model, "num_gpus": 2, "n": [4, 8], "optimizer_step": True}))
+    result = run_here("data_generator.py", "-c", str(config), "-o", "out.csv", "--step", "0.5", "--workers", "1",
+                      cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    result = run_here("plot_heatmap.py", "out.csv", "-o", "figures", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    names = sorted(path.name for path in (tmp_path / "figures").iterdir())
+    assert len(names) == 3 and all("_opt_" in name or name.endswith("_opt.png") for name in names)
+    assert any("gbs4" in name for name in names) and any("gbs8" in name for name in names)

@@ -132,7 +132,11 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         if args.jitter < 0 or args.jitter > 1:
             raise UserError(f"--jitter {args.jitter}: must be from 0 to 1")
         env = {"compute_jitter": args.jitter, "comm_jitter": args.jitter, "seed": args.seed} if args.jitter else {}
-        output = args.output or Path("outputs/plan") / f"plan_{base.shape.name}_{args.gpus}x{base.device.name}.csv"
+        extras = [*(["optimizer step"] if args.optimizer_step else []),
+                  *([f"jitter {args.jitter:g} (seed {args.seed})"] if args.jitter else [])]
+        suffix = ("_opt" if args.optimizer_step else "") + (f"_j{args.jitter:g}" if args.jitter else "")
+        output = args.output or \
+            Path("outputs/plan") / f"plan_{base.shape.name}_{args.gpus}x{base.device.name}{suffix}.csv"
         output_target(output)
         if output.suffix.lower() != ".csv":
             raise UserError(f"--output {output}: the planner writes CSV; give a path ending in .csv")
@@ -141,7 +145,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
             result, elapsed = _search(base, args, env, cluster)
         rank_by = "p95 iteration" if args.jitter else "iteration"
         title = (f"{base.shape.name} on {args.gpus} x {base.device.name}, batch {args.global_batch_size} x "
-                 f"{base.seq_len} tokens: {len(result.tried)} layouts simulated of {result.enumerated}")
+                 f"{base.seq_len} tokens{''.join(', ' + extra for extra in extras)}: {len(result.tried)} layouts "
+                 f"simulated of {result.enumerated}")
         print(f"{title} ({result.pruned_memory} too large for memory, {result.pruned_bound} unable to beat the "
               f"tenth fastest), {elapsed:.1f} s")
         top = result.ranked[:TOP]

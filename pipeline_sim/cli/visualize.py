@@ -8,11 +8,11 @@ import sys
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from ..engine import given_order, memory_in_force, order_peak, simulate, simulate_figures
+from ..engine import SimulationStuckError, given_order, memory_in_force, order_peak, simulate, simulate_figures
 from ..files import atomic_output, output_target
 from ..learned import load_policy, simulate_learned
 from ..metrics import schedule_metrics
-from ..model import COMM_KINDS, DEFAULT_POLICY, PARAMETERS, SAMPLES, EnvParams, ParameterError, Policy
+from ..model import COMM_KINDS, DEFAULT_POLICY, PARAMETERS, SAMPLES, EnvParams, ParameterError, Policy, TaskKind
 from ..orders import format_orders, parse_orders
 from ..parameters import Parameter, Weights
 from ..results import memory_name, schedule_name, workload_title
@@ -262,8 +262,14 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
             auto = (f"layers per stage (auto): {' '.join(map(str, workload.layers_per_stage))}, "
                     f"{1.0 - time / timed[0][0]:.2%} faster than balanced ({seconds_text(timed[0][0])}; "
                     f"{len(timed)} splits simulated)")
-        schedule = simulate_learned(params, policy, args.sample) if params.learned else \
-            simulate(params, policy, args.sample, None if args.order is None else parse_orders(_read_text(args.order)))
+        try:
+            schedule = simulate_learned(params, policy, args.sample) if params.learned else \
+                simulate(params, policy, args.sample,
+                         None if args.order is None else parse_orders(_read_text(args.order)))
+        except SimulationStuckError as error:
+            if args.order is None:
+                raise
+            raise UserError(f"--order {args.order}: the order cannot run to its end: {error}") from None
         if args.print_order:
             print(format_orders(schedule.order_text()))
         metrics = schedule_metrics(schedule)
@@ -281,8 +287,10 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
         from ..plotting.gantt import LAYOUTS, gantt_title, plot_gantt
 
         rows = params.num_gpus * (len(LAYOUTS[layout]) + args.show_memory + 0.5)
-        # wide enough that the shortest compute bar holds a short label, within what a screen can take
-        shortest = min(task.length for task in schedule.tasks if task.parts and task.length > 0)
+        # wide enough that the shortest compute bar holds a short label, within what a screen can take; an
+        # optimizer step, however short, does not widen the chart
+        shortest = min((task.length for task in schedule.tasks if task.parts and task.length > 0
+                        and task.kind is not TaskKind.OPTIMIZER_STEP), default=schedule.completion_time)
         width = min(max(12.0, schedule.completion_time / shortest * 0.22), 40.0)
         fig, ax = plt.subplots(figsize=(width, 1.2 + 0.42 * rows), layout="constrained")
         plot_gantt(ax, schedule, layout=layout, show_throttling=args.show_throttling,
@@ -299,7 +307,7 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
               f"{schedule.lower_bound:.6g}{unit}: {schedule.bound_gap:.1%} above it), peak activations {peak:g} "
               f"micro-batches; chart: {output}")
         if report is not None and workload is not None:
-            print("\n".join(f"  {line}" for line in [workload.label(params.num_gpus)] + report.lines() +
+            print("\n".join(f"  {line}" for line in [workload.label(params.num_gpus, params.n)] + report.lines() +
                              ([auto] if auto else [])))
         if args.trace:
             with atomic_output(args.trace) as temporary:

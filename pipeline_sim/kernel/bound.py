@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .jit import compiled
+from .state import STEP_CLASS
 
 
 @compiled
@@ -46,9 +47,10 @@ def path_times(length: np.ndarray, needs_count: np.ndarray, release_start: np.nd
 
 
 @compiled
-def lower_bound(length: np.ndarray, gpu: np.ndarray, comm: np.ndarray, needs_count: np.ndarray,
-                release_start: np.ndarray, release_task: np.ndarray, num_gpus: int) -> float:
-    """The largest of the longest dependency path and, over GPUs, earliest head + compute work + least tail."""
+def lower_bound(length: np.ndarray, gpu: np.ndarray, comm: np.ndarray, kind_class: np.ndarray,
+                needs_count: np.ndarray, release_start: np.ndarray, release_task: np.ndarray, num_gpus: int) -> float:
+    """The largest of the longest dependency path and, over GPUs, earliest head + compute work + least tail. A GPU's
+    optimizer step is left out of its sum: it follows every other task there, so it is in each of their tails."""
     head, tail = path_times(length, needs_count, release_start, release_task)
     bound = 0.0
     first = np.full(num_gpus, np.inf)
@@ -58,7 +60,7 @@ def lower_bound(length: np.ndarray, gpu: np.ndarray, comm: np.ndarray, needs_cou
         path = head[i] + length[i] + tail[i]
         if path > bound:
             bound = path
-        if comm[i] < 0:
+        if comm[i] < 0 and kind_class[i] != STEP_CLASS:
             g = gpu[i]
             work[g] += length[i]
             if head[i] < first[g]:
