@@ -56,3 +56,23 @@ def test_numbers_where_readable_and_about_ten_share_labels(tmp_path, step, k, nu
 def test_the_shipped_step_keeps_its_size():
     width, height = HeatmapFigure(10).fig.get_size_inches()
     assert (width, height) == (13.8, 7.6)
+
+
+@pytest.mark.parametrize("factor, label", [(1.0, "completion time (model units)"),
+                                           (1e-6, "completion time (1e-5 model units)"),
+                                           (1e7, "completion time (1e8 model units)")])
+def test_tiny_and_huge_times_are_drawn_in_a_power_of_ten_the_colour_bar_names(tmp_path, factor, label):
+    """A tiny model's times (1e-5 s) would not fit their cells as 0.00002996: they are drawn as 2.996 under a
+    colour bar labelled in 1e-5 of the unit; times between 1e-3 and 1e5 as they are."""
+    rows = _rows(tmp_path, "0.5")
+    rows = rows.assign(completion_time=rows["completion_time"] * factor)
+    figure = HeatmapFigure(2)
+    figure.draw(rows, title="t")
+    assert figure.colorbar.ax.get_ylabel() == label
+    best = rows["completion_time"].min()
+    power = 0 if factor == 1.0 else int(np.floor(np.log10(rows["completion_time"].max())))
+    assert figure.colorbar.formatter(best, 0) == f"{best / 10.0 ** power:.4g}"
+    # one value everywhere: one colour and one tick, at that value
+    same = rows.assign(completion_time=best)
+    figure.draw(same, title="t")
+    assert [float(t) for t in figure.colorbar.get_ticks()] == [best]

@@ -7,6 +7,7 @@ policy is outlined and named. Reads the sweep's rows only; never simulates.
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from pathlib import Path as FilePath
 from typing import IO
@@ -22,7 +23,7 @@ from matplotlib.font_manager import FontProperties
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.path import Path
 from matplotlib.textpath import TextPath, text_to_path
-from matplotlib.ticker import AutoLocator
+from matplotlib.ticker import AutoLocator, FuncFormatter
 from PIL import Image
 
 from ..model import COMM_KINDS
@@ -241,6 +242,11 @@ class HeatmapFigure:
         low, high = float(times.min()), float(times.max())
         # the norm all panels share; equal times are one colour on a scale about them, of their own magnitude
         self.meshes["simplex"].set_clim(low, high if high > low else low + (abs(low) * 1e-3 or 1.0))
+        # times of a tiny model (or a huge one) in a unit of their own power of ten, the colour bar's label saying
+        # it: 3.728 in 1e-4 s, not 0.0003728, so that numbers fit their cells
+        top = max(abs(low), abs(high))
+        power = math.floor(math.log10(top)) if top and not 1e-3 <= top < 1e5 else 0
+        scale = 10.0 ** -power
         winners = best_rows(rows, metric=metric)
         best = set(rows.index.get_indexer(winners.index))
         for outline in self.outlines:
@@ -262,7 +268,7 @@ class HeatmapFigure:
             if self.numbered or name in ("two", "three"):
                 for (r, c), value in np.ndenumerate(matrix):
                     if not np.isnan(value):
-                        paths.append(_number_path(f"{value:.4g}", (r, c) in bold, c + 0.5, r + 0.5,
+                        paths.append(_number_path(f"{value * scale:.4g}", (r, c) in bold, c + 0.5, r + 0.5,
                                                   *self.scales[name]))
                         faces.append(colours[r * matrix.shape[1] + c])
             texts.set_paths(paths)
@@ -271,11 +277,11 @@ class HeatmapFigure:
                 self.outlines.append(ax.add_patch(Rectangle((c, r), 1, 1, fill=False, edgecolor=BEST_EDGE,
                                                             linewidth=2.5, clip_on=False)))
         name = METRICS.get(metric, metric)
-        self.colorbar.set_label(name if metric == "slowdown" else f"{name} ({unit})")
-        if high > low:
-            self.colorbar.set_ticks(AutoLocator())
-        else:  # one value: one tick, not a scale of equal labels
-            self.colorbar.set_ticks([low], labels=[f"{low:.6g}"])
+        scaled = f"1e{power} {unit}" if power else unit
+        self.colorbar.set_label(f"{name} (x 1e{power})" if metric == "slowdown" and power else
+                                name if metric == "slowdown" else f"{name} ({scaled})")
+        self.colorbar.formatter = FuncFormatter(lambda value, _: f"{value * scale:.4g}")
+        self.colorbar.set_ticks(AutoLocator() if high > low else [low])  # one value: one tick
         worst = rows.loc[rows[metric].idxmax()]
         first = winners.iloc[0]
         gain = 100 * (1 - first[metric] / worst[metric]) if worst[metric] else 0.0
