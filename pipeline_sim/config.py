@@ -70,10 +70,15 @@ class ConfigError(ValueError):
     """A config the sweep cannot run; the message is one line naming the key and the value."""
 
 
+def _shown(value: object) -> str:
+    """A config value as its file spells it: JSON's null, true and false; anything else as Python writes it."""
+    return json.dumps(value) if value is None or isinstance(value, bool) else repr(value)
+
+
 def _number(key: str, value: object, where: str) -> int | float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         kind = "an integer" if key in INTEGER_KEYS else "a number"
-        raise ConfigError(f"{where}: {value!r} is not {kind}")
+        raise ConfigError(f"{where}: {_shown(value)} is not {kind}")
     if not math.isfinite(value):
         raise ConfigError(f"{where}: {value!r} is not a finite number")
     if key in INTEGER_KEYS:
@@ -132,9 +137,9 @@ def _workload_values(key: str, raw: object, base: Mapping[str, Any]) -> list:
     values = []
     for item in items:
         if key in BOOLEAN_KEYS and not isinstance(item, bool):
-            raise ConfigError(f"{where}: {item!r} is not true or false")
+            raise ConfigError(f"{where}: {_shown(item)} is not true or false")
         if key in STRING_KEYS and not isinstance(item, str) and key not in WORKLOAD_LIST_KEYS:
-            raise ConfigError(f"{where}: {item!r} is not a name")
+            raise ConfigError(f"{where}: {_shown(item)} is not a name")
         if key not in OBJECT_KEYS + BOOLEAN_KEYS + STRING_KEYS + WORKLOAD_LIST_KEYS:
             item = _number(key, item, where)
         try:
