@@ -61,8 +61,9 @@ def build_parser(prog: str) -> Parser:
                         help="worker processes (default: all %(default)s cores; 1 runs serially)")
     add_cluster_argument(parser)
     parser.add_argument("--output", "-o", type=Path, default=None,
-                        help="CSV of every layout that fits, fastest first (default outputs/plan/plan_<model>_"
-                             "<gpus>x<gpu>.csv); the figure is written beside it as .png")
+                        help="CSV of every layout simulated (each fits in memory), fastest first (default "
+                             "outputs/plan/plan_<model>_<gpus>x<gpu>[_opt][_j<jitter>].csv); the figure is written "
+                             "beside it as .png")
     return parser
 
 

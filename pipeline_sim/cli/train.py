@@ -149,10 +149,12 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                   file=sys.stderr)
         print(f"trained {curve[-1].steps:,} decisions ({curve[-1].episodes:,} iterations) in "
               f"{(time.monotonic() - started) / 60:.1f} min")
-        print(f"validation draws: the kept network (decision {best.steps:,}) saves {best.validation_saving:+.2%} of "
-              f"static zb-h1's time; greedy saves {best.rule_saving:+.2%}")
+        print(f"validation draws, time saved against static zb-h1 (higher is better; 1f1b environments pull it below "
+              f"0): the kept network (decision {best.steps:,}) {best.validation_saving:+.2%}, greedy "
+              f"{best.rule_saving:+.2%}")
         print(f"policy: {output}\ncurve: {curve_csv}, {curve_png}")
-        print(f"compare it on the sweep's own draws: python run_full_pipeline.py -c {args.config}")
+        print(f"compare it on the sweep's own draws: python run_full_pipeline.py -c {args.config} --priority-step 1.0 "
+              f"(a learned row plays the network at each decision: the coarse step keeps the sweep short)")
         return 0
 
     return run_command(prog, body)
