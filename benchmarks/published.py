@@ -1,6 +1,7 @@
 """The model against published measurements: the table of docs/model.md section 13, computed again.
 
     python benchmarks/published.py            # both comparisons, as a Markdown table (about half a minute)
+    python benchmarks/published.py --implied  # per Megatron-LM row, the efficiency that would meet it (a minute)
 
 Megatron-LM's weak-scaling table (Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU
 Clusters Using Megatron-LM", table 1: A100 80 GB, interleaved 1F1B, full recomputation, per-GPU TFLOP/s by their
@@ -121,7 +122,23 @@ def zero_bubble_ratio(row: ZeroBubbleRow) -> float:
     return one_f_one_b / zb_h1
 
 
-def main() -> int:
+def implied_efficiency(row: MegatronRow, steps: int = 14) -> float:
+    """The ``compute_efficiency`` at which our throughput of ``row`` meets the published one (bisection on 0.3 to
+    0.9, ``steps`` halvings): what one efficiency for every shape leaves out, row by row."""
+    low, high = 0.3, 0.9
+    for _ in range(steps):
+        middle = (low + high) / 2
+        low, high = (middle, high) if megatron_tflops(row, middle) < row.tflops else (low, middle)
+    return (low + high) / 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    if (sys.argv[1:] if argv is None else argv) == ["--implied"]:
+        lines = ["| Megatron-LM row | hidden | efficiency that meets it |", "|---|---:|---:|"]
+        lines += [f"| {row.billions:g}B, t {row.tensor} p {row.pipeline} | {row.hidden:,} | "
+                  f"{implied_efficiency(row):.3f} |" for row in MEGATRON]
+        sys.stdout.write("\n".join(lines) + "\n")
+        return 0
     lines = ["| setting | published | ours | error |", "|---|---:|---:|---:|"]
     for i, row in enumerate(MEGATRON):
         ours = megatron_tflops(row)

@@ -23,6 +23,8 @@ def test_megatron_weak_scaling_as_documented(row, error):
 def test_the_calibration_row_is_met():
     row = published.MEGATRON[published.CALIBRATION_ROW]
     assert published.megatron_tflops(row) == pytest.approx(row.tflops, rel=1e-3)
+    # the efficiency that meets the calibration row is the one calibrated, to the bisection's precision
+    assert published.implied_efficiency(row) == pytest.approx(published.EFFICIENCY, abs=1e-3)
 
 
 @pytest.mark.parametrize("row", published.ZERO_BUBBLE, ids=lambda row: f"{row.model}-m{row.micro_batches}")
