@@ -184,6 +184,8 @@ def enumerate_layouts(base: Workload, gpus: int, env: dict[str, object] | None =
                     if p * v > shape.layers or (p == 1 and v > 1):  # chunks on one GPU only add transfers
                         continue
                     for recompute in RECOMPUTE_MODES:
+                        if recompute == "selective" and base.flash_attention:
+                            continue  # what selective recomputes, flash attention never keeps: none's layout again
                         balanced: tuple[int, ...] | None = None  # the split of the first partition
                         for partition, split in PARTITIONS.items():
                             workload = replace(base, tensor_parallel=t, data_parallel=d, micro_batch_size=b,

@@ -441,8 +441,8 @@ def _sync_text(params: EnvParams) -> str:
 
 def _layout_words(w: Workload, *, short: bool) -> list[str]:
     """What departs from a workload's default stages: given layer counts, no embedding or head on their stage, shares
-    recomputed per stage, the optimizer step, a tensor-parallel bandwidth that is not the GPU's; file-name words
-    when ``short``, else title words."""
+    recomputed per stage, the optimizer step, element-wise work, flash attention, a tensor-parallel bandwidth that is
+    not the GPU's; file-name words when ``short``, else title words."""
     words = []
     if isinstance(w.layers_per_stage, tuple):
         counts = PARAMETER["stage_weights"].text(w.layers_per_stage)
@@ -456,6 +456,10 @@ def _layout_words(w: Workload, *, short: bool) -> list[str]:
         words.append(f"rps{shares.replace(',', '-')}" if short else f"recomputed per stage {shares}")
     if w.optimizer_step:
         words.append("opt" if short else "optimizer step")
+    if w.elementwise:
+        words.append("ew" if short else "element-wise work")
+    if w.flash_attention:
+        words.append("flash" if short else "flash attention")
     nvlink = w.device.nvlink_bandwidth
     if w.tensor_parallel > 1 and (nvlink is None or w.tp_bandwidth != nvlink / 2):
         words.append(f"tp{w.tp_bandwidth:g}" if short else f"tp {w.tp_bandwidth:g} GB/s")

@@ -171,6 +171,8 @@ class Workload:
     tp_bandwidth: float | None = None
     recompute_per_stage: tuple[float, ...] | None = None
     optimizer_step: bool = False
+    elementwise: bool = False
+    flash_attention: bool = False
 
     def __post_init__(self) -> None:
         model = _preset("model", self.model, MODEL_PRESETS, ModelShape)
@@ -201,7 +203,7 @@ class Workload:
         Interval(0.0).check("bytes_per_param", self.bytes_per_param)
         Interval(0.0, low_open=True).check("p2p_bandwidth", self.p2p_bandwidth)
         Interval(0.0, low_open=True).check("dp_bandwidth", self.dp_bandwidth)
-        for key in ("embedding_on_first", "head_on_last", "optimizer_step"):
+        for key in ("embedding_on_first", "head_on_last", "optimizer_step", "elementwise", "flash_attention"):
             if not isinstance(getattr(self, key), bool):
                 raise ParameterError(key, getattr(self, key), "must be true or false")
         layers = self.layers_per_stage
@@ -243,6 +245,9 @@ class Workload:
         if self.optimizer_step and self.device.memory_bandwidth is None:
             raise ParameterError("optimizer_step", True, f"needs the gpu's memory_bandwidth (GB/s), which "
                                                          f"{self.device.name} does not state")
+        if self.elementwise and self.device.memory_bandwidth is None:
+            raise ParameterError("elementwise", True, f"needs the gpu's memory_bandwidth (GB/s), which "
+                                                      f"{self.device.name} does not state")
 
     @property
     def shape(self) -> ModelShape:
@@ -283,7 +288,7 @@ class Workload:
 
 WORKLOAD_KEYS = tuple(f.name for f in fields(Workload))
 #: Workload keys a sweep's CSV carries only when its grid gives them (so that older grids write what they always did).
-OPTIONAL_WORKLOAD_KEYS = ("recompute_per_stage", "optimizer_step")
+OPTIONAL_WORKLOAD_KEYS = ("recompute_per_stage", "optimizer_step", "elementwise", "flash_attention")
 
 
 def workload_columns(given: Collection[str] = ()) -> tuple[str, ...]:
@@ -364,7 +369,7 @@ def activation_bytes_per_layer(workload: Workload) -> float:
     sbh, h, a = s * b * shape.hidden, shape.hidden, shape.heads
     if workload.recompute == "full":
         per_token = 2.0
-    elif workload.recompute == "selective":
+    elif workload.recompute == "selective" or workload.flash_attention:  # the attention scores not kept
         per_token = 34.0 / t if workload.sequence_parallel else 10.0 + 24.0 / t
     elif workload.sequence_parallel:
         per_token = (34.0 + 5.0 * a * s / h) / t
@@ -499,14 +504,45 @@ def tp_forward_seconds(workload: Workload) -> float:
     return 4.0 * values * (t - 1) / t * workload.dtype_bytes / (workload.tp_bandwidth * 1e9)
 
 
+#: Element-wise work's backward over its forward: each kernel reads its output's gradient and its saved input and
+#: writes its input's gradient, three tensors where the forward moved two.
+ELEMENTWISE_BACKWARD = 1.5
+
+
+def elementwise_forward_seconds(workload: Workload) -> tuple[float, float]:
+    """Memory-bound element-wise work of one micro-batch's forward (``elementwise``; 0, 0 without it): a layer's and
+    the loss's, their bytes at the GPU's memory bandwidth (docs/model.md section 11).
+
+    A layer's kernels as Megatron-LM runs them, each reading its inputs and writing its outputs once: two layer
+    norms (2 values each of s b h), the attention's softmax (2 of a s^2 b / t) and its dropout (2 and a one-byte
+    mask), two bias-dropout-residual adds (3 values and a mask each) and the MLP's activation (2 of s b f / t, gated
+    3); norms and residual adds on s b h / t with sequence parallelism; no attention scores with ``flash_attention``.
+    The loss reads the logits twice (maximum,
+    then exponentials and sum) and writes the probabilities its backward takes: 3 of s b V / t.
+    """
+    if not workload.elementwise:
+        return 0.0, 0.0
+    shape, s, b, t = workload.shape, workload.seq_len, workload.micro_batch_size, workload.tensor_parallel
+    assert s is not None and workload.device.memory_bandwidth is not None
+    hidden = s * b * shape.hidden / (t if workload.sequence_parallel else 1)
+    scores = 0.0 if workload.flash_attention else shape.heads * s * s * b / t
+    ffn = s * b * shape.ffn_hidden / t
+    values = 10.0 * hidden + 4.0 * scores + (3.0 if shape.gated_mlp else 2.0) * ffn
+    masks = 2.0 * hidden + scores
+    bandwidth = workload.device.memory_bandwidth * 1e9
+    loss = 3.0 * s * b * shape.vocab / t
+    return (values * workload.dtype_bytes + masks) / bandwidth, loss * workload.dtype_bytes / bandwidth
+
+
 def stage_costs(workload: Workload) -> tuple[float, float, float]:
     """Forward seconds of one micro-batch: a layer with its tensor-parallel all-reduces, and what the first and the
     last stage add to their layers (the input embedding, the output layer), as ``derived_parameters`` counts them."""
     shape, t = workload.shape, workload.tensor_parallel
     assert workload.seq_len is not None
     speed = workload.device.tflops * 1e12 * workload.compute_efficiency
-    layer = layer_forward_flops(shape, workload.seq_len) * workload.micro_batch_size / t / speed
-    logits = logits_forward_flops(shape, workload.seq_len) * workload.micro_batch_size / t / speed
+    elementwise, loss = elementwise_forward_seconds(workload)
+    layer = layer_forward_flops(shape, workload.seq_len) * workload.micro_batch_size / t / speed + elementwise
+    logits = logits_forward_flops(shape, workload.seq_len) * workload.micro_batch_size / t / speed + loss
     embedding = embedding_forward_seconds(workload)
     return (layer + tp_forward_seconds(workload), embedding if workload.embedding_on_first else 0.0,
             logits if workload.head_on_last else 0.0)
@@ -523,7 +559,8 @@ def derived_parameters(workload: Workload, *, num_gpus: int, schedule: str = "1f
     stages = num_gpus * v
     layers = stage_layers(workload, stages)
     layer = layer_forward_flops(shape, s) * b / t / speed
-    logits = logits_forward_flops(shape, s) * b / t / speed
+    elementwise, loss = elementwise_forward_seconds(workload)
+    logits = logits_forward_flops(shape, s) * b / t / speed + loss
     comm = tp_forward_seconds(workload)
     embedding = embedding_forward_seconds(workload)
     # Each stage's forward: its layers, each with its tensor-parallel all-reduces, the input embedding on the first
@@ -532,19 +569,21 @@ def derived_parameters(workload: Workload, *, num_gpus: int, schedule: str = "1f
     ends = [(embedding if workload.embedding_on_first and stage == 0 else 0.0) +
             (logits if workload.head_on_last and stage == stages - 1 else 0.0) for stage in range(stages)]
     spread = (0.0 if workload.embedding_on_first else embedding) + (0.0 if workload.head_on_last else logits)
-    stage_forward = [count * (layer + comm) + extra + spread / stages for count, extra in zip(layers, ends)]
+    stage_forward = [count * (layer + comm + elementwise) + extra + spread / stages
+                     for count, extra in zip(layers, ends)]
     if len(set(stage_forward)) == 1 and embedding == 0.0:  # equal stages: a GPU's share as always computed
         fwd = (shape.layers * layer_forward_flops(shape, s) + logits_forward_flops(shape, s)) / num_gpus * b / t \
-            / speed + shape.layers / num_gpus * comm
+            / speed + shape.layers / num_gpus * comm + (shape.layers * elementwise + loss) / num_gpus
         weights: tuple[float, ...] = ()
     else:
         fwd = math.fsum(stage_forward) / num_gpus
         weights = tuple(forward * v / fwd for forward in stage_forward)
-    # a layer's backward is twice its forward's FLOPs with the same all-reduces, plus the forward again (and its
-    # all-reduces) under full recomputation; the ratio of a layer holds for the whole stage
+    # a layer's backward is twice its forward's FLOPs with the same all-reduces and 1.5 times its element-wise
+    # bytes, plus the forward again under full recomputation; the ratio of a layer holds for the whole stage
     recompute = workload.recompute == "full"
-    ratio = ((2.0 + recompute) * layer + (1.0 + recompute) * comm) / (layer + comm)
-    bwd = 2.0 * fwd + (fwd if recompute else 0.0) if comm == 0.0 else ratio * fwd
+    ratio = ((2.0 + recompute) * layer + (1.0 + recompute) * comm + (ELEMENTWISE_BACKWARD + recompute) * elementwise) \
+        / (layer + comm + elementwise)
+    bwd = 2.0 * fwd + (fwd if recompute else 0.0) if comm == 0.0 and elementwise == 0.0 else ratio * fwd
     message = s * b * shape.hidden * workload.dtype_bytes / (t if workload.sequence_parallel else 1)
     held = stage_params(workload, stages)
     share = 2.0 * (d - 1) / d * workload.dtype_bytes / (workload.dp_bandwidth * 1e9)  # seconds per parameter
@@ -597,8 +636,10 @@ def backward_weights(workload: Workload, stages: int) -> tuple[float, ...]:
     speed = workload.device.tflops * 1e12 * workload.compute_efficiency
     layer = layer_forward_flops(shape, workload.seq_len) * workload.micro_batch_size / t / speed
     comm = tp_forward_seconds(workload)
-    base = 2.0 * layer + comm
-    return tuple(((2.0 + c) * layer + (1.0 + c) * comm) / base for c in shares)
+    elementwise = elementwise_forward_seconds(workload)[0]
+    base = 2.0 * layer + comm + ELEMENTWISE_BACKWARD * elementwise
+    return tuple(((2.0 + c) * layer + (1.0 + c) * comm + (ELEMENTWISE_BACKWARD + c) * elementwise) / base
+                 for c in shares)
 
 
 def activation_factors(workload: Workload, stages: int) -> tuple[float, ...]:

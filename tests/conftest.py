@@ -82,6 +82,21 @@ def run_here(script: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess([script, *args], code, stdout.getvalue(), stderr.getvalue())
 
 
+def sweep_csv(folder: Path, name: str, grid: dict) -> tuple[list[str], list[dict[str, str]]]:
+    """Sweep ``grid`` with data_generator.py (policy step 0.5, one worker) into ``folder/<name>.csv``: its header and
+    rows."""
+    import csv
+
+    config = write_config(folder, grid, f"{name}.json")
+    output = folder / f"{name}.csv"
+    result = run_here("data_generator.py", "-c", str(config), "-o", str(output), "--step", "0.5", "--workers", "1",
+                      cwd=folder)
+    assert result.returncode == 0, result.stderr
+    with open(output, newline="") as handle:
+        reader = csv.DictReader(handle)
+        return list(reader.fieldnames or ()), list(reader)
+
+
 def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
     assert result.returncode != 0, result.stdout
     lines = result.stderr.strip().splitlines()

@@ -8,7 +8,7 @@ import random
 from dataclasses import replace
 
 import pytest
-from conftest import assert_one_line_error, run_here
+from conftest import assert_one_line_error, run_here, sweep_csv
 
 from pipeline_sim import calculate_full_pipeline_schedule
 from pipeline_sim.engine import simulate
@@ -171,15 +171,7 @@ def test_a_step_needs_the_memory_bandwidth():
 def test_a_sweep_carries_the_step_only_when_given(tmp_path):
     headers, rows = {}, {}
     for name, extra in (("plain", {}), ("step", {"optimizer_len": [0, 2]})):
-        config = tmp_path / f"{name}.json"
-        config.write_text(json.dumps({"n": 4, "num_gpus": 2} | extra))
-        output = tmp_path / f"{name}.csv"
-        result = run_here("data_generator.py", "-c", str(config), "-o", str(output), "--step", "0.5",
-                          "--workers", "1", cwd=tmp_path)
-        assert result.returncode == 0, result.stderr
-        with open(output, newline="") as handle:
-            reader = csv.DictReader(handle)
-            headers[name], rows[name] = reader.fieldnames, list(reader)
+        headers[name], rows[name] = sweep_csv(tmp_path, name, {"n": 4, "num_gpus": 2} | extra)
     assert "optimizer_len" not in headers["plain"] and "optimizer_len" in headers["step"]
     plain = {row["policy"]: row["completion_time"] for row in rows["plain"]}
     zero = {row["policy"]: row["completion_time"] for row in rows["step"] if float(row["optimizer_len"]) == 0}

@@ -1,11 +1,9 @@
 """Per-stage gradient syncs and backwards (docs/model.md sections 6.6 and 11): ``sync_weights``, ``bwd_weights`` and a
 workload's ``recompute_per_stage``, by hand; bad input in one line; nothing changes without them."""
 
-import csv
-import json
 
 import pytest
-from conftest import assert_one_line_error, run_here
+from conftest import assert_one_line_error, run_here, sweep_csv
 
 from pipeline_sim import calculate_full_pipeline_schedule
 from pipeline_sim.config import ConfigError, EnvironmentGrid
@@ -168,16 +166,8 @@ def test_a_sweep_carries_recompute_per_stage_only_when_given(tmp_path):
     grid = EnvironmentGrid.from_mapping(base | {"recompute_per_stage": [[0, 0.5], [1, 0]]})
     assert [w.recompute_per_stage for _, w in grid.cases()] == [(0.0, 0.5), (1.0, 0.0)]
     assert [p.bwd_weights[0] for p, _ in grid.cases()] == [1.0, 1.5]
-    headers = {}
-    for name, extra in (("plain", {}), ("shares", {"recompute_per_stage": [0, 0.5]})):
-        config = tmp_path / f"{name}.json"
-        config.write_text(json.dumps(base | extra))
-        output = tmp_path / f"{name}.csv"
-        result = run_here("data_generator.py", "-c", str(config), "-o", str(output), "--step", "0.5",
-                          "--workers", "1", cwd=tmp_path)
-        assert result.returncode == 0, result.stderr
-        with open(output, newline="") as handle:
-            headers[name] = next(csv.reader(handle))
+    headers = {name: sweep_csv(tmp_path, name, base | extra)[0]
+               for name, extra in (("plain", {}), ("shares", {"recompute_per_stage": [0, 0.5]}))}
     assert "recompute_per_stage" not in headers["plain"] and "sync_weights" not in headers["plain"]
     assert headers["shares"] == [*headers["plain"][:headers["plain"].index("tp_bandwidth") + 1],
                                  "recompute_per_stage", *headers["plain"][headers["plain"].index("tp_bandwidth") + 1:]]

@@ -50,6 +50,11 @@ def build_parser(prog: str) -> Parser:
                         help="tensor-parallel bandwidth per GPU (default: half the GPU's NVLink figure)")
     parser.add_argument("--optimizer-step", action=argparse.BooleanOptionalAction, default=False,
                         help="end each iteration with the optimizer step at the GPU's memory bandwidth (default off)")
+    parser.add_argument("--elementwise", action=argparse.BooleanOptionalAction, default=False,
+                        help="add the layers' memory-bound element-wise work at the GPU's memory bandwidth (default "
+                             "off)")
+    parser.add_argument("--flash-attention", action=argparse.BooleanOptionalAction, default=False,
+                        help="a fused attention kernel: the attention scores neither kept nor moved (default off)")
     parser.add_argument("--jitter", type=float, default=0.0,
                         help="compute and communication jitter (coefficient of variation); above 0 each layout is "
                              "drawn --samples times and ranked by the 95th percentile (default 0: the mean of one "
@@ -62,8 +67,8 @@ def build_parser(prog: str) -> Parser:
     add_cluster_argument(parser)
     parser.add_argument("--output", "-o", type=Path, default=None,
                         help="CSV of every layout simulated (each fits in memory), fastest first (default "
-                             "outputs/plan/plan_<model>_<gpus>x<gpu>[_opt][_j<jitter>].csv); the figure is written "
-                             "beside it as .png")
+                             "outputs/plan/plan_<model>_<gpus>x<gpu>[_opt][_ew][_flash][_j<jitter>].csv); the figure "
+                             "is written beside it as .png")
     return parser
 
 
@@ -129,13 +134,17 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         base = Workload(model=args.model, gpu=args.gpu, seq_len=args.seq_len, global_batch_size=args.global_batch_size,
                         compute_efficiency=args.compute_efficiency, p2p_bandwidth=args.p2p_bandwidth,
                         dp_bandwidth=args.dp_bandwidth, tp_bandwidth=args.tp_bandwidth,
-                        optimizer_step=args.optimizer_step)
+                        optimizer_step=args.optimizer_step, elementwise=args.elementwise,
+                        flash_attention=args.flash_attention)
         if args.jitter < 0 or args.jitter > 1:
             raise UserError(f"--jitter {args.jitter}: must be from 0 to 1")
         env = {"compute_jitter": args.jitter, "comm_jitter": args.jitter, "seed": args.seed} if args.jitter else {}
-        extras = [*(["optimizer step"] if args.optimizer_step else []),
-                  *([f"jitter {args.jitter:g} (seed {args.seed})"] if args.jitter else [])]
-        suffix = ("_opt" if args.optimizer_step else "") + (f"_j{args.jitter:g}" if args.jitter else "")
+        switches = [(word, short) for on, word, short in (
+            (args.optimizer_step, "optimizer step", "_opt"), (args.elementwise, "element-wise work", "_ew"),
+            (args.flash_attention, "flash attention", "_flash")) if on]
+        extras = [*(word for word, _ in switches), *([f"jitter {args.jitter:g} (seed {args.seed})"] if args.jitter
+                                                     else [])]
+        suffix = "".join(short for _, short in switches) + (f"_j{args.jitter:g}" if args.jitter else "")
         output = args.output or \
             Path("outputs/plan") / f"plan_{base.shape.name}_{args.gpus}x{base.device.name}{suffix}.csv"
         output_target(output)

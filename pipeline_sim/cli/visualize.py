@@ -126,6 +126,11 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
     work.add_argument("--optimizer-step", action=argparse.BooleanOptionalAction, default=None,
                       help="end the iteration with each GPU's optimizer step, its parameters' bytes_per_param read "
                            "and written at the GPU's memory bandwidth (default off)")
+    work.add_argument("--elementwise", action=argparse.BooleanOptionalAction, default=None,
+                      help="add each layer's memory-bound element-wise work (norms, softmax, dropout, activation, "
+                           "residual adds) and the loss's at the GPU's memory bandwidth (default off)")
+    work.add_argument("--flash-attention", action=argparse.BooleanOptionalAction, default=None,
+                      help="a fused attention kernel: the attention scores neither kept nor moved (default off)")
     work.add_argument("--recompute", default=None, choices=RECOMPUTE_MODES,
                       help="activation recomputation (default none)")
     work.add_argument("--recompute-per-stage", default=None, metavar="C,C,...",
