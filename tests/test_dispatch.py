@@ -295,3 +295,24 @@ def test_bad_dispatch_input_on_the_command_line(tmp_path):
     assert_one_line_error(result)
     assert "memory_limit" in result.stderr and "1 is the smallest limit" in result.stderr
     assert not (tmp_path / "x.csv").exists()
+
+
+def test_the_dispatch_figure_names_a_way_hidden_under_another():
+    """Two ways with the same times (or within 1% of the axis) draw one line: the hidden one's legend says which."""
+    import pandas as pd
+
+    from pipeline_sim.plotting.dispatch import _hidden_note
+
+    def rows(way, schedule, dispatch, means):
+        return [{"way": way, "schedule": schedule, "dispatch": dispatch, "level": level, "mean_vs": mean,
+                 "p95_vs": mean, "bound_vs": -0.3} for level, mean in zip((0.0, 0.1), means)]
+
+    family = pd.DataFrame(rows("zb-h1 greedy", "zb-h1", "greedy", (0.0, -0.04))
+                          + rows("zb-h1 zb-adaptive", "zb-h1", "zb-adaptive", (0.0, -0.04))
+                          + rows("1f1b greedy", "1f1b", "greedy", (0.1, 0.0999))
+                          + rows("1f1b", "1f1b", "static", (0.1, 0.1)))
+    way = {name: row for name, row in family.drop_duplicates("way").set_index("way", drop=False).iterrows()}
+    assert _hidden_note(family, way["zb-h1 greedy"], [way["zb-h1 zb-adaptive"]]) == " (same as zb-adaptive)"
+    assert _hidden_note(family, way["1f1b greedy"], [way["1f1b"]]) == " (drawn under 1f1b)"
+    assert _hidden_note(family, way["zb-h1 greedy"], [way["1f1b"]]) == ""
+    assert _hidden_note(family, way["1f1b greedy"], []) == ""

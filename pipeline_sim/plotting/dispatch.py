@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import PercentFormatter
@@ -37,12 +38,14 @@ def plot_dispatch(fig: Figure, family: pd.DataFrame, key: str, *, title: str) ->
     colour = dict(zip(dispatchers, PALETTE * 4))
     order = family.drop_duplicates("way").sort_values(["schedule", "dispatch"], key=lambda column: column.map(
         lambda value: (value != home, value) if column.name == "schedule" else (dispatchers.index(value), value)))
-    for _, way in order.iterrows():
+    ways = [way for _, way in order.iterrows()]
+    for i, way in enumerate(ways):
         rows = family[family["way"] == way["way"]]
         bold = way["schedule"] == home
         style = {"color": colour[way["dispatch"]], "alpha": 1.0 if bold else 0.45}
+        note = _hidden_note(family, way, ways[i + 1:])
         ax.plot(rows["level"], rows["mean_vs"], marker="o", linewidth=2.4 if bold else 1.4, markersize=6,
-                label=way["way"] + (" (reference)" if way["way"] == reference else ""), **style)
+                label=way["way"] + (" (reference)" if way["way"] == reference else "") + note, **style)
         ax.plot(rows["level"], rows["p95_vs"], marker="^", linewidth=1.2 if bold else 0.8, markersize=4,
                 linestyle="--", **style)
     bound = family[family["way"] == reference]
@@ -67,3 +70,25 @@ def plot_dispatch(fig: Figure, family: pd.DataFrame, key: str, *, title: str) ->
                         + (f"then {lines[1]}; " if len(lines) > 1 else "")
                         + f"the fastest is still {gap:.1%} above its lower bound", fig, 9.5), fontsize=9.5)
     return {"dispatch": ax}
+
+
+def _hidden_note(family: pd.DataFrame, way: pd.Series, later: list[pd.Series]) -> str:
+    """`` (same as greedy)`` when a way drawn after ``way`` has its very times, `` (drawn under greedy)`` when its
+    lines come within 1% of the axis everywhere (the later line covers it), else nothing."""
+    def series(name: str) -> np.ndarray:
+        return family.loc[family["way"] == name].sort_values("level")[["mean_vs", "p95_vs"]].to_numpy(dtype=float)
+
+    span = float(np.nanmax(family[["mean_vs", "p95_vs", "bound_vs"]].to_numpy(dtype=float))
+                 - np.nanmin(family[["mean_vs", "p95_vs", "bound_vs"]].to_numpy(dtype=float))) or 1.0
+    mine = series(way["way"])
+    for other in later:
+        theirs = series(other["way"])
+        if theirs.shape != mine.shape:
+            continue
+        name = other["dispatch"] if other["schedule"] == way["schedule"] and other["dispatch"] != "static" \
+            else other["way"]
+        if np.array_equal(theirs, mine):
+            return f" (same as {name})"
+        if np.nanmax(np.abs(theirs - mine)) < 0.01 * span:
+            return f" (drawn under {name})"
+    return ""
