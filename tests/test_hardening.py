@@ -740,7 +740,8 @@ def test_plot_heatmap_can_draw_the_complete_environments_and_name_the_others(tmp
     assert "(has 22 of the 37 policies of its grid)" in result.stdout
 
 
-@pytest.mark.parametrize("value, shown", [("-1e-5", "-1e-05"), ("-inf", "-inf"), ("-2", "-2.0")])
+@pytest.mark.parametrize("value, shown", [("-1e-5", "-1e-05"), ("-inf", "-inf"), ("-2", "-2.0"),
+                                         ("-nan", "nan")])
 def test_a_negative_number_is_a_value_to_check_not_an_unknown_flag(tmp_path, value, shown):
     result = run_here("schedule_visualizer_single_channel.py", "--fwd-len", value, "--no-show", cwd=tmp_path)
     assert_one_line_error(result, f"--fwd-len: fwd_len = {shown}: must be")

@@ -39,6 +39,12 @@ class Parser(argparse.ArgumentParser):
         # a value such as -1e-5 or -inf is a value to check, not an unknown flag (argparse knows only -1 and -1.5)
         self._negative_number_matcher = _NEGATIVE_NUMBER
 
+    def _parse_optional(self, arg_string):  # noqa: D102 - argparse's hook
+        # before argparse reads -nan as -n with the value "an"
+        if self._negative_number_matcher.match(arg_string) and not self._has_negative_number_optionals:
+            return None
+        return super()._parse_optional(arg_string)
+
     def error(self, message: str):  # noqa: D102 - argparse's hook
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
 
