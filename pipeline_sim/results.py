@@ -413,7 +413,7 @@ def _slug_parts(params: EnvParams, workload: Workload | None = None) -> tuple[st
                 f"_p2p{w.p2p_bandwidth:g}_dp{w.dp_bandwidth:g}{_slugs(params, _BESIDE_WORKLOAD)}")
         if (w.dtype_bytes, w.bytes_per_param) != (2, 16.0):
             base += f"_bytes{w.dtype_bytes}_{w.bytes_per_param:g}"
-        base += "".join(f"_{text}" for text in _layout_words(w, short=True))
+        base += "".join(f"_{text}" for text in layout_words(w, short=True))
     else:
         base = _slugs(params, ENVIRONMENT_KEYS)[1:]
     return base, _slugs(params, SCHEDULE_KEYS), "".join(_slugs(params, _group(group)) for group in _NOISE_GROUPS)
@@ -439,10 +439,10 @@ def _sync_text(params: EnvParams) -> str:
     return f"sync {seconds_text(params.sync_base_len)} every {params.sync_freq} backwards"
 
 
-def _layout_words(w: Workload, *, short: bool) -> list[str]:
+def layout_words(w: Workload, *, short: bool) -> list[str]:
     """What departs from a workload's default stages: given layer counts, no embedding or head on their stage, shares
-    recomputed per stage, the optimizer step, element-wise work, flash attention, a tensor-parallel bandwidth that is
-    not the GPU's; file-name words when ``short``, else title words."""
+    recomputed per stage, the optimizer step, element-wise work, flash attention, no dropout, a tensor-parallel
+    bandwidth that is not the GPU's; file-name words when ``short``, else title words."""
     words = []
     if isinstance(w.layers_per_stage, tuple):
         counts = PARAMETER["stage_weights"].text(w.layers_per_stage)
@@ -460,6 +460,8 @@ def _layout_words(w: Workload, *, short: bool) -> list[str]:
         words.append("ew" if short else "element-wise work")
     if w.flash_attention:
         words.append("flash" if short else "flash attention")
+    if not w.dropout:
+        words.append("nodrop" if short else "no dropout")
     nvlink = w.device.nvlink_bandwidth
     if w.tensor_parallel > 1 and (nvlink is None or w.tp_bandwidth != nvlink / 2):
         words.append(f"tp{w.tp_bandwidth:g}" if short else f"tp {w.tp_bandwidth:g} GB/s")
@@ -473,7 +475,7 @@ def workload_title(params: EnvParams, workload: Workload) -> str:
             f", micro-batch {w.micro_batch_size}, {'no' if w.recompute == 'none' else w.recompute} recompute; "
             f"p2p {w.p2p_bandwidth:g} GB/s, "
             f"dp {w.dp_bandwidth:g} GB/s, efficiency {w.compute_efficiency:g}"
-            f"{''.join(', ' + text for text in _layout_words(w, short=False))}\n"
+            f"{''.join(', ' + text for text in layout_words(w, short=False))}\n"
             f"fwd {seconds_text(params.fwd_len)}, bwd {seconds_text(params.bwd_len)}, "
             f"prop {seconds_text(params.prop_len)}, "
             f"{', '.join([_sync_text(params)] + titles(params, _BESIDE_SYNC))}")

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields, replace
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Collection, Mapping, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Collection, Mapping, NamedTuple, Sequence, TypeVar
 
 import numpy as np
 
@@ -173,6 +173,7 @@ class Workload:
     optimizer_step: bool = False
     elementwise: bool = False
     flash_attention: bool = False
+    dropout: bool = True
 
     def __post_init__(self) -> None:
         model = _preset("model", self.model, MODEL_PRESETS, ModelShape)
@@ -203,7 +204,8 @@ class Workload:
         Interval(0.0).check("bytes_per_param", self.bytes_per_param)
         Interval(0.0, low_open=True).check("p2p_bandwidth", self.p2p_bandwidth)
         Interval(0.0, low_open=True).check("dp_bandwidth", self.dp_bandwidth)
-        for key in ("embedding_on_first", "head_on_last", "optimizer_step", "elementwise", "flash_attention"):
+        for key in ("embedding_on_first", "head_on_last", "optimizer_step", "elementwise", "flash_attention",
+                    "dropout"):
             if not isinstance(getattr(self, key), bool):
                 raise ParameterError(key, getattr(self, key), "must be true or false")
         layers = self.layers_per_stage
@@ -288,7 +290,7 @@ class Workload:
 
 WORKLOAD_KEYS = tuple(f.name for f in fields(Workload))
 #: Workload keys a sweep's CSV carries only when its grid gives them (so that older grids write what they always did).
-OPTIONAL_WORKLOAD_KEYS = ("recompute_per_stage", "optimizer_step", "elementwise", "flash_attention")
+OPTIONAL_WORKLOAD_KEYS = ("recompute_per_stage", "optimizer_step", "elementwise", "flash_attention", "dropout")
 
 
 def workload_columns(given: Collection[str] = ()) -> tuple[str, ...]:
@@ -367,14 +369,16 @@ def activation_bytes_per_layer(workload: Workload) -> float:
     shape, s, b, t = workload.shape, workload.seq_len, workload.micro_batch_size, workload.tensor_parallel
     assert s is not None
     sbh, h, a = s * b * shape.hidden, shape.hidden, shape.heads
+    # without dropout no masks: 34 -> 32 (10 -> 8 of them on every tensor rank), 5 a s / h -> 2 a s / h
+    kept, replicated, scores = (34.0, 10.0, 5.0) if workload.dropout else (32.0, 8.0, 2.0)
     if workload.recompute == "full":
         per_token = 2.0
     elif workload.recompute == "selective" or workload.flash_attention:  # the attention scores not kept
-        per_token = 34.0 / t if workload.sequence_parallel else 10.0 + 24.0 / t
+        per_token = kept / t if workload.sequence_parallel else replicated + 24.0 / t
     elif workload.sequence_parallel:
-        per_token = (34.0 + 5.0 * a * s / h) / t
+        per_token = (kept + scores * a * s / h) / t
     else:
-        per_token = 10.0 + 24.0 / t + 5.0 * a * s / (h * t)
+        per_token = replicated + 24.0 / t + scores * a * s / (h * t)
     return sbh * per_token * workload.dtype_bytes / 2.0
 
 
@@ -509,29 +513,41 @@ def tp_forward_seconds(workload: Workload) -> float:
 ELEMENTWISE_BACKWARD = 1.5
 
 
-def elementwise_forward_seconds(workload: Workload) -> tuple[float, float]:
-    """Memory-bound element-wise work of one micro-batch's forward (``elementwise``; 0, 0 without it): a layer's and
-    the loss's, their bytes at the GPU's memory bandwidth (docs/model.md section 11).
+class Elementwise(NamedTuple):
+    """Seconds of memory-bound element-wise work in one micro-batch's forward: a layer's, the part of it on the
+    attention scores (what ``selective`` recomputes), and the loss's."""
+
+    layer: float = 0.0
+    scores: float = 0.0
+    loss: float = 0.0
+
+
+def elementwise_forward(workload: Workload) -> Elementwise:
+    """Memory-bound element-wise work of one micro-batch's forward (``elementwise``; all 0 without it), its bytes at
+    the GPU's memory bandwidth (docs/model.md section 11).
 
     A layer's kernels as Megatron-LM runs them, each reading its inputs and writing its outputs once: two layer
     norms (2 values each of s b h), the attention's softmax (2 of a s^2 b / t) and its dropout (2 and a one-byte
     mask), two bias-dropout-residual adds (3 values and a mask each) and the MLP's activation (2 of s b f / t, gated
-    3); norms and residual adds on s b h / t with sequence parallelism; no attention scores with ``flash_attention``.
-    The loss reads the logits twice (maximum,
-    then exponentials and sum) and writes the probabilities its backward takes: 3 of s b V / t.
+    3); norms and residual adds on s b h / t with sequence parallelism; no attention scores with ``flash_attention``,
+    no dropout kernel nor masks without ``dropout``. The loss casts the logits to 32 bits, reads them twice (maximum,
+    then exponentials and sum) and writes the probabilities its backward takes: dtype_bytes + 16 bytes a logit.
     """
     if not workload.elementwise:
-        return 0.0, 0.0
+        return Elementwise()
     shape, s, b, t = workload.shape, workload.seq_len, workload.micro_batch_size, workload.tensor_parallel
     assert s is not None and workload.device.memory_bandwidth is not None
     hidden = s * b * shape.hidden / (t if workload.sequence_parallel else 1)
     scores = 0.0 if workload.flash_attention else shape.heads * s * s * b / t
     ffn = s * b * shape.ffn_hidden / t
-    values = 10.0 * hidden + 4.0 * scores + (3.0 if shape.gated_mlp else 2.0) * ffn
-    masks = 2.0 * hidden + scores
-    bandwidth = workload.device.memory_bandwidth * 1e9
-    loss = 3.0 * s * b * shape.vocab / t
-    return (values * workload.dtype_bytes + masks) / bandwidth, loss * workload.dtype_bytes / bandwidth
+    dtype, bandwidth = workload.dtype_bytes, workload.device.memory_bandwidth * 1e9
+    if workload.dropout:
+        score_bytes, masks = 4.0 * scores * dtype + scores, 2.0 * hidden
+    else:
+        score_bytes, masks = 2.0 * scores * dtype, 0.0
+    layer = (10.0 * hidden + (3.0 if shape.gated_mlp else 2.0) * ffn) * dtype + masks + score_bytes
+    loss = (dtype + 16.0) * s * b * shape.vocab / t
+    return Elementwise(layer / bandwidth, score_bytes / bandwidth, loss / bandwidth)
 
 
 def stage_costs(workload: Workload) -> tuple[float, float, float]:
@@ -540,9 +556,9 @@ def stage_costs(workload: Workload) -> tuple[float, float, float]:
     shape, t = workload.shape, workload.tensor_parallel
     assert workload.seq_len is not None
     speed = workload.device.tflops * 1e12 * workload.compute_efficiency
-    elementwise, loss = elementwise_forward_seconds(workload)
-    layer = layer_forward_flops(shape, workload.seq_len) * workload.micro_batch_size / t / speed + elementwise
-    logits = logits_forward_flops(shape, workload.seq_len) * workload.micro_batch_size / t / speed + loss
+    work = elementwise_forward(workload)
+    layer = layer_forward_flops(shape, workload.seq_len) * workload.micro_batch_size / t / speed + work.layer
+    logits = logits_forward_flops(shape, workload.seq_len) * workload.micro_batch_size / t / speed + work.loss
     embedding = embedding_forward_seconds(workload)
     return (layer + tp_forward_seconds(workload), embedding if workload.embedding_on_first else 0.0,
             logits if workload.head_on_last else 0.0)
@@ -559,7 +575,8 @@ def derived_parameters(workload: Workload, *, num_gpus: int, schedule: str = "1f
     stages = num_gpus * v
     layers = stage_layers(workload, stages)
     layer = layer_forward_flops(shape, s) * b / t / speed
-    elementwise, loss = elementwise_forward_seconds(workload)
+    work = elementwise_forward(workload)
+    elementwise, loss = work.layer, work.loss
     logits = logits_forward_flops(shape, s) * b / t / speed + loss
     comm = tp_forward_seconds(workload)
     embedding = embedding_forward_seconds(workload)
@@ -579,10 +596,12 @@ def derived_parameters(workload: Workload, *, num_gpus: int, schedule: str = "1f
         fwd = math.fsum(stage_forward) / num_gpus
         weights = tuple(forward * v / fwd for forward in stage_forward)
     # a layer's backward is twice its forward's FLOPs with the same all-reduces and 1.5 times its element-wise
-    # bytes, plus the forward again under full recomputation; the ratio of a layer holds for the whole stage
+    # bytes, plus the forward again under full recomputation (the attention scores' element-wise work again under
+    # selective); the ratio of a layer holds for the whole stage
     recompute = workload.recompute == "full"
-    ratio = ((2.0 + recompute) * layer + (1.0 + recompute) * comm + (ELEMENTWISE_BACKWARD + recompute) * elementwise) \
-        / (layer + comm + elementwise)
+    scores = work.scores if workload.recompute == "selective" else 0.0
+    ratio = ((2.0 + recompute) * layer + (1.0 + recompute) * comm + (ELEMENTWISE_BACKWARD + recompute) * elementwise
+             + scores) / (layer + comm + elementwise)
     bwd = 2.0 * fwd + (fwd if recompute else 0.0) if comm == 0.0 and elementwise == 0.0 else ratio * fwd
     message = s * b * shape.hidden * workload.dtype_bytes / (t if workload.sequence_parallel else 1)
     held = stage_params(workload, stages)
@@ -636,10 +655,11 @@ def backward_weights(workload: Workload, stages: int) -> tuple[float, ...]:
     speed = workload.device.tflops * 1e12 * workload.compute_efficiency
     layer = layer_forward_flops(shape, workload.seq_len) * workload.micro_batch_size / t / speed
     comm = tp_forward_seconds(workload)
-    elementwise = elementwise_forward_seconds(workload)[0]
-    base = 2.0 * layer + comm + ELEMENTWISE_BACKWARD * elementwise
-    return tuple(((2.0 + c) * layer + (1.0 + c) * comm + (ELEMENTWISE_BACKWARD + c) * elementwise) / base
-                 for c in shares)
+    work = elementwise_forward(workload)
+    scores = work.scores if workload.recompute == "selective" else 0.0  # the layers not fully recomputed
+    base = 2.0 * layer + comm + ELEMENTWISE_BACKWARD * work.layer + scores
+    return tuple(((2.0 + c) * layer + (1.0 + c) * comm + (ELEMENTWISE_BACKWARD + c) * work.layer
+                  + (1.0 - c) * scores) / base for c in shares)
 
 
 def activation_factors(workload: Workload, stages: int) -> tuple[float, ...]:
@@ -675,11 +695,11 @@ def workload_environment(workload: Workload, **env: Any) -> EnvParams:
     derived = derived_parameters(workload, num_gpus=base.num_gpus, schedule=base.schedule, chunks=base.chunks,
                                  n=env.get("n", EnvParams().n))
     sync_freq = env.get("sync_freq", derived["n"])
+    compute = "with this gpu, compute_efficiency, micro_batch_size, seq_len and tensor_parallel" + \
+        (" (and the gpu's memory_bandwidth, for elementwise)" if workload.elementwise else "")
     for key, given, value, what in (
-            ("fwd_len", "model", workload.shape.name, "with this gpu, compute_efficiency, micro_batch_size, seq_len "
-                                                      "and tensor_parallel"),
-            ("bwd_len", "model", workload.shape.name, "with this gpu, compute_efficiency, micro_batch_size, seq_len "
-                                                      "and tensor_parallel"),
+            ("fwd_len", "model", workload.shape.name, compute),
+            ("bwd_len", "model", workload.shape.name, compute),
             ("prop_len", "p2p_bandwidth", workload.p2p_bandwidth, "for each activation or gradient message"),
             ("sync_base_len", "dp_bandwidth", workload.dp_bandwidth, "for each gradient sync"),
             ("optimizer_len", "bytes_per_param", workload.bytes_per_param, "for the optimizer step of v mean stages "

@@ -55,6 +55,9 @@ def build_parser(prog: str) -> Parser:
                              "off)")
     parser.add_argument("--flash-attention", action=argparse.BooleanOptionalAction, default=False,
                         help="a fused attention kernel: the attention scores neither kept nor moved (default off)")
+    parser.add_argument("--dropout", action=argparse.BooleanOptionalAction, default=True,
+                        help="dropout on the attention probabilities and residual branches, its masks kept and "
+                             "written (default on; --no-dropout for models trained without it, such as Llama)")
     parser.add_argument("--jitter", type=float, default=0.0,
                         help="compute and communication jitter (coefficient of variation); above 0 each layout is "
                              "drawn --samples times and ranked by the 95th percentile (default 0: the mean of one "
@@ -67,8 +70,8 @@ def build_parser(prog: str) -> Parser:
     add_cluster_argument(parser)
     parser.add_argument("--output", "-o", type=Path, default=None,
                         help="CSV of every layout simulated (each fits in memory), fastest first (default "
-                             "outputs/plan/plan_<model>_<gpus>x<gpu>[_opt][_ew][_flash][_j<jitter>].csv); the figure "
-                             "is written beside it as .png")
+                             "outputs/plan/plan_<model>_<gpus>x<gpu>[_opt][_ew][_flash][_nodrop][_j<jitter>].csv); the "
+                             "figure is written beside it as .png")
     return parser
 
 
@@ -135,13 +138,13 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                         compute_efficiency=args.compute_efficiency, p2p_bandwidth=args.p2p_bandwidth,
                         dp_bandwidth=args.dp_bandwidth, tp_bandwidth=args.tp_bandwidth,
                         optimizer_step=args.optimizer_step, elementwise=args.elementwise,
-                        flash_attention=args.flash_attention)
+                        flash_attention=args.flash_attention, dropout=args.dropout)
         if args.jitter < 0 or args.jitter > 1:
             raise UserError(f"--jitter {args.jitter}: must be from 0 to 1")
         env = {"compute_jitter": args.jitter, "comm_jitter": args.jitter, "seed": args.seed} if args.jitter else {}
         switches = [(word, short) for on, word, short in (
             (args.optimizer_step, "optimizer step", "_opt"), (args.elementwise, "element-wise work", "_ew"),
-            (args.flash_attention, "flash attention", "_flash")) if on]
+            (args.flash_attention, "flash attention", "_flash"), (not args.dropout, "no dropout", "_nodrop")) if on]
         extras = [*(word for word, _ in switches), *([f"jitter {args.jitter:g} (seed {args.seed})"] if args.jitter
                                                      else [])]
         suffix = "".join(short for _, short in switches) + (f"_j{args.jitter:g}" if args.jitter else "")

@@ -15,7 +15,7 @@ from ..metrics import schedule_metrics
 from ..model import COMM_KINDS, DEFAULT_POLICY, PARAMETERS, SAMPLES, EnvParams, ParameterError, Policy, TaskKind
 from ..orders import format_orders, parse_orders
 from ..parameters import Parameter, Weights
-from ..results import memory_name, schedule_name, workload_title
+from ..results import layout_words, memory_name, schedule_name, workload_title
 from ..taskgraph import build_task_graph, check_size
 from ..trace import chrome_trace
 from ..workload import (
@@ -98,7 +98,8 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
                            "object with layers, hidden, heads, ffn_hidden, vocab[, kv_heads, gated_mlp, seq_len]")
     work.add_argument("--gpu", default=None, metavar="NAME|JSON",
                       help="a100-40gb, a100-80gb (default), h100-80gb, h200-141gb, or a JSON object with tflops, "
-                           "memory_gb")
+                           "memory_gb[, memory_bandwidth, nvlink_bandwidth] (GB/s; memory_bandwidth is needed by "
+                           "--elementwise and --optimizer-step, nvlink_bandwidth by --tensor-parallel)")
     for key, kind, text in (
             ("seq_len", int, "tokens per sequence (default: the model's training length)"),
             ("compute_efficiency", float, "achieved share of peak FLOP/s (default 0.5)"),
@@ -131,6 +132,9 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
                            "residual adds) and the loss's at the GPU's memory bandwidth (default off)")
     work.add_argument("--flash-attention", action=argparse.BooleanOptionalAction, default=None,
                       help="a fused attention kernel: the attention scores neither kept nor moved (default off)")
+    work.add_argument("--dropout", action=argparse.BooleanOptionalAction, default=None,
+                      help="dropout on the attention probabilities and residual branches, its masks kept and written "
+                           "(default on; --no-dropout for models trained without it, such as Llama)")
     work.add_argument("--recompute", default=None, choices=RECOMPUTE_MODES,
                       help="activation recomputation (default none)")
     work.add_argument("--recompute-per-stage", default=None, metavar="C,C,...",
@@ -289,6 +293,7 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
         show = use_display(args.no_show)
         import matplotlib.pyplot as plt
 
+        from ..plotting import fitted
         from ..plotting.gantt import LAYOUTS, gantt_title, plot_gantt
 
         rows = params.num_gpus * (len(LAYOUTS[layout]) + args.show_memory + 0.5)
@@ -301,9 +306,10 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
         plot_gantt(ax, schedule, layout=layout, show_throttling=args.show_throttling,
                    show_completion_time=args.show_completion_time, show_memory=args.show_memory,
                    stage_chunk=build_task_graph(params).stage_chunk, seconds=workload is not None)
-        ax.set_title(gantt_title(schedule, schedule_name=name, ideal_time=ideal,
-                                 workload=workload_title(params, workload) if workload else None),
-                     fontsize=9, loc="left")
+        # left-aligned over the axes, which start a tenth of the way in
+        title = gantt_title(schedule, schedule_name=name, ideal_time=ideal,
+                            workload=workload_title(params, workload) if workload else None)
+        ax.set_title(fitted(title, fig, 9, share=0.88), fontsize=9, loc="left")
         with atomic_output(output) as temporary:
             fig.savefig(temporary, dpi=130, format=image_format)
         peak = metrics.peak_activations
@@ -312,8 +318,9 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
               f"{schedule.lower_bound:.6g}{unit}: {schedule.bound_gap:.1%} above it), peak activations {peak:g} "
               f"micro-batches; chart: {output}")
         if report is not None and workload is not None:
-            print("\n".join(f"  {line}" for line in [workload.label(params.num_gpus, params.n)] + report.lines() +
-                             ([auto] if auto else [])))
+            label = workload.label(params.num_gpus, params.n) + \
+                "".join(f", {word}" for word in layout_words(workload, short=False))
+            print("\n".join(f"  {line}" for line in [label] + report.lines() + ([auto] if auto else [])))
         if args.trace:
             with atomic_output(args.trace) as temporary:
                 temporary.write_text(json.dumps(chrome_trace(schedule)))
