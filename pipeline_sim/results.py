@@ -407,7 +407,7 @@ def _slug_parts(params: EnvParams, workload: Workload | None = None) -> tuple[st
     """The environment, its schedule and its noise, as file-name pieces."""
     if workload is not None:
         w = workload
-        base = (f"{_safe(w.shape.name)}_{_safe(w.device.name)}_p{params.num_gpus}_t{w.tensor_parallel}"
+        base = (f"{safe_name(w.shape.name)}_{safe_name(w.device.name)}_p{params.num_gpus}_t{w.tensor_parallel}"
                 f"_d{w.data_parallel}_mbs{w.micro_batch_size}_gbs{params.n * w.micro_batch_size * w.data_parallel}"
                 f"_s{w.seq_len}{'_sp' if w.sequence_parallel else ''}_{w.recompute}_eff{w.compute_efficiency:g}"
                 f"_p2p{w.p2p_bandwidth:g}_dp{w.dp_bandwidth:g}{_slugs(params, _BESIDE_WORKLOAD)}")
@@ -419,7 +419,7 @@ def _slug_parts(params: EnvParams, workload: Workload | None = None) -> tuple[st
     return base, _slugs(params, SCHEDULE_KEYS), "".join(_slugs(params, _group(group)) for group in _NOISE_GROUPS)
 
 
-def _safe(name: str) -> str:
+def safe_name(name: str) -> str:
     """A model or GPU name in a file name (a custom one's fields without spaces and signs)."""
     return name.replace(" ", "-").replace("=", "")
 

@@ -99,6 +99,8 @@ def test_a_plan_that_nothing_answers():
     (["--model", "llama3-8b", "--gpus", "8", "--global-batch-size", "8", "--jitter", "2"], ("--jitter 2.0",)),
     (["--model", "llama3-8b", "--gpus", "8", "--global-batch-size", "8", "-o", "x.txt"], ("ending in .csv",)),
     (["--model", "llama3-8b", "--gpus", "0", "--global-batch-size", "8"], ("--gpus",)),
+    (["--model", '{"layers": 4', "--gpus", "8", "--global-batch-size", "8"], ("""model = '{"layers": 4': is not""",)),
+    (["--model", '{"layers": 4}', "--gpus", "8", "--global-batch-size", "8"], ("model = {'layers': 4}: lacks hidden",)),
 ])
 def test_bad_plans_get_one_line(tmp_path, args, fragments):
     assert_one_line_error(run_script("plan.py", *args, cwd=tmp_path), *fragments)
@@ -111,3 +113,16 @@ def test_under_jitter_layouts_rank_by_the_95th_percentile_of_their_draws():
     times = [simulate_figures(best.layout.params, [policy], sample)[0, 0] for sample in range(5)]
     assert best.seconds == pytest.approx(np.percentile(times, 95))
     assert [o.seconds for o in result.ranked] == sorted(o.seconds for o in result.ranked)
+
+
+def test_a_custom_model_and_gpu_as_json(tmp_path):
+    model = '{"layers": 4, "hidden": 256, "heads": 8, "ffn_hidden": 1024, "vocab": 1000, "seq_len": 512}'
+    gpu = '{"tflops": 100, "memory_gb": 16, "nvlink_bandwidth": 200}'
+    result = run_script("plan.py", "--model", model, "--gpu", gpu, "--gpus", "4", "--global-batch-size", "16",
+                        "--workers", "1", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("layers=4 hidden=256 heads=8 kv_heads=8 ffn_hidden=1024 vocab=1000 seq_len=512 "
+                                    "on 4 x tflops=100 memory_gb=16 nvlink_bandwidth=200, batch 16 x 512 tokens")
+    name = "plan_layers4-hidden256-heads8-kv_heads8-ffn_hidden1024-vocab1000-seq_len512_4xtflops100-memory_gb16-" \
+           "nvlink_bandwidth200"
+    assert sorted(path.name for path in (tmp_path / "outputs" / "plan").iterdir()) == [f"{name}.csv", f"{name}.png"]

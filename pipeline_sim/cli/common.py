@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import signal
@@ -47,6 +48,18 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str):  # noqa: D102 - argparse's hook
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def preset_or_object(key: str, text: str) -> str | dict:
+    """A ``--model`` or ``--gpu`` value: a preset's name as given, or the object of fields its JSON spells."""
+    if not text.lstrip().startswith("{"):
+        return text
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        from ..model import ParameterError
+
+        raise ParameterError(key, text, f"is not a JSON object ({error.msg})") from None
 
 
 def add_cluster_argument(parser: argparse.ArgumentParser) -> None:

@@ -13,6 +13,7 @@ from typing import Sequence
 from ..cluster import ClusterLost, DaskCluster, connected
 from ..files import atomic_output, output_target
 from ..plan import COLUMNS, TOP, PlanResult, plan
+from ..results import safe_name
 from ..workload import GPU_PRESETS, MODEL_PRESETS, Workload, seconds_text
 from .common import (
     Parser,
@@ -20,6 +21,7 @@ from .common import (
     add_cluster_argument,
     check_interrupt,
     positive_int,
+    preset_or_object,
     ready_kernel,
     run_command,
     script_name,
@@ -34,8 +36,12 @@ def build_parser(prog: str) -> Parser:
         "in memory or cannot beat the tenth fastest are left out before simulating; the fastest ten are simulated "
         "again over a policy grid. Prints the ten fastest that fit, writes every layout simulated to a CSV and "
         "draws iteration time against memory per GPU (docs/model.md section 14)."))
-    parser.add_argument("--model", required=True, help=f"a preset: {', '.join(MODEL_PRESETS)}")
-    parser.add_argument("--gpu", default="h100-80gb", help=f"a preset: {', '.join(GPU_PRESETS)} (default %(default)s)")
+    parser.add_argument("--model", required=True, metavar="NAME|JSON",
+                        help=f"a preset ({', '.join(MODEL_PRESETS)}) or a JSON object with layers, hidden, heads, "
+                             f"ffn_hidden, vocab[, kv_heads, gated_mlp, seq_len]")
+    parser.add_argument("--gpu", default="h100-80gb", metavar="NAME|JSON",
+                        help=f"a preset ({', '.join(GPU_PRESETS)}; default %(default)s) or a JSON object with tflops, "
+                             f"memory_gb[, memory_bandwidth, nvlink_bandwidth]")
     parser.add_argument("--gpus", type=positive_int, required=True, help="GPUs in all")
     parser.add_argument("--global-batch-size", type=positive_int, required=True, help="sequences per iteration")
     parser.add_argument("--seq-len", type=positive_int, default=None, help="tokens per sequence (default: the "
@@ -134,7 +140,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     args = build_parser(prog).parse_args(argv)
 
     def body() -> int:
-        base = Workload(model=args.model, gpu=args.gpu, seq_len=args.seq_len, global_batch_size=args.global_batch_size,
+        base = Workload(model=preset_or_object("model", args.model), gpu=preset_or_object("gpu", args.gpu),
+                        seq_len=args.seq_len, global_batch_size=args.global_batch_size,
                         compute_efficiency=args.compute_efficiency, p2p_bandwidth=args.p2p_bandwidth,
                         dp_bandwidth=args.dp_bandwidth, tp_bandwidth=args.tp_bandwidth,
                         optimizer_step=args.optimizer_step, elementwise=args.elementwise,
@@ -149,7 +156,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                                                      else [])]
         suffix = "".join(short for _, short in switches) + (f"_j{args.jitter:g}" if args.jitter else "")
         output = args.output or \
-            Path("outputs/plan") / f"plan_{base.shape.name}_{args.gpus}x{base.device.name}{suffix}.csv"
+            Path("outputs/plan") / \
+            f"plan_{safe_name(base.shape.name)}_{args.gpus}x{safe_name(base.device.name)}{suffix}.csv"
         output_target(output)
         if output.suffix.lower() != ".csv":
             raise UserError(f"--output {output}: the planner writes CSV; give a path ending in .csv")

@@ -28,7 +28,7 @@ from ..workload import (
     workload_environment,
     workload_report,
 )
-from .common import Parser, UserError, ready_kernel, run_command, script_name, use_display
+from .common import Parser, UserError, preset_or_object, ready_kernel, run_command, script_name, use_display
 
 #: The flag that sets each library parameter, for error messages.
 FLAGS = {
@@ -173,11 +173,8 @@ def _environment(args) -> tuple[EnvParams, Workload | None]:
             raise ParameterError(next(iter(keys)), next(iter(keys.values())), "needs --model")
         return EnvParams(**env), None
     for key in ("model", "gpu"):
-        if key in keys and keys[key].lstrip().startswith("{"):
-            try:
-                keys[key] = json.loads(keys[key])
-            except json.JSONDecodeError as error:
-                raise ParameterError(key, keys[key], f"is not a JSON object ({error.msg})") from None
+        if key in keys:
+            keys[key] = preset_or_object(key, keys[key])
     if "recompute_per_stage" in keys:
         keys["recompute_per_stage"] = Weights.parse(keys["recompute_per_stage"], "recompute_per_stage")
     if keys.get("layers_per_stage", "balanced") not in ("balanced", "auto"):
