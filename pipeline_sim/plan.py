@@ -38,6 +38,8 @@ from .workload import (
 
 #: Tensor parallelism stays within a node, whose GPUs NVLink joins (tp_bandwidth is NVLink's).
 GPUS_PER_NODE = 8
+#: Why a GPU without an NVLink figure (and no tp_bandwidth given) gets no tensor parallelism.
+NO_TENSOR_PARALLEL = "the gpu states no nvlink_bandwidth; give it, or --tp-bandwidth"
 MICRO_BATCH_SIZES = (1, 2, 4)
 #: The schedules searched, each with two chunks where it has chunks (the one-chunk ones dominate gpipe and dualpipe-v
 #: is left to the sweep: its two-way traffic needs a policy grid of its own to be judged).
@@ -321,9 +323,11 @@ def plan(base: Workload, gpus: int, *, env: dict[str, object] | None = None, sam
     if base.global_batch_size is None:
         raise PlanError("global_batch_size = None: the planner needs the global batch (sequences per iteration)")
     found = enumerate_layouts(base, gpus, env)
+    degrees = f"tensor degrees dividing {gpus} up to {GPUS_PER_NODE} and its {base.shape.heads} heads" \
+        if base.tp_bandwidth is not None else f"tensor degree 1 only ({NO_TENSOR_PARALLEL})"
     if not found.enumerated:
-        raise PlanError(f"gpus = {gpus}: no layout of {base.shape.name} on {gpus} GPUs; tried tensor degrees "
-                        f"dividing {gpus} up to {GPUS_PER_NODE} and its {base.shape.heads} heads, pipeline degrees up "
+        raise PlanError(f"gpus = {gpus}: no layout of {base.shape.name} on {gpus} GPUs; tried {degrees}, "
+                        f"pipeline degrees up "
                         f"to its {base.shape.layers} layers, micro-batches {'/'.join(map(str, MICRO_BATCH_SIZES))} "
                         f"whose product with the data-parallel degree divides the global batch "
                         f"{base.global_batch_size}")
@@ -332,7 +336,8 @@ def plan(base: Workload, gpus: int, *, env: dict[str, object] | None = None, sam
     if not small:
         raise PlanError(f"model = {base.shape.name}: fits no layout on {gpus} x {base.device.name}; the least "
                         f"parameter and optimizer memory, {found.least_static[0]:.1f} GB per GPU "
-                        f"({found.least_static[1]}), is above its {gpu_memory:g} GB before any activation")
+                        f"({found.least_static[1]}), is above its {gpu_memory:g} GB before any activation"
+                        + (f"; tensor degree 1 only ({NO_TENSOR_PARALLEL})" if base.tp_bandwidth is None else ""))
     small.sort(key=lambda layout: layout.bound)
     total = len(small) + min(TOP, len(small))
     live: list[float] = []  # the TOP fastest fitting times screened so far, ascending
@@ -381,7 +386,8 @@ def plan(base: Workload, gpus: int, *, env: dict[str, object] | None = None, sam
         where = f"; the least simulated was {lightest.memory_gb:.1f} GB ({lightest.layout.describe()})" \
             if lightest else ""
         raise PlanError(f"model = {base.shape.name}: fits no layout on {gpus} x {base.device.name} with "
-                        f"{gpu_memory:g} GB per GPU, recomputation included{where}")
+                        f"{gpu_memory:g} GB per GPU, recomputation included{where}"
+                        + (f"; tensor degree 1 only ({NO_TENSOR_PARALLEL})" if base.tp_bandwidth is None else ""))
     improved = {}  # the fastest, again over the policy grid
     for old, new in zip(fitting[:TOP], _map(_policy_pass, ((o, samples) for o in fitting[:TOP]), workers, cluster)):
         improved[id(old)] = new

@@ -101,6 +101,9 @@ def test_a_plan_that_nothing_answers():
     (["--model", "llama3-8b", "--gpus", "0", "--global-batch-size", "8"], ("--gpus",)),
     (["--model", '{"layers": 4', "--gpus", "8", "--global-batch-size", "8"], ("""model = '{"layers": 4': is not""",)),
     (["--model", '{"layers": 4}', "--gpus", "8", "--global-batch-size", "8"], ("model = {'layers': 4}: lacks hidden",)),
+    (["--model", "[1, 2]", "--gpus", "8", "--global-batch-size", "8"], ("model = '[1, 2]': is not a JSON object",)),
+    (["--model", "llama3-8b", "--gpu", '{"tflops": 989, "memory_gb": 20}', "--gpus", "8", "--global-batch-size", "8"],
+     ("fits no layout on 8 x tflops=989 memory_gb=20", "tensor degree 1 only (the gpu states no nvlink_bandwidth")),
 ])
 def test_bad_plans_get_one_line(tmp_path, args, fragments):
     assert_one_line_error(run_script("plan.py", *args, cwd=tmp_path), *fragments)
@@ -118,6 +121,12 @@ def test_under_jitter_layouts_rank_by_the_95th_percentile_of_their_draws():
 def test_a_custom_model_and_gpu_as_json(tmp_path):
     model = '{"layers": 4, "hidden": 256, "heads": 8, "ffn_hidden": 1024, "vocab": 1000, "seq_len": 512}'
     gpu = '{"tflops": 100, "memory_gb": 16, "nvlink_bandwidth": 200}'
+    result = run_script("plan.py", "--model", model, "--gpu", gpu.replace(', "nvlink_bandwidth": 200', ""), "--gpus",
+                        "4", "--global-batch-size", "16", "--workers", "1", "-o", "alone.csv", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert ", tensor degree 1 only (the gpu states no nvlink_bandwidth; give it, or --tp-bandwidth): " in \
+        result.stdout.splitlines()[0]
+    assert " t 2 " not in result.stdout and " t 1 " in result.stdout
     result = run_script("plan.py", "--model", model, "--gpu", gpu, "--gpus", "4", "--global-batch-size", "16",
                         "--workers", "1", cwd=tmp_path)
     assert result.returncode == 0, result.stderr

@@ -52,14 +52,17 @@ class Parser(argparse.ArgumentParser):
 
 def preset_or_object(key: str, text: str) -> str | dict:
     """A ``--model`` or ``--gpu`` value: a preset's name as given, or the object of fields its JSON spells."""
-    if not text.lstrip().startswith("{"):
+    if text.lstrip()[:1] not in ("{", "[", '"'):
         return text
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as error:
-        from ..model import ParameterError
+    from ..model import ParameterError
 
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
         raise ParameterError(key, text, f"is not a JSON object ({error.msg})") from None
+    if not isinstance(value, dict):
+        raise ParameterError(key, text, "is not a JSON object of fields, nor a preset's name")
+    return value
 
 
 def add_cluster_argument(parser: argparse.ArgumentParser) -> None:

@@ -12,7 +12,7 @@ from typing import Sequence
 
 from ..cluster import ClusterLost, DaskCluster, connected
 from ..files import atomic_output, output_target
-from ..plan import COLUMNS, TOP, PlanResult, plan
+from ..plan import COLUMNS, NO_TENSOR_PARALLEL, TOP, PlanResult, plan
 from ..results import safe_name
 from ..workload import GPU_PRESETS, MODEL_PRESETS, Workload, seconds_text
 from .common import (
@@ -118,8 +118,9 @@ def _search(base: Workload, args: argparse.Namespace, env: dict[str, object],
 
     def progress(done: int, total: int) -> None:
         if not bars:
+            # none when stderr is not a terminal: what it drew there would precede an error's one line
             bars.append(tqdm(total=total, unit="layout", file=sys.stderr, dynamic_ncols=True, mininterval=0.5,
-                             leave=False))
+                             leave=False, disable=None))
         bars[0].total = total
         bars[0].update(done - bars[0].n)
         check_interrupt()
@@ -153,7 +154,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
             (args.optimizer_step, "optimizer step", "_opt"), (args.elementwise, "element-wise work", "_ew"),
             (args.flash_attention, "flash attention", "_flash"), (not args.dropout, "no dropout", "_nodrop")) if on]
         extras = [*(word for word, _ in switches), *([f"jitter {args.jitter:g} (seed {args.seed})"] if args.jitter
-                                                     else [])]
+                                                     else []),
+                  *([f"tensor degree 1 only ({NO_TENSOR_PARALLEL})"] if base.tp_bandwidth is None else [])]
         suffix = "".join(short for _, short in switches) + (f"_j{args.jitter:g}" if args.jitter else "")
         output = args.output or \
             Path("outputs/plan") / \
