@@ -105,14 +105,24 @@ def graph_arrays(params: EnvParams) -> GraphArrays:
     ints = lambda values: np.array(values, dtype=np.int64)  # noqa: E731
     arrays = GraphArrays(
         ints([t.gpu for t in tasks]), ints([-1 if t.receiver is None else t.receiver for t in tasks]),
-        ints([_COMM_NUMBER.get(t.kind, -1) for t in tasks]), ints([t.stage for t in tasks]),
+        ints([_COMM_NUMBER[t.kind.priority_class] if not t.kind.is_compute else -1 for t in tasks]),
+        ints([t.stage for t in tasks]),
         ints([t.index for t in tasks]), np.array([t.impact for t in tasks], dtype=float),
-        ints([len(needs) for needs in graph.needs]), *_rows(graph.releases), *_rows(graph.orders),
+        ints([len(needs) for needs in graph.needs]), *_rows(_release_lists(graph)), *_rows(graph.orders),
         *_rows(graph.peers), ints([_KIND_CLASS.get(t.kind, -1) for t in tasks]), _reserve(graph),
         *activation_changes(tasks, params))
     for array in arrays:
         array.flags.writeable = False
     return arrays
+
+
+def _release_lists(graph: TaskGraph) -> list[tuple[int, ...]]:
+    """What each task's end releases; then, per task, the transfers its start issues, and last those issued at
+    time 0 (docs/model.md section 15): the kernel reads row ``n + i`` when task i starts and row ``2n`` at time 0."""
+    issued: list[list[int]] = [[] for _ in range(len(graph.tasks) + 1)]
+    for transfer, issuer in sorted(graph.issued_by.items()):
+        issued[issuer].append(transfer)  # -1, time 0: the last row
+    return [*graph.releases, *map(tuple, issued)]
 
 
 def gpu_rooms(params: EnvParams) -> list[int]:
@@ -433,7 +443,7 @@ def _stuck_message(graph: TaskGraph, ready: list[float], end: list[float], next_
             more = f" and {len(unmet) - 3} more" if len(unmet) > 3 else ""
             waiting.append(f"{ident(node)} waits for {', '.join(unmet[:3]) + more or 'its predecessor'}")
         waiting.extend(f"{ident(i)} is ready but gets no bandwidth" for i, task in enumerate(tasks)
-                       if task.gpu == s and task.kind in _COMM_NUMBER and not math.isnan(ready[i])
+                       if task.gpu == s and not task.kind.is_compute and not math.isnan(ready[i])
                        and math.isnan(end[i]))
     return "simulation stuck, nothing can progress: " + "; ".join(waiting or ["no task is ready"])
 
@@ -443,7 +453,8 @@ def calculate_full_pipeline_schedule(
         prop_len: float = 1.0, sync_base_len: float = 2.0, fwd_impact: float = 0.2, bwd_impact: float = 0.2,
         ingress_capacity: float = 1.0, schedule: str = "1f1b", chunks: int = 2, w_fraction: float = 0.5,
         fb_overlap: float = 0.0, stage_weights: Sequence[float] = (), sync_weights: Sequence[float] = (),
-        bwd_weights: Sequence[float] = (), optimizer_len: float = 0.0, dispatch: str = "static",
+        bwd_weights: Sequence[float] = (), optimizer_len: float = 0.0, zero: int = 0, gather_len: float = 0.0,
+        cp_len: float = 0.0, dispatch: str = "static",
         memory_limit: float = 0.0, compute_jitter: float = 0.0, comm_jitter: float = 0.0,
         jitter_dist: str = "lognormal", slow_gpu: int = -1, slow_factor: float = 1.0, seed: int = 0, sample: int = 0,
         priorities: Mapping[str, float] | None = None, exclusive_tiers: Mapping[str, str] | None = None,
@@ -458,7 +469,9 @@ def calculate_full_pipeline_schedule(
     of them, chunks included; empty: all 1), multiplies each stage's forward, backward and
     weight work and its activations (docs/model.md section 6.6); ``sync_weights`` each stage's ``grad_sync`` and
     ``bwd_weights`` its backward alone, the same way; ``optimizer_len`` (0: none) is the work of each GPU's
-    optimizer step after its last ``grad_sync`` (section 6.7). ``priorities`` maps a transfer kind (``fwd_prop``,
+    optimizer step after its last ``grad_sync`` (section 6.7). ``zero`` (1 to 3) shards data parallelism with
+    all-gathers of ``gather_len`` work; ``cp_len`` (0: none) is the attention exchange of context parallelism
+    (section 15). ``priorities`` maps a transfer kind (``fwd_prop``,
     ``grad_prop``, ``grad_sync``) to a shared priority in [0, 1] (missing kinds get 1.0);
     ``exclusive_tiers`` maps a kind to a tier letter, ``'a'`` highest, which overrides its
     shared priority. ``compute_jitter`` and ``comm_jitter`` are the coefficients of

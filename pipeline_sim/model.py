@@ -42,6 +42,11 @@ class TaskKind(StrEnum):
     GRAD_PROP = "grad_prop"
     GRAD_SYNC = "grad_sync"
     OPTIMIZER_STEP = "optimizer_step"
+    PARAM_GATHER = "param_gather"
+    FWD_GATHER = "fwd_gather"
+    BWD_GATHER = "bwd_gather"
+    KV_EXCHANGE = "kv_exchange"
+    KV_GRAD_EXCHANGE = "kv_grad_exchange"
 
     @property
     def code(self) -> str:
@@ -49,7 +54,12 @@ class TaskKind(StrEnum):
 
     @property
     def is_compute(self) -> bool:
-        return self not in COMM_KINDS
+        return self not in TRANSFER_KINDS
+
+    @property
+    def priority_class(self) -> TaskKind:
+        """The kind of ``COMM_KINDS`` whose priority and tier this transfer takes (docs/model.md section 15)."""
+        return PRIORITY_CLASS[self]
 
 
 _KIND_CODE = {
@@ -62,11 +72,24 @@ _KIND_CODE = {
     TaskKind.GRAD_PROP: "GP",
     TaskKind.GRAD_SYNC: "GS",
     TaskKind.OPTIMIZER_STEP: "O",
+    TaskKind.PARAM_GATHER: "PG",
+    TaskKind.FWD_GATHER: "FG",
+    TaskKind.BWD_GATHER: "BG",
+    TaskKind.KV_EXCHANGE: "KV",
+    TaskKind.KV_GRAD_EXCHANGE: "KG",
 }
 _CODE_KIND = {code: kind for kind, code in _KIND_CODE.items()}
 
 #: The communication kinds, in the order that breaks exclusive-tier ties.
 COMM_KINDS: tuple[TaskKind, ...] = (TaskKind.FWD_PROP, TaskKind.GRAD_PROP, TaskKind.GRAD_SYNC)
+#: Every kind of transfer: the three a policy names, then the traffic of sharded data parallelism and of context
+#: parallelism (docs/model.md section 15), each of which takes the priority and tier of one of the three.
+PRIORITY_CLASS: dict[TaskKind, TaskKind] = {
+    **{kind: kind for kind in COMM_KINDS},
+    TaskKind.PARAM_GATHER: TaskKind.GRAD_SYNC, TaskKind.FWD_GATHER: TaskKind.GRAD_SYNC,
+    TaskKind.BWD_GATHER: TaskKind.GRAD_SYNC, TaskKind.KV_EXCHANGE: TaskKind.FWD_PROP,
+    TaskKind.KV_GRAD_EXCHANGE: TaskKind.GRAD_PROP}
+TRANSFER_KINDS: tuple[TaskKind, ...] = tuple(PRIORITY_CLASS)
 #: The kinds of work a GPU's compute channel runs.
 COMPUTE_KINDS: tuple[TaskKind, ...] = (TaskKind.FORWARD, TaskKind.BACKWARD, TaskKind.BACKWARD_INPUT,
                                        TaskKind.BACKWARD_WEIGHT, TaskKind.OVERLAP_F_B, TaskKind.OPTIMIZER_STEP)
@@ -216,8 +239,9 @@ class EnvParams:
 
     n: int = parameter(8, Integers(1), "micro-batches per iteration", short="n", label="n", group="environment",
                        metavar="N", flags=("-n", "--num_groups"))
-    num_gpus: int = parameter(4, Integers(1), "pipeline stages, one GPU each", short="gpus", label="GPUs",
-                              group="environment", metavar="P")
+    num_gpus: int = parameter(4, Integers(1), "the pipeline degree: GPUs of one pipeline, a stage (or v chunks) "
+                              "each", short="gpus", label="GPUs", group="environment", metavar="P",
+                              flags=("--num-gpus", "--pipeline-parallel"))
     sync_freq: int = parameter(1, Integers(1), "a grad_sync follows every SYNC_FREQ-th backward", short="sf",
                                label="sync_freq", group="environment")
     fwd_len: float = parameter(1.0, Lengths(), "work of one forward", short="fwd", label="fwd", group="environment")
@@ -257,6 +281,15 @@ class EnvParams:
     optimizer_len: float = parameter(0.0, Lengths(zero=True), "work of each GPU's optimizer step after its last "
                                      "grad_sync, for 1/p of the model (times its stages' sync weights); 0: none",
                                      short="opt", label="optimizer", group="optimizer")
+    zero: int = parameter(0, Integers(0, 3), "sharded data parallelism (ZeRO stage; FSDP is 3): 1 and 2 gather each "
+                          "GPU's updated parameters after its step, 3 gathers a stage's before each forward and "
+                          "backward", short="zero", label="zero", group="strategies", metavar="Z")
+    gather_len: float = parameter(0.0, Lengths(zero=True), "work of one all-gather of 1/p of the model's parameters "
+                                  "(times a stage's sync weight), for zero >= 1", short="gather", label="gather",
+                                  group="strategies")
+    cp_len: float = parameter(0.0, Lengths(zero=True), "work of the attention exchange of context parallelism in one "
+                              "forward of 1/p of the model (a backward's is twice, a stage's times its weight); 0: "
+                              "none", short="cp", label="cp exchange", group="strategies")
     dispatch: str = parameter("static", Dispatchers(DISPATCHERS, case_insensitive=True),
                               "who chooses a free GPU's next compute task: the schedule's order, a rule at run "
                               "time (case-insensitive), or a learned policy's file", short="", label="",
@@ -297,6 +330,9 @@ class EnvParams:
                 raise ParameterError(name, getattr(self, name),
                                      f"must have one weight per stage: {stages} for {spec.name} on {self.num_gpus} "
                                      f"GPUs ({spec.v(self.chunks)} per GPU), or none for every stage 1")
+        if self.gather_len > 0 and self.zero == 0:
+            raise ParameterError("gather_len", self.gather_len, "is the work of a sharded all-gather: it needs "
+                                 "zero 1, 2 or 3")
         if not self.slow_gpu < self.num_gpus:
             raise ParameterError("slow_gpu", self.slow_gpu,
                                  f"must be -1 (no straggler) or a GPU 0..{self.num_gpus - 1}")
@@ -343,13 +379,22 @@ class EnvParams:
         """The factor on stage ``stage``'s backward alone, on top of its stage weight (section 6.6)."""
         return self.bwd_weights[stage] if self.bwd_weights else 1.0
 
+    def _gpu_shares(self) -> list[float]:
+        """Per GPU, the sync weights of its stages over v: its share of the parameters, 1 with equal stages."""
+        spec, v = get_schedule(self.schedule), self.v
+        shares = [0.0] * self.num_gpus
+        for stage in range(self.num_gpus * v):
+            shares[spec.placement(stage, self.num_gpus, v)] += self.sync_weight(stage) / v
+        return shares
+
     def step_lengths(self) -> tuple[float, ...]:
         """Each GPU's optimizer step (section 6.7): ``optimizer_len`` times the sync weights of its stages over v."""
-        spec, v = get_schedule(self.schedule), self.v
-        steps = [0.0] * self.num_gpus
-        for stage in range(self.num_gpus * v):
-            steps[spec.placement(stage, self.num_gpus, v)] += self.sync_weight(stage) / v
-        return tuple(self.optimizer_len * step for step in steps)
+        return tuple(self.optimizer_len * share for share in self._gpu_shares())
+
+    def gather_lengths(self) -> tuple[float, ...]:
+        """Each GPU's all-gather of its updated parameters after its step under zero 1 and 2 (section 15): like
+        the step, ``gather_len`` times the sync weights of its stages over v."""
+        return tuple(self.gather_len * share for share in self._gpu_shares())
 
     @property
     def learned(self) -> str | None:
@@ -378,7 +423,7 @@ class EnvParams:
         ``UNIT_FLOOR``, the largest power of two not above the shortest, so that the engine's absolute tolerances
         stay a billionth of the shortest work. Dividing by it and multiplying back are exact."""
         shortest = min(length for length in (self.fwd_len, self.bwd_len, self.prop_len, self.sync_base_len,
-                                             self.optimizer_len) if length > 0.0)
+                                             self.optimizer_len, self.gather_len, self.cp_len) if length > 0.0)
         return 1.0 if shortest >= UNIT_FLOOR else math.ldexp(1.0, math.frexp(shortest)[1] - 1)
 
 

@@ -23,10 +23,10 @@ UNIT_FLOOR = 1e-6
 
 #: Parameter groups, in the order flags, file names and titles list them. A group's parameters matter to a
 #: simulation only under a condition (``EnvParams.relevant``): the schedule's own, and the noise's when there is any.
-GROUPS = ("environment", "schedule", "stages", "optimizer", "dispatch", "jitter", "straggler")
+GROUPS = ("environment", "schedule", "stages", "optimizer", "strategies", "dispatch", "jitter", "straggler")
 #: Groups whose parameters a grid's output has columns for only when the grid names one of them, so that a grid
 #: written before they existed writes the columns it always wrote.
-OPTIONAL_GROUPS = ("stages", "optimizer", "dispatch")
+OPTIONAL_GROUPS = ("stages", "optimizer", "strategies", "dispatch")
 
 
 class ParameterError(ValueError):

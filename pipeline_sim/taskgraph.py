@@ -13,13 +13,16 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .model import COMM_KINDS, Action, EnvParams, Pair, ParameterError, TaskKind, sync_points
+from .model import TRANSFER_KINDS, Action, EnvParams, Pair, ParameterError, TaskKind, sync_points
 from .noise import KIND_NUMBERS, standard_normals, work_factors
 from .orders import build_orders
 from .schedules import get_schedule
 
 _F, _B, _I, _W = TaskKind.FORWARD, TaskKind.BACKWARD, TaskKind.BACKWARD_INPUT, TaskKind.BACKWARD_WEIGHT
 _O = TaskKind.OPTIMIZER_STEP
+#: Transfers issued when a compute task starts, or at time 0 (docs/model.md section 15): the prefetched gathers of
+#: zero 3 and the attention exchanges of context parallelism.
+ISSUED_KINDS = (TaskKind.FWD_GATHER, TaskKind.BWD_GATHER, TaskKind.KV_EXCHANGE, TaskKind.KV_GRAD_EXCHANGE)
 
 
 class GraphTask(NamedTuple):
@@ -43,7 +46,8 @@ class TaskGraph(NamedTuple):
     the one compute task that sends it); ``releases[i]`` the tasks whose wait ends with
     task ``i``, transfers first. ``peers[g]`` are the GPUs that ``g`` exchanges transfers
     with; ``stage_gpu[s]`` is where stage ``s`` lives and ``stage_chunk[s]`` which of its
-    GPU's chunks it is (0 for the first).
+    GPU's chunks it is (0 for the first). ``issued_by`` maps each transfer that a compute task's start issues
+    (section 15) to that task, or to -1 when it is issued at time 0; such a transfer has no ``needs``.
     """
 
     params: EnvParams
@@ -54,6 +58,7 @@ class TaskGraph(NamedTuple):
     peers: tuple[tuple[int, ...], ...]
     stage_gpu: tuple[int, ...]
     stage_chunk: tuple[int, ...]
+    issued_by: dict[int, int]
 
 
 class ScheduleError(ValueError):
@@ -68,11 +73,13 @@ def estimated_tasks(params: EnvParams) -> int:
     """An upper bound on the tasks of ``params``' graph, computed without building it.
 
     Per micro-batch and stage: a forward, a backward (or its I and W halves) and the two
-    pipeline transfers; plus the gradient syncs and the optimizer steps.
+    pipeline transfers; plus the gradient syncs, the optimizer steps and the traffic of section 15.
     """
     stages = params.num_gpus * params.v
     syncs = stages * (params.n // params.sync_freq + 1)
-    return params.n * stages * 5 + syncs + (params.num_gpus if params.optimizer_len > 0 else 0)
+    per_microbatch = 5 + (2 if params.zero == 3 and params.gather_len > 0 else 0) + (2 if params.cp_len > 0 else 0)
+    per_gpu = (params.optimizer_len > 0) + (params.zero in (1, 2) and params.gather_len > 0)
+    return params.n * stages * per_microbatch + syncs + params.num_gpus * per_gpu
 
 
 def check_size(params: EnvParams, hint: str = "") -> None:
@@ -147,6 +154,9 @@ def _build(params: EnvParams) -> TaskGraph:
     backwards = [params.bwd_len * params.stage_weight(s) * params.bwd_weight(s) / v for s in range(stages)]
     syncs = [params.sync_base_len / v * params.sync_weight(s) for s in range(stages)]
     steps = params.step_lengths()
+    gathers = params.gather_lengths()
+    per_stage_gather = [params.gather_len / v * params.sync_weight(s) for s in range(stages)]
+    exchanges = [params.cp_len / v * params.stage_weight(s) for s in range(stages)]
     w_fraction, fwd_impact, bwd_impact = params.w_fraction, params.fwd_impact, params.bwd_impact
     tasks = []
     for task in structure.tasks:
@@ -165,6 +175,14 @@ def _build(params: EnvParams) -> TaskGraph:
                 backward * w_fraction
         elif kind is TaskKind.GRAD_SYNC:
             length = syncs[task.stage]
+        elif kind is TaskKind.PARAM_GATHER:
+            length = gathers[task.gpu]
+        elif kind in (TaskKind.FWD_GATHER, TaskKind.BWD_GATHER):
+            length = per_stage_gather[task.stage]
+        elif kind is TaskKind.KV_EXCHANGE:
+            length = exchanges[task.stage]
+        elif kind is TaskKind.KV_GRAD_EXCHANGE:  # the keys' and values' gradients travel back with them
+            length = 2.0 * exchanges[task.stage]
         else:
             length = params.prop_len
         tasks.append(GraphTask(kind, task.gpu, task.stage, task.index, length, task.receiver, task.parts, impact))
@@ -177,9 +195,10 @@ _STRUCTURES: dict[tuple, TaskGraph] = {}
 
 def _structure(params: EnvParams) -> TaskGraph:
     """The graph of ``params`` but for each task's work and impact (zero): what depends only on the schedule,
-    p, v, n, the sync frequency, whether pairs are split and whether the GPUs step an optimizer."""
+    p, v, n, the sync frequency, whether pairs are split, whether the GPUs step an optimizer, and which gathers and
+    exchanges there are."""
     key = (params.schedule, params.num_gpus, params.v, params.n, params.sync_freq, params.dispatch != "static",
-           params.optimizer_len > 0)
+           params.optimizer_len > 0, params.zero if params.gather_len > 0 else 0, params.cp_len > 0)
     graph = _STRUCTURES.pop(key, None)
     if graph is None:
         graph = _structure_of(params)
@@ -211,6 +230,7 @@ def _structure_of(params: EnvParams) -> TaskGraph:
     where: dict[tuple, int] = {}  # ("part", kind, stage, mb) or (transfer kind, stage, index) -> task
     gpu_orders = []
     step_needs: list[list[int]] = []  # per GPU, what its optimizer step waits for
+    gather_needs: dict[int, list[int]] = {}  # a GPU's gather of updated parameters: what it waits for
     for gpu in range(p):
         order = []
         for action in orders[gpu]:
@@ -240,11 +260,26 @@ def _structure_of(params: EnvParams) -> TaskGraph:
             for k in range(len(syncs)):
                 where[TaskKind.GRAD_SYNC, s, k] = len(tasks)
                 tasks.append(GraphTask(TaskKind.GRAD_SYNC, gpu, s, k, 0.0))
+        per_use = params.zero == 3 and params.gather_len > 0
+        for s in mine:  # zero 3: a stage's parameters gathered before each forward and backward (section 15)
+            for kind in (TaskKind.FWD_GATHER, TaskKind.BWD_GATHER) if per_use else ():
+                for m in range(n):
+                    where[kind, s, m] = len(tasks)
+                    tasks.append(GraphTask(kind, gpu, s, m, 0.0))
+            for kind in (TaskKind.KV_EXCHANGE, TaskKind.KV_GRAD_EXCHANGE) if params.cp_len > 0 else ():
+                for m in range(n):
+                    where[kind, s, m] = len(tasks)
+                    tasks.append(GraphTask(kind, gpu, s, m, 0.0))
+        finals = [*order, *(where[TaskKind.GRAD_SYNC, s, k] for s in mine for k in range(len(syncs)))]
         if params.optimizer_len > 0:  # the GPU's last task (section 6.7)
-            first_sync = len(tasks) - len(mine) * len(syncs)
-            step_needs.append([*order, *range(first_sync, len(tasks))])
+            step_needs.append(finals)
             gpu_orders[gpu] += (len(tasks),)
+            finals = [len(tasks)]
             tasks.append(GraphTask(_O, gpu, mine[0], 0, 0.0, parts=(Action(_O, mine[0], 0),)))
+        if params.zero in (1, 2) and params.gather_len > 0:  # the updated parameters gathered after the step
+            where[TaskKind.PARAM_GATHER, gpu] = len(tasks)
+            gather_needs[len(tasks)] = finals
+            tasks.append(GraphTask(TaskKind.PARAM_GATHER, gpu, mine[0], 0, 0.0))
 
     def part_task(kind: TaskKind, stage: int, mb: int) -> int | None:
         return where.get(("part", kind, stage, mb))
@@ -269,17 +304,25 @@ def _structure_of(params: EnvParams) -> TaskGraph:
         if task.kind is _O:  # every other compute task of its GPU and every sync of its stages
             needs[i] = step_needs[task.gpu]
             continue
+        if task.kind is TaskKind.PARAM_GATHER:
+            needs[i] = gather_needs[i]
+            continue
         for action in task.parts:
             kind, s, m = action
             if kind is _F:
                 if s > 0:
                     needs[i].append(arrival(TaskKind.FWD_PROP, s - 1, m, the_part((_F, s - 1, m))))
+                if (TaskKind.FWD_GATHER, s, m) in where:
+                    needs[i].append(where[TaskKind.FWD_GATHER, s, m])
             elif kind is _W:
                 needs[i].append(the_part((_I, s, m)))
-            elif s < stages - 1:
-                needs[i].append(arrival(TaskKind.GRAD_PROP, s + 1, m, input_gradient(s + 1, m)))
             else:
-                needs[i].append(the_part((_F, s, m)))
+                if s < stages - 1:
+                    needs[i].append(arrival(TaskKind.GRAD_PROP, s + 1, m, input_gradient(s + 1, m)))
+                else:
+                    needs[i].append(the_part((_F, s, m)))
+                if (TaskKind.BWD_GATHER, s, m) in where:
+                    needs[i].append(where[TaskKind.BWD_GATHER, s, m])
         if task.kind is TaskKind.FWD_PROP:
             needs[i].append(the_part((_F, task.stage, task.index)))
         elif task.kind is TaskKind.GRAD_PROP:
@@ -297,9 +340,29 @@ def _structure_of(params: EnvParams) -> TaskGraph:
             if part_task(_I, s, m) is not None and part_task(_W, s, m) is None:
                 raise ScheduleError(f"the orders of {params.schedule} split {Action(_I, s, m)} but never run its W")
 
-    kind_rank = {kind: rank for rank, kind in enumerate(COMM_KINDS)}
+    # transfers issued by a compute task's start (section 15): a stage's next gathers, prefetched one use ahead, and
+    # the attention exchange of the work that starts; what reads that work's results waits for its exchange too
+    issued_by: dict[int, int] = {}
+    exchanges: dict[int, list[int]] = {}
+    for (kind, *key), i in where.items():
+        if kind not in ISSUED_KINDS:
+            continue
+        s, m = key
+        if kind is TaskKind.FWD_GATHER:
+            issued_by[i] = the_part((_F, s, m - 1)) if m > 0 else -1
+        elif kind is TaskKind.BWD_GATHER:
+            issued_by[i] = input_gradient(s, m - 1) if m > 0 else the_part((_F, s, 0))
+        else:
+            issued_by[i] = the_part((_F, s, m)) if kind is TaskKind.KV_EXCHANGE else input_gradient(s, m)
+            exchanges.setdefault(issued_by[i], []).append(i)
+    if exchanges:
+        for i, task in enumerate(tasks):
+            if i not in issued_by:
+                needs[i] = list(dict.fromkeys([*needs[i], *(x for j in needs[i] for x in exchanges.get(j, ()))]))
+
+    kind_rank = {kind: rank for rank, kind in enumerate(TRANSFER_KINDS)}
     releases: list[list[int]] = [[] for _ in tasks]
-    dependents = sorted(range(len(tasks)), key=lambda i: (kind_rank.get(tasks[i].kind, len(COMM_KINDS)), i))
+    dependents = sorted(range(len(tasks)), key=lambda i: (kind_rank.get(tasks[i].kind, len(TRANSFER_KINDS)), i))
     for i in dependents:
         for producer in needs[i]:
             releases[producer].append(i)
@@ -309,4 +372,4 @@ def _structure_of(params: EnvParams) -> TaskGraph:
             peers[task.gpu].add(task.receiver)
             peers[task.receiver].add(task.gpu)
     return TaskGraph(params, tuple(tasks), tuple(map(tuple, needs)), tuple(map(tuple, releases)),
-                     tuple(gpu_orders), tuple(tuple(sorted(g)) for g in peers), stage_gpu, stage_chunk)
+                     tuple(gpu_orders), tuple(tuple(sorted(g)) for g in peers), stage_gpu, stage_chunk, issued_by)

@@ -58,13 +58,21 @@ def check_work(schedule: Schedule, graph: TaskGraph, tol: float) -> list[str]:
 
 
 def check_readiness(schedule: Schedule, graph: TaskGraph, tol: float) -> list[str]:
-    """A transfer is ready the instant the compute task that sends it ends."""
+    """A transfer is ready the instant the last task it waits for ends; one that a compute task's start issues, the
+    instant that task starts (at time 0 when nothing issues it)."""
     errors = []
-    for task, needs in zip(schedule.tasks, graph.needs):
-        if not task.parts:
-            producer = schedule.tasks[needs[0]]
-            if abs(task.ready - producer.end) > tol:
-                errors.append(f"{task.id}: ready at {task.ready}, but {producer.id} ended at {producer.end}")
+    for i, (task, needs) in enumerate(zip(schedule.tasks, graph.needs)):
+        if task.parts:
+            continue
+        if i in graph.issued_by:
+            issuer = graph.issued_by[i]
+            when, what = (0.0, "time 0") if issuer < 0 else (schedule.tasks[issuer].start,
+                                                              f"{schedule.tasks[issuer].id} started")
+        else:
+            producer = max((schedule.tasks[j] for j in needs), key=lambda t: t.end)
+            when, what = producer.end, f"{producer.id} ended"
+        if abs(task.ready - when) > tol:
+            errors.append(f"{task.id}: ready at {task.ready}, but {what} at {when}")
     return errors
 
 

@@ -174,6 +174,9 @@ class Workload:
     elementwise: bool = False
     flash_attention: bool = False
     dropout: bool = True
+    zero: int = 0
+    shard_group: int | None = None
+    context_parallel: int = 1
 
     def __post_init__(self) -> None:
         model = _preset("model", self.model, MODEL_PRESETS, ModelShape)
@@ -183,8 +186,17 @@ class Workload:
             object.__setattr__(self, "seq_len", model.seq_len)
         Integers(1).check("seq_len", self.seq_len)
         Interval(0.0, 1.0, low_open=True, high_closed=True).check("compute_efficiency", self.compute_efficiency)
-        for key in ("tensor_parallel", "data_parallel", "micro_batch_size", "dtype_bytes"):
+        for key in ("tensor_parallel", "data_parallel", "micro_batch_size", "dtype_bytes", "context_parallel"):
             Integers(1).check(key, getattr(self, key))
+        Integers(0, 3).check("zero", self.zero)
+        if self.shard_group is not None:
+            Integers(1).check("shard_group", self.shard_group)
+        if self.data_parallel % self.sharding:
+            raise ParameterError("shard_group", self.shard_group, f"must divide data_parallel = {self.data_parallel}")
+        c = self.context_parallel
+        if c > 1 and self.seq_len % (2 * c):
+            raise ParameterError("context_parallel", c, f"must cut seq_len = {self.seq_len} into 2 x {c} equal "
+                                                        f"chunks (each rank takes two, for causal balance)")
         t = self.tensor_parallel
         if model.heads % t or (model.kv_heads or model.heads) % t:
             raise ParameterError("tensor_parallel", t, f"must divide heads = {model.heads} and kv_heads = "
@@ -202,6 +214,9 @@ class Workload:
         if self.recompute not in RECOMPUTE_MODES:
             raise ParameterError("recompute", self.recompute, f"must be one of {', '.join(RECOMPUTE_MODES)}")
         Interval(0.0).check("bytes_per_param", self.bytes_per_param)
+        if self.zero and self.bytes_per_param < 2 * self.dtype_bytes:
+            raise ParameterError("bytes_per_param", self.bytes_per_param, f"must hold a weight and a gradient "
+                                 f"(2 x dtype_bytes = {2 * self.dtype_bytes}) for zero {self.zero} to shard the rest")
         Interval(0.0, low_open=True).check("p2p_bandwidth", self.p2p_bandwidth)
         Interval(0.0, low_open=True).check("dp_bandwidth", self.dp_bandwidth)
         for key in ("embedding_on_first", "head_on_last", "optimizer_step", "elementwise", "flash_attention",
@@ -261,6 +276,28 @@ class Workload:
         assert isinstance(self.gpu, GpuSpec)
         return self.gpu
 
+    @property
+    def rank_batch(self) -> float:
+        """Sequences of one micro-batch that one GPU works on: ``micro_batch_size``, over the context-parallel degree
+        (every per-micro-batch FLOP and byte is linear in it; docs/model.md section 15)."""
+        c = self.context_parallel
+        return self.micro_batch_size if c == 1 else self.micro_batch_size / c
+
+    @property
+    def sharding(self) -> int:
+        """The GPUs that zero shards over: ``shard_group``, or all of data parallelism (docs/model.md section 15)."""
+        return self.data_parallel if self.shard_group is None else self.shard_group
+
+    @property
+    def shards(self) -> int:
+        """How many GPUs share one copy of each sharded byte: ``sharding`` times the context-parallel degree."""
+        return self.sharding * self.context_parallel
+
+    @property
+    def model_parallel(self) -> int:
+        """GPUs of one pipeline stage's replica: tensor x context."""
+        return self.tensor_parallel * self.context_parallel
+
     def micro_batches(self, n: int | None = None) -> int:
         """Micro-batches per iteration: global batch / (micro-batch size x data parallel), else ``n``."""
         if self.global_batch_size is None:
@@ -281,16 +318,20 @@ class Workload:
     def label(self, num_gpus: int, n: int | None = None) -> str:
         """``gpt3-175b on 64 x a100-80gb (tensor 8, pipeline 8, data 1), batch 64 x 2048 tokens``; without a global
         batch, that of ``n`` micro-batches."""
-        total = num_gpus * self.tensor_parallel * self.data_parallel
+        total = num_gpus * self.model_parallel * self.data_parallel
         batch = self.global_batch_size if self.global_batch_size is not None else \
             "?" if n is None else n * self.micro_batch_size * self.data_parallel
-        return (f"{self.shape.name} on {total} x {self.device.name} (tensor {self.tensor_parallel}, pipeline "
-                f"{num_gpus}, data {self.data_parallel}), batch {batch} x {self.seq_len} tokens")
+        context = f", context {self.context_parallel}" if self.context_parallel > 1 else ""
+        sharding = "" if not self.zero else f", zero {self.zero}" + \
+            (f" in groups of {self.sharding}" if self.sharding != self.data_parallel else "")
+        return (f"{self.shape.name} on {total} x {self.device.name} (tensor {self.tensor_parallel}{context}, "
+                f"pipeline {num_gpus}, data {self.data_parallel}{sharding}), batch {batch} x {self.seq_len} tokens")
 
 
 WORKLOAD_KEYS = tuple(f.name for f in fields(Workload))
 #: Workload keys a sweep's CSV carries only when its grid gives them (so that older grids write what they always did).
-OPTIONAL_WORKLOAD_KEYS = ("recompute_per_stage", "optimizer_step", "elementwise", "flash_attention", "dropout")
+OPTIONAL_WORKLOAD_KEYS = ("recompute_per_stage", "optimizer_step", "elementwise", "flash_attention", "dropout",
+                          "zero", "shard_group", "context_parallel")
 
 
 def workload_columns(given: Collection[str] = ()) -> tuple[str, ...]:
@@ -366,7 +407,7 @@ def activation_bytes_per_layer(workload: Workload) -> float:
 
     The paper counts 16-bit activations; another ``dtype_bytes`` scales the count.
     """
-    shape, s, b, t = workload.shape, workload.seq_len, workload.micro_batch_size, workload.tensor_parallel
+    shape, s, b, t = workload.shape, workload.seq_len, workload.rank_batch, workload.tensor_parallel
     assert s is not None
     sbh, h, a = s * b * shape.hidden, shape.hidden, shape.heads
     # without dropout no masks: 34 -> 32 (10 -> 8 of them on every tensor rank), 5 a s / h -> 2 a s / h
@@ -489,7 +530,7 @@ def embedding_forward_seconds(workload: Workload) -> float:
     and written once, at the GPU's memory bandwidth; 0 when that is not known), and under tensor parallelism one
     all-reduce of its output (Megatron-LM's vocabulary-parallel embedding), half a layer's."""
     assert workload.seq_len is not None
-    values = workload.seq_len * workload.micro_batch_size * workload.shape.hidden
+    values = workload.seq_len * workload.rank_batch * workload.shape.hidden
     bandwidth = workload.device.memory_bandwidth
     lookup = 2.0 * values * workload.dtype_bytes / (bandwidth * 1e9) if bandwidth else 0.0
     return lookup + tp_forward_seconds(workload) / 2.0
@@ -504,7 +545,7 @@ def tp_forward_seconds(workload: Workload) -> float:
     if t == 1:
         return 0.0
     assert workload.seq_len is not None and workload.tp_bandwidth is not None
-    values = workload.seq_len * workload.micro_batch_size * workload.shape.hidden
+    values = workload.seq_len * workload.rank_batch * workload.shape.hidden
     return 4.0 * values * (t - 1) / t * workload.dtype_bytes / (workload.tp_bandwidth * 1e9)
 
 
@@ -535,7 +576,7 @@ def elementwise_forward(workload: Workload) -> Elementwise:
     """
     if not workload.elementwise:
         return Elementwise()
-    shape, s, b, t = workload.shape, workload.seq_len, workload.micro_batch_size, workload.tensor_parallel
+    shape, s, b, t = workload.shape, workload.seq_len, workload.rank_batch, workload.tensor_parallel
     assert s is not None and workload.device.memory_bandwidth is not None
     hidden = s * b * shape.hidden / (t if workload.sequence_parallel else 1)
     scores = 0.0 if workload.flash_attention else shape.heads * s * s * b / t
@@ -557,8 +598,8 @@ def stage_costs(workload: Workload) -> tuple[float, float, float]:
     assert workload.seq_len is not None
     speed = workload.device.tflops * 1e12 * workload.compute_efficiency
     work = elementwise_forward(workload)
-    layer = layer_forward_flops(shape, workload.seq_len) * workload.micro_batch_size / t / speed + work.layer
-    logits = logits_forward_flops(shape, workload.seq_len) * workload.micro_batch_size / t / speed + work.loss
+    layer = layer_forward_flops(shape, workload.seq_len) * workload.rank_batch / t / speed + work.layer
+    logits = logits_forward_flops(shape, workload.seq_len) * workload.rank_batch / t / speed + work.loss
     embedding = embedding_forward_seconds(workload)
     return (layer + tp_forward_seconds(workload), embedding if workload.embedding_on_first else 0.0,
             logits if workload.head_on_last else 0.0)
@@ -567,7 +608,7 @@ def stage_costs(workload: Workload) -> tuple[float, float, float]:
 def derived_parameters(workload: Workload, *, num_gpus: int, schedule: str = "1f1b", chunks: int = 2,
                        n: int | None = None) -> dict[str, Any]:
     """The environment parameters a workload sets, times in seconds (without ``sync_freq``)."""
-    shape, s, b, t, d = (workload.shape, workload.seq_len, workload.micro_batch_size, workload.tensor_parallel,
+    shape, s, b, t, d = (workload.shape, workload.seq_len, workload.rank_batch, workload.tensor_parallel,
                          workload.data_parallel)
     assert s is not None
     speed = workload.device.tflops * 1e12 * workload.compute_efficiency
@@ -605,22 +646,49 @@ def derived_parameters(workload: Workload, *, num_gpus: int, schedule: str = "1f
     bwd = 2.0 * fwd + (fwd if recompute else 0.0) if comm == 0.0 and elementwise == 0.0 else ratio * fwd
     message = s * b * shape.hidden * workload.dtype_bytes / (t if workload.sequence_parallel else 1)
     held = stage_params(workload, stages)
-    share = 2.0 * (d - 1) / d * workload.dtype_bytes / (workload.dp_bandwidth * 1e9)  # seconds per parameter
+    share, gather_share = sharded_collectives(workload)  # seconds per parameter
     sync_weights: tuple[float, ...] = ()
-    # the optimizer step reads and writes each parameter's bytes_per_param once at the memory bandwidth
+    # the optimizer step reads and writes each parameter's bytes_per_param once at the memory bandwidth; under zero a
+    # GPU steps its shard alone
     step = 2.0 * workload.bytes_per_param / (workload.device.memory_bandwidth or 1.0) / 1e9 \
         if workload.optimizer_step else 0.0  # seconds per parameter
+    if workload.zero:
+        step /= workload.shards
     if len(set(held)) == 1 or (d == 1 and not step):  # equal stages, or nothing per stage: the fullest GPU's
         fullest = max(gpu_params(workload, num_gpus, schedule, chunks))
-        sync, optimizer = share * fullest, step * fullest
+        sync, optimizer, gather = share * fullest, step * fullest, gather_share * fullest
     else:  # each stage syncs (and steps) its own parameters; the lengths are the mean stage's, v of them
         mean = math.fsum(held) / stages
-        sync, optimizer = share * mean * v, step * mean * v
+        sync, optimizer, gather = share * mean * v, step * mean * v, gather_share * mean * v
         sync_weights = tuple(count / mean for count in held)
+    # context parallelism: each layer's keys and values pass the other c - 1 ranks (ring or all-gather, the same
+    # bytes), for a GPU's share of the layers
+    c = workload.context_parallel
+    assert shape.kv_heads is not None
+    kv_block = 2.0 * s * b * shape.kv_heads * (shape.hidden / shape.heads) * workload.dtype_bytes / t
+    exchange = (c - 1) * kv_block * shape.layers / num_gpus / (workload.p2p_bandwidth * 1e9)
     return {"n": workload.micro_batches(n), "fwd_len": fwd, "bwd_len": bwd,
             "prop_len": message / (workload.p2p_bandwidth * 1e9), "sync_base_len": sync, "w_fraction": 0.5,
             "stage_weights": weights, "sync_weights": sync_weights,
-            "bwd_weights": backward_weights(workload, stages), "optimizer_len": optimizer}
+            "bwd_weights": backward_weights(workload, stages), "optimizer_len": optimizer, "zero": workload.zero,
+            "gather_len": gather if workload.zero else 0.0, "cp_len": exchange}
+
+
+def sharded_collectives(workload: Workload) -> tuple[float, float]:
+    """Seconds per parameter of a GPU's gradient sync and of one all-gather of its parameters (docs/model.md section
+    15), each a ring over the data-parallel port. Without zero the sync is an all-reduce, ``2 (d - 1) / d`` of the
+    bytes, and nothing is gathered. With zero over groups of D (``sharding``): a reduce-scatter within the group,
+    ``(D - 1) / D``, and, when the d GPUs hold r = d / D replicas (HSDP), the shard's all-reduce across them,
+    ``2 (r - 1) / r / D``; a gather moves ``(D - 1) / D``. The c ranks of context parallelism hold the same
+    parameters, so their gradients are reduced with the data-parallel ones (d and D are multiplied by c), as
+    Megatron-LM's gradient and optimizer groups do."""
+    d, per_byte = workload.data_parallel * workload.context_parallel, workload.dtype_bytes / (workload.dp_bandwidth
+                                                                                             * 1e9)
+    if not workload.zero:
+        return 2.0 * (d - 1) / d * workload.dtype_bytes / (workload.dp_bandwidth * 1e9), 0.0
+    group = workload.shards
+    replicas = d // group
+    return ((group - 1) / group + 2.0 * (replicas - 1) / replicas / group) * per_byte, (group - 1) / group * per_byte
 
 
 def stage_params(workload: Workload, stages: int) -> list[float]:
@@ -653,7 +721,7 @@ def backward_weights(workload: Workload, stages: int) -> tuple[float, ...]:
     shape, t = workload.shape, workload.tensor_parallel
     assert workload.seq_len is not None
     speed = workload.device.tflops * 1e12 * workload.compute_efficiency
-    layer = layer_forward_flops(shape, workload.seq_len) * workload.micro_batch_size / t / speed
+    layer = layer_forward_flops(shape, workload.seq_len) * workload.rank_batch / t / speed
     comm = tp_forward_seconds(workload)
     work = elementwise_forward(workload)
     scores = work.scores if workload.recompute == "selective" else 0.0  # the layers not fully recomputed
@@ -675,7 +743,7 @@ def activation_factors(workload: Workload, stages: int) -> tuple[float, ...]:
 
 #: The environment parameters a workload sets; ``sync_freq`` defaults to ``n`` unless given.
 DERIVED_KEYS = ("n", "fwd_len", "bwd_len", "prop_len", "sync_base_len", "w_fraction", "stage_weights",
-                "sync_weights", "bwd_weights", "optimizer_len", "sync_freq")
+                "sync_weights", "bwd_weights", "optimizer_len", "zero", "gather_len", "cp_len", "sync_freq")
 
 
 def workload_environment(workload: Workload, **env: Any) -> EnvParams:
@@ -694,7 +762,8 @@ def workload_environment(workload: Workload, **env: Any) -> EnvParams:
                      n=workload.micro_batches(env.get("n", EnvParams().n)))
     derived = derived_parameters(workload, num_gpus=base.num_gpus, schedule=base.schedule, chunks=base.chunks,
                                  n=env.get("n", EnvParams().n))
-    sync_freq = env.get("sync_freq", derived["n"])
+    # zero 2 and 3 reduce-scatter each micro-batch's gradients as its backward ends (section 15)
+    sync_freq = env.get("sync_freq", 1 if workload.zero >= 2 else derived["n"])
     compute = "with this gpu, compute_efficiency, micro_batch_size, seq_len and tensor_parallel" + \
         (" (and the gpu's memory_bandwidth, for elementwise)" if workload.elementwise else "")
     for key, given, value, what in (
@@ -703,7 +772,9 @@ def workload_environment(workload: Workload, **env: Any) -> EnvParams:
             ("prop_len", "p2p_bandwidth", workload.p2p_bandwidth, "for each activation or gradient message"),
             ("sync_base_len", "dp_bandwidth", workload.dp_bandwidth, "for each gradient sync"),
             ("optimizer_len", "bytes_per_param", workload.bytes_per_param, "for the optimizer step of v mean stages "
-                                                                           "(optimizer_step)")):
+                                                                           "(optimizer_step)"),
+            ("gather_len", "dp_bandwidth", workload.dp_bandwidth, "for each all-gather of parameters (zero)"),
+            ("cp_len", "p2p_bandwidth", workload.p2p_bandwidth, "for each attention exchange (context_parallel)")):
         try:  # a derived length out of its domain is said in terms of what the user gave
             PARAMETER[key].domain.check(key, derived[key])
         except ParameterError:
@@ -777,25 +848,50 @@ def gpu_memory_gb(workload: Workload, params: EnvParams,
                   gpu_peak_activations: list[float] | tuple[float, ...]) -> tuple[float, ...]:
     """Per GPU, GB of parameters and optimizer state and of its peak activations (section 7's unit)."""
     per_microbatch = activation_bytes_per_layer(workload) * workload.shape.layers / params.num_gpus
-    static = gpu_params(workload, params.num_gpus, params.schedule, params.chunks)
+    per_param, working = static_memory(workload, params.sync_freq)
+    static = [held * per_param + working for held in gpu_params(workload, params.num_gpus, params.schedule,
+                                                                 params.chunks)]
     if workload.recompute_per_stage is None:
-        return tuple((held * workload.bytes_per_param + peak * per_microbatch) / 1e9
-                     for held, peak in zip(static, gpu_peak_activations))
+        return tuple((held + peak * per_microbatch) / 1e9 for held, peak in zip(static, gpu_peak_activations))
     # a GPU's activations scaled by the largest factor of its stages (exact with one stage a GPU)
     spec, v = get_schedule(params.schedule), params.v
     factors = [0.0] * params.num_gpus
     for stage, factor in enumerate(activation_factors(workload, params.num_gpus * v)):
         gpu = spec.placement(stage, params.num_gpus, v)
         factors[gpu] = max(factors[gpu], factor)
-    return tuple((held * workload.bytes_per_param + peak * factor * per_microbatch) / 1e9
+    return tuple((held + peak * factor * per_microbatch) / 1e9
                  for held, peak, factor in zip(static, gpu_peak_activations, factors))
+
+
+def static_memory(workload: Workload, sync_freq: int) -> tuple[float, float]:
+    """Bytes a GPU keeps per parameter it holds, and the bytes of zero 3's gathered working set (docs/model.md
+    section 15; Rajbhandari et al. 2020, "ZeRO", section 5).
+
+    Of ``bytes_per_param``, a weight and a gradient take ``dtype_bytes`` each and the optimizer state the rest.
+    Over S = ``shards`` GPUs, zero 1 divides the optimizer state by S, zero 2 the gradients too (when each
+    micro-batch's are reduce-scattered, ``sync_freq`` 1; accumulated over several, a whole gradient is kept), and
+    zero 3 everything. A zero-3 GPU also holds, unsharded, the weights of the layer it computes and of the one it
+    prefetches and the gradients of one layer before they are reduce-scattered: three of its largest units (a layer,
+    or the embedding) at ``dtype_bytes``.
+    """
+    total, zero = workload.bytes_per_param, workload.zero
+    if not zero:
+        return total, 0.0
+    shards, value = workload.shards, float(workload.dtype_bytes)
+    if zero == 1 or (zero == 2 and sync_freq > 1):
+        return 2 * value + (total - 2 * value) / shards, 0.0
+    if zero == 2:
+        return value + (total - value) / shards, 0.0
+    shape = workload.shape
+    unit = max(layer_params(shape), shape.vocab * shape.hidden) / workload.tensor_parallel
+    return total / shards, 3.0 * unit * value
 
 
 def workload_report(workload: Workload, params: EnvParams, completion_time: float,
                     gpu_peak_activations: list[float] | tuple[float, ...]) -> WorkloadReport:
     """Iteration time, throughput, MFU and memory of one simulated iteration of ``workload`` in ``params``."""
     batch = params.n * workload.micro_batch_size * workload.data_parallel
-    total_gpus = params.num_gpus * workload.tensor_parallel * workload.data_parallel
+    total_gpus = params.num_gpus * workload.model_parallel * workload.data_parallel
     assert workload.seq_len is not None
     peak_flops = workload.device.tflops * 1e12
     flops = iteration_flops(workload, batch)

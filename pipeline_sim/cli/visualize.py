@@ -71,6 +71,8 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
     groups = {"environment": parser.add_argument_group("environment (see docs/model.md)"),
               "stages": parser.add_argument_group("uneven stages (see docs/model.md section 6.6)"),
               "optimizer": parser.add_argument_group("the optimizer step (see docs/model.md section 6.7)"),
+              "strategies": parser.add_argument_group("sharded data parallelism and context parallelism (see "
+                                                      "docs/model.md section 15)"),
               "schedule": parser.add_argument_group("schedule (see docs/model.md section 6)"),
               "dispatch": parser.add_argument_group("run-time dispatch (see docs/model.md section 12)")}
     groups["jitter"] = groups["straggler"] = noise = parser.add_argument_group(
@@ -104,7 +106,11 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
             ("seq_len", int, "tokens per sequence (default: the model's training length)"),
             ("compute_efficiency", float, "achieved share of peak FLOP/s (default 0.5)"),
             ("tensor_parallel", int, "tensor-parallel degree (default 1)"),
+            ("context_parallel", int, "context-parallel degree: the sequence split over this many GPUs, their "
+                                      "keys and values exchanged on the ports (default 1)"),
             ("data_parallel", int, "data-parallel degree (default 1)"),
+            ("shard_group", int, "GPUs --zero shards over, a divisor of --data-parallel (HSDP; default: all of "
+                                 "data parallelism)"),
             ("micro_batch_size", int, "sequences per micro-batch (default 1)"),
             ("global_batch_size", int, "sequences per iteration (default: micro-batch size x data parallel x n)"),
             ("dtype_bytes", int, "bytes per activation and gradient value (default 2)"),
@@ -167,7 +173,9 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
 def _environment(args) -> tuple[EnvParams, Workload | None]:
     """The environment the flags describe, and its workload when --model is given."""
     env = {p.name: getattr(args, p.name) for p in PARAMETERS if getattr(args, p.name) is not None}
-    keys = {key: getattr(args, key) for key in WORKLOAD_KEYS if getattr(args, key) is not None}
+    keys = {key: getattr(args, key) for key in WORKLOAD_KEYS if key != "zero" and getattr(args, key) is not None}
+    if args.model is not None and "zero" in env:  # one --zero: the workload's, which derives the environment's
+        keys["zero"] = env.pop("zero")
     if args.model is None:
         if keys:
             raise ParameterError(next(iter(keys)), next(iter(keys.values())), "needs --model")

@@ -77,7 +77,8 @@ from .state import (
 @inner
 def _start(task: int, s: int, now: float, F: np.ndarray, I: np.ndarray, P: np.ndarray, K: np.ndarray,
            C: np.ndarray) -> None:
-    """GPU s takes compute task ``task`` now: it runs, or, with no work, ends at once and stacks its releases."""
+    """GPU s takes compute task ``task`` now: it runs, or, with no work, ends at once and stacks its releases; either
+    way the transfers its start issues (row ``n + task`` of the releases) become ready."""
     F[READY, task] = now
     I[RANK, task] = P[TAKEN, s]
     P[TAKEN, s] += 1
@@ -88,9 +89,10 @@ def _start(task: int, s: int, now: float, F: np.ndarray, I: np.ndarray, P: np.nd
         C[DONE_COUNT] += 1
         P[HELD, s] -= I[FALLS, task]
         push(K, C, RELEASE, task)
-        return
-    P[BUSY, s] = task
-    mark(P, C, DIRTY_COMPUTE, DIRTY_COMPUTE_LIST, DIRTY_COMPUTE_COUNT, s)
+    else:
+        P[BUSY, s] = task
+        mark(P, C, DIRTY_COMPUTE, DIRTY_COMPUTE_LIST, DIRTY_COMPUTE_COUNT, s)
+    push(K, C, RELEASE, F.shape[1] + task)
 
 
 @inner
@@ -112,7 +114,11 @@ def _settle(now: float, rule: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, 
                 continue
             K[2, top] = k + 1
             dependent = release_task[release_start[node] + k]
-            if I[COMM, dependent] >= 0:  # a transfer becomes ready
+            if I[COMM, dependent] >= 0:  # a transfer becomes ready once all it waits for has ended
+                if I[WAITING, dependent] > 1:
+                    I[WAITING, dependent] -= 1
+                    continue
+                I[WAITING, dependent] = 0
                 F[READY, dependent] = now
                 if F[LENGTH, dependent] == 0.0:
                     F[START, dependent] = now
@@ -250,7 +256,7 @@ def prepare(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.
     HI = np.empty((2, heap_room), dtype=np.int64)
     SI = np.empty(segment_room, dtype=np.int64)
     SF = np.empty((3, segment_room))
-    K = np.empty((3, 2 * n + 2 * p + 8), dtype=np.int64)
+    K = np.empty((3, 3 * n + 2 * p + 8), dtype=np.int64)
     ending = np.empty(n, dtype=np.int64)
     return F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending
 
@@ -259,7 +265,10 @@ def prepare(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.
 def begin(rule: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, Q: np.ndarray, K: np.ndarray, C: np.ndarray,
           release_start: np.ndarray, release_task: np.ndarray, order_start: np.ndarray,
           order_task: np.ndarray) -> None:
-    """Time 0: every GPU tries its first task, and what needs nothing becomes ready."""
+    """Time 0: the transfers issued at time 0 become ready (the last row of the releases), then every GPU tries its
+    first task."""
+    push(K, C, RELEASE, 2 * F.shape[1])
+    _settle(0.0, rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
     for s in range(P.shape[1]):
         push(K, C, TRY_START, s)
         _settle(0.0, rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)

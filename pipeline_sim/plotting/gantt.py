@@ -14,7 +14,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FuncFormatter
 
-from ..model import COMM_KINDS, COMPUTE_KINDS, Schedule, Task, TaskKind
+from ..model import COMPUTE_KINDS, TRANSFER_KINDS, Schedule, Task, TaskKind
 from ..results import ENVIRONMENT_KEYS, noise_name, titles
 
 KIND_COLORS = {
@@ -26,6 +26,11 @@ KIND_COLORS = {
     TaskKind.GRAD_PROP: "#DD8452",
     TaskKind.GRAD_SYNC: "#64B5CD",
     TaskKind.OPTIMIZER_STEP: "#C44E52",
+    TaskKind.PARAM_GATHER: "#2A7F9E",
+    TaskKind.FWD_GATHER: "#2A7F9E",
+    TaskKind.BWD_GATHER: "#1B5670",
+    TaskKind.KV_EXCHANGE: "#A6C85C",
+    TaskKind.KV_GRAD_EXCHANGE: "#E8B04A",
 }
 LEGEND_NAMES = {TaskKind.BACKWARD_INPUT: "backward_input (I)", TaskKind.BACKWARD_WEIGHT: "backward_weight (W)",
                 TaskKind.OPTIMIZER_STEP: "optimizer_step (O)"}
@@ -37,9 +42,11 @@ CHUNK_LIGHTEN = 0.45
 
 #: Row layouts: per GPU, the rows drawn and the task kinds each holds.
 LAYOUTS = {
-    "single_channel": (("compute", COMPUTE_KINDS), ("comm", COMM_KINDS)),
-    "dual_channel": (("compute", COMPUTE_KINDS), ("pipeline", (TaskKind.FWD_PROP, TaskKind.GRAD_PROP)),
-                     ("sync", (TaskKind.GRAD_SYNC,))),
+    "single_channel": (("compute", COMPUTE_KINDS), ("comm", TRANSFER_KINDS)),
+    "dual_channel": (("compute", COMPUTE_KINDS),
+                     ("pipeline", (TaskKind.FWD_PROP, TaskKind.GRAD_PROP, TaskKind.KV_EXCHANGE,
+                                   TaskKind.KV_GRAD_EXCHANGE)),
+                     ("sync", (TaskKind.GRAD_SYNC, TaskKind.PARAM_GATHER, TaskKind.FWD_GATHER, TaskKind.BWD_GATHER))),
 }
 
 
@@ -55,7 +62,7 @@ def _stacked_pieces(tasks: Sequence[Task]) -> list[tuple[Task, float, float, flo
         for t0, t1, rate in task.segments:
             for i in range(bisect_left(breaks, t0), bisect_left(breaks, t1)):
                 active[i].append((task, rate))
-    order = {kind: i for i, kind in enumerate(COMM_KINDS)}
+    order = {kind: i for i, kind in enumerate(TRANSFER_KINDS)}
     pieces: list[list] = []
     open_piece: dict[int, list] = {}
     for i in sorted(active):
