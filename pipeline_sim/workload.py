@@ -194,7 +194,7 @@ class Workload:
         if self.data_parallel % self.sharding:
             raise ParameterError("shard_group", self.shard_group, f"must divide data_parallel = {self.data_parallel}")
         c = self.context_parallel
-        if c > 1 and self.seq_len % (2 * c):
+        if c > 1 and int(self.seq_len) % (2 * c):
             raise ParameterError("context_parallel", c, f"must cut seq_len = {self.seq_len} into 2 x {c} equal "
                                                         f"chunks (each rank takes two, for causal balance)")
         t = self.tensor_parallel
