@@ -193,8 +193,8 @@ class Workload:
             Integers(1).check("shard_group", self.shard_group)
         if self.data_parallel % self.sharding:
             raise ParameterError("shard_group", self.shard_group, f"must divide data_parallel = {self.data_parallel}")
-        c = self.context_parallel
-        if c > 1 and int(self.seq_len) % (2 * c):
+        c, tokens = self.context_parallel, self.seq_len or model.seq_len
+        if c > 1 and tokens % (2 * c):
             raise ParameterError("context_parallel", c, f"must cut seq_len = {self.seq_len} into 2 x {c} equal "
                                                         f"chunks (each rank takes two, for causal balance)")
         t = self.tensor_parallel
