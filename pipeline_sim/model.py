@@ -285,7 +285,7 @@ class EnvParams:
                           "GPU's updated parameters after its step, 3 gathers a stage's before each forward and "
                           "backward", short="zero", label="zero", group="strategies", metavar="Z")
     gather_len: float = parameter(0.0, Lengths(zero=True), "work of one all-gather of 1/p of the model's parameters "
-                                  "(times a stage's sync weight), for zero >= 1", short="gather", label="gather",
+                                  "(times a stage's sync weight); read only with zero >= 1", short="gather", label="gather",
                                   group="strategies")
     cp_len: float = parameter(0.0, Lengths(zero=True), "work of the attention exchange of context parallelism in one "
                               "forward of 1/p of the model (a backward's is twice, a stage's times its weight); 0: "
@@ -330,9 +330,6 @@ class EnvParams:
                 raise ParameterError(name, getattr(self, name),
                                      f"must have one weight per stage: {stages} for {spec.name} on {self.num_gpus} "
                                      f"GPUs ({spec.v(self.chunks)} per GPU), or none for every stage 1")
-        if self.gather_len > 0 and self.zero == 0:
-            raise ParameterError("gather_len", self.gather_len, "is the work of a sharded all-gather: it needs "
-                                 "zero 1, 2 or 3")
         if not self.slow_gpu < self.num_gpus:
             raise ParameterError("slow_gpu", self.slow_gpu,
                                  f"must be -1 (no straggler) or a GPU 0..{self.num_gpus - 1}")
@@ -351,11 +348,11 @@ class EnvParams:
         return {name: getattr(self, name) for name in self.names()}
 
     def ignored(self) -> tuple[str, ...]:
-        """The parameters this environment does not read: the schedule parameters its schedule does not, and the
-        memory limit under the static order (which cannot adapt to one)."""
+        """The parameters this environment does not read: the schedule parameters its schedule does not, the
+        memory limit under the static order (which cannot adapt to one) and the gathers' work without zero."""
         used = get_schedule(self.schedule).parameters
         return tuple(name for name in SCHEDULE_PARAMETERS if name not in used) + \
-            (("memory_limit",) if self.dispatch == "static" else ())
+            (("memory_limit",) if self.dispatch == "static" else ()) + (("gather_len",) if self.zero == 0 else ())
 
     def relevant(self) -> tuple[str, ...]:
         """The parameters that make this simulation what it is, in table order: all but those its schedule
@@ -438,7 +435,7 @@ DISPATCH_KEYS = tuple(p.name for p in PARAMETERS if p.group == "dispatch")
 #: The parameters whose value is one number per stage (``Weights``): a JSON grid gives a list per value.
 LIST_KEYS = tuple(p.name for p in PARAMETERS if p.type is tuple)
 #: The parameters some environments ignore (``EnvParams.ignored``): their cells may be empty.
-IGNORABLE = (*SCHEDULE_PARAMETERS, "memory_limit")
+IGNORABLE = (*SCHEDULE_PARAMETERS, "memory_limit", "gather_len")
 
 
 #: Which draw of an environment's noise a simulation is (docs/model.md section 8): 64 bits of the generator's state.

@@ -471,7 +471,7 @@ def layout_words(w: Workload, *, short: bool) -> list[str]:
 def workload_title(params: EnvParams, workload: Workload) -> str:
     """``gpt3-175b on 64 x a100-80gb (tensor 8, pipeline 8, data 1), batch 64 x 2048 tokens; ...``."""
     w = workload
-    return (f"{w.label(params.num_gpus, params.n)}"
+    return (f"{w.label(params.num_gpus, params.n, params.zero)}"
             f", micro-batch {w.micro_batch_size}, {'no' if w.recompute == 'none' else w.recompute} recompute; "
             f"p2p {w.p2p_bandwidth:g} GB/s, "
             f"dp {w.dp_bandwidth:g} GB/s, efficiency {w.compute_efficiency:g}"

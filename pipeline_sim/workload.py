@@ -174,7 +174,6 @@ class Workload:
     elementwise: bool = False
     flash_attention: bool = False
     dropout: bool = True
-    zero: int = 0
     shard_group: int | None = None
     context_parallel: int = 1
 
@@ -188,7 +187,6 @@ class Workload:
         Interval(0.0, 1.0, low_open=True, high_closed=True).check("compute_efficiency", self.compute_efficiency)
         for key in ("tensor_parallel", "data_parallel", "micro_batch_size", "dtype_bytes", "context_parallel"):
             Integers(1).check(key, getattr(self, key))
-        Integers(0, 3).check("zero", self.zero)
         if self.shard_group is not None:
             Integers(1).check("shard_group", self.shard_group)
         if self.data_parallel % self.sharding:
@@ -214,9 +212,6 @@ class Workload:
         if self.recompute not in RECOMPUTE_MODES:
             raise ParameterError("recompute", self.recompute, f"must be one of {', '.join(RECOMPUTE_MODES)}")
         Interval(0.0).check("bytes_per_param", self.bytes_per_param)
-        if self.zero and self.bytes_per_param < 2 * self.dtype_bytes:
-            raise ParameterError("bytes_per_param", self.bytes_per_param, f"must hold a weight and a gradient "
-                                 f"(2 x dtype_bytes = {2 * self.dtype_bytes}) for zero {self.zero} to shard the rest")
         Interval(0.0, low_open=True).check("p2p_bandwidth", self.p2p_bandwidth)
         Interval(0.0, low_open=True).check("dp_bandwidth", self.dp_bandwidth)
         for key in ("embedding_on_first", "head_on_last", "optimizer_step", "elementwise", "flash_attention",
@@ -285,7 +280,8 @@ class Workload:
 
     @property
     def sharding(self) -> int:
-        """The GPUs that zero shards over: ``shard_group``, or all of data parallelism (docs/model.md section 15)."""
+        """The GPUs that the environment's ``zero`` shards over: ``shard_group``, or all of data parallelism
+        (docs/model.md section 15)."""
         return self.data_parallel if self.shard_group is None else self.shard_group
 
     @property
@@ -315,14 +311,14 @@ class Workload:
             return " ".join(map(str, value)) if isinstance(value, tuple) else value
         return {f.name: cell(getattr(self, f.name)) for f in fields(self)}
 
-    def label(self, num_gpus: int, n: int | None = None) -> str:
+    def label(self, num_gpus: int, n: int | None = None, zero: int = 0) -> str:
         """``gpt3-175b on 64 x a100-80gb (tensor 8, pipeline 8, data 1), batch 64 x 2048 tokens``; without a global
         batch, that of ``n`` micro-batches."""
         total = num_gpus * self.model_parallel * self.data_parallel
         batch = self.global_batch_size if self.global_batch_size is not None else \
             "?" if n is None else n * self.micro_batch_size * self.data_parallel
         context = f", context {self.context_parallel}" if self.context_parallel > 1 else ""
-        sharding = "" if not self.zero else f", zero {self.zero}" + \
+        sharding = "" if not zero else f", zero {zero}" + \
             (f" in groups of {self.sharding}" if self.sharding != self.data_parallel else "")
         return (f"{self.shape.name} on {total} x {self.device.name} (tensor {self.tensor_parallel}{context}, "
                 f"pipeline {num_gpus}, data {self.data_parallel}{sharding}), batch {batch} x {self.seq_len} tokens")
@@ -331,7 +327,7 @@ class Workload:
 WORKLOAD_KEYS = tuple(f.name for f in fields(Workload))
 #: Workload keys a sweep's CSV carries only when its grid gives them (so that older grids write what they always did).
 OPTIONAL_WORKLOAD_KEYS = ("recompute_per_stage", "optimizer_step", "elementwise", "flash_attention", "dropout",
-                          "zero", "shard_group", "context_parallel")
+                          "shard_group", "context_parallel")
 
 
 def workload_columns(given: Collection[str] = ()) -> tuple[str, ...]:
@@ -606,8 +602,9 @@ def stage_costs(workload: Workload) -> tuple[float, float, float]:
 
 
 def derived_parameters(workload: Workload, *, num_gpus: int, schedule: str = "1f1b", chunks: int = 2,
-                       n: int | None = None) -> dict[str, Any]:
-    """The environment parameters a workload sets, times in seconds (without ``sync_freq``)."""
+                       n: int | None = None, zero: int = 0) -> dict[str, Any]:
+    """The environment parameters a workload sets, times in seconds (without ``sync_freq``), under ZeRO stage
+    ``zero`` (docs/model.md section 15)."""
     shape, s, b, t, d = (workload.shape, workload.seq_len, workload.rank_batch, workload.tensor_parallel,
                          workload.data_parallel)
     assert s is not None
@@ -646,13 +643,13 @@ def derived_parameters(workload: Workload, *, num_gpus: int, schedule: str = "1f
     bwd = 2.0 * fwd + (fwd if recompute else 0.0) if comm == 0.0 and elementwise == 0.0 else ratio * fwd
     message = s * b * shape.hidden * workload.dtype_bytes / (t if workload.sequence_parallel else 1)
     held = stage_params(workload, stages)
-    share, gather_share = sharded_collectives(workload)  # seconds per parameter
+    share, gather_share = sharded_collectives(workload, zero)  # seconds per parameter
     sync_weights: tuple[float, ...] = ()
     # the optimizer step reads and writes each parameter's bytes_per_param once at the memory bandwidth; under zero a
     # GPU steps its shard alone
     step = 2.0 * workload.bytes_per_param / (workload.device.memory_bandwidth or 1.0) / 1e9 \
         if workload.optimizer_step else 0.0  # seconds per parameter
-    if workload.zero:
+    if zero:
         step /= workload.shards
     if len(set(held)) == 1 or (d == 1 and not step):  # equal stages, or nothing per stage: the fullest GPU's
         fullest = max(gpu_params(workload, num_gpus, schedule, chunks))
@@ -670,11 +667,11 @@ def derived_parameters(workload: Workload, *, num_gpus: int, schedule: str = "1f
     return {"n": workload.micro_batches(n), "fwd_len": fwd, "bwd_len": bwd,
             "prop_len": message / (workload.p2p_bandwidth * 1e9), "sync_base_len": sync, "w_fraction": 0.5,
             "stage_weights": weights, "sync_weights": sync_weights,
-            "bwd_weights": backward_weights(workload, stages), "optimizer_len": optimizer, "zero": workload.zero,
-            "gather_len": gather if workload.zero else 0.0, "cp_len": exchange}
+            "bwd_weights": backward_weights(workload, stages), "optimizer_len": optimizer, "gather_len": gather,
+            "cp_len": exchange}
 
 
-def sharded_collectives(workload: Workload) -> tuple[float, float]:
+def sharded_collectives(workload: Workload, zero: int = 0) -> tuple[float, float]:
     """Seconds per parameter of a GPU's gradient sync and of one all-gather of its parameters (docs/model.md section
     15), each a ring over the data-parallel port. Without zero the sync is an all-reduce, ``2 (d - 1) / d`` of the
     bytes, and nothing is gathered. With zero over groups of D (``sharding``): a reduce-scatter within the group,
@@ -684,7 +681,7 @@ def sharded_collectives(workload: Workload) -> tuple[float, float]:
     Megatron-LM's gradient and optimizer groups do."""
     d, per_byte = workload.data_parallel * workload.context_parallel, workload.dtype_bytes / (workload.dp_bandwidth
                                                                                              * 1e9)
-    if not workload.zero:
+    if not zero:
         return 2.0 * (d - 1) / d * workload.dtype_bytes / (workload.dp_bandwidth * 1e9), 0.0
     group = workload.shards
     replicas = d // group
@@ -743,7 +740,7 @@ def activation_factors(workload: Workload, stages: int) -> tuple[float, ...]:
 
 #: The environment parameters a workload sets; ``sync_freq`` defaults to ``n`` unless given.
 DERIVED_KEYS = ("n", "fwd_len", "bwd_len", "prop_len", "sync_base_len", "w_fraction", "stage_weights",
-                "sync_weights", "bwd_weights", "optimizer_len", "zero", "gather_len", "cp_len", "sync_freq")
+                "sync_weights", "bwd_weights", "optimizer_len", "gather_len", "cp_len", "sync_freq")
 
 
 def workload_environment(workload: Workload, **env: Any) -> EnvParams:
@@ -760,10 +757,13 @@ def workload_environment(workload: Workload, **env: Any) -> EnvParams:
     # checks num_gpus, schedule...; with the workload's own n, which a schedule's requirement on n judges
     base = EnvParams(**{key: value for key, value in env.items() if key != "n"},
                      n=workload.micro_batches(env.get("n", EnvParams().n)))
+    if base.zero and workload.bytes_per_param < 2 * workload.dtype_bytes:
+        raise ParameterError("bytes_per_param", workload.bytes_per_param, f"must hold a weight and a gradient (2 x "
+                             f"dtype_bytes = {2 * workload.dtype_bytes}) for zero {base.zero} to shard the rest")
     derived = derived_parameters(workload, num_gpus=base.num_gpus, schedule=base.schedule, chunks=base.chunks,
-                                 n=env.get("n", EnvParams().n))
+                                 n=env.get("n", EnvParams().n), zero=base.zero)
     # zero 2 and 3 reduce-scatter each micro-batch's gradients as its backward ends (section 15)
-    sync_freq = env.get("sync_freq", 1 if workload.zero >= 2 else derived["n"])
+    sync_freq = env.get("sync_freq", 1 if base.zero >= 2 else derived["n"])
     compute = "with this gpu, compute_efficiency, micro_batch_size, seq_len and tensor_parallel" + \
         (" (and the gpu's memory_bandwidth, for elementwise)" if workload.elementwise else "")
     for key, given, value, what in (
@@ -787,7 +787,7 @@ def with_layers(workload: Workload, params: EnvParams, layers: tuple[int, ...]) 
     """``workload`` and its environment ``params`` with the layers of each stage set to ``layers``."""
     chosen = replace(workload, layers_per_stage=layers)
     derived = derived_parameters(chosen, num_gpus=params.num_gpus, schedule=params.schedule, chunks=params.chunks,
-                                 n=params.n)
+                                 n=params.n, zero=params.zero)
     return chosen, replace(params, **derived)
 
 
@@ -848,7 +848,7 @@ def gpu_memory_gb(workload: Workload, params: EnvParams,
                   gpu_peak_activations: list[float] | tuple[float, ...]) -> tuple[float, ...]:
     """Per GPU, GB of parameters and optimizer state and of its peak activations (section 7's unit)."""
     per_microbatch = activation_bytes_per_layer(workload) * workload.shape.layers / params.num_gpus
-    per_param, working = static_memory(workload, params.sync_freq)
+    per_param, working = static_memory(workload, params.zero, params.sync_freq)
     static = [held * per_param + working for held in gpu_params(workload, params.num_gpus, params.schedule,
                                                                  params.chunks)]
     if workload.recompute_per_stage is None:
@@ -863,7 +863,7 @@ def gpu_memory_gb(workload: Workload, params: EnvParams,
                  for held, peak, factor in zip(static, gpu_peak_activations, factors))
 
 
-def static_memory(workload: Workload, sync_freq: int) -> tuple[float, float]:
+def static_memory(workload: Workload, zero: int, sync_freq: int) -> tuple[float, float]:
     """Bytes a GPU keeps per parameter it holds, and the bytes of zero 3's gathered working set (docs/model.md
     section 15; Rajbhandari et al. 2020, "ZeRO", section 5).
 
@@ -874,7 +874,7 @@ def static_memory(workload: Workload, sync_freq: int) -> tuple[float, float]:
     prefetches and the gradients of one layer before they are reduce-scattered: three of its largest units (a layer,
     or the embedding) at ``dtype_bytes``.
     """
-    total, zero = workload.bytes_per_param, workload.zero
+    total = workload.bytes_per_param
     if not zero:
         return total, 0.0
     shards, value = workload.shards, float(workload.dtype_bytes)

@@ -173,9 +173,7 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
 def _environment(args) -> tuple[EnvParams, Workload | None]:
     """The environment the flags describe, and its workload when --model is given."""
     env = {p.name: getattr(args, p.name) for p in PARAMETERS if getattr(args, p.name) is not None}
-    keys = {key: getattr(args, key) for key in WORKLOAD_KEYS if key != "zero" and getattr(args, key) is not None}
-    if args.model is not None and "zero" in env:  # one --zero: the workload's, which derives the environment's
-        keys["zero"] = env.pop("zero")
+    keys = {key: getattr(args, key) for key in WORKLOAD_KEYS if getattr(args, key) is not None}
     if args.model is None:
         if keys:
             raise ParameterError(next(iter(keys)), next(iter(keys.values())), "needs --model")
@@ -323,7 +321,7 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
               f"{schedule.lower_bound:.6g}{unit}: {schedule.bound_gap:.1%} above it), peak activations {peak:g} "
               f"micro-batches; chart: {output}")
         if report is not None and workload is not None:
-            label = workload.label(params.num_gpus, params.n) + \
+            label = workload.label(params.num_gpus, params.n, params.zero) + \
                 "".join(f", {word}" for word in layout_words(workload, short=False))
             print("\n".join(f"  {line}" for line in [label] + report.lines() + ([auto] if auto else [])))
         if args.trace:
