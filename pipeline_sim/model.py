@@ -285,8 +285,8 @@ class EnvParams:
                           "GPU's updated parameters after its step, 3 gathers a stage's before each forward and "
                           "backward", short="zero", label="zero", group="strategies", metavar="Z")
     gather_len: float = parameter(0.0, Lengths(zero=True), "work of one all-gather of 1/p of the model's parameters "
-                                  "(times a stage's sync weight); read only with zero >= 1", short="gather", label="gather",
-                                  group="strategies")
+                                  "(times a stage's sync weight); read only with zero >= 1", short="gather",
+                                  label="gather", group="strategies")
     cp_len: float = parameter(0.0, Lengths(zero=True), "work of the attention exchange of context parallelism in one "
                               "forward of 1/p of the model (a backward's is twice, a stage's times its weight); 0: "
                               "none", short="cp", label="cp exchange", group="strategies")
