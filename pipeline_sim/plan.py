@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Callable, Iterable, Iterator, TypeVar
+from typing import Callable, Iterable, Iterator, Mapping, TypeVar
 
 import numpy as np
 
@@ -33,6 +33,7 @@ from .workload import (
     gpu_params,
     iteration_flops,
     stage_layers,
+    static_memory,
     workload_environment,
 )
 
@@ -41,10 +42,14 @@ GPUS_PER_NODE = 8
 #: Why a GPU without an NVLink figure (and no tp_bandwidth given) gets no tensor parallelism.
 NO_TENSOR_PARALLEL = "the gpu states no nvlink_bandwidth; give it, or --tp-bandwidth"
 MICRO_BATCH_SIZES = (1, 2, 4)
-#: The schedules searched, each with two chunks where it has chunks (the one-chunk ones dominate gpipe and dualpipe-v
-#: is left to the sweep: its two-way traffic needs a policy grid of its own to be judged).
+#: The schedules searched (the one-chunk ones dominate gpipe, and dualpipe-v is left to the sweep: its two-way
+#: traffic needs a policy grid of its own to be judged); interleaved-1f1b with every chunk count of ``chunk_counts``.
 SCHEDULES = ("1f1b", "interleaved-1f1b", "zb-h1", "zb-v")
-CHUNKS = 2
+ZERO_STAGES = (0, 1, 2, 3)
+#: Context parallelism is for sequences too long for one GPU: each rank keeps at least this many tokens. Below it a
+#: rank's matrix products shrink and its attention exchange is no longer hidden, which one efficiency for every
+#: shape does not capture (docs/model.md section 14); pin --context-parallel to search shorter shares.
+MIN_CONTEXT_TOKENS = 8192
 #: The partitions tried, by name, and the ``layers_per_stage`` each gives: balanced, and the split of least
 #: bottleneck stage (``auto``'s first step; its simulated neighbours are left to the sweep).
 PARTITIONS = {"balanced": "balanced", "bottleneck": "auto"}
@@ -57,9 +62,19 @@ PEAK_ROUNDS = 4
 #: The screening runs take this many micro-batches per stage and twice as many: the pipeline is then full, and
 #: both are multiples of p and at least 2 p, as the schedules require.
 SCREEN_ROUNDS = 2
-COLUMNS = ("rank", "tensor_parallel", "pipeline_parallel", "data_parallel", "micro_batch_size", "schedule", "chunks",
-           "recompute", "partition", "layers_per_stage", "iteration_seconds", "tokens_per_second", "mfu",
-           "memory_gb", "gpu_memory_gb", "policy", "simulated")
+#: The dimensions a user may pin (``Filters``), by the workload's or the environment's word.
+DIMENSIONS = ("tensor_parallel", "context_parallel", "pipeline_parallel", "data_parallel", "zero",
+              "micro_batch_size", "schedule", "chunks", "recompute")
+COLUMNS = ("rank", "tensor_parallel", "context_parallel", "pipeline_parallel", "data_parallel", "zero",
+           "micro_batch_size", "schedule", "chunks", "recompute", "partition", "layers_per_stage",
+           "iteration_seconds", "tokens_per_second", "tflops_per_gpu", "mfu", "memory_gb", "gpu_memory_gb",
+           "over_gb", "policy", "simulated")
+#: What the ``simulated`` column says of a layout that was not simulated.
+OVER_MEMORY, ABOVE_BOUND = "no: over memory", "no: bound above the tenth"
+LOWER_ZERO = "no: a lower zero stage was faster"
+
+#: Per dimension, the values a user allows (a dimension left out is searched whole).
+Filters = Mapping[str, frozenset]
 
 
 class PlanError(ValueError):
@@ -68,7 +83,8 @@ class PlanError(ValueError):
 
 @dataclass(frozen=True)
 class Layout:
-    """One way to run the workload: its degrees, schedule, recomputation and partition, and its environment."""
+    """One way to run the workload: its degrees, schedule, sharding, recomputation and partition, and its
+    environment."""
 
     workload: Workload
     params: EnvParams
@@ -80,6 +96,10 @@ class Layout:
         return self.workload.tensor_parallel
 
     @property
+    def context(self) -> int:
+        return self.workload.context_parallel
+
+    @property
     def pipeline(self) -> int:
         return self.params.num_gpus
 
@@ -88,10 +108,29 @@ class Layout:
         return self.workload.data_parallel
 
     def describe(self) -> str:
-        """``t 8 p 4 d 2, b 1, zb-v, recompute selective, bottleneck``."""
-        return (f"t {self.tensor} p {self.pipeline} d {self.data}, b {self.workload.micro_batch_size}, "
-                f"{self.params.schedule}, "
-                f"recompute {self.workload.recompute}, {self.partition}")
+        """``t 8 p 16 d 64, b 1, interleaved-1f1b x4, zero 1, recompute none, balanced`` (``c`` when above 1)."""
+        return describe(self.workload, self.params.num_gpus, self.params.schedule, self.params.v, self.params.zero,
+                        self.partition)
+
+    def row(self) -> list[object]:
+        """The CSV cells of the layout itself, from ``tensor_parallel`` to ``layers_per_stage``."""
+        w, p = self.workload, self.params
+        return layout_cells(w, p.num_gpus, p.schedule, p.v, p.zero, self.partition)
+
+
+def describe(workload: Workload, pipeline: int, schedule: str, v: int, zero: int, partition: str) -> str:
+    context = f" c {workload.context_parallel}" if workload.context_parallel > 1 else ""
+    chunks = f" x{v}" if schedule == "interleaved-1f1b" else ""
+    return (f"t {workload.tensor_parallel}{context} p {pipeline} d {workload.data_parallel}, b "
+            f"{workload.micro_batch_size}, {schedule}{chunks}, zero {zero}, recompute {workload.recompute}, "
+            f"{partition}")
+
+
+def layout_cells(workload: Workload, pipeline: int, schedule: str, v: int, zero: int, partition: str) -> list[object]:
+    layers = stage_layers(workload, pipeline * v)
+    return [workload.tensor_parallel, workload.context_parallel, pipeline, workload.data_parallel, zero,
+            workload.micro_batch_size, schedule, v if v > 1 else "", workload.recompute, partition,
+            " ".join(map(str, layers))]
 
 
 @dataclass(frozen=True)
@@ -106,112 +145,195 @@ class Outcome:
     tokens_per_second: float
     mfu: float
     full: bool  # simulated on all the iteration's micro-batches (else extrapolated from the screening runs)
+    budget_gb: float  # the memory a layout may use: the GPU's, less the headroom asked for
 
     @property
     def fits(self) -> bool:
-        return self.memory_gb <= self.layout.workload.device.memory_gb
+        return self.memory_gb <= self.budget_gb
 
-    def cells(self, rank: int) -> list[object]:
-        w, p = self.layout.workload, self.layout.params
-        layers = stage_layers(w, p.num_gpus * get_schedule(p.schedule).v(p.chunks))
-        return [rank, w.tensor_parallel, p.num_gpus, w.data_parallel, w.micro_batch_size, p.schedule,
-                p.chunks if get_schedule(p.schedule).v(p.chunks) > 1 else "", w.recompute, self.layout.partition,
-                " ".join(map(str, layers)), self.seconds, self.tokens_per_second, self.mfu, self.memory_gb,
-                w.device.memory_gb, self.policy, "full" if self.full else "extrapolated"]
+    def cells(self, rank: int | str) -> list[object]:
+        w = self.layout.workload
+        return [rank, *self.layout.row(), self.seconds, self.tokens_per_second, self.mfu * w.device.tflops,
+                self.mfu, self.memory_gb, w.device.memory_gb, max(0.0, self.memory_gb - self.budget_gb),
+                self.policy, "full" if self.full else "extrapolated"]
+
+
+@dataclass(frozen=True)
+class Unsimulated:
+    """A layout enumerated but not simulated: its memory already over the budget (``memory_gb``: at least this, the
+    parameters' or the estimate's), or its bound above the tenth fastest time."""
+
+    cells: tuple[object, ...]  # the layout's own cells (``Layout.row``)
+    memory_gb: float
+    budget_gb: float
+    gpu_memory_gb: float
+    reason: str
+
+    def row(self) -> list[object]:
+        over = max(0.0, self.memory_gb - self.budget_gb)
+        return ["", *self.cells, "", "", "", "", self.memory_gb, self.gpu_memory_gb, over if over else "", "",
+                self.reason]
 
 
 @dataclass(frozen=True)
 class PlanResult:
-    """Every simulated layout (``tried``), those that fit fastest first (``ranked``), and what was pruned."""
+    """Every simulated layout (``tried``), those that fit fastest first (``ranked``), every other layout enumerated
+    (``unsimulated``), and what was pruned."""
 
     tried: tuple[Outcome, ...]
     ranked: tuple[Outcome, ...]
     enumerated: int
     pruned_memory: int
     pruned_bound: int
+    unsimulated: tuple[Unsimulated, ...] = ()
+
+    def rows(self) -> list[list[object]]:
+        """The CSV's rows: the layouts that fit, fastest first and ranked; the simulated ones that do not, fastest
+        first; then those not simulated, lightest first."""
+        over = sorted((o for o in self.tried if not o.fits), key=lambda o: o.seconds)
+        return [*(o.cells(rank) for rank, o in enumerate(self.ranked, 1)), *(o.cells("") for o in over),
+                *(u.row() for u in sorted(self.unsimulated, key=lambda u: u.memory_gb))]
 
 
 def _divisors(number: int) -> list[int]:
     return [k for k in range(1, number + 1) if number % k == 0]
 
 
+def chunk_counts(layers: int, pipeline: int) -> list[int]:
+    """The chunk counts of interleaved-1f1b searched on ``pipeline`` GPUs: every count from 2 that divides a GPU's
+    share of the layers (rounded down or up when they do not divide), each chunk holding a layer."""
+    shares = {layers // pipeline, -(-layers // pipeline)}
+    return sorted({v for share in shares for v in _divisors(share) if v >= 2 and pipeline * v <= layers})
+
+
 def _bound(workload: Workload, params: EnvParams) -> float:
-    """The busiest GPU's compute over the iteration: no schedule or policy finishes sooner (jitter has mean 1)."""
+    """Seconds no schedule or policy beats (jitter has mean 1): over GPUs, the earliest its first forward can start,
+    its compute, and the least that must follow its last task.
+
+    GPU g's first forward, on its lowest stage r, waits for the forwards of stages 0 .. r-1 and the transfers
+    between them; every task of g (a W of a split backward aside: none may follow it) is followed by the
+    backwards of the stages below r and their transfers. For 1F1B on equal stages this is the textbook
+    ``(n + p - 1)(F + B)``; a transfer takes at least its work, at full speed."""
     spec = get_schedule(params.schedule)
     v = spec.v(params.chunks)
-    load = [0.0] * params.num_gpus
-    if not params.bwd_weights:
-        for stage in range(params.num_gpus * v):
-            load[spec.placement(stage, params.num_gpus, v)] += params.stage_weight(stage) / v
-        return params.n * (params.fwd_len + params.bwd_len) * max(load)
-    for stage in range(params.num_gpus * v):  # a backward weighted on its own (section 6.6)
-        load[spec.placement(stage, params.num_gpus, v)] += \
-            params.stage_weight(stage) * (params.fwd_len + params.bwd_len * params.bwd_weight(stage)) / v
-    return params.n * max(load)
+    stages = params.num_gpus * v
+    gpu = [spec.placement(stage, params.num_gpus, v) for stage in range(stages)]
+    forward = [params.fwd_len * params.stage_weight(s) / v for s in range(stages)]
+    backward = [params.bwd_len * params.stage_weight(s) * params.bwd_weight(s) / v for s in range(stages)]
+    split = "w_fraction" in spec.parameters
+    work = [0.0] * params.num_gpus
+    for stage in range(stages):
+        work[gpu[stage]] += params.n * (forward[stage] + backward[stage])
+    bound, head, tail = 0.0, 0.0, 0.0
+    for stage in range(stages):  # stages in forward order: a GPU's first one is its lowest
+        if gpu[stage] not in gpu[:stage]:
+            bound = max(bound, head + work[gpu[stage]] + (0.0 if split else tail))
+        hop = params.prop_len if stage + 1 < stages and gpu[stage + 1] != gpu[stage] else 0.0
+        head += forward[stage] + hop
+        tail += backward[stage] + hop
+    return bound
 
 
 @dataclass(frozen=True)
 class Enumeration:
-    """The layouts whose parameters and optimizer state fit, how many were enumerated, and the least such memory
-    of any (GB, and its layout) for the message when none fits."""
+    """The layouts whose parameters and optimizer state fit, how many were enumerated, the least such memory of any
+    (GB, and its layout) for the message when none fits, and the layouts that do not fit."""
 
     layouts: list[Layout]
     enumerated: int
     least_static: tuple[float, str]
+    too_large: list[Unsimulated]
 
 
-def enumerate_layouts(base: Workload, gpus: int, env: dict[str, object] | None = None) -> Enumeration:
-    """Every layout of ``base`` (its model, GPU, batch and network) on ``gpus`` GPUs that is a valid environment
-    and whose parameters and optimizer state fit the GPU (checked before its environment is built).
+def _allowed(filters: Filters | None, dimension: str, values: Iterable) -> list:
+    pinned = (filters or {}).get(dimension)
+    return [value for value in values if pinned is None or value in pinned]
+
+
+def enumerate_layouts(base: Workload, gpus: int, env: dict[str, object] | None = None,
+                      filters: Filters | None = None, headroom_gb: float = 0.0) -> Enumeration:
+    """Every layout of ``base`` (its model, GPU, batch and network) on ``gpus`` GPUs that is a valid environment,
+    within ``filters``; those whose parameters and optimizer state leave no room in the GPU (less ``headroom_gb``)
+    are set apart before their environment is built.
 
     Tensor degrees divide the GPU count, the heads and the key-value heads, up to ``GPUS_PER_NODE``, with
-    sequence parallelism; pipeline degrees divide what is left, with a layer for each stage; the micro-batch size
-    times the data-parallel degree divides the global batch. ``env``: the environment's other parameters (jitter,
-    seed).
+    sequence parallelism; context degrees cut the sequence into 2c chunks of ``MIN_CONTEXT_TOKENS`` or more;
+    pipeline degrees divide what is left, with a layer for each stage; the micro-batch size times the
+    data-parallel degree divides the global batch; zero 1 to 3 only with data parallelism. ``env``: the
+    environment's other parameters (jitter, seed).
     """
     shape = base.shape
-    assert base.global_batch_size is not None
-    layouts, enumerated, least = [], 0, (math.inf, "")
-    for t in _divisors(gpus):
-        if t > GPUS_PER_NODE or shape.heads % t or (shape.kv_heads or shape.heads) % t or \
-                (t > 1 and base.tp_bandwidth is None):  # a GPU without NVLink figures and no tp_bandwidth given
-            continue
-        for p in _divisors(gpus // t):
-            d = gpus // (t * p)
-            for b in MICRO_BATCH_SIZES:
-                if base.global_batch_size % (b * d):
+    assert base.global_batch_size is not None and base.seq_len is not None
+    budget = base.device.memory_gb - headroom_gb
+    layouts, enumerated, least, too_large = [], 0, (math.inf, ""), []
+    tensors = [t for t in _divisors(gpus) if t <= GPUS_PER_NODE and not shape.heads % t and
+               not (shape.kv_heads or shape.heads) % t and (t == 1 or base.tp_bandwidth is not None)]
+    for t in _allowed(filters, "tensor_parallel", tensors):
+        contexts = [c for c in _divisors(gpus // t) if c == 1 or (not base.seq_len % (2 * c) and
+                                                                  base.seq_len // c >= MIN_CONTEXT_TOKENS)]
+        for c in _allowed(filters, "context_parallel", contexts):
+            for p in _allowed(filters, "pipeline_parallel", _divisors(gpus // (t * c))):
+                d = gpus // (t * c * p)
+                if not _allowed(filters, "data_parallel", [d]) or p > shape.layers:
                     continue
-                for schedule in SCHEDULES:
-                    v = get_schedule(schedule).v(CHUNKS)
-                    if p * v > shape.layers or (p == 1 and v > 1):  # chunks on one GPU only add transfers
+                for b in _allowed(filters, "micro_batch_size", MICRO_BATCH_SIZES):
+                    if base.global_batch_size % (b * d):
                         continue
-                    for recompute in RECOMPUTE_MODES:
-                        if recompute == "selective" and base.flash_attention:
-                            continue  # what selective recomputes, flash attention never keeps: none's layout again
-                        balanced: tuple[int, ...] | None = None  # the split of the first partition
-                        for partition, split in PARTITIONS.items():
-                            workload = replace(base, tensor_parallel=t, data_parallel=d, micro_batch_size=b,
-                                               recompute=recompute, layers_per_stage=split, sequence_parallel=None)
-                            layers = stage_layers(workload, p * get_schedule(schedule).v(CHUNKS))
-                            if layers == balanced:
-                                continue  # the same split twice
-                            balanced = layers
-                            enumerated += 1
-                            # the split itself, so that a worker need not find it again
-                            workload = replace(workload, layers_per_stage=layers)
-                            static = max(gpu_params(workload, p, schedule, CHUNKS)) * workload.bytes_per_param / 1e9
-                            if static > base.device.memory_gb:
-                                if static < least[0]:
-                                    least = (static, f"t {t} p {p} d {d}, {schedule}")
-                                continue
-                            try:
-                                params = workload_environment(workload, num_gpus=p, schedule=schedule, chunks=CHUNKS,
-                                                              **(env or {}))
-                            except ParameterError:  # a schedule's requirement on n, a length out of its domain
-                                enumerated -= 1
-                                break
-                            layouts.append(Layout(workload, params, partition, _bound(workload, params)))
-    return Enumeration(layouts, enumerated, least)
+                    for schedule in _allowed(filters, "schedule", SCHEDULES):
+                        chunks = _allowed(filters, "chunks", chunk_counts(shape.layers, p)) \
+                            if schedule == "interleaved-1f1b" else [get_schedule(schedule).v(2)]
+                        for v in chunks:
+                            if (p == 1 and v > 1) or p * v > shape.layers:
+                                continue  # chunks on one GPU only add transfers
+                            for recompute in _allowed(filters, "recompute", RECOMPUTE_MODES):
+                                if recompute == "selective" and base.flash_attention:
+                                    continue  # what selective recomputes, flash attention never keeps: none again
+                                found = _partitions(base, t, c, d, b, recompute, p, schedule, v, env, filters,
+                                                    budget)
+                                enumerated += found[0]
+                                layouts.extend(found[1])
+                                too_large.extend(found[2])
+                                if found[3][0] < least[0]:
+                                    least = found[3]
+    return Enumeration(layouts, enumerated, least, too_large)
+
+
+def _partitions(base: Workload, t: int, c: int, d: int, b: int, recompute: str, p: int, schedule: str, v: int,
+                env: dict[str, object] | None, filters: Filters | None,
+                budget: float) -> tuple[int, list[Layout], list[Unsimulated], tuple[float, str]]:
+    """The layouts of one choice of degrees, micro-batch, schedule and recomputation, over partitions and zero:
+    how many, those whose parameters leave room, those that do not, and the least parameter memory."""
+    enumerated, layouts, too_large, least = 0, [], [], (math.inf, "")
+    balanced: tuple[int, ...] | None = None  # the split of the first partition
+    zeros = _allowed(filters, "zero", ZERO_STAGES if d > 1 else (0,))
+    for partition, split in PARTITIONS.items():
+        workload = replace(base, tensor_parallel=t, context_parallel=c, data_parallel=d, micro_batch_size=b,
+                           recompute=recompute, layers_per_stage=split, sequence_parallel=None)
+        layers = stage_layers(workload, p * v)
+        if layers == balanced:
+            continue  # the same split twice
+        balanced = layers
+        # the split itself, so that a worker need not find it again
+        workload = replace(workload, layers_per_stage=layers)
+        held = max(gpu_params(workload, p, schedule, v))
+        for zero in zeros:
+            enumerated += 1
+            per_param, working = static_memory(workload, zero, 1)  # gradients sharded as zero 2 defaults
+            static = (held * per_param + working) / 1e9
+            if static > budget:
+                if static < least[0]:
+                    least = (static, f"t {t} p {p} d {d}, {schedule}")
+                too_large.append(Unsimulated(tuple(layout_cells(workload, p, schedule, v, zero, partition)), static,
+                                             budget, base.device.memory_gb, OVER_MEMORY))
+                continue
+            try:
+                params = workload_environment(workload, num_gpus=p, schedule=schedule, chunks=max(v, 2), zero=zero,
+                                              **(env or {}))
+            except ParameterError:  # a schedule's requirement on n, a length out of its domain
+                enumerated -= 1
+                continue
+            layouts.append(Layout(workload, params, partition, _bound(workload, params)))
+    return enumerated, layouts, too_large, least
 
 
 def _shortened(params: EnvParams, rounds: int) -> EnvParams:
@@ -253,33 +375,52 @@ def _measure(params: EnvParams, policies: tuple[Policy, ...], samples: int) -> t
     return seconds, figures[0][0, 3 + 2 * p:]
 
 
-def _outcome(layout: Layout, seconds: float, peaks: np.ndarray, policy: str, full: bool) -> Outcome:
+def _outcome(layout: Layout, seconds: float, peaks: np.ndarray, policy: str, full: bool, budget: float) -> Outcome:
     w, params = layout.workload, layout.params
     assert w.global_batch_size is not None and w.seq_len is not None
     memory = max(gpu_memory_gb(w, params, tuple(peaks.tolist())))
-    gpus = params.num_gpus * w.tensor_parallel * w.data_parallel
+    gpus = params.num_gpus * w.model_parallel * w.data_parallel
     mfu = iteration_flops(w, w.global_batch_size) / (seconds * gpus * w.device.tflops * 1e12)
-    return Outcome(layout, float(seconds), memory, policy, w.global_batch_size * w.seq_len / seconds, mfu, full)
+    return Outcome(layout, float(seconds), memory, policy, w.global_batch_size * w.seq_len / seconds, mfu, full,
+                   budget)
 
 
-def _screen(item: tuple[Layout, int]) -> Outcome | None:
-    """A layout under the default policy, or None when its estimated memory does not fit (nothing simulated).
+def _screen(item: tuple[tuple[Layout, ...], int, float]) -> list[Outcome | float | None]:
+    """The zero stages of one layout, from the least, under the default policy: per layout an ``Outcome``, or its
+    estimated memory (GB) when that is over the budget (nothing simulated), or None when a lower stage was already
+    faster than the stage before it (each stage moves at least as many bytes on the same port as the one below)."""
+    family, samples, budget = item
+    found: list[Outcome | float | None] = []
+    best = math.inf
+    for layout in family:
+        if found and isinstance(found[-1], Outcome) and found[-1].fits and found[-1].seconds > best:
+            found.append(None)
+            continue
+        estimate = estimated_memory_gb(layout)
+        if estimate > budget:
+            found.append(estimate)
+            continue
+        outcome = _screen_one(layout, samples, budget)
+        found.append(outcome)
+        if outcome.fits:
+            best = min(best, outcome.seconds)
+    return found
 
-    Two short runs, on ``SCREEN_ROUNDS`` x p and twice as many micro-batches, give the time of one more
-    micro-batch once the pipeline is full; the iteration's n is extrapolated from them (or simulated when it is
-    no longer than the second run)."""
-    layout, samples = item
-    if estimated_memory_gb(layout) > layout.workload.device.memory_gb:
-        return None
+
+def _screen_one(layout: Layout, samples: int, budget: float) -> Outcome:
+    """A layout under the default policy. Two short runs, on ``SCREEN_ROUNDS`` x p and twice as many
+    micro-batches, give the time of one more micro-batch once the pipeline is full; the iteration's n is
+    extrapolated from them (or simulated when it is no longer than the second run)."""
     params, policy = layout.params, (Policy(),)
     first, second = _shortened(params, SCREEN_ROUNDS), _shortened(params, 2 * SCREEN_ROUNDS)
     if second.n == params.n:
         seconds, peaks = _measure(params, policy, samples)
-        return _outcome(layout, float(seconds[0]), peaks, Policy().label, True)
+        return _outcome(layout, float(seconds[0]), peaks, Policy().label, True, budget)
     short, peaks = _measure(first, policy, samples)
     longer, _ = _measure(second, policy, samples)
     per_microbatch = (longer[0] - short[0]) / (second.n - first.n)
-    return _outcome(layout, float(longer[0] + per_microbatch * (params.n - second.n)), peaks, Policy().label, False)
+    return _outcome(layout, float(longer[0] + per_microbatch * (params.n - second.n)), peaks, Policy().label, False,
+                    budget)
 
 
 def _policy_pass(item: tuple[Outcome, int]) -> Outcome:
@@ -299,7 +440,7 @@ def _policy_pass(item: tuple[Outcome, int]) -> Outcome:
     best = int(np.argmin(seconds))
     if seconds[best] >= seconds[0]:
         best = 0
-    return _outcome(outcome.layout, float(seconds[best]), peaks, policies[best].label, True)
+    return _outcome(outcome.layout, float(seconds[best]), peaks, policies[best].label, True, outcome.budget_gb)
 
 
 _Item = TypeVar("_Item")
@@ -313,88 +454,112 @@ def _map(function: Callable[[_Item], _Result], items: Iterable[_Item], workers: 
 
 
 def plan(base: Workload, gpus: int, *, env: dict[str, object] | None = None, samples: int = 8, workers: int = 1,
-         progress: Callable[[int, int], None] | None = None, cluster: DaskCluster | None = None) -> PlanResult:
+         progress: Callable[[int, int], None] | None = None, cluster: DaskCluster | None = None,
+         filters: Filters | None = None, headroom_gb: float = 0.0) -> PlanResult:
     """Search the layouts of ``base`` on ``gpus`` GPUs (``base`` gives the model, GPU, global batch, sequence and
-    network; its degrees, micro-batch, recomputation and partition are searched). ``env``: other environment
-    parameters (``compute_jitter``, ``comm_jitter``, ``seed``); under jitter ``samples`` draws a layout and the
-    95th percentile ranks. ``progress(done, total)`` is called as layouts are settled. ``PlanError`` when no
-    layout divides or fits. With ``cluster`` (``cluster.DaskCluster``) the simulations run there instead of on
+    network; its degrees, sharding, micro-batch, schedule, chunks, recomputation and partition are searched, within
+    ``filters``). A layout fits when its memory leaves ``headroom_gb`` of the GPU's free. ``env``: other
+    environment parameters (``compute_jitter``, ``comm_jitter``, ``seed``); under jitter ``samples`` draws a layout
+    and the 95th percentile ranks. ``progress(done, total)`` is called as layouts are settled. ``PlanError`` when
+    no layout divides or fits. With ``cluster`` (``cluster.DaskCluster``) the simulations run there instead of on
     ``workers`` processes; the result is the same."""
     if base.global_batch_size is None:
         raise PlanError("global_batch_size = None: the planner needs the global batch (sequences per iteration)")
-    found = enumerate_layouts(base, gpus, env)
+    found = enumerate_layouts(base, gpus, env, filters, headroom_gb)
     degrees = f"tensor degrees dividing {gpus} up to {GPUS_PER_NODE} and its {base.shape.heads} heads" \
         if base.tp_bandwidth is not None else f"tensor degree 1 only ({NO_TENSOR_PARALLEL})"
+    pinned = "; within " + ", ".join(f"{key} {'/'.join(map(str, sorted(values)))}"
+                                     for key, values in (filters or {}).items()) if filters else ""
     if not found.enumerated:
         raise PlanError(f"gpus = {gpus}: no layout of {base.shape.name} on {gpus} GPUs; tried {degrees}, "
                         f"pipeline degrees up "
                         f"to its {base.shape.layers} layers, micro-batches {'/'.join(map(str, MICRO_BATCH_SIZES))} "
                         f"whose product with the data-parallel degree divides the global batch "
-                        f"{base.global_batch_size}")
-    gpu_memory = base.device.memory_gb
+                        f"{base.global_batch_size}{pinned}")
+    budget = base.device.memory_gb - headroom_gb
+    room = f"{budget:g} GB per GPU" + (f" ({headroom_gb:g} GB of headroom)" if headroom_gb else "")
     small = found.layouts
     if not small:
         raise PlanError(f"model = {base.shape.name}: fits no layout on {gpus} x {base.device.name}; the least "
                         f"parameter and optimizer memory, {found.least_static[0]:.1f} GB per GPU "
-                        f"({found.least_static[1]}), is above its {gpu_memory:g} GB before any activation"
-                        + (f"; tensor degree 1 only ({NO_TENSOR_PARALLEL})" if base.tp_bandwidth is None else ""))
-    small.sort(key=lambda layout: layout.bound)
-    total = len(small) + min(TOP, len(small))
+                        f"({found.least_static[1]}), is above its {room} before any activation"
+                        + (f"; tensor degree 1 only ({NO_TENSOR_PARALLEL})" if base.tp_bandwidth is None else "")
+                        + pinned)
+    # a layout's zero stages, screened together from the least: one family, in order of their common bound
+    families: dict[tuple, list[Layout]] = {}
+    for layout in small:
+        families.setdefault((tuple(layout.row()[:4]), *layout.row()[5:]), []).append(layout)
+    ordered = sorted((tuple(sorted(members, key=lambda layout: layout.params.zero)) for members in families.values()),
+                     key=lambda members: members[0].bound)
+    total = len(ordered) + min(TOP, len(small))
     live: list[float] = []  # the TOP fastest fitting times screened so far, ascending
     settled = 0
 
-    def items() -> Iterator[tuple[Layout, int]]:
+    def items() -> Iterator[tuple[tuple[Layout, ...], int, float]]:
         nonlocal settled
-        for index, layout in enumerate(small):
+        for index, family in enumerate(ordered):
             # a layout whose bound is above the TOP-th fastest time found cannot make the list; bounds ascend, so
             # neither can any after it
-            if len(live) >= TOP and layout.bound >= live[TOP - 1]:
-                settled += len(small) - index
+            if len(live) >= TOP and family[0].bound >= live[TOP - 1]:
+                settled += len(ordered) - index
                 return
-            yield layout, samples
+            yield family, samples, budget
 
-    def fastest(times: list[float], outcome: Outcome | None) -> None:
-        if outcome is not None and outcome.fits:
-            times.append(outcome.seconds)
-            times.sort()
-            del times[TOP:]
+    def fastest(times: list[float], outcomes: list[Outcome | float | None]) -> None:
+        times.extend(o.seconds for o in outcomes if isinstance(o, Outcome) and o.fits)
+        times.sort()
+        del times[TOP:]
 
-    screened: list[Outcome | None] = []
-    for outcome in _map(_screen, items(), workers, cluster):
+    screened: list[list[Outcome | float | None]] = []
+    for outcomes in _map(_screen, items(), workers, cluster):
         settled += 1
-        screened.append(outcome)
-        fastest(live, outcome)
+        screened.append(outcomes)
+        fastest(live, outcomes)
         if progress:
             progress(settled, total)
     # What a serial search screens: the layouts in flight when the bound was crossed are kept only if they were
     # below it when their turn came, so that the result is the same on any number of workers or a cluster.
     tried: list[Outcome] = []
+    unsimulated = list(found.too_large)
     serial: list[float] = []
-    too_large = 0
-    for layout, outcome in zip(small, screened):
-        if len(serial) >= TOP and layout.bound >= serial[TOP - 1]:
+    count = 0
+    for family, outcomes in zip(ordered, screened):
+        if len(serial) >= TOP and family[0].bound >= serial[TOP - 1]:
             break
-        if outcome is None:
-            too_large += 1
-        else:
-            tried.append(outcome)
-        fastest(serial, outcome)
-    skipped = len(small) - too_large - len(tried)
+        count += 1
+        for layout, outcome in zip(family, outcomes):
+            if isinstance(outcome, Outcome):
+                tried.append(outcome)
+            else:
+                unsimulated.append(Unsimulated(tuple(layout.row()), estimated_memory_gb(layout) if outcome is None
+                                               else outcome, budget, base.device.memory_gb,
+                                               LOWER_ZERO if outcome is None else OVER_MEMORY))
+        fastest(serial, outcomes)
+    too_large = sum(1 for u in unsimulated if u.reason == OVER_MEMORY) - len(found.too_large)
+    late = [layout for family in ordered[count:] for layout in family]
+    unsimulated.extend(Unsimulated(tuple(layout.row()), estimated_memory_gb(layout), budget, base.device.memory_gb,
+                                   ABOVE_BOUND) for layout in late)
+    skipped = len(late)
     fitting = sorted((o for o in tried if o.fits), key=lambda o: o.seconds)
+    passed: set[int] = set()  # outcomes of the policy pass
     if not fitting:
         lightest = min(tried, key=lambda o: o.memory_gb) if tried else None
         where = f"; the least simulated was {lightest.memory_gb:.1f} GB ({lightest.layout.describe()})" \
             if lightest else ""
         raise PlanError(f"model = {base.shape.name}: fits no layout on {gpus} x {base.device.name} with "
-                        f"{gpu_memory:g} GB per GPU, recomputation included{where}"
-                        + (f"; tensor degree 1 only ({NO_TENSOR_PARALLEL})" if base.tp_bandwidth is None else ""))
-    improved = {}  # the fastest, again over the policy grid
-    for old, new in zip(fitting[:TOP], _map(_policy_pass, ((o, samples) for o in fitting[:TOP]), workers, cluster)):
-        improved[id(old)] = new
-        settled += 1
-        if progress:
-            progress(settled, total)
-    tried = [improved.get(id(o), o) for o in tried]
-    ranked = sorted((o for o in tried if o.fits), key=lambda o: o.seconds)
-    return PlanResult(tuple(tried), tuple(ranked), found.enumerated, found.enumerated - len(small) + too_large,
-                      skipped)
+                        f"{room}, recomputation and zero included{where}"
+                        + (f"; tensor degree 1 only ({NO_TENSOR_PARALLEL})" if base.tp_bandwidth is None else "")
+                        + pinned)
+    # the fastest, again over the policy grid and in full; until the TOP fastest are all such (a layout simulated
+    # in full may turn out slower than the screening's extrapolation of the next)
+    ranked = fitting
+    while pending := [o for o in ranked[:TOP] if not o.full or o.policy == Policy().label and id(o) not in passed]:
+        for old, new in zip(pending, _map(_policy_pass, ((o, samples) for o in pending), workers, cluster)):
+            passed.add(id(new))
+            tried[tried.index(old)] = new
+            settled += 1
+            if progress:
+                progress(settled, max(total, settled))
+        ranked = sorted((o for o in tried if o.fits), key=lambda o: o.seconds)
+    return PlanResult(tuple(tried), tuple(ranked), found.enumerated, len(found.too_large) + too_large, skipped,
+                      tuple(unsimulated))

@@ -241,13 +241,14 @@ def test_a_plan_with_the_step_says_so(tmp_path):
     assert plain.returncode == stepped.returncode == 0, plain.stderr + stepped.stderr
     assert "optimizer step" not in plain.stdout.splitlines()[0]
     assert stepped.stdout.splitlines()[0].startswith("llama3-8b on 4 x h100-80gb, batch 16 x 2048 tokens, "
-                                                     "optimizer step: ")
+                                                     "efficiency 0.5, optimizer step: ")
     folder = tmp_path / "outputs" / "plan"
-    assert {path.name for path in folder.iterdir()} == {f"plan_llama3-8b_4xh100-80gb{suffix}.{ext}"
+    name = "plan_llama3-8b_4xh100-80gb_gbs16_s2048_eff0.5"
+    assert {path.name for path in folder.iterdir()} == {f"{name}{suffix}.{ext}"
                                                         for suffix in ("", "_opt") for ext in ("csv", "png")}
     times = {}
     for suffix in ("", "_opt"):
-        with open(folder / f"plan_llama3-8b_4xh100-80gb{suffix}.csv", newline="") as handle:
+        with open(folder / f"{name}{suffix}.csv", newline="") as handle:
             times[suffix] = float(next(csv.DictReader(handle))["iteration_seconds"])
     assert times["_opt"] > times[""]
 

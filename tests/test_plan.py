@@ -9,7 +9,18 @@ from conftest import assert_one_line_error, assert_png_drawn, run_script
 
 from pipeline_sim import Policy
 from pipeline_sim.engine import simulate_figures
-from pipeline_sim.plan import COLUMNS, TOP, PlanError, enumerate_layouts, estimated_memory_gb, plan
+from pipeline_sim.plan import (
+    ABOVE_BOUND,
+    COLUMNS,
+    LOWER_ZERO,
+    OVER_MEMORY,
+    TOP,
+    PlanError,
+    chunk_counts,
+    enumerate_layouts,
+    estimated_memory_gb,
+    plan,
+)
 from pipeline_sim.scenarios import policy_grid
 from pipeline_sim.workload import ModelShape, Workload, gpu_memory_gb
 
@@ -21,26 +32,66 @@ def test_a_small_plan_end_to_end(tmp_path):
     result = run_script("plan.py", *SMALL, "-o", "plan.csv", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].startswith("llama3-8b on 8 x h100-80gb, batch 64 x 4096 tokens:")
+    assert lines[0].startswith("llama3-8b on 8 x h100-80gb, batch 64 x 4096 tokens, efficiency 0.5:")
     listed = [line for line in lines if line[:3].strip().isdigit()]
     assert len(listed) == TOP
     with open(tmp_path / "plan.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
-    assert tuple(rows[0]) == COLUMNS and len(rows) >= TOP
+    assert tuple(rows[0]) == COLUMNS
+    enumerated = int(lines[0].split(" layouts simulated of ")[1].split()[0])
+    assert len(rows) == enumerated  # every layout enumerated has its row
+    ranked = [row for row in rows if row["rank"]]
+    assert len(ranked) >= TOP and rows[:len(ranked)] == ranked
     for row in rows:
-        assert float(row["memory_gb"]) <= float(row["gpu_memory_gb"]) == 80.0
-        assert int(row["tensor_parallel"]) * int(row["pipeline_parallel"]) * int(row["data_parallel"]) == 8
-        assert 64 % (int(row["micro_batch_size"]) * int(row["data_parallel"])) == 0
+        degrees = [int(row[key]) for key in ("tensor_parallel", "context_parallel", "pipeline_parallel",
+                                             "data_parallel")]
+        assert np.prod(degrees) == 8 and 64 % (int(row["micro_batch_size"]) * degrees[3]) == 0
         assert sum(map(int, row["layers_per_stage"].split())) == 32
-        tokens = float(row["tokens_per_second"])
-        assert tokens == pytest.approx(64 * 4096 / float(row["iteration_seconds"]))
-    times = [float(row["iteration_seconds"]) for row in rows]
-    assert times == sorted(times) and [int(row["rank"]) for row in rows] == list(range(1, len(rows) + 1))
-    assert {row["simulated"] for row in rows[:TOP]} == {"full"}
+        assert row["zero"] == "0" or degrees[3] > 1
+        over = float(row["memory_gb"]) - float(row["gpu_memory_gb"])
+        assert (float(row["over_gb"] or 0) == pytest.approx(over)) if over > 0 else row["over_gb"] in ("", "0.0")
+        if row["rank"]:
+            assert over <= 0 and row["simulated"] in ("full", "extrapolated")
+            tokens = float(row["tokens_per_second"])
+            assert tokens == pytest.approx(64 * 4096 / float(row["iteration_seconds"]))
+            assert float(row["tflops_per_gpu"]) == pytest.approx(float(row["mfu"]) * 989)
+        else:
+            assert row["simulated"] in ("full", "extrapolated", OVER_MEMORY, ABOVE_BOUND, LOWER_ZERO)
+            assert row["simulated"] != OVER_MEMORY or over > 0
+    times = [float(row["iteration_seconds"]) for row in ranked]
+    assert times == sorted(times) and [int(row["rank"]) for row in ranked] == list(range(1, len(ranked) + 1))
+    assert {row["simulated"] for row in ranked[:TOP]} == {"full"}
     # the printed best is the CSV's first row
-    assert rows[0]["schedule"] in listed[0] and f"t {rows[0]['tensor_parallel']} p {rows[0]['pipeline_parallel']}" \
-        in listed[0]
+    assert rows[0]["schedule"] in listed[0] and f"t {rows[0]['tensor_parallel']} " in listed[0]
     assert_png_drawn(tmp_path / "plan.png", min_width=1000, min_height=600)
+    # a second plan of the same name is refused, and replaced with --overwrite
+    again = run_script("plan.py", *SMALL, "-o", "plan.csv", cwd=tmp_path)
+    assert_one_line_error(again, "plan.csv exists; pass --overwrite")
+
+
+def test_pins_headroom_and_names(tmp_path):
+    result = run_script("plan.py", *SMALL, "--tensor-parallel", "1", "--pipeline-parallel", "2,4", "--zero", "1",
+                        "--schedule", "zb-h1,interleaved-1f1b", "--chunks", "2", "--memory-headroom", "30",
+                        "--mark", "pipeline_parallel=4", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "tensor parallel 1, pipeline parallel 2/4, zero 1, schedule interleaved-1f1b/zb-h1, chunks 2, headroom " \
+           "30 GB" in result.stdout.splitlines()[0]
+    name = "plan_llama3-8b_8xh100-80gb_gbs64_s4096_eff0.5_headroom30_tensor1_pipeline2-4_zero1_" \
+           "schedule-interleaved-1f1b-zb-h1_chunks2"
+    folder = tmp_path / "outputs" / "plan"
+    assert sorted(path.name for path in folder.iterdir()) == [f"{name}.csv", f"{name}.png"]
+    with open(folder / f"{name}.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert {row["tensor_parallel"] for row in rows} == {"1"} and {row["zero"] for row in rows} == {"1"}
+    assert {row["pipeline_parallel"] for row in rows} == {"2", "4"}
+    assert {row["chunks"] for row in rows if row["schedule"] == "interleaved-1f1b"} == {"2"}
+    assert all(float(row["memory_gb"]) <= 50.0 for row in rows if row["rank"])
+
+
+def test_chunk_counts_divide_a_gpus_layers():
+    assert chunk_counts(126, 16) == [2, 4, 7]  # 7 or 8 layers a GPU; 8 chunks would need 128 layers
+    assert chunk_counts(32, 4) == [2, 4, 8]
+    assert chunk_counts(8, 8) == []
 
 
 TINY = ModelShape(layers=8, hidden=256, heads=8, kv_heads=4, ffn_hidden=1024, vocab=4000, seq_len=512)
@@ -133,5 +184,5 @@ def test_a_custom_model_and_gpu_as_json(tmp_path):
     assert result.stdout.startswith("layers=4 hidden=256 heads=8 kv_heads=8 ffn_hidden=1024 vocab=1000 seq_len=512 "
                                     "on 4 x tflops=100 memory_gb=16 nvlink_bandwidth=200, batch 16 x 512 tokens")
     name = "plan_layers4-hidden256-heads8-kv_heads8-ffn_hidden1024-vocab1000-seq_len512_4xtflops100-memory_gb16-" \
-           "nvlink_bandwidth200"
+           "nvlink_bandwidth200_gbs16_s512_eff0.5"
     assert sorted(path.name for path in (tmp_path / "outputs" / "plan").iterdir()) == [f"{name}.csv", f"{name}.png"]

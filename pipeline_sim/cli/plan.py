@@ -8,13 +8,23 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ..cluster import ClusterLost, DaskCluster, connected
-from ..files import atomic_output, output_target
-from ..plan import COLUMNS, NO_TENSOR_PARALLEL, TOP, PlanResult, plan
+from ..files import atomic_output, exclusive_writer, output_target
+from ..plan import (
+    COLUMNS,
+    DIMENSIONS,
+    NO_TENSOR_PARALLEL,
+    SCHEDULES,
+    TOP,
+    ZERO_STAGES,
+    Outcome,
+    PlanResult,
+    plan,
+)
 from ..results import safe_name
-from ..workload import GPU_PRESETS, MODEL_PRESETS, Workload, seconds_text
+from ..workload import GPU_PRESETS, MODEL_PRESETS, RECOMPUTE_MODES, Workload, seconds_text
 from .common import (
     Parser,
     UserError,
@@ -74,22 +84,84 @@ def build_parser(prog: str) -> Parser:
     parser.add_argument("--workers", type=positive_int, metavar="N", default=os.cpu_count() or 1,
                         help="worker processes (default: all %(default)s cores; 1 runs serially)")
     add_cluster_argument(parser)
+    pins = parser.add_argument_group(
+        "pinning: each takes one value or several separated by commas; the other layouts are not searched")
+    for key, kind, text in (
+            ("tensor_parallel", int, "tensor-parallel degrees"), ("context_parallel", int, "context-parallel degrees"),
+            ("pipeline_parallel", int, "pipeline degrees (GPUs of one pipeline)"),
+            ("data_parallel", int, "data-parallel degrees"), ("zero", int, "ZeRO stages 0 to 3 (FSDP is 3)"),
+            ("micro_batch_size", int, "micro-batch sizes"), ("schedule", str, f"schedules ({', '.join(SCHEDULES)})"),
+            ("chunks", int, "chunks per GPU of interleaved-1f1b (default: every count dividing a GPU's layers)"),
+            ("recompute", str, f"recomputation ({', '.join(RECOMPUTE_MODES)})")):
+        pins.add_argument("--" + key.replace("_", "-"), dest=key, default=None, metavar="V[,V...]",
+                          type=_values(key, kind), help=text)
+    parser.add_argument("--memory-headroom", type=float, default=0.0, metavar="GB",
+                        help="memory each GPU keeps free (fragmentation, buffers): a layout fits within the GPU's "
+                             "memory less this (default %(default)s)")
+    parser.add_argument("--mark", action="append", default=[], metavar="KEY=V,...",
+                        help="name on the figure the fastest simulated layout with these values, e.g. "
+                             "tensor_parallel=8,pipeline_parallel=16,data_parallel=64 (repeatable)")
     parser.add_argument("--output", "-o", type=Path, default=None,
-                        help="CSV of every layout simulated (each fits in memory), fastest first (default "
-                             "outputs/plan/plan_<model>_<gpus>x<gpu>[_opt][_ew][_flash][_nodrop][_j<jitter>].csv); the "
-                             "figure is written beside it as .png")
+                        help="CSV of every layout enumerated: those that fit, fastest first and ranked, then those "
+                             "simulated that do not fit, then those not simulated and why, with how far over the "
+                             "memory each is (default outputs/plan/plan_<every input that changes the answer>.csv); "
+                             "the figure is written beside it as .png")
+    parser.add_argument("--overwrite", action="store_true", help="replace an earlier plan of the same name")
     return parser
+
+
+def _values(key: str, kind: type) -> Callable[[str], frozenset]:
+    allowed = {"schedule": SCHEDULES, "recompute": RECOMPUTE_MODES, "zero": ZERO_STAGES}.get(key)
+
+    def parse(text: str) -> frozenset:
+        values = set()
+        for word in text.replace(" ", "").split(","):
+            try:
+                value = kind(word.lower()) if kind is str else kind(word)
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"{word!r} is not {'an integer' if kind is int else 'a name'}; "
+                                                 f"give values separated by commas") from None
+            if allowed is not None and value not in allowed:
+                raise argparse.ArgumentTypeError(f"{word!r}: allowed {', '.join(map(str, allowed))}")
+            if isinstance(value, int) and value < 1 and key != "zero":
+                raise argparse.ArgumentTypeError(f"{word!r}: must be an integer >= 1")
+            values.add(value)
+        return frozenset(values)
+    return parse
+
+
+def _marks(texts: list[str]) -> list[dict[str, str]]:
+    marks = []
+    for text in texts:
+        mark = {}
+        for item in text.replace(" ", "").split(","):
+            key, sep, value = item.partition("=")
+            if not sep or key not in COLUMNS[1:11]:
+                raise UserError(f"--mark {text!r}: expected KEY=VALUE,... with KEY one of {', '.join(COLUMNS[1:11])}")
+            mark[key] = value
+        marks.append(mark)
+    return marks
 
 
 def write_csv(result: PlanResult, path: Path) -> None:
     with atomic_output(path) as temporary, open(temporary, "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(COLUMNS)
-        for rank, outcome in enumerate(result.ranked, 1):
-            writer.writerow(outcome.cells(rank))
+        writer.writerows(result.rows())
 
 
-def draw(result: PlanResult, path: Path, title: str) -> None:
+def _matches(outcome: Outcome, mark: dict[str, str]) -> bool:
+    cells = dict(zip(COLUMNS[1:12], outcome.layout.row()))
+    return all(str(cells[key]) == value for key, value in mark.items())
+
+
+def _label(outcome: Outcome, what: str) -> str:
+    fits = "" if outcome.fits else f", over by {outcome.memory_gb - outcome.budget_gb:.1f} GB"
+    return (f"{what}: {outcome.layout.describe()}\n{seconds_text(outcome.seconds)}, MFU {outcome.mfu:.1%}, "
+            f"{outcome.memory_gb:.1f} GB{fits}, policy {outcome.policy}")
+
+
+def draw(result: PlanResult, path: Path, title: str, marks: list[dict[str, str]]) -> None:
     use_display(no_show=True)
     import matplotlib.pyplot as plt
 
@@ -97,11 +169,20 @@ def draw(result: PlanResult, path: Path, title: str) -> None:
 
     tried = result.tried
     best = result.ranked[0]
-    fig, ax = plt.subplots(figsize=(10, 6.5), layout="constrained")
+    fastest = min(tried, key=lambda o: o.seconds)
+    named = [(tried.index(best), _label(best, "best that fits"))]
+    if fastest is not best:
+        named.append((tried.index(fastest), _label(fastest, "fastest, does not fit")))
+    for mark in marks:
+        found = [o for o in tried if _matches(o, mark)]
+        if found:
+            chosen = min(found, key=lambda o: (not o.fits, o.seconds))
+            rank = f"#{result.ranked.index(chosen) + 1} " if chosen in result.ranked else ""
+            named.append((tried.index(chosen), _label(chosen, f"{rank}marked " + ",".join(f"{k}={v}" for k, v
+                                                                                           in mark.items()))))
+    fig, ax = plt.subplots(figsize=(11, 7), layout="constrained")
     plot_plan(ax, [o.memory_gb for o in tried], [o.seconds for o in tried], [o.fits for o in tried],
-              best.layout.workload.device.memory_gb, tried.index(best),
-              f"best: {best.layout.describe()}\n{seconds_text(best.seconds)}, MFU {best.mfu:.1%}, "
-              f"{best.memory_gb:.1f} GB, policy {best.policy}", title)
+              best.layout.workload.device.memory_gb, best.budget_gb, named, title)
     with atomic_output(path) as temporary:
         fig.savefig(temporary, dpi=130, format="png")
     plt.close(fig)
@@ -125,8 +206,9 @@ def _search(base: Workload, args: argparse.Namespace, env: dict[str, object],
         bars[0].update(done - bars[0].n)
         check_interrupt()
     try:
+        filters = {key: getattr(args, key) for key in DIMENSIONS if getattr(args, key) is not None}
         result = plan(base, args.gpus, env=env, samples=args.samples, workers=args.workers, progress=progress,
-                      cluster=cluster)
+                      cluster=cluster, filters=filters, headroom_gb=args.memory_headroom)
         return result, time.monotonic() - started
     except ClusterLost as error:
         done = f" after {bars[0].n:,} of {bars[0].total:,} layouts" if bars else ""
@@ -149,39 +231,67 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                         flash_attention=args.flash_attention, dropout=args.dropout)
         if args.jitter < 0 or args.jitter > 1:
             raise UserError(f"--jitter {args.jitter}: must be from 0 to 1")
+        if not 0 <= args.memory_headroom < base.device.memory_gb:
+            raise UserError(f"--memory-headroom {args.memory_headroom:g}: must be from 0 to below the GPU's "
+                            f"{base.device.memory_gb:g} GB")
+        marks = _marks(args.mark)
         env = {"compute_jitter": args.jitter, "comm_jitter": args.jitter, "seed": args.seed} if args.jitter else {}
         switches = [(word, short) for on, word, short in (
             (args.optimizer_step, "optimizer step", "_opt"), (args.elementwise, "element-wise work", "_ew"),
             (args.flash_attention, "flash attention", "_flash"), (not args.dropout, "no dropout", "_nodrop")) if on]
+        pinned = [(key, sorted(getattr(args, key))) for key in DIMENSIONS if getattr(args, key) is not None]
         extras = [*(word for word, _ in switches), *([f"jitter {args.jitter:g} (seed {args.seed})"] if args.jitter
                                                      else []),
+                  *(f"{key.replace('_', ' ')} {'/'.join(map(str, values))}" for key, values in pinned),
+                  *([f"headroom {args.memory_headroom:g} GB"] if args.memory_headroom else []),
                   *([f"tensor degree 1 only ({NO_TENSOR_PARALLEL})"] if base.tp_bandwidth is None else [])]
-        suffix = "".join(short for _, short in switches) + (f"_j{args.jitter:g}" if args.jitter else "")
-        output = args.output or \
-            Path("outputs/plan") / \
-            f"plan_{safe_name(base.shape.name)}_{args.gpus}x{safe_name(base.device.name)}{suffix}.csv"
+        output = args.output or Path("outputs/plan") / f"{plan_name(base, args, switches, pinned)}.csv"
         output_target(output)
         if output.suffix.lower() != ".csv":
             raise UserError(f"--output {output}: the planner writes CSV; give a path ending in .csv")
         figure = output.with_suffix(".png")
-        with connected(args.cluster, args.workers) as cluster:  # an unreachable one: one line, nothing written
-            result, elapsed = _search(base, args, env, cluster)
-        rank_by = "p95 iteration" if args.jitter else "iteration"
-        title = (f"{base.shape.name} on {args.gpus} x {base.device.name}, batch {args.global_batch_size} x "
-                 f"{base.seq_len} tokens{''.join(', ' + extra for extra in extras)}: {len(result.tried)} layouts "
-                 f"simulated of {result.enumerated}")
-        print(f"{title} ({result.pruned_memory} too large for memory, {result.pruned_bound} unable to beat the "
-              f"tenth fastest), {elapsed:.1f} s")
-        top = result.ranked[:TOP]
-        width = max([len("layout"), *(len(outcome.layout.describe()) for outcome in top)])
-        print(f"{'':>3} {'layout':<{width}} {rank_by:>13} {'tokens/s':>10} {'MFU':>6} {'GB/GPU':>7}  policy")
-        for rank, outcome in enumerate(top, 1):
-            print(f"{rank:>3} {outcome.layout.describe():<{width}} {seconds_text(outcome.seconds):>13} "
-                  f"{outcome.tokens_per_second:>10,.0f} {outcome.mfu:>6.1%} {outcome.memory_gb:>7.1f}  "
-                  f"{outcome.policy}")
-        write_csv(result, output)
-        draw(result, figure, title)
+        with exclusive_writer(output):  # a second planner on the same output is refused, naming this one
+            for path in (output, figure):
+                if path.exists() and not args.overwrite:
+                    raise UserError(f"{path} exists; pass --overwrite to replace it or choose another --output")
+            with connected(args.cluster, args.workers) as cluster:  # an unreachable one: one line, nothing written
+                result, elapsed = _search(base, args, env, cluster)
+            rank_by = "p95 iteration" if args.jitter else "iteration"
+            title = (f"{base.shape.name} on {args.gpus} x {base.device.name}, batch {args.global_batch_size} x "
+                     f"{base.seq_len} tokens, efficiency {base.compute_efficiency:g}"
+                     f"{''.join(', ' + extra for extra in extras)}: {len(result.tried)} layouts simulated of "
+                     f"{result.enumerated}")
+            print(f"{title} ({result.pruned_memory} too large for memory, {result.pruned_bound} unable to beat the "
+                  f"tenth fastest), {elapsed:.1f} s")
+            top = result.ranked[:TOP]
+            width = max([len("layout"), *(len(outcome.layout.describe()) for outcome in top)])
+            print(f"{'':>3} {'layout':<{width}} {rank_by:>13} {'tokens/s':>10} {'TFLOP/s':>8} {'MFU':>6} "
+                  f"{'GB/GPU':>7}  policy")
+            for rank, outcome in enumerate(top, 1):
+                print(f"{rank:>3} {outcome.layout.describe():<{width}} {seconds_text(outcome.seconds):>13} "
+                      f"{outcome.tokens_per_second:>10,.0f} {outcome.mfu * base.device.tflops:>8.0f} "
+                      f"{outcome.mfu:>6.1%} {outcome.memory_gb:>7.1f}  {outcome.policy}")
+            write_csv(result, output)
+            draw(result, figure, title, marks)
         print(f"csv: {output}\nfigure: {figure}")
         return 0
 
     return run_command(prog, body)
+
+
+def plan_name(base: Workload, args: argparse.Namespace, switches: list[tuple[str, str]],
+              pinned: list[tuple[str, list]]) -> str:
+    """The default file name: every input that changes the answer (defaults left out), so that a second question
+    never lands on the first's answer."""
+    words = [f"plan_{safe_name(base.shape.name)}_{args.gpus}x{safe_name(base.device.name)}",
+             f"gbs{args.global_batch_size}", f"s{base.seq_len}", f"eff{base.compute_efficiency:g}"]
+    for value, default, word in ((args.p2p_bandwidth, 50.0, "p2p"), (args.dp_bandwidth, 50.0, "dp"),
+                                 (args.tp_bandwidth, None, "tp"), (args.memory_headroom, 0.0, "headroom")):
+        if value != default:
+            words.append(f"{word}{value:g}")
+    words.extend(short.lstrip("_") for _, short in switches)
+    if args.jitter:
+        words.append(f"j{args.jitter:g}_seed{args.seed}_samples{args.samples}")
+    words.extend(f"{key.split('_')[0]}{'-' if isinstance(values[0], str) else ''}{'-'.join(map(str, values))}"
+                 for key, values in pinned)
+    return "_".join(words)

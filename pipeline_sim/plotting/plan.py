@@ -15,10 +15,15 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
     return front
 
 
+#: Colours of the named points, in the order they are named (the best that fits first).
+NAMED_COLORS = ("tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan")
+
+
 def plot_plan(ax, memory_gb: Sequence[float], seconds: Sequence[float], fits: Sequence[bool], gpu_memory_gb: float,
-              best: int, best_label: str, title: str) -> None:
+              budget_gb: float, named: Sequence[tuple[int, str]], title: str) -> None:
     """Every layout as a point (grey crosses: those that do not fit), the Pareto front of those that fit as a step
-    line, the GPU's memory as a dashed line and the best layout named."""
+    line, the GPU's memory (and the budget under a headroom) as dashed lines and the ``named`` points ringed and
+    labelled, each label in a corner of its own so that none covers another."""
     inside = [i for i, ok in enumerate(fits) if ok]
     outside = [i for i, ok in enumerate(fits) if not ok]
     ax.scatter([memory_gb[i] for i in inside], [seconds[i] for i in inside], s=14, color="tab:blue", alpha=0.55,
@@ -30,13 +35,21 @@ def plot_plan(ax, memory_gb: Sequence[float], seconds: Sequence[float], fits: Se
     ax.step([memory_gb[i] for i in front], [seconds[i] for i in front], where="post", color="tab:orange",
             linewidth=1.5, marker="o", markersize=5, label="Pareto front")
     ax.axvline(gpu_memory_gb, color="tab:red", linestyle="--", linewidth=1, label=f"GPU memory {gpu_memory_gb:g} GB")
-    ax.scatter([memory_gb[best]], [seconds[best]], s=120, facecolors="none", edgecolors="tab:green", linewidths=2,
-               zorder=5, label="best")
-    ax.annotate(best_label, (memory_gb[best], seconds[best]), xytext=(12, 18), textcoords="offset points",
-                fontsize=8, color="tab:green", arrowprops={"arrowstyle": "-", "color": "tab:green"},
-                bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": "tab:green", "alpha": 0.9})
+    if budget_gb < gpu_memory_gb:
+        ax.axvline(budget_gb, color="tab:red", linestyle=":", linewidth=1, label=f"with headroom {budget_gb:g} GB")
+    corners = ((0.98, 0.97, "right", "top"), (0.02, 0.97, "left", "top"), (0.98, 0.03, "right", "bottom"),
+               (0.02, 0.03, "left", "bottom"), (0.5, 0.97, "center", "top"), (0.5, 0.03, "center", "bottom"))
+    for k, (index, label) in enumerate(named[:len(corners)]):
+        color = NAMED_COLORS[k % len(NAMED_COLORS)]
+        x, y, horizontal, vertical = corners[k]
+        ax.scatter([memory_gb[index]], [seconds[index]], s=140 + 60 * k, facecolors="none", edgecolors=color,
+                   linewidths=2, zorder=5)
+        ax.annotate(label, (memory_gb[index], seconds[index]), xytext=(x, y), textcoords="axes fraction",
+                    ha=horizontal, va=vertical, fontsize=8, color=color,
+                    arrowprops={"arrowstyle": "-", "color": color, "alpha": 0.8},
+                    bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": color, "alpha": 0.92})
     ax.set_xlabel("peak memory per GPU (GB)")
     ax.set_ylabel("iteration time (s)")
-    ax.set_title(title, fontsize=9, loc="left")
+    ax.set_title(title, fontsize=9, loc="left", wrap=True)
     ax.grid(True, which="both", alpha=0.25)
-    ax.legend(fontsize=8, loc="best")
+    ax.legend(fontsize=8, loc="center right")
