@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline_sim.engine import simulate  # noqa: E402
 from pipeline_sim.model import DEFAULT_POLICY, EnvParams  # noqa: E402
-from pipeline_sim.workload import Workload, workload_environment  # noqa: E402
+from pipeline_sim.workload import Workload, iteration_flops, workload_environment  # noqa: E402
 
 
 class MegatronRow(NamedTuple):
@@ -126,6 +126,87 @@ def zero_bubble_ratio(row: ZeroBubbleRow) -> float:
     return one_f_one_b / zb_h1
 
 
+class LlamaRow(NamedTuple):
+    """Dubey et al. 2024, "The Llama 3 Herd of Models", section 3.3, table 4: Llama 3 405B on H100 80 GB, BF16."""
+
+    gpus: int
+    tensor: int
+    context: int
+    pipeline: int
+    data: int
+    seq_len: int
+    tflops: float  # per GPU, as the paper states it
+
+
+#: The paper prints the long-context row's data-parallel degree as 4, which neither its 16,384 GPUs nor its 16M
+#: tokens a batch allow; 8 gives both.
+LLAMA3 = (LlamaRow(8192, 8, 1, 16, 64, 8192, 430), LlamaRow(16384, 8, 1, 16, 128, 8192, 400),
+          LlamaRow(16384, 8, 16, 16, 8, 131072, 380))
+#: Tokens a batch in every row (16M).
+LLAMA3_TOKENS = 2048 * 8192
+
+
+def llama_environment(row: LlamaRow, efficiency: float = EFFICIENCY) -> tuple[Workload, EnvParams]:
+    """A row as a workload: the Llama 3 405B preset (trained without dropout, with flash attention), 16M tokens a
+    batch in micro-batches of one sequence, interleaved 1F1B with two chunks (the paper does not state its count),
+    sequence parallelism, no recomputation (section 3.3.2), parameters and gradients sharded as its FSDP does
+    (optimizer state and gradients, not the parameters: zero 2), the element-wise kernels and the optimizer step;
+    400 Gb/s RoCE per GPU (50 GB/s) for pipeline, context and data-parallel traffic."""
+    workload = Workload(model="llama3-405b", gpu="h100-80gb", seq_len=row.seq_len, compute_efficiency=efficiency,
+                        tensor_parallel=row.tensor, context_parallel=row.context, data_parallel=row.data,
+                        global_batch_size=LLAMA3_TOKENS // row.seq_len, optimizer_step=True, elementwise=True,
+                        flash_attention=True, dropout=False)
+    return workload, workload_environment(workload, num_gpus=row.pipeline, schedule="interleaved-1f1b", chunks=2,
+                                          zero=2)
+
+
+def llama_tflops(row: LlamaRow, efficiency: float = EFFICIENCY) -> float:
+    """Our per-GPU TFLOP/s of a row: model FLOPs (docs/model.md section 11) over the iteration and the GPUs."""
+    workload, params = llama_environment(row, efficiency)
+    time = simulate(params, DEFAULT_POLICY).completion_time
+    return iteration_flops(workload, LLAMA3_TOKENS // row.seq_len) / time / row.gpus / 1e12
+
+
+class SelectiveRow(NamedTuple):
+    """Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models", tables 3 and 5:
+    GPT models on A100 80 GB with sequence parallelism and selective recomputation, tensor 8, sequence 2048,
+    vocabulary 51,200; model FLOPs utilization as its appendix A counts it (no recomputation counted)."""
+
+    name: str
+    layers: int
+    hidden: int
+    heads: int
+    pipeline: int
+    gpus: int
+    batch: int
+    micro_batch: int
+    chunks: int  # interleaving; 1: none (the 1T row's is not stated: 2 assumed)
+    mfu: float
+
+
+SELECTIVE = (
+    SelectiveRow("22B", 48, 6144, 64, 1, 8, 4, 4, 1, 0.415), SelectiveRow("175B", 96, 12288, 96, 8, 64, 64, 1, 3, 0.514),
+    SelectiveRow("530B", 105, 20480, 128, 35, 280, 280, 1, 3, 0.560),
+    SelectiveRow("1T", 128, 25600, 160, 64, 512, 512, 1, 2, 0.563),
+    SelectiveRow("530B, data 8", 105, 20480, 128, 35, 2240, 2240, 1, 3, 0.542),
+)
+
+
+def selective_mfu(row: SelectiveRow, efficiency: float = EFFICIENCY) -> float:
+    """Our MFU of a row, on the Megatron-LM settings above (A100 80 GB, 25 GB/s per GPU, element-wise kernels, the
+    optimizer step) with sequence parallelism and selective recomputation."""
+    data = row.gpus // (8 * row.pipeline)
+    workload = Workload(model={"layers": row.layers, "hidden": row.hidden, "heads": row.heads,
+                               "ffn_hidden": 4 * row.hidden, "vocab": 51200, "seq_len": 2048},
+                        gpu="a100-80gb", compute_efficiency=efficiency, tensor_parallel=8, data_parallel=data,
+                        micro_batch_size=row.micro_batch, global_batch_size=row.batch, recompute="selective",
+                        p2p_bandwidth=25.0, dp_bandwidth=25.0, optimizer_step=True, elementwise=True)
+    schedule = {"schedule": "interleaved-1f1b", "chunks": row.chunks} if row.chunks > 1 else {}
+    params = workload_environment(workload, num_gpus=row.pipeline, **schedule)
+    time = simulate(params, DEFAULT_POLICY).completion_time
+    return iteration_flops(workload, row.batch) / (time * row.gpus * workload.device.tflops * 1e12)
+
+
 def implied_efficiency(row: MegatronRow, steps: int = 14) -> float:
     """The ``compute_efficiency`` at which our throughput of ``row`` meets the published one (bisection on 0.3 to
     0.9, ``steps`` halvings): what one efficiency for every shape leaves out, row by row."""
@@ -150,6 +231,16 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"| Megatron-LM {row.billions:g}B, t {row.tensor} p {row.pipeline} on {row.gpus:,} A100, batch "
                      f"{row.batch}{mark}: TFLOP/s per GPU | {row.tflops:g} | {ours:.1f} | "
                      f"{100 * (ours / row.tflops - 1):+.1f}% |")
+    for llama in LLAMA3:
+        ours = llama_tflops(llama)
+        context = f" c {llama.context}" if llama.context > 1 else ""
+        lines.append(f"| Llama 3 405B, t {llama.tensor}{context} p {llama.pipeline} d {llama.data} on "
+                     f"{llama.gpus:,} H100, {llama.seq_len:,} tokens: TFLOP/s per GPU | {llama.tflops:g} | "
+                     f"{ours:.1f} | {100 * (ours / llama.tflops - 1):+.1f}% |")
+    for selective in SELECTIVE:
+        ours = selective_mfu(selective)
+        lines.append(f"| selective recomputation {selective.name}, t 8 p {selective.pipeline} on {selective.gpus:,} "
+                     f"A100: MFU | {selective.mfu:.1%} | {ours:.1%} | {100 * (ours / selective.mfu - 1):+.1f}% |")
     for zb in ZERO_BUBBLE:
         published = zb.zb_1p / zb.one_f_one_b
         ours = zero_bubble_ratio(zb)
