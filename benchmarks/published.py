@@ -185,7 +185,8 @@ class SelectiveRow(NamedTuple):
 
 
 SELECTIVE = (
-    SelectiveRow("22B", 48, 6144, 64, 1, 8, 4, 4, 1, 0.415), SelectiveRow("175B", 96, 12288, 96, 8, 64, 64, 1, 3, 0.514),
+    SelectiveRow("22B", 48, 6144, 64, 1, 8, 4, 4, 1, 0.415),
+    SelectiveRow("175B", 96, 12288, 96, 8, 64, 64, 1, 3, 0.514),
     SelectiveRow("530B", 105, 20480, 128, 35, 280, 280, 1, 3, 0.560),
     SelectiveRow("1T", 128, 25600, 160, 64, 512, 512, 1, 2, 0.563),
     SelectiveRow("530B, data 8", 105, 20480, 128, 35, 2240, 2240, 1, 3, 0.542),

@@ -44,6 +44,7 @@ class ModelShape:
     kv_heads: int | None = None
     gated_mlp: bool = False
     seq_len: int = 2048
+    dropout: bool = True  # trained with dropout (GPT-3, Megatron-LM's models) or without it (the Llama models)
     name: str = ""
 
     def __post_init__(self) -> None:
@@ -54,6 +55,8 @@ class ModelShape:
         Integers(1).check("model.kv_heads", kv_heads)
         if self.heads % kv_heads:
             raise ParameterError("model.kv_heads", self.kv_heads, f"must divide heads = {self.heads}")
+        if not isinstance(self.dropout, bool):
+            raise ParameterError("model.dropout", self.dropout, "must be true or false")
         if not isinstance(self.gated_mlp, bool):
             raise ParameterError("model.gated_mlp", self.gated_mlp, "must be true or false")
         if not self.name:
@@ -63,21 +66,21 @@ class ModelShape:
         """Every field, for a custom model: ``layers=2 hidden=64 heads=4 kv_heads=4 ffn_hidden=256 vocab=1000``."""
         text = " ".join(f"{key}={getattr(self, key)}" for key in ("layers", "hidden", "heads", "kv_heads",
                                                                   "ffn_hidden", "vocab", "seq_len"))
-        return text + (" gated" if self.gated_mlp else "")
+        return text + (" gated" if self.gated_mlp else "") + ("" if self.dropout else " no-dropout")
 
 
 MODEL_PRESETS: dict[str, ModelShape] = {shape.name: shape for shape in (
     ModelShape(name="gpt3-175b", layers=96, hidden=12288, heads=96, ffn_hidden=49152, vocab=51200, seq_len=2048),
     ModelShape(name="llama2-7b", layers=32, hidden=4096, heads=32, ffn_hidden=11008, vocab=32000, gated_mlp=True,
-               seq_len=4096),
+               seq_len=4096, dropout=False),
     ModelShape(name="llama2-70b", layers=80, hidden=8192, heads=64, kv_heads=8, ffn_hidden=28672, vocab=32000,
-               gated_mlp=True, seq_len=4096),
+               gated_mlp=True, seq_len=4096, dropout=False),
     ModelShape(name="llama3-8b", layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336, vocab=128256,
-               gated_mlp=True, seq_len=8192),
+               gated_mlp=True, seq_len=8192, dropout=False),
     ModelShape(name="llama3-70b", layers=80, hidden=8192, heads=64, kv_heads=8, ffn_hidden=28672, vocab=128256,
-               gated_mlp=True, seq_len=8192),
+               gated_mlp=True, seq_len=8192, dropout=False),
     ModelShape(name="llama3-405b", layers=126, hidden=16384, heads=128, kv_heads=8, ffn_hidden=53248, vocab=128256,
-               gated_mlp=True, seq_len=8192),
+               gated_mlp=True, seq_len=8192, dropout=False),
 )}
 
 
@@ -136,6 +139,16 @@ def _preset(key: str, value: object, presets: Mapping[str, _Preset], kind: type[
             missing = [name for name in allowed if name not in value and name in _REQUIRED[kind]]
             raise ParameterError(key, dict(value), f"lacks {', '.join(missing)}") from None
     raise ParameterError(key, value, f"must be a preset name ({', '.join(presets)}) or an object of fields")
+
+
+def faithful_defaults(keys: Mapping[str, Any]) -> dict[str, Any]:
+    """Workload keys with what a user who names a model and a GPU means by default (docs/model.md section 11): the
+    element-wise work and the optimizer step on when the GPU states its memory bandwidth, and dropout as the
+    model was trained. Keys given stay as given. The library's own defaults stay those of every earlier result."""
+    model = _preset("model", keys["model"], MODEL_PRESETS, ModelShape)
+    gpu = _preset("gpu", keys.get("gpu", "a100-80gb"), GPU_PRESETS, GpuSpec)
+    known = gpu.memory_bandwidth is not None
+    return {"elementwise": known, "optimizer_step": known, "dropout": model.dropout} | dict(keys)
 
 
 _REQUIRED = {ModelShape: ("layers", "hidden", "heads", "ffn_hidden", "vocab"), GpuSpec: ("tflops", "memory_gb")}
@@ -345,7 +358,7 @@ def model_from_cell(text: str) -> ModelShape:
     words = text.split()
     values = dict(word.split("=", 1) for word in words if "=" in word)
     shape: dict[str, Any] = {key: int(value) for key, value in values.items()}
-    return ModelShape(**shape, gated_mlp="gated" in words)
+    return ModelShape(**shape, gated_mlp="gated" in words, dropout="no-dropout" not in words)
 
 
 def gpu_from_cell(text: str) -> GpuSpec:

@@ -150,14 +150,14 @@ def test_a_sweep_writes_the_columns_only_when_given(tmp_path):
 def test_the_visualizer_reports_it(tmp_path):
     args = ["--model", "llama3-8b", "--gpu", "h100-80gb", "--num-gpus", "2", "--global-batch-size", "8", "--no-show"]
     times = {}
-    for extra in ([], ["--elementwise"]):
+    for extra in (["--no-elementwise"], ["--elementwise"]):
         result = run_here("schedule_visualizer_single_channel.py", *args, *extra, "--output",
-                          str(tmp_path / f"g{len(extra)}.png"), cwd=tmp_path)
+                          str(tmp_path / f"g{extra[0]}.png"), cwd=tmp_path)
         assert result.returncode == 0, result.stderr
         line = next(line for line in result.stdout.splitlines() if line.strip().startswith("iteration "))
-        times[len(extra)] = line
-        assert (tmp_path / f"g{len(extra)}.png").stat().st_size > 0
-    assert times[0] != times[1]
+        times[extra[0]] = line
+        assert (tmp_path / f"g{extra[0]}.png").stat().st_size > 0
+    assert times["--no-elementwise"] != times["--elementwise"]
     result = run_here("schedule_visualizer_single_channel.py", *args, "--gpu", '{"tflops": 100, "memory_gb": 80}',
                       "--elementwise", cwd=tmp_path)
     assert_one_line_error(result, "--elementwise: elementwise = True: needs the gpu's memory_bandwidth (GB/s)")
@@ -175,7 +175,8 @@ def test_the_planner_takes_them(tmp_path):
     result = run_script("plan.py", *small, "--elementwise", "--flash-attention", "--no-dropout", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[0].startswith("llama3-8b on 4 x h100-80gb, batch 16 x 2048 tokens, "
-                                                    "element-wise work, flash attention, no dropout: ")
+                                                    "efficiency 0.5, optimizer step, element-wise work, flash "
+                                                    "attention, no dropout: ")
     folder = tmp_path / "outputs" / "plan"
-    assert {path.name for path in folder.iterdir()} == {f"plan_llama3-8b_4xh100-80gb_ew_flash_nodrop.{ext}"
-                                                        for ext in ("csv", "png")}
+    assert {path.name for path in folder.iterdir()} == {
+        f"plan_llama3-8b_4xh100-80gb_gbs16_s2048_eff0.5_opt_ew_flash_nodrop.{ext}" for ext in ("csv", "png")}

@@ -236,19 +236,19 @@ def test_a_plan_with_the_step_says_so(tmp_path):
 
     small = ["--model", "llama3-8b", "--gpu", "h100-80gb", "--gpus", "4", "--global-batch-size", "16", "--seq-len",
              "2048", "--workers", "1"]
-    plain = run_script("plan.py", *small, cwd=tmp_path)
+    plain = run_script("plan.py", *small, "--no-optimizer-step", cwd=tmp_path)
     stepped = run_script("plan.py", *small, "--optimizer-step", cwd=tmp_path)
     assert plain.returncode == stepped.returncode == 0, plain.stderr + stepped.stderr
     assert "optimizer step" not in plain.stdout.splitlines()[0]
     assert stepped.stdout.splitlines()[0].startswith("llama3-8b on 4 x h100-80gb, batch 16 x 2048 tokens, "
-                                                     "efficiency 0.5, optimizer step: ")
+                                                     "efficiency 0.5, optimizer step, element-wise work, no dropout: ")
     folder = tmp_path / "outputs" / "plan"
     name = "plan_llama3-8b_4xh100-80gb_gbs16_s2048_eff0.5"
-    assert {path.name for path in folder.iterdir()} == {f"{name}{suffix}.{ext}"
+    assert {path.name for path in folder.iterdir()} == {f"{name}{suffix}_ew_nodrop.{ext}"
                                                         for suffix in ("", "_opt") for ext in ("csv", "png")}
     times = {}
     for suffix in ("", "_opt"):
-        with open(folder / f"{name}{suffix}.csv", newline="") as handle:
+        with open(folder / f"{name}{suffix}_ew_nodrop.csv", newline="") as handle:
             times[suffix] = float(next(csv.DictReader(handle))["iteration_seconds"])
     assert times["_opt"] > times[""]
 

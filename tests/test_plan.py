@@ -32,7 +32,9 @@ def test_a_small_plan_end_to_end(tmp_path):
     result = run_script("plan.py", *SMALL, "-o", "plan.csv", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0].startswith("llama3-8b on 8 x h100-80gb, batch 64 x 4096 tokens, efficiency 0.5:")
+    # a model's faithful settings by default: its element-wise work, the optimizer step, and Llama without dropout
+    assert lines[0].startswith("llama3-8b on 8 x h100-80gb, batch 64 x 4096 tokens, efficiency 0.5, optimizer step, "
+                               "element-wise work, no dropout:")
     listed = [line for line in lines if line[:3].strip().isdigit()]
     assert len(listed) == TOP
     with open(tmp_path / "plan.csv", newline="") as handle:
@@ -74,9 +76,9 @@ def test_pins_headroom_and_names(tmp_path):
                         "--schedule", "zb-h1,interleaved-1f1b", "--chunks", "2", "--memory-headroom", "30",
                         "--mark", "pipeline_parallel=4", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert "tensor parallel 1, pipeline parallel 2/4, zero 1, schedule interleaved-1f1b/zb-h1, chunks 2, headroom " \
+    assert "no dropout, tensor parallel 1, pipeline parallel 2/4, zero 1, schedule interleaved-1f1b/zb-h1, chunks 2, headroom " \
            "30 GB" in result.stdout.splitlines()[0]
-    name = "plan_llama3-8b_8xh100-80gb_gbs64_s4096_eff0.5_headroom30_tensor1_pipeline2-4_zero1_" \
+    name = "plan_llama3-8b_8xh100-80gb_gbs64_s4096_eff0.5_headroom30_opt_ew_nodrop_tensor1_pipeline2-4_zero1_" \
            "schedule-interleaved-1f1b-zb-h1_chunks2"
     folder = tmp_path / "outputs" / "plan"
     assert sorted(path.name for path in folder.iterdir()) == [f"{name}.csv", f"{name}.png"]

@@ -238,7 +238,7 @@ def test_a_workload_sweep_through_the_pipeline(tmp_path):
 def test_the_visualizer_reports_a_workload_in_seconds(tmp_path):
     result = run_here("schedule_visualizer_single_channel.py", "--model", "gpt3-175b", "--num-gpus", "8",
                         "--tensor-parallel", "8", "--global-batch-size", "16", "--recompute", "selective",
-                        "--no-show", "--output", "g.png", cwd=tmp_path)
+                        "--no-elementwise", "--no-optimizer-step", "--no-show", "--output", "g.png", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert "completion time" in lines[0] and " s (ideal" in lines[0]
@@ -369,7 +369,8 @@ def test_a_small_model_runs_from_the_visualizer_and_a_sweep(tmp_path):
     import json
 
     shown = run_here("schedule_visualizer_single_channel.py", "--model", json.dumps(SMALL), "--num-gpus", "2",
-                       "--global-batch-size", "8", "--no-show", "--output", "s.png", cwd=tmp_path)
+                       "--global-batch-size", "8", "--no-elementwise", "--no-optimizer-step", "--no-show", "--output",
+                       "s.png", cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     lines = shown.stdout.splitlines()
     run = simulate(workload_environment(Workload(model=SMALL, global_batch_size=8), num_gpus=2), Policy())

@@ -24,7 +24,7 @@ from ..plan import (
     plan,
 )
 from ..results import safe_name
-from ..workload import GPU_PRESETS, MODEL_PRESETS, RECOMPUTE_MODES, Workload, seconds_text
+from ..workload import GPU_PRESETS, MODEL_PRESETS, RECOMPUTE_MODES, Workload, faithful_defaults, seconds_text
 from .common import (
     Parser,
     UserError,
@@ -64,16 +64,17 @@ def build_parser(prog: str) -> Parser:
                                                                          "(default %(default)s)")
     parser.add_argument("--tp-bandwidth", type=float, default=None, metavar="GB/S",
                         help="tensor-parallel bandwidth per GPU (default: half the GPU's NVLink figure)")
-    parser.add_argument("--optimizer-step", action=argparse.BooleanOptionalAction, default=False,
-                        help="end each iteration with the optimizer step at the GPU's memory bandwidth (default off)")
-    parser.add_argument("--elementwise", action=argparse.BooleanOptionalAction, default=False,
+    parser.add_argument("--optimizer-step", action=argparse.BooleanOptionalAction, default=None,
+                        help="end each iteration with the optimizer step at the GPU's memory bandwidth (default on "
+                             "when the GPU states it)")
+    parser.add_argument("--elementwise", action=argparse.BooleanOptionalAction, default=None,
                         help="add the layers' memory-bound element-wise work at the GPU's memory bandwidth (default "
-                             "off)")
+                             "on when the GPU states it)")
     parser.add_argument("--flash-attention", action=argparse.BooleanOptionalAction, default=False,
                         help="a fused attention kernel: the attention scores neither kept nor moved (default off)")
-    parser.add_argument("--dropout", action=argparse.BooleanOptionalAction, default=True,
+    parser.add_argument("--dropout", action=argparse.BooleanOptionalAction, default=None,
                         help="dropout on the attention probabilities and residual branches, its masks kept and "
-                             "written (default on; --no-dropout for models trained without it, such as Llama)")
+                             "written (default: as the model was trained; the Llama presets without)")
     parser.add_argument("--jitter", type=float, default=0.0,
                         help="compute and communication jitter (coefficient of variation); above 0 each layout is "
                              "drawn --samples times and ranked by the 95th percentile (default 0: the mean of one "
@@ -223,12 +224,13 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     args = build_parser(prog).parse_args(argv)
 
     def body() -> int:
-        base = Workload(model=preset_or_object("model", args.model), gpu=preset_or_object("gpu", args.gpu),
-                        seq_len=args.seq_len, global_batch_size=args.global_batch_size,
-                        compute_efficiency=args.compute_efficiency, p2p_bandwidth=args.p2p_bandwidth,
-                        dp_bandwidth=args.dp_bandwidth, tp_bandwidth=args.tp_bandwidth,
-                        optimizer_step=args.optimizer_step, elementwise=args.elementwise,
-                        flash_attention=args.flash_attention, dropout=args.dropout)
+        given = {key: getattr(args, key) for key in ("optimizer_step", "elementwise", "dropout")
+                 if getattr(args, key) is not None}
+        base = Workload(**faithful_defaults(dict(
+            model=preset_or_object("model", args.model), gpu=preset_or_object("gpu", args.gpu), seq_len=args.seq_len,
+            global_batch_size=args.global_batch_size, compute_efficiency=args.compute_efficiency,
+            p2p_bandwidth=args.p2p_bandwidth, dp_bandwidth=args.dp_bandwidth, tp_bandwidth=args.tp_bandwidth,
+            flash_attention=args.flash_attention, **given)))
         if args.jitter < 0 or args.jitter > 1:
             raise UserError(f"--jitter {args.jitter}: must be from 0 to 1")
         if not 0 <= args.memory_headroom < base.device.memory_gb:
@@ -237,8 +239,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         marks = _marks(args.mark)
         env = {"compute_jitter": args.jitter, "comm_jitter": args.jitter, "seed": args.seed} if args.jitter else {}
         switches = [(word, short) for on, word, short in (
-            (args.optimizer_step, "optimizer step", "_opt"), (args.elementwise, "element-wise work", "_ew"),
-            (args.flash_attention, "flash attention", "_flash"), (not args.dropout, "no dropout", "_nodrop")) if on]
+            (base.optimizer_step, "optimizer step", "_opt"), (base.elementwise, "element-wise work", "_ew"),
+            (base.flash_attention, "flash attention", "_flash"), (not base.dropout, "no dropout", "_nodrop")) if on]
         pinned = [(key, sorted(getattr(args, key))) for key in DIMENSIONS if getattr(args, key) is not None]
         extras = [*(word for word, _ in switches), *([f"jitter {args.jitter:g} (seed {args.seed})"] if args.jitter
                                                      else []),

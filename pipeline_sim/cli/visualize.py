@@ -24,6 +24,7 @@ from ..workload import (
     WORKLOAD_KEYS,
     Workload,
     auto_candidates,
+    faithful_defaults,
     seconds_text,
     workload_environment,
     workload_report,
@@ -132,15 +133,16 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
                           help=f"{text} (default on; off: spread evenly over the stages)")
     work.add_argument("--optimizer-step", action=argparse.BooleanOptionalAction, default=None,
                       help="end the iteration with each GPU's optimizer step, its parameters' bytes_per_param read "
-                           "and written at the GPU's memory bandwidth (default off)")
+                           "and written at the GPU's memory bandwidth (default on when the GPU states it)")
     work.add_argument("--elementwise", action=argparse.BooleanOptionalAction, default=None,
                       help="add each layer's memory-bound element-wise work (norms, softmax, dropout, activation, "
-                           "residual adds) and the loss's at the GPU's memory bandwidth (default off)")
+                           "residual adds) and the loss's at the GPU's memory bandwidth (default on when the GPU "
+                           "states it)")
     work.add_argument("--flash-attention", action=argparse.BooleanOptionalAction, default=None,
                       help="a fused attention kernel: the attention scores neither kept nor moved (default off)")
     work.add_argument("--dropout", action=argparse.BooleanOptionalAction, default=None,
                       help="dropout on the attention probabilities and residual branches, its masks kept and written "
-                           "(default on; --no-dropout for models trained without it, such as Llama)")
+                           "(default: as the model was trained; the Llama presets without)")
     work.add_argument("--recompute", default=None, choices=RECOMPUTE_MODES,
                       help="activation recomputation (default none)")
     work.add_argument("--recompute-per-stage", default=None, metavar="C,C,...",
@@ -189,7 +191,7 @@ def _environment(args) -> tuple[EnvParams, Workload | None]:
         except ValueError:
             raise ParameterError("layers_per_stage", keys["layers_per_stage"], "must be balanced, auto or whole "
                                                                                "numbers separated by commas") from None
-    workload = Workload(**keys)
+    workload = Workload(**faithful_defaults(keys))
     return workload_environment(workload, **env), workload
 
 
