@@ -76,8 +76,8 @@ def test_pins_headroom_and_names(tmp_path):
                         "--schedule", "zb-h1,interleaved-1f1b", "--chunks", "2", "--memory-headroom", "30",
                         "--mark", "pipeline_parallel=4", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert "no dropout, tensor parallel 1, pipeline parallel 2/4, zero 1, schedule interleaved-1f1b/zb-h1, chunks 2, headroom " \
-           "30 GB" in result.stdout.splitlines()[0]
+    assert "no dropout, tensor parallel 1, pipeline parallel 2/4, zero 1, schedule interleaved-1f1b/zb-h1, " \
+           "chunks 2, headroom 30 GB" in result.stdout.splitlines()[0]
     name = "plan_llama3-8b_8xh100-80gb_gbs64_s4096_eff0.5_headroom30_opt_ew_nodrop_tensor1_pipeline2-4_zero1_" \
            "schedule-interleaved-1f1b-zb-h1_chunks2"
     folder = tmp_path / "outputs" / "plan"
