@@ -188,3 +188,15 @@ def test_a_custom_model_and_gpu_as_json(tmp_path):
     name = "plan_layers4-hidden256-heads8-kv_heads8-ffn_hidden1024-vocab1000-seq_len512_4xtflops100-memory_gb16-" \
            "nvlink_bandwidth200_gbs16_s512_eff0.5"
     assert sorted(path.name for path in (tmp_path / "outputs" / "plan").iterdir()) == [f"{name}.csv", f"{name}.png"]
+
+
+def test_a_second_planner_on_the_same_output_is_refused(tmp_path):
+    import os
+
+    from pipeline_sim.files import exclusive_writer
+
+    output = tmp_path / "plan.csv"
+    with exclusive_writer(output):  # a planner of this process holds it
+        result = run_script("plan.py", *SMALL, "-o", str(output), "--overwrite", cwd=tmp_path)
+    assert_one_line_error(result, f"another run (pid {os.getpid()}) is writing")
+    assert not output.exists()
