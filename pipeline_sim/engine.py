@@ -34,7 +34,6 @@ from .model import (
 )
 from .schedules import get_schedule
 from .taskgraph import (
-    GraphTask,
     TaskGraph,
     build_task_graph,
     check_size,
@@ -122,10 +121,10 @@ def _skeleton(params: EnvParams) -> _Skeleton:
     tasks = graph.tasks
     ints = lambda values: np.array(values, dtype=np.int64)  # noqa: E731
 
-    def part_stage(t: GraphTask, kinds: tuple[TaskKind, ...]) -> int:
-        stages = [part.stage for part in t.parts if part.kind in kinds]
-        assert len(stages) <= 1, t  # one forward and one backward part at most: a pair's
-        return stages[0] if stages else -1
+    def part_stages(kinds: tuple[TaskKind, ...]) -> np.ndarray:
+        """Per task, the stage of its part of ``kinds``, or -1: a task has one such part at most (a pair has a
+        forward and a whole backward)."""
+        return ints([next((part.stage for part in t.parts if part.kind in kinds), -1) for t in tasks])
     empty = np.zeros(0)
     arrays = GraphArrays(
         ints([t.gpu for t in tasks]), ints([-1 if t.receiver is None else t.receiver for t in tasks]),
@@ -135,9 +134,8 @@ def _skeleton(params: EnvParams) -> _Skeleton:
         *_rows(graph.peers), ints([_KIND_CLASS.get(t.kind, -1) for t in tasks]), empty, empty, empty)
     for array in arrays:
         array.flags.writeable = False
-    return _Skeleton(arrays, np.array([t.kind is TaskKind.FORWARD and graph.stage_chunk[t.stage] == 0 for t in tasks]),
-                     ints([part_stage(t, (TaskKind.FORWARD,)) for t in tasks]), ints([part_stage(t, _FALLS)
-                                                                                      for t in tasks]))
+    first_forward = np.array([t.kind is TaskKind.FORWARD and graph.stage_chunk[t.stage] == 0 for t in tasks])
+    return _Skeleton(arrays, first_forward, part_stages((TaskKind.FORWARD,)), part_stages(_FALLS))
 
 
 @lru_cache(maxsize=256)
@@ -207,7 +205,7 @@ def gpu_order_peaks(params: EnvParams, orders: Sequence[Sequence[int]] | None = 
     after = np.cumsum(rises - falls)  # the level after each task, as if one GPU ran all orders one after another
     before = np.concatenate(([0], after))[starts[:-1]]  # that level when each GPU's order begins
     during = after + falls - np.repeat(before, np.diff(starts))  # a GPU's level while each of its tasks runs
-    peaks = [int(max(0, row.max(initial=0))) for row in np.split(during, starts[1:-1])]
+    peaks = [int(row.max(initial=0)) for row in np.split(during, starts[1:-1])]
     return [peak / activation_units(params) for peak in peaks]
 
 
