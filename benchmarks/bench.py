@@ -9,7 +9,8 @@ Measures: simulations per second on one core (default environment, all 121 polic
 of the sweep: shared, exclusive and priority-0 layers), compiled and as plain Python
 (the same kernel with NUMBA_DISABLE_JIT=1), and the full-record API; the same for each
 schedule (n=8, or 10 for dualpipe-v, on 4 GPUs); time per simulated task for
-n in {8, 32, 128, 512} x num_gpus in {4, 16, 64} (144 to 160,000 tasks); the example
+n in {8, 32, 128, 512} x num_gpus in {4, 16, 64} (144 to 160,000 tasks); the first simulation of an environment
+whose structure is known against a repeat (1F1B and ZB-H1, 16 and 64 GPUs, n 64 and 256); the example
 config's sweep with one worker and with every core; the example pipeline end to end,
 split into start-up, kernel load, simulations and figures; CPU time per heatmap; a noisy
 sweep (20 samples) against a noise-free one as large; the first compile of the kernel
@@ -29,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -186,6 +188,31 @@ def scaling(budget: float) -> list[dict]:
             per_sim = elapsed / runs
             rows.append({"n": n, "num_gpus": num_gpus, "tasks": tasks, "runs": runs,
                          "ms_per_sim": per_sim * 1e3, "us_per_task": per_sim / tasks * 1e6})
+    return rows
+
+
+def first_of_structure(rounds: int = 3) -> list[dict]:
+    """Per task, the first ``simulate_figures`` of an environment whose structure is known (another ``fwd_len``: new
+    lengths, nothing else) against a repeat of the same call, the kernel's own time: what the planner pays per
+    environment on top of the kernel. Medians of ``rounds`` environments."""
+    rows = []
+    for schedule in ("1f1b", "zb-h1"):
+        for num_gpus in (16, 64):
+            for n in (64, 256):
+                known = EnvParams(schedule=schedule, num_gpus=num_gpus, n=n)
+                simulate_figures(known, [SCALING_POLICY])  # the structure cached
+                first, repeat = [], []
+                for k in range(rounds):
+                    params = replace(known, fwd_len=1.0 + (k + 1) / 64)
+                    for times in (first, repeat):
+                        start = time.perf_counter()
+                        simulate_figures(params, [SCALING_POLICY])
+                        times.append(time.perf_counter() - start)
+                tasks = len(graph_arrays(known).gpu)
+                rows.append({"schedule": schedule, "num_gpus": num_gpus, "n": n, "tasks": tasks,
+                             "first_us_per_task": statistics.median(first) / tasks * 1e6,
+                             "repeat_us_per_task": statistics.median(repeat) / tasks * 1e6,
+                             "first_over_repeat": statistics.median(first) / statistics.median(repeat)})
     return rows
 
 
@@ -418,6 +445,13 @@ def main() -> int:
               f"{row['us_per_task']:>9.2f}")
     smallest, largest = rows[0]["us_per_task"], rows[-1]["us_per_task"]
     print(f"time per task at n=512, 64 GPUs is {largest / smallest:.2f}x that at n=8, 4 GPUs", flush=True)
+    structures = first_of_structure(1 if args.quick else 3)
+    print("\n  new lengths, structure known: first simulate_figures against a repeat (medians)")
+    print("  schedule  GPUs    n   tasks  first us/task  repeat us/task  first/repeat")
+    for row in structures:
+        print(f"  {row['schedule']:<8} {row['num_gpus']:>5} {row['n']:>4} {row['tasks']:>7} "
+              f"{row['first_us_per_task']:>14.2f} {row['repeat_us_per_task']:>15.2f} "
+              f"{row['first_over_repeat']:>12.2f}x", flush=True)
 
     pipeline = example_pipeline(cores)
     print(f"example pipeline (2,178 simulations, 18 heatmaps) on {cores} workers: {pipeline['wall_seconds']:.2f} s "
@@ -463,6 +497,7 @@ def main() -> int:
         "kernel_over_pure_python": single["sims_per_second"] / pure, "api_sims_per_second": api,
         "example_pipeline": pipeline, "heatmap_cpu_seconds": heatmap, "first_compile_seconds": compile_seconds,
         "schedules": schedules, "dispatch": dispatch, "decisions": decisions, "scaling": rows,
+        "first_of_structure": structures,
         "scaling_ratio": largest / smallest,
         "sweep": {"simulations": 2178, "serial_seconds": serial, "parallel_seconds": parallel, "workers": cores,
                   "parallel_efficiency": efficiency},

@@ -33,7 +33,15 @@ from .model import (
     room_units,
 )
 from .schedules import get_schedule
-from .taskgraph import GraphTask, TaskGraph, build_task_graph, check_size, task_lengths
+from .taskgraph import (
+    TaskGraph,
+    build_task_graph,
+    check_size,
+    per_structure,
+    task_impacts,
+    task_lengths,
+    task_structure,
+)
 
 compile_cache.ensure_writable()  # before the kernel's functions look for a place to keep their machine code
 from . import kernel  # noqa: E402
@@ -97,20 +105,49 @@ def _rows(lists: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
     return starts, np.array([x for row in lists for x in row], dtype=np.int64)
 
 
-@lru_cache(maxsize=256)
-def graph_arrays(params: EnvParams) -> GraphArrays:
-    """The arrays of ``params``' task graph (its structure: the same for every noise draw)."""
-    graph = build_task_graph(params)
+class _Skeleton(NamedTuple):
+    """What ``graph_arrays`` reads of a structure: the arrays that depend on nothing else (``impact``, ``reserve``,
+    ``rises`` and ``falls`` left empty), and per task the stages whose weights make the other three."""
+
+    arrays: GraphArrays
+    first_forward: np.ndarray  # whether it is the forward of a micro-batch's first stage on its GPU (``reserve``)
+    rise_stage: np.ndarray  # the stage of the forward part that starts with it, or -1 for none
+    fall_stage: np.ndarray  # the stage of the backward or weight-gradient part that ends with it, or -1
+
+
+@per_structure
+def _skeleton(params: EnvParams) -> _Skeleton:
+    graph = task_structure(params)
     tasks = graph.tasks
     ints = lambda values: np.array(values, dtype=np.int64)  # noqa: E731
+
+    def part_stages(kinds: tuple[TaskKind, ...]) -> np.ndarray:
+        """Per task, the stage of its part of ``kinds``, or -1: a task has one such part at most (a pair has a
+        forward and a whole backward)."""
+        return ints([next((part.stage for part in t.parts if part.kind in kinds), -1) for t in tasks])
+    empty = np.zeros(0)
     arrays = GraphArrays(
         ints([t.gpu for t in tasks]), ints([-1 if t.receiver is None else t.receiver for t in tasks]),
         ints([_COMM_NUMBER[t.kind.priority_class] if not t.kind.is_compute else -1 for t in tasks]),
-        ints([t.stage for t in tasks]),
-        ints([t.index for t in tasks]), np.array([t.impact for t in tasks], dtype=float),
+        ints([t.stage for t in tasks]), ints([t.index for t in tasks]), empty,
         ints([len(needs) for needs in graph.needs]), *_rows(_release_lists(graph)), *_rows(graph.orders),
-        *_rows(graph.peers), ints([_KIND_CLASS.get(t.kind, -1) for t in tasks]), _reserve(graph),
-        *activation_changes(tasks, params))
+        *_rows(graph.peers), ints([_KIND_CLASS.get(t.kind, -1) for t in tasks]), empty, empty, empty)
+    for array in arrays:
+        array.flags.writeable = False
+    first_forward = np.array([t.kind is TaskKind.FORWARD and graph.stage_chunk[t.stage] == 0 for t in tasks])
+    return _Skeleton(arrays, first_forward, part_stages((TaskKind.FORWARD,)), part_stages(_FALLS))
+
+
+@lru_cache(maxsize=256)
+def graph_arrays(params: EnvParams) -> GraphArrays:
+    """The arrays of ``params``' task graph (its structure: the same for every noise draw), without its records:
+    the structure's own once per structure, those of the work and weights from a few values per stage."""
+    skeleton = _skeleton(params)
+    rooms = np.array([*stage_rooms(params), 0], dtype=np.int64)  # stage -1, no such part: no room
+    arrays = skeleton.arrays._replace(
+        impact=task_impacts(params),
+        reserve=np.where(skeleton.first_forward, np.array(gpu_rooms(params), dtype=np.int64)[skeleton.arrays.gpu], 0),
+        rises=rooms[skeleton.rise_stage], falls=rooms[skeleton.fall_stage])
     for array in arrays:
         array.flags.writeable = False
     return arrays
@@ -125,33 +162,18 @@ def _release_lists(graph: TaskGraph) -> list[tuple[int, ...]]:
     return [*graph.releases, *map(tuple, issued)]
 
 
+def stage_rooms(params: EnvParams) -> list[int]:
+    """Per stage, one micro-batch's activations there, in units (``ROOM_UNIT`` per stage of weight 1)."""
+    return [room_units(params.stage_weight(stage)) for stage in range(params.num_gpus * params.v)]
+
+
 def gpu_rooms(params: EnvParams) -> list[int]:
     """Per GPU, one micro-batch's activations on all of its stages, in units (``ROOM_UNIT`` per stage of weight 1)."""
     rooms = [0] * params.num_gpus
     spec = get_schedule(params.schedule)
-    for stage in range(params.num_gpus * params.v):
-        rooms[spec.placement(stage, params.num_gpus, params.v)] += room_units(params.stage_weight(stage))
+    for stage, room in enumerate(stage_rooms(params)):
+        rooms[spec.placement(stage, params.num_gpus, params.v)] += room
     return rooms
-
-
-def _reserve(graph: TaskGraph) -> np.ndarray:
-    """Per task, the room for activations (in units) it takes when it starts: at the forward of a
-    micro-batch's first stage on its GPU, that micro-batch's activations on all of its stages there."""
-    rooms = gpu_rooms(graph.params)
-    return np.array([rooms[t.gpu] if t.kind is TaskKind.FORWARD and graph.stage_chunk[t.stage] == 0 else 0
-                     for t in graph.tasks], dtype=np.int64)
-
-
-def activation_changes(tasks: Sequence[GraphTask | Task], params: EnvParams) -> tuple[np.ndarray, np.ndarray]:
-    """Per task, the activations (in units) of the forward part that starts with it and of the backward or
-    weight-gradient part that ends with it: the rises and falls of its GPU's activations (docs/model.md
-    section 7)."""
-    rooms = [room_units(params.stage_weight(stage)) for stage in range(params.num_gpus * params.v)]
-
-    def units(t: GraphTask | Task, kinds: tuple[TaskKind, ...]) -> int:
-        return sum(rooms[part.stage] for part in t.parts if part.kind in kinds)
-    return (np.array([units(t, (TaskKind.FORWARD,)) for t in tasks], dtype=np.int64),
-            np.array([units(t, _FALLS) for t in tasks], dtype=np.int64))
 
 
 def activation_units(params: EnvParams) -> int:
@@ -173,31 +195,29 @@ def policy_arrays(policies: tuple[Policy, ...]) -> tuple[np.ndarray, np.ndarray]
     return tiers, priorities
 
 
-def gpu_order_peaks(graph: TaskGraph, orders: Sequence[Sequence[int]]) -> list[float]:
-    """Each GPU's peak activations when each GPU runs ``orders`` (section 7): a GPU's activations rise and fall
-    only with its own tasks, in its order, so the peak does not depend on noise or communication."""
-    rises, falls = activation_changes(graph.tasks, graph.params)
-    peaks = []
-    for order in orders:
-        level = peak = 0
-        for task in order:
-            level += int(rises[task])
-            peak = max(peak, level)
-            level -= int(falls[task])
-        peaks.append(peak / activation_units(graph.params))
-    return peaks
+def gpu_order_peaks(params: EnvParams, orders: Sequence[Sequence[int]] | None = None) -> list[float]:
+    """Each GPU's peak activations when each GPU runs ``orders`` (section 7; None: the graph's own): a GPU's
+    activations rise and fall only with its own tasks, in its order, so the peak does not depend on noise or
+    communication."""
+    arrays = graph_arrays(params)
+    starts, tasks = (arrays.order_start, arrays.order_task) if orders is None else _rows(orders)
+    rises, falls = arrays.rises[tasks], arrays.falls[tasks]
+    after = np.cumsum(rises - falls)  # the level after each task, as if one GPU ran all orders one after another
+    before = np.concatenate(([0], after))[starts[:-1]]  # that level when each GPU's order begins
+    during = after + falls - np.repeat(before, np.diff(starts))  # a GPU's level while each of its tasks runs
+    peaks = [int(row.max(initial=0)) for row in np.split(during, starts[1:-1])]
+    return [peak / activation_units(params) for peak in peaks]
 
 
-def order_peak(graph: TaskGraph, orders: Sequence[Sequence[int]]) -> float:
+def order_peak(params: EnvParams, orders: Sequence[Sequence[int]]) -> float:
     """The busiest GPU's peak activations when each GPU runs ``orders``."""
-    return max(gpu_order_peaks(graph, orders))
+    return max(gpu_order_peaks(params, orders))
 
 
 @lru_cache(maxsize=256)
 def static_peak(params: EnvParams) -> float:
     """The busiest GPU's peak activations under the schedule's static order."""
-    graph = build_task_graph(replace(params, dispatch="static", memory_limit=0.0))
-    return order_peak(graph, graph.orders)
+    return max(gpu_order_peaks(replace(params, dispatch="static", memory_limit=0.0)))
 
 
 def given_order(params: EnvParams, order: Sequence[Sequence[str]]) -> tuple[tuple[int, ...], ...]:
@@ -312,7 +332,7 @@ def simulate(params: EnvParams, policy: Policy, sample: int = 0,
         order_task = np.array([i for tasks in graph.orders for i in tasks], dtype=np.int64)
         order_task.flags.writeable = False  # as the graph's own: the kernel is compiled for read-only arrays
         arguments[11] = order_task
-        memory = memory_in_force(params, order_peak(graph, graph.orders))
+        memory = memory_in_force(params, order_peak(params, graph.orders))
     room = 4 * len(lengths) + 64
     while True:
         status, F, I, segment_count, seg_task, seg_times, P, _, _ = kernel.simulate(

@@ -23,7 +23,7 @@ from .engine import (
 from .kernel.observation import GPU_WIDTH, observe
 from .kernel.state import DONE_COUNT
 from .model import EnvParams, ParameterError, Policy
-from .taskgraph import build_task_graph, task_lengths
+from .taskgraph import TaskGraph, build_task_graph, task_lengths, task_structure
 
 _EXTERNAL = kernel.EXTERNAL
 #: The kinds of compute an action names, in the order dispatchers rank them (section 12.1).
@@ -65,15 +65,13 @@ class Episode:
             raise ParameterError("fb_overlap", params.fb_overlap, "an episode decides single tasks: overlapped "
                                  "forward/backward pairs (fb_overlap > 0) cannot be split into decisions; use 0")
         self.params = replace(params, dispatch="greedy")  # the graph and memory a dispatcher runs with
-        graph = build_task_graph(self.params)
-        self.graph = graph
         self.chunks = self.params.v
         self.fields, self.action_names = self.layout(self.params)
         self.actions = len(self.action_names)
         self.arrays = graph_arrays(self.params)
         self.memory_limit = memory_in_force(self.params)
         memory = dispatch_arguments(self.params)[2]
-        stage_chunk = np.array(graph.stage_chunk, dtype=np.int64)
+        stage_chunk = np.array(task_structure(self.params).stage_chunk, dtype=np.int64)
         choosable = (self.arrays.kind_class >= 0) & (self.arrays.kind_class < len(ACTION_KINDS))  # not a step
         key = np.where(choosable,
                        self.arrays.kind_class * self.chunks + stage_chunk[self.arrays.stage], 0).astype(float)
@@ -90,11 +88,16 @@ class Episode:
         self.clock = 0.0  # ``now`` in the kernel's unit
         compute = self.arrays.kind_class >= 0
         # observed times count in mean compute tasks, the run's time in its lower bound
-        self._task_time = float(np.mean([t.length for t, c in zip(graph.tasks, compute) if c])) / self.unit
+        self._task_time = float(np.mean(task_lengths(self.params)[compute])) / self.unit
         self._bound = 1.0
         self.segment_count = 0
         self.gpu = -1
         self.status = kernel.DONE
+
+    @property
+    def graph(self) -> TaskGraph:
+        """The task graph the episode runs, as records (the run itself reads its arrays)."""
+        return build_task_graph(self.params)
 
     @staticmethod
     def layout(params: EnvParams) -> tuple[tuple[str, ...], tuple[str, ...]]:

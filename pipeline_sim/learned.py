@@ -136,7 +136,7 @@ def figures_of(params: EnvParams, policies: Sequence[Policy], sample: int = 0) -
 def simulate_learned(params: EnvParams, policy: Policy, sample: int = 0) -> Schedule:
     """``engine.simulate`` for a learned dispatcher: the played episode as a ``Schedule``."""
     learned = load_policy(params)
-    room = 4 * len(Episode(params, policy).graph.tasks) + 64
+    room = 4 * len(Episode(params, policy).arrays.gpu) + 64
     episode = play(Episode(params, policy, segment_room=room), learned, sample)
     if episode.segment_count > room:  # the same decisions again, with room for every segment
         episode = play(Episode(params, policy, segment_room=episode.segment_count), learned, sample)

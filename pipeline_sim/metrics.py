@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .engine import activation_changes, activation_units
+from .engine import activation_units, graph_arrays
 from .kernel import figures
 from .learned import figures_of
 from .model import EnvParams, Policy, Schedule
@@ -94,10 +94,10 @@ def schedule_metrics(schedule: Schedule) -> ScheduleMetrics:
         return array
 
     p = schedule.params.num_gpus
+    arrays = graph_arrays(schedule.params)  # a schedule's tasks are its graph's, in order
     out = np.empty((1, 3 + 3 * p))
-    figures(ints([t.gpu for t in tasks]), ints([-1 if t.parts else 0 for t in tasks]),
-            *map(ints, activation_changes(tasks, schedule.params)),
-            p, activation_units(schedule.params), np.array([t.start for t in tasks]), np.array([t.end for t in tasks]),
+    figures(ints([t.gpu for t in tasks]), ints([-1 if t.parts else 0 for t in tasks]), arrays.rises, arrays.falls, p,
+            activation_units(schedule.params), np.array([t.start for t in tasks]), np.array([t.end for t in tasks]),
             np.array([t.throttled for t in tasks], dtype=np.int64), np.array([t.throttled_time for t in tasks]), out[0])
     columns = metric_columns(out, ideal_time(schedule.params))
     return ScheduleMetrics(**{name: values[0] for name, values in columns.items()})

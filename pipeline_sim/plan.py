@@ -25,7 +25,6 @@ from .model import EnvParams, ParameterError, Policy
 from .parallel import ordered_map
 from .scenarios import policy_grid
 from .schedules import get_schedule
-from .taskgraph import build_task_graph
 from .workload import (
     RECOMPUTE_MODES,
     Workload,
@@ -346,8 +345,7 @@ def _shortened(params: EnvParams, rounds: int) -> EnvParams:
 @lru_cache(maxsize=256)
 def _unit_peaks(schedule: str, num_gpus: int, chunks: int, n: int) -> tuple[float, ...]:
     """Each GPU's peak activations under the static order of equal stages."""
-    graph = build_task_graph(EnvParams(schedule=schedule, num_gpus=num_gpus, chunks=chunks, n=n, sync_freq=n))
-    return tuple(gpu_order_peaks(graph, graph.orders))
+    return tuple(gpu_order_peaks(EnvParams(schedule=schedule, num_gpus=num_gpus, chunks=chunks, n=n, sync_freq=n)))
 
 
 def estimated_memory_gb(layout: Layout) -> float:

@@ -8,8 +8,8 @@ it, the plots and metrics read it; none of them knows which schedule produced it
 
 from __future__ import annotations
 
-from functools import lru_cache
-from typing import NamedTuple
+from functools import lru_cache, wraps
+from typing import Callable, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -92,12 +92,25 @@ def check_size(params: EnvParams, hint: str = "") -> None:
 
 
 def build_task_graph(params: EnvParams, sample: int = 0) -> TaskGraph:
-    """The task graph of ``params``, with the work of its ``sample``-th noise draw (section 8)."""
+    """The task graph of ``params``, with the work of its ``sample``-th noise draw (section 8).
+
+    Its records are for readers of single tasks (the validator, charts, ``engine.schedule_of``); a simulation reads
+    ``task_structure``, ``task_lengths`` and ``task_impacts``, which build none.
+    """
     graph = _build(params)
-    if _noise_rows(params) is None:
+    if not params.jittered and params.slow_gpu < 0:
         return graph
     lengths = task_lengths(params, sample).tolist()
     return graph._replace(tasks=tuple(task._replace(length=length) for task, length in zip(graph.tasks, lengths)))
+
+
+@lru_cache(maxsize=256)
+def _build(params: EnvParams) -> TaskGraph:
+    """``task_structure``'s graph with ``params``' work and impact in each task."""
+    graph = task_structure(params)
+    lengths, impacts = (values.tolist() for values in _work(params))
+    return graph._replace(params=params, tasks=tuple(task._replace(length=length, impact=impact) for task, length,
+                                                     impact in zip(graph.tasks, lengths, impacts)))
 
 
 def task_lengths(params: EnvParams, sample: int = 0) -> np.ndarray:
@@ -105,107 +118,144 @@ def task_lengths(params: EnvParams, sample: int = 0) -> np.ndarray:
 
     A task's factor is its own draw (a pair: the mean of its parts'), the straggler's on top.
     """
-    noise = _noise_rows(params)
-    if noise is None:
-        return _base_lengths(params)
-    rows, owners, compute, slow = noise
+    lengths = _work(params)[0]
+    if not params.jittered and params.slow_gpu < 0:
+        return lengths
+    rows, owners, compute, computes, gpus = _draws(params)
     z = standard_normals(params.seed, sample if params.jittered else 0, rows)
     factors = np.where(compute, work_factors(z, params.compute_jitter, params.jitter_dist),
                        work_factors(z, params.comm_jitter, params.jitter_dist))
-    count = len(slow)
+    count = len(computes)
     per_task = np.bincount(owners, weights=factors, minlength=count) / np.bincount(owners, minlength=count)
-    lengths = _base_lengths(params) * (per_task * np.where(slow, params.slow_factor, 1.0))
+    slow = computes & (gpus == params.slow_gpu)
+    lengths = lengths * (per_task * np.where(slow, params.slow_factor, 1.0))
     lengths.flags.writeable = False  # as the noise-free lengths: the kernel is compiled for one array type
     return lengths
 
 
-@lru_cache(maxsize=256)
-def _base_lengths(params: EnvParams) -> np.ndarray:
-    lengths = np.array([task.length for task in _build(params).tasks], dtype=float)
-    lengths.flags.writeable = False
-    return lengths
+def task_impacts(params: EnvParams) -> np.ndarray:
+    """Every task's compute impact (section 3.3), in task order: a transfer's is 0."""
+    return _work(params)[1]
+
+
+#: The blocks of ``_work``'s table of lengths, in order: one row per stage of each kind here (a zero 3 gather before a
+#: backward is as long as the one before a forward), one row per GPU of each of ``_PER_GPU``, and the pipeline
+#: transfers' one row.
+_PER_STAGE = (_F, _B, _I, _W, TaskKind.GRAD_SYNC, TaskKind.FWD_GATHER, TaskKind.KV_EXCHANGE, TaskKind.KV_GRAD_EXCHANGE)
+_PER_GPU = (_O, TaskKind.PARAM_GATHER)
+_SAME_ROWS = {TaskKind.BWD_GATHER: TaskKind.FWD_GATHER}
+
+
+class _WorkIndex(NamedTuple):
+    """Where each task of a structure finds its work in ``_work``'s table: ``row``; its impact, 0 (none), 1 (a
+    forward's) or 2 (a backward's); and its overlapped pairs, which mix a forward's work with a backward's."""
+
+    row: np.ndarray
+    impact: np.ndarray
+    pairs: np.ndarray
+    pair_forward: np.ndarray  # the stage of each pair's forward
+    pair_backward: np.ndarray  # and of its backward
 
 
 @lru_cache(maxsize=256)
-def _noise_rows(params: EnvParams) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
-    """The identity ``(kind number, stage, index)`` of every draw, the task owning it and whether it is compute
-    work, and per task whether the straggler slows it; None for an environment without noise."""
-    if not params.jittered and params.slow_gpu < 0:
-        return None
+def _work(params: EnvParams) -> tuple[np.ndarray, np.ndarray]:
+    """Every task's noise-free work and its impact, read-only: each from a table of a few rows per stage and GPU.
+
+    Each element is computed by the same float operations in the same order as the section it follows, so that a
+    length is the same to the bit however the graph is simulated: e.g. a forward's is ``fwd_len * weight / v``.
+    """
+    index = _work_index(params)
+    stages, v = params.num_gpus * params.v, params.v
+    weights = np.array(params.stage_weights or (1.0,) * stages)
+    syncs = np.array(params.sync_weights or (1.0,) * stages)
+    forwards = params.fwd_len * weights / v  # section 6.6: a weight of 1 leaves fwd_len / v to the bit
+    backwards = params.bwd_len * weights * np.array(params.bwd_weights or (1.0,) * stages) / v
+    exchanges = params.cp_len / v * weights
+    table = np.concatenate([forwards, backwards, backwards * (1.0 - params.w_fraction), backwards * params.w_fraction,
+                            params.sync_base_len / v * syncs, params.gather_len / v * syncs, exchanges,
+                            2.0 * exchanges,  # the keys' and values' gradients travel back with them
+                            params.step_lengths(), params.gather_lengths(), (params.prop_len,)])
+    lengths = table[index.row]
+    impact = np.array((0.0, params.fwd_impact, params.bwd_impact))[index.impact]
+    forward, backward = forwards[index.pair_forward], backwards[index.pair_backward]
+    impact[index.pairs] = (forward * params.fwd_impact + backward * params.bwd_impact) / (forward + backward)
+    lengths[index.pairs] = (forward + backward) * (1.0 - params.fb_overlap)
+    lengths.flags.writeable = impact.flags.writeable = False
+    return lengths, impact
+
+
+def structure_key(params: EnvParams) -> tuple:
+    """What a graph's structure depends on: the schedule, p, v, n, the sync frequency, whether pairs are split,
+    whether the GPUs step an optimizer, and which gathers and exchanges there are. Environments of one key differ
+    only in their tasks' work and impact (layouts of one schedule, p, v and n share one: the planner's do)."""
+    return (params.schedule, params.num_gpus, params.v, params.n, params.sync_freq, params.dispatch != "static",
+            params.optimizer_len > 0, params.zero if params.gather_len > 0 else 0, params.cp_len > 0)
+
+
+_T = TypeVar("_T")
+#: Structures kept per function of ``per_structure``: the least recently used goes beyond it.
+STRUCTURES_KEPT = 64
+
+
+def per_structure(function: Callable[[EnvParams], _T]) -> Callable[[EnvParams], _T]:
+    """``function``, computed once per structure (``structure_key``) of the ``STRUCTURES_KEPT`` used last."""
+    kept: dict[tuple, _T] = {}
+
+    @wraps(function)
+    def cached(params: EnvParams) -> _T:
+        key = structure_key(params)
+        if key in kept:
+            value = kept.pop(key)
+        else:
+            value = function(params)
+            if len(kept) >= STRUCTURES_KEPT:
+                del kept[next(iter(kept))]  # the least recently used
+        kept[key] = value
+        return value
+    return cached
+
+
+@per_structure
+def task_structure(params: EnvParams) -> TaskGraph:
+    """The graph of ``params`` but for each task's work and impact (zero), and with the ``params`` of the first
+    environment of its structure."""
+    return _structure_of(params)
+
+
+@per_structure
+def _work_index(params: EnvParams) -> _WorkIndex:
+    stages, p = params.num_gpus * params.v, params.num_gpus
+    tasks = task_structure(params).tasks
+    blocks = {kind: number * stages for number, kind in enumerate(_PER_STAGE)}
+    blocks |= {kind: len(_PER_STAGE) * stages + number * p for number, kind in enumerate(_PER_GPU)}
+    transfer = len(_PER_STAGE) * stages + len(_PER_GPU) * p  # a pair's row too: its work is computed apart
+
+    def row(task: GraphTask) -> int:
+        kind = _SAME_ROWS.get(task.kind, task.kind)
+        if kind not in blocks:
+            return transfer
+        return blocks[kind] + (task.gpu if kind in _PER_GPU else task.stage)
+    pairs = [i for i, task in enumerate(tasks) if task.kind is TaskKind.OVERLAP_F_B]
+    ints = lambda values: np.array(values, dtype=np.int64)  # noqa: E731
+    return _WorkIndex(ints([row(task) for task in tasks]),
+                      ints([1 if task.kind is _F else 2 if task.kind in (_B, _I, _W) else 0 for task in tasks]),
+                      ints(pairs), ints([tasks[i].parts[0].stage for i in pairs]),
+                      ints([tasks[i].parts[1].stage for i in pairs]))
+
+
+@per_structure
+def _draws(params: EnvParams) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The identity ``(kind number, stage, index)`` of every noise draw, the task owning it and whether it is compute
+    work; per task whether it is compute work (a straggler's is slowed), and its GPU."""
     rows, owners, compute = [], [], []
-    tasks = _build(params).tasks
+    tasks = task_structure(params).tasks
     for i, task in enumerate(tasks):
         for kind, stage, index in (task.parts or ((task.kind, task.stage, task.index),)):
             rows.append((KIND_NUMBERS[kind], stage, index))
             owners.append(i)
             compute.append(bool(task.parts))
-    slow = np.array([bool(task.parts) and task.gpu == params.slow_gpu for task in tasks])
-    return np.array(rows, dtype=np.int64), np.array(owners), np.array(compute), slow
-
-
-@lru_cache(maxsize=256)
-def _build(params: EnvParams) -> TaskGraph:
-    """``_structure``'s graph with ``params``' work and impact in each task."""
-    structure = _structure(params)
-    p, v = params.num_gpus, params.v
-    stages = p * v
-    # each stage's forward and backward work (section 6.6); a weight of 1 leaves fwd_len / v to the bit
-    forwards = [params.fwd_len * params.stage_weight(s) / v for s in range(stages)]
-    backwards = [params.bwd_len * params.stage_weight(s) * params.bwd_weight(s) / v for s in range(stages)]
-    syncs = [params.sync_base_len / v * params.sync_weight(s) for s in range(stages)]
-    steps = params.step_lengths()
-    gathers = params.gather_lengths()
-    per_stage_gather = [params.gather_len / v * params.sync_weight(s) for s in range(stages)]
-    exchanges = [params.cp_len / v * params.stage_weight(s) for s in range(stages)]
-    w_fraction, fwd_impact, bwd_impact = params.w_fraction, params.fwd_impact, params.bwd_impact
-    tasks = []
-    for task in structure.tasks:
-        kind, impact = task.kind, 0.0
-        if kind is TaskKind.OVERLAP_F_B:
-            forward, backward = forwards[task.parts[0].stage], backwards[task.parts[1].stage]
-            impact = (forward * fwd_impact + backward * bwd_impact) / (forward + backward)
-            length = (forward + backward) * (1.0 - params.fb_overlap)
-        elif kind is _F:
-            length, impact = forwards[task.stage], fwd_impact
-        elif kind is _O:
-            length = steps[task.gpu]
-        elif task.parts:
-            backward, impact = backwards[task.stage], bwd_impact
-            length = backward if kind is _B else backward * (1.0 - w_fraction) if kind is _I else \
-                backward * w_fraction
-        elif kind is TaskKind.GRAD_SYNC:
-            length = syncs[task.stage]
-        elif kind is TaskKind.PARAM_GATHER:
-            length = gathers[task.gpu]
-        elif kind in (TaskKind.FWD_GATHER, TaskKind.BWD_GATHER):
-            length = per_stage_gather[task.stage]
-        elif kind is TaskKind.KV_EXCHANGE:
-            length = exchanges[task.stage]
-        elif kind is TaskKind.KV_GRAD_EXCHANGE:  # the keys' and values' gradients travel back with them
-            length = 2.0 * exchanges[task.stage]
-        else:
-            length = params.prop_len
-        tasks.append(GraphTask(kind, task.gpu, task.stage, task.index, length, task.receiver, task.parts, impact))
-    return structure._replace(params=params, tasks=tuple(tasks))
-
-
-#: Structures kept, by shape: layouts of one schedule, p, v, n and sync frequency share one (the planner's do).
-_STRUCTURES: dict[tuple, TaskGraph] = {}
-
-
-def _structure(params: EnvParams) -> TaskGraph:
-    """The graph of ``params`` but for each task's work and impact (zero): what depends only on the schedule,
-    p, v, n, the sync frequency, whether pairs are split, whether the GPUs step an optimizer, and which gathers and
-    exchanges there are."""
-    key = (params.schedule, params.num_gpus, params.v, params.n, params.sync_freq, params.dispatch != "static",
-           params.optimizer_len > 0, params.zero if params.gather_len > 0 else 0, params.cp_len > 0)
-    graph = _STRUCTURES.pop(key, None)
-    if graph is None:
-        graph = _structure_of(params)
-        if len(_STRUCTURES) >= 64:
-            del _STRUCTURES[next(iter(_STRUCTURES))]  # the least recently used
-    _STRUCTURES[key] = graph
-    return graph
+    return (np.array(rows, dtype=np.int64), np.array(owners), np.array(compute),
+            np.array([bool(task.parts) for task in tasks]), np.array([task.gpu for task in tasks]))
 
 
 def _structure_of(params: EnvParams) -> TaskGraph:

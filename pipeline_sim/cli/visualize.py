@@ -249,7 +249,7 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
             policy = _policy(args, default_priorities, default_exclusive_tiers)
             check_size(params)
             order = None if args.order is None else given_order(params, parse_orders(_read_text(args.order)))
-            memory_in_force(params, None if order is None else order_peak(build_task_graph(params), order))
+            memory_in_force(params, None if order is None else order_peak(params, order))
             if params.learned:
                 load_policy(params)
         except ParameterError as error:

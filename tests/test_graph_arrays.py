@@ -1,0 +1,191 @@
+"""The task graph's arrays, computed per structure and vectorised, against a task-by-task reference from the records
+(docs/model.md sections 6.6, 7, 8 and 15): every array equal to the bit, for environments new and of a structure
+already seen."""
+
+import random
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from pipeline_sim.engine import _KIND_CLASS, gpu_order_peaks, graph_arrays, static_peak
+from pipeline_sim.model import COMM_KINDS, DISPATCHERS, ROOM_UNIT, EnvParams, TaskKind
+from pipeline_sim.noise import KIND_NUMBERS, standard_normals, work_factors
+from pipeline_sim.schedules import SCHEDULES, get_schedule
+from pipeline_sim.taskgraph import build_task_graph, task_impacts, task_lengths
+
+F, B, I, W = TaskKind.FORWARD, TaskKind.BACKWARD, TaskKind.BACKWARD_INPUT, TaskKind.BACKWARD_WEIGHT
+
+
+def random_environment(rng: random.Random, schedule: str) -> EnvParams:
+    """An environment of ``schedule`` with every length, weight, strategy, dispatcher and noise drawn at random."""
+    p = rng.randint(1, 4) if schedule not in ("zb-v", "dualpipe-v") else rng.randint(2, 4)
+    chunks = rng.choice([2, 3])
+    stages = p * get_schedule(schedule).v(chunks)
+
+    def weights() -> tuple[float, ...]:
+        return tuple(rng.choice([0.1, 0.5, 1.0, 1.3, 2.7]) * rng.uniform(0.5, 2) for _ in range(stages)) \
+            if rng.random() < 0.5 else ()
+    overlap = rng.choice([0.0, 0.3]) if schedule == "dualpipe-v" else 0.0
+    zero = rng.randint(0, 3)
+    return EnvParams(
+        n=p * rng.randint(2, 3), num_gpus=p, schedule=schedule, chunks=chunks, sync_freq=rng.randint(1, 3),
+        fwd_len=rng.uniform(0.1, 3), bwd_len=rng.uniform(0.1, 5), prop_len=rng.choice([0.0, 0.7, 1.1]),
+        sync_base_len=rng.choice([0.0, 2.3]), fwd_impact=rng.random(), bwd_impact=rng.random(),
+        w_fraction=rng.random(), fb_overlap=overlap, stage_weights=weights(), sync_weights=weights(),
+        bwd_weights=weights(), optimizer_len=rng.choice([0.0, 0.9]), zero=zero,
+        gather_len=rng.choice([0.0, 0.6]) if zero else 0.0, cp_len=rng.choice([0.0, 0.4]),
+        dispatch=rng.choice(DISPATCHERS) if overlap == 0.0 else "static", compute_jitter=rng.choice([0.0, 0.2]),
+        comm_jitter=rng.choice([0.0, 0.1]), jitter_dist=rng.choice(["lognormal", "normal"]),
+        slow_gpu=rng.choice([-1, p - 1]), slow_factor=rng.choice([1.0, 1.5]), seed=rng.randint(0, 99))
+
+
+def new_lengths(rng: random.Random, params: EnvParams) -> EnvParams:
+    """``params`` with other work and weights: the same structure."""
+    stages = len(params.stage_weights or params.sync_weights or ())
+    return replace(params, fwd_len=rng.uniform(0.1, 3), bwd_len=rng.uniform(0.1, 5), prop_len=rng.uniform(0.1, 2),
+                   cp_len=params.cp_len and rng.uniform(0.1, 1), w_fraction=rng.random(), fwd_impact=rng.random(),
+                   stage_weights=tuple(rng.uniform(0.1, 3) for _ in range(stages)),
+                   optimizer_len=params.optimizer_len and rng.uniform(0.1, 2))
+
+
+def environments(count: int):
+    rng = random.Random(37)
+    for i in range(count):
+        params = random_environment(rng, sorted(SCHEDULES)[i % len(SCHEDULES)])
+        yield params
+        yield new_lengths(rng, params)
+
+
+def reference_work(params: EnvParams, tasks) -> tuple[list[float], list[float]]:
+    """Each task's work and impact, task by task from its record (sections 6.6, 6.7 and 15)."""
+    v, lengths, impacts = params.v, [], []
+    forward = lambda s: params.fwd_len * params.stage_weight(s) / v  # noqa: E731
+    backward = lambda s: params.bwd_len * params.stage_weight(s) * params.bwd_weight(s) / v  # noqa: E731
+    exchange = lambda s: params.cp_len / v * params.stage_weight(s)  # noqa: E731
+    for task in tasks:
+        kind, s, impact = task.kind, task.stage, 0.0
+        if kind is TaskKind.OVERLAP_F_B:
+            f, b = forward(task.parts[0].stage), backward(task.parts[1].stage)
+            length = (f + b) * (1.0 - params.fb_overlap)
+            impact = (f * params.fwd_impact + b * params.bwd_impact) / (f + b)
+        elif kind is F:
+            length, impact = forward(s), params.fwd_impact
+        elif kind in (B, I, W):
+            length, impact = backward(s), params.bwd_impact
+            if kind is not B:
+                length = length * (1.0 - params.w_fraction) if kind is I else length * params.w_fraction
+        elif kind is TaskKind.OPTIMIZER_STEP:
+            length = params.step_lengths()[task.gpu]
+        elif kind is TaskKind.GRAD_SYNC:
+            length = params.sync_base_len / v * params.sync_weight(s)
+        elif kind is TaskKind.PARAM_GATHER:
+            length = params.gather_lengths()[task.gpu]
+        elif kind in (TaskKind.FWD_GATHER, TaskKind.BWD_GATHER):
+            length = params.gather_len / v * params.sync_weight(s)
+        elif kind is TaskKind.KV_EXCHANGE:
+            length = exchange(s)
+        elif kind is TaskKind.KV_GRAD_EXCHANGE:
+            length = 2.0 * exchange(s)
+        else:
+            assert kind in (TaskKind.FWD_PROP, TaskKind.GRAD_PROP)
+            length = params.prop_len
+        lengths.append(length)
+        impacts.append(impact)
+    return lengths, impacts
+
+
+def reference_lengths(params: EnvParams, tasks, sample: int) -> list[float]:
+    """Section 8: a task's work times the mean of its parts' factors, the straggler's on top."""
+    base = reference_work(params, tasks)[0]
+    if not params.jittered and params.slow_gpu < 0:
+        return base
+    draws = [(KIND_NUMBERS[kind], stage, index) for task in tasks
+             for kind, stage, index in (task.parts or ((task.kind, task.stage, task.index),))]
+    z = standard_normals(params.seed, sample if params.jittered else 0, np.array(draws, dtype=np.int64)).tolist()
+    lengths, row = [], 0
+    for task, length in zip(tasks, base):
+        parts = len(task.parts) or 1
+        jitter = params.compute_jitter if task.parts else params.comm_jitter
+        factors = work_factors(np.array(z[row:row + parts]), jitter, params.jitter_dist).tolist()
+        row += parts
+        slow = params.slow_factor if task.parts and task.gpu == params.slow_gpu else 1.0
+        lengths.append(length * (sum(factors) / parts * slow))
+    return lengths
+
+
+def rows(lists) -> tuple[list[int], list[int]]:
+    starts = [0]
+    for row in lists:
+        starts.append(starts[-1] + len(row))
+    return starts, [x for row in lists for x in row]
+
+
+def reference_arrays(params: EnvParams) -> dict[str, list]:
+    """Every array of ``graph_arrays``, task by task from the records (the kernel's layout: ``engine.GraphArrays``)."""
+    graph = build_task_graph(params)
+    tasks = graph.tasks
+    spec = get_schedule(params.schedule)
+    room = [round(params.stage_weight(s) * ROOM_UNIT) for s in range(params.num_gpus * params.v)]
+    gpu_room = [sum(r for s, r in enumerate(room) if spec.placement(s, params.num_gpus, params.v) == g)
+                for g in range(params.num_gpus)]
+    issued: list[list[int]] = [[] for _ in range(len(tasks) + 1)]  # per task what its start issues, then time 0's
+    for transfer, issuer in sorted(graph.issued_by.items()):
+        issued[issuer if issuer >= 0 else len(tasks)].append(transfer)
+    release_start, release_task = rows([*graph.releases, *issued])
+    order_start, order_task = rows(graph.orders)
+    peer_start, peer_task = rows(graph.peers)
+    return {
+        "gpu": [t.gpu for t in tasks], "receiver": [-1 if t.receiver is None else t.receiver for t in tasks],
+        "comm": [-1 if t.kind.is_compute else COMM_KINDS.index(t.kind.priority_class) for t in tasks],
+        "stage": [t.stage for t in tasks], "index": [t.index for t in tasks],
+        "impact": reference_work(params, tasks)[1], "needs_count": [len(needs) for needs in graph.needs],
+        "release_start": release_start, "release_task": release_task, "order_start": order_start,
+        "order_task": order_task, "peer_start": peer_start, "peer_task": peer_task,
+        "kind_class": [_KIND_CLASS.get(t.kind, -1) for t in tasks],
+        "reserve": [gpu_room[t.gpu] if t.kind is F and graph.stage_chunk[t.stage] == 0 else 0 for t in tasks],
+        "rises": [sum(room[part.stage] for part in t.parts if part.kind is F) for t in tasks],
+        "falls": [sum(room[part.stage] for part in t.parts if part.kind in (B, W)) for t in tasks]}
+
+
+def same_bits(array: np.ndarray, values: list) -> bool:
+    return array.tobytes() == np.array(values, dtype=array.dtype).tobytes() and len(array) == len(values)
+
+
+def test_every_array_is_the_reference_to_the_bit():
+    seen = set()
+    for params in environments(150):
+        arrays = graph_arrays(params)
+        expected = reference_arrays(params)
+        for name, array in zip(arrays._fields, arrays):
+            assert array.dtype == (float if name == "impact" else np.int64) and not array.flags.writeable
+            assert same_bits(array, expected[name]), (name, params)
+        assert same_bits(task_impacts(params), expected["impact"])
+        tasks = build_task_graph(params).tasks
+        for sample in (0, 3):
+            lengths = reference_lengths(params, tasks, sample)
+            assert same_bits(task_lengths(params, sample), lengths), (sample, params)
+            assert [t.length for t in build_task_graph(params, sample).tasks] == lengths
+        assert [t.impact for t in tasks] == expected["impact"]
+        seen.add((params.schedule, params.dispatch, params.zero, params.cp_len > 0, bool(params.stage_weights)))
+    assert {s[0] for s in seen} == set(SCHEDULES) and {s[1] for s in seen} == set(DISPATCHERS)
+    assert {s[2] for s in seen} == {0, 1, 2, 3} and {s[3] for s in seen} == {s[4] for s in seen} == {False, True}
+
+
+@pytest.mark.parametrize("schedule", sorted(SCHEDULES))
+def test_peaks_of_an_order_are_counted_task_by_task(schedule):
+    rng = random.Random(schedule)
+    for _ in range(5):
+        params = random_environment(rng, schedule)
+        static = replace(params, dispatch="static", memory_limit=0.0)
+        graph, arrays = build_task_graph(static), graph_arrays(static)
+        peaks = []
+        for order in graph.orders:
+            level = peak = 0
+            for task in order:
+                level += int(arrays.rises[task])
+                peak = max(peak, level)
+                level -= int(arrays.falls[task])
+            peaks.append(peak / (params.v * ROOM_UNIT))
+        assert gpu_order_peaks(static) == gpu_order_peaks(static, graph.orders) == peaks
+        assert static_peak(params) == max(peaks)
