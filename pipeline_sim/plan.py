@@ -336,10 +336,10 @@ def _partitions(base: Workload, t: int, c: int, d: int, b: int, recompute: str, 
 
 
 def _shortened(params: EnvParams, rounds: int) -> EnvParams:
-    """``params`` on ``rounds`` x p micro-batches (at most its own), one gradient sync at the end as in the
-    iteration."""
+    """``params`` on ``rounds`` x p micro-batches (at most its own), its gradients synced as in the iteration: once
+    at the end, or after every ``sync_freq`` micro-batches when it syncs more often (zero 2 and 3 after each)."""
     n = min(params.n, rounds * params.num_gpus)
-    return replace(params, n=n, sync_freq=n)
+    return replace(params, n=n, sync_freq=n if params.sync_freq >= params.n else params.sync_freq)
 
 
 @lru_cache(maxsize=256)

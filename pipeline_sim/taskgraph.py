@@ -8,6 +8,7 @@ it, the plots and metrics read it; none of them knows which schedule produced it
 
 from __future__ import annotations
 
+import gc
 from functools import lru_cache, wraps
 from typing import Callable, NamedTuple, TypeVar
 
@@ -207,7 +208,15 @@ def per_structure(function: Callable[[EnvParams], _T]) -> Callable[[EnvParams], 
         if key in kept:
             value = kept.pop(key)
         else:
-            value = function(params)
+            # what a structure holds is tens of thousands of small objects and no cycle: the cyclic collector, run
+            # again and again while they are made, would spend most of the time scanning what the caches hold
+            collecting = gc.isenabled()
+            gc.disable()
+            try:
+                value = function(params)
+            finally:
+                if collecting:
+                    gc.enable()
             if len(kept) >= STRUCTURES_KEPT:
                 del kept[next(iter(kept))]  # the least recently used
         kept[key] = value
@@ -380,7 +389,8 @@ def _structure_of(params: EnvParams) -> TaskGraph:
         elif task.kind is TaskKind.GRAD_SYNC:
             m = syncs[task.index]
             needs[i].append(the_part((_W, task.stage, m), (_B, task.stage, m)))
-        needs[i] = list(dict.fromkeys(needs[i]))
+        if len(needs[i]) > 1:
+            needs[i] = list(dict.fromkeys(needs[i]))
         if i in needs[i]:
             raise ScheduleError(f"{task.parts[0]} of {params.schedule} would wait for its own task")
     for s in range(stages):
@@ -394,10 +404,9 @@ def _structure_of(params: EnvParams) -> TaskGraph:
     # the attention exchange of the work that starts; what reads that work's results waits for its exchange too
     issued_by: dict[int, int] = {}
     exchanges: dict[int, list[int]] = {}
-    for (kind, *key), i in where.items():
-        if kind not in ISSUED_KINDS:
-            continue
-        s, m = key
+    issued = [(kind, s, m, i) for kind in ISSUED_KINDS for s in range(stages) for m in range(n)
+              if (i := where.get((kind, s, m), -1)) >= 0] if per_use or params.cp_len > 0 else []
+    for kind, s, m, i in issued:
         if kind is TaskKind.FWD_GATHER:
             issued_by[i] = the_part((_F, s, m - 1)) if m > 0 else -1
         elif kind is TaskKind.BWD_GATHER:
@@ -410,10 +419,13 @@ def _structure_of(params: EnvParams) -> TaskGraph:
             if i not in issued_by:
                 needs[i] = list(dict.fromkeys([*needs[i], *(x for j in needs[i] for x in exchanges.get(j, ()))]))
 
-    kind_rank = {kind: rank for rank, kind in enumerate(TRANSFER_KINDS)}
+    # each task's releases list transfers first, in TRANSFER_KINDS order, then compute tasks; by index within a kind
+    rank = {kind: k for k, kind in enumerate(TRANSFER_KINDS)}
+    buckets: list[list[int]] = [[] for _ in range(len(TRANSFER_KINDS) + 1)]
+    for i, task in enumerate(tasks):
+        buckets[rank.get(task.kind, len(TRANSFER_KINDS))].append(i)
     releases: list[list[int]] = [[] for _ in tasks]
-    dependents = sorted(range(len(tasks)), key=lambda i: (kind_rank.get(tasks[i].kind, len(TRANSFER_KINDS)), i))
-    for i in dependents:
+    for i in (i for bucket in buckets for i in bucket):
         for producer in needs[i]:
             releases[producer].append(i)
     peers: list[set[int]] = [set() for _ in range(p)]
