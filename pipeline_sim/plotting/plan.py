@@ -37,8 +37,12 @@ def plot_plan(ax, memory_gb: Sequence[float], seconds: Sequence[float], fits: Se
     ax.axvline(gpu_memory_gb, color="tab:red", linestyle="--", linewidth=1, label=f"GPU memory {gpu_memory_gb:g} GB")
     if budget_gb < gpu_memory_gb:
         ax.axvline(budget_gb, color="tab:red", linestyle=":", linewidth=1, label=f"with headroom {budget_gb:g} GB")
-    corners = ((0.98, 0.97, "right", "top"), (0.02, 0.97, "left", "top"), (0.98, 0.03, "right", "bottom"),
-               (0.02, 0.03, "left", "bottom"), (0.5, 0.97, "center", "top"), (0.5, 0.03, "center", "bottom"))
+    # the labels go in a band kept free above the points, two a row, so that none covers a point or another
+    corners = ((0.98, 0.98, "right", "top"), (0.02, 0.98, "left", "top"), (0.98, 0.885, "right", "top"),
+               (0.02, 0.885, "left", "top"), (0.98, 0.79, "right", "top"), (0.02, 0.79, "left", "top"))
+    low, high = min(seconds), max(seconds)
+    rows = (min(len(named), len(corners)) + 1) // 2
+    ax.set_ylim(low - 0.05 * (high - low or high), high + (0.15 + 0.16 * rows) * (high - low or high))
     for k, (index, label) in enumerate(named[:len(corners)]):
         color = NAMED_COLORS[k % len(NAMED_COLORS)]
         x, y, horizontal, vertical = corners[k]
