@@ -242,8 +242,7 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
             check_size(params)
             order = None if args.order is None else given_order(params, parse_orders(_read_text(args.order)))
             memory_in_force(params, None if order is None else order_peak(build_task_graph(params), order))
-            if params.learned:
-                load_policy(params)
+            network = load_policy(params) if params.learned else None  # read once, played below
         except ParameterError as error:
             flag = FLAGS.get(error.name.split("[")[0], error.name)
             raise UserError(f"{flag}: {error}") from None
@@ -269,7 +268,7 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
                     f"{1.0 - time / timed[0][0]:.2%} faster than balanced ({seconds_text(timed[0][0])}; "
                     f"{len(timed)} splits simulated)")
         try:
-            schedule = simulate_learned(params, policy, args.sample) if params.learned else \
+            schedule = simulate_learned(params, policy, args.sample, network) if params.learned else \
                 simulate(params, policy, args.sample,
                          None if args.order is None else parse_orders(_read_text(args.order)))
         except SimulationStuckError as error:

@@ -1,0 +1,163 @@
+"""The learned file, the Gymnasium environment, the charts, the training's outputs and the lower bound, guarded as
+every other input and output: one line naming the file and the problem, nothing mixed, nothing replaced."""
+
+import io
+import json
+import os
+import pickle
+import zipfile
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from conftest import assert_one_line_error, run_here
+
+from pipeline_sim.config import EnvironmentGrid
+from pipeline_sim.learned import LearnedPolicy, load_policy
+from pipeline_sim.model import EnvParams, ParameterError
+from pipeline_sim.sweep import SweepPlan, run_sweep, simulate_chunk
+from tests.test_learned import GREEDY_ORDER, ranked, written
+
+BASE = EnvParams(n=4, num_gpus=2, schedule="zb-h1")
+FORWARD_FIRST = [2.0, 3.0, 1.0, 0.0]  # another network: the same shapes, other decisions
+#: A learned sweep of a few seconds: 8 environments of 37 policies at step 0.5, 10 samples.
+LEARNED_GRID = {"n": [4, 6], "num_gpus": 2, "schedule": "zb-h1", "dispatch": ["greedy", "learned:p.npz"],
+                "compute_jitter": [0.1, 0.2], "samples": 10}
+
+
+def network(preference, path):
+    return written(ranked(BASE, preference, hidden=8), path)
+
+
+def learned_folder(folder, preference=GREEDY_ORDER):
+    network(preference, folder / "p.npz")
+    (folder / "grid.json").write_text(json.dumps(LEARNED_GRID))
+
+
+# -- the learned file: its rows are its network's -------------------------------------------------
+
+def test_the_network_travels_with_the_work_and_no_worker_reads_a_file(tmp_path, monkeypatch):
+    """A worker elsewhere (a Dask worker in its own folder) gets the network the sweep read, never the file at the
+    same relative path in its own folder."""
+    learned_folder(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    plan = SweepPlan(EnvironmentGrid.load("grid.json"), step=0.5)
+    chunks = list(plan.chunks(0, 37))
+    here = [simulate_chunk(chunk) for chunk in chunks]
+    worker = tmp_path / "worker"
+    worker.mkdir()
+    network(FORWARD_FIRST, worker / "p.npz")
+    monkeypatch.chdir(worker)
+    there = [simulate_chunk(pickle.loads(pickle.dumps(chunk))) for chunk in chunks]
+    assert there == here
+    os.unlink(worker / "p.npz")
+    assert [simulate_chunk(pickle.loads(pickle.dumps(chunk))) for chunk in chunks] == here
+
+
+def test_a_policy_file_replaced_while_a_sweep_runs_does_not_mix(tmp_path, monkeypatch):
+    learned_folder(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    for output in ("clean.csv", "replaced.csv"):
+        network(GREEDY_ORDER, tmp_path / "p.npz")
+        sweep = run_sweep(SweepPlan(EnvironmentGrid.load("grid.json"), step=0.5), output, workers=1)
+        next(sweep)
+        next(sweep)  # the first rows are on disk
+        if output == "replaced.csv":
+            network(FORWARD_FIRST, tmp_path / "p.npz")
+        for _ in sweep:
+            pass
+    assert (tmp_path / "replaced.csv").read_bytes() == (tmp_path / "clean.csv").read_bytes()
+
+
+def test_a_file_of_the_same_size_and_time_is_read_again(tmp_path):
+    path = network(GREEDY_ORDER, tmp_path / "p.npz")
+    params = replace(BASE, dispatch=f"learned:{path}")
+    stat = os.stat(path)
+    first = load_policy(params)
+    network(FORWARD_FIRST, path)
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    second = load_policy(params)
+    assert second.digest != first.digest and second.layers[-1][1].tolist() == FORWARD_FIRST
+
+
+def test_a_resume_after_the_network_changed_is_refused_in_one_line(tmp_path, monkeypatch):
+    learned_folder(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    sweep = run_sweep(SweepPlan(EnvironmentGrid.load("grid.json"), step=0.5), "out.csv")
+    next(sweep)
+    next(sweep)
+    sweep.close()  # stopped with rows of the first network on disk
+    network(FORWARD_FIRST, tmp_path / "p.npz")
+    resumed = run_here("data_generator.py", "-c", "grid.json", "-o", "out.csv", "--step", "0.5", "--resume",
+                       cwd=tmp_path)
+    assert_one_line_error(resumed, "out.csv.partial holds rows of another network: p.npz changed since they were "
+                                   "written; pass --overwrite")
+    assert not (tmp_path / "out.csv").exists()
+    fresh = run_here("data_generator.py", "-c", "grid.json", "-o", "fresh.csv", "--step", "0.5", cwd=tmp_path)
+    again = run_here("data_generator.py", "-c", "grid.json", "-o", "out.csv", "--step", "0.5", "--overwrite",
+                     cwd=tmp_path)
+    assert fresh.returncode == again.returncode == 0, again.stderr
+    assert (tmp_path / "out.csv").read_bytes() == (tmp_path / "fresh.csv").read_bytes()
+
+
+def test_a_network_of_nan_or_infinite_weights_is_refused_naming_the_file(tmp_path):
+    for value in (np.nan, np.inf):
+        policy = ranked(BASE, GREEDY_ORDER, hidden=8)
+        weight = policy.layers[0][0].copy()
+        weight[3, 2] = value
+        written(LearnedPolicy(((weight, policy.layers[0][1]), policy.layers[1]), policy.fields, policy.actions,
+                              policy.about), tmp_path / "diverged.npz")
+        with pytest.raises(ParameterError, match="'learned:.*diverged.npz': has weights that are NaN or infinite"):
+            load_policy(replace(BASE, dispatch=f"learned:{tmp_path / 'diverged.npz'}"))
+    (tmp_path / "grid.json").write_text(json.dumps(LEARNED_GRID | {"dispatch": "learned:diverged.npz"}))
+    result = run_here("data_generator.py", "-c", "grid.json", "-o", "x.csv", cwd=tmp_path)
+    assert_one_line_error(result, "dispatch = 'learned:diverged.npz': has weights that are NaN or infinite")
+    chart = run_here("schedule_visualizer_single_channel.py", "-n", "4", "--num-gpus", "2", "--schedule", "zb-h1",
+                     "--dispatch", "learned:diverged.npz", "--no-show", "--output", "c.png", cwd=tmp_path)
+    assert_one_line_error(chart, "--dispatch: dispatch = 'learned:diverged.npz': has weights that are NaN")
+    assert not (tmp_path / "x.csv").exists() and not (tmp_path / "c.png").exists()
+
+
+def with_member(data, name, header, payload=b""):
+    """An ``.npz``'s bytes with member ``name`` replaced by an array header ``header`` and ``payload``."""
+    out = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(data)) as source, zipfile.ZipFile(out, "w") as target:
+        for info in source.infolist():
+            if info.filename == f"{name}.npy":
+                member = io.BytesIO()
+                np.lib.format.write_array_header_1_0(member, header)
+                target.writestr(info, member.getvalue() + payload)
+            else:
+                target.writestr(info, source.read(info))
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("make, fragment", [
+    (lambda data: (buffer := io.BytesIO(), np.save(buffer, np.zeros((41, 4))), buffer.getvalue())[2],
+     "is not a readable policy file (not an .npz archive"),
+    (lambda data: with_member(data, "weight.0", {"descr": "<f8", "fortran_order": False, "shape": (10 ** 12, 8)},
+                              b"\0" * 64),
+     "is not a readable policy file: its array weight.0 is damaged (its header claims (1000000000000, 8) of "
+     "float64 in"),
+    (lambda data: with_member(data, "fields", {"descr": "<U50000000", "fortran_order": False, "shape": (41,)}),
+     "is not a readable policy file: its array fields is damaged (its header claims (41,) of <U50000000 in"),
+    (lambda data: with_member(data, "bias.0", {"descr": "|O", "fortran_order": False, "shape": (8,)}),
+     "is not a readable policy file: its array bias.0 is damaged"),
+    (lambda data: data[:len(data) // 2], "is not a readable policy file"),
+])
+def test_a_policy_file_that_is_no_policy_or_claims_a_huge_shape_is_one_line(tmp_path, monkeypatch, make, fragment):
+    data = network(GREEDY_ORDER, tmp_path / "p.npz").read_bytes()
+    (tmp_path / "bad.npz").write_bytes(make(data))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ParameterError) as refused:
+        load_policy(replace(BASE, dispatch="learned:bad.npz"))
+    assert str(refused.value).startswith("dispatch = 'learned:bad.npz': " + fragment), refused.value
+    (tmp_path / "grid.json").write_text(json.dumps(LEARNED_GRID | {"dispatch": "learned:bad.npz"}))
+    assert_one_line_error(run_here("data_generator.py", "-c", "grid.json", "-o", "x.csv", cwd=tmp_path), fragment)
+
+
+def test_a_policy_file_larger_than_any_network_is_not_read_whole(tmp_path):
+    with open(tmp_path / "huge.npz", "wb") as handle:
+        handle.truncate(65 * 2 ** 20)  # sparse: no disk taken
+    with pytest.raises(ParameterError, match="'learned:.*huge.npz': is larger than 64 MB, more than any policy file"):
+        load_policy(replace(BASE, dispatch=f"learned:{tmp_path / 'huge.npz'}"))
