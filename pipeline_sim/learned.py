@@ -191,7 +191,8 @@ def figures_of(params: EnvParams, policies: Sequence[Policy], sample: int = 0,
     if params.learned is None:
         return simulate_figures(params, policies, sample)
     learned = load_policy(params, network)
-    return np.array([play(Episode(params, policy), learned, sample).figures() for policy in policies])
+    return np.array([play(Episode(params, policy, allow_large=True), learned, sample).figures()
+                     for policy in policies])
 
 
 def simulate_learned(params: EnvParams, policy: Policy, sample: int = 0,
@@ -199,10 +200,11 @@ def simulate_learned(params: EnvParams, policy: Policy, sample: int = 0,
     """``engine.simulate`` for a learned dispatcher: the played episode as a ``Schedule`` (by ``network`` when
     given, ``load_policy``)."""
     learned = load_policy(params, network)
-    room = 4 * len(Episode(params, policy).graph.tasks) + 64
-    episode = play(Episode(params, policy, segment_room=room), learned, sample)
+    room = 4 * len(Episode(params, policy, allow_large=True).graph.tasks) + 64
+    episode = play(Episode(params, policy, segment_room=room, allow_large=True), learned, sample)
     if episode.segment_count > room:  # the same decisions again, with room for every segment
-        episode = play(Episode(params, policy, segment_room=episode.segment_count), learned, sample)
+        episode = play(Episode(params, policy, segment_room=episode.segment_count, allow_large=True), learned,
+                       sample)
     F, I, P = episode.state[:3]
     seg_task, seg_times = episode.state[10:12]
     kept = episode.segment_count

@@ -5,6 +5,7 @@ import io
 import json
 import os
 import pickle
+import time
 import zipfile
 from dataclasses import replace
 
@@ -14,7 +15,7 @@ from conftest import assert_one_line_error, run_here
 
 from pipeline_sim.config import EnvironmentGrid
 from pipeline_sim.learned import LearnedPolicy, load_policy
-from pipeline_sim.model import EnvParams, ParameterError
+from pipeline_sim.model import EnvParams, ParameterError, Policy
 from pipeline_sim.sweep import SweepPlan, run_sweep, simulate_chunk
 from tests.test_learned import GREEDY_ORDER, ranked, written
 
@@ -161,3 +162,39 @@ def test_a_policy_file_larger_than_any_network_is_not_read_whole(tmp_path):
         handle.truncate(65 * 2 ** 20)  # sparse: no disk taken
     with pytest.raises(ParameterError, match="'learned:.*huge.npz': is larger than 64 MB, more than any policy file"):
         load_policy(replace(BASE, dispatch=f"learned:{tmp_path / 'huge.npz'}"))
+
+
+# -- the Gymnasium environment and its episodes ---------------------------------------------------
+
+def test_an_episode_or_environment_too_large_is_refused_at_once():
+    from pipeline_sim.episode import Episode
+    from pipeline_sim.rl import PipelineDispatchEnv
+
+    huge = EnvParams(n=3_000_000, num_gpus=4, schedule="zb-h1")
+    for make in (lambda: Episode(huge, Policy()), lambda: PipelineDispatchEnv(huge, Policy())):
+        started = time.monotonic()
+        with pytest.raises(ParameterError, match=r"^n = 3000000: on 4 GPUs gives about [\d,]+ tasks; at most "
+                                                 r"1,000,000 fit in memory \(allow_large=True to try anyway\)$"):
+            make()
+        assert time.monotonic() - started < 1.0
+    assert Episode(EnvParams(n=8, num_gpus=4), Policy(), allow_large=True).actions == 4
+
+
+def test_an_action_outside_the_space_or_after_the_end_is_one_line():
+    from pipeline_sim.rl import PipelineDispatchEnv
+
+    env = PipelineDispatchEnv(EnvParams(n=4, num_gpus=2, schedule="zb-h1"), Policy())
+    env.reset(seed=0)
+    for action in (-1, 4, 2.7, 2.0, "1", True, np.float64(1.0)):
+        with pytest.raises(ParameterError, match=r"^action = .*: must be a whole number from 0 to 3 \(one of "
+                                                 r"B/I.0, F.0, W.0, wait\)$"):
+            env.step(action)
+    done = False
+    while not done:
+        done = env.step(np.int64(np.argmax(env.action_masks())))[2]
+    with pytest.raises(ParameterError, match=r"^action = 0: comes after the episode's end: reset it first$"):
+        env.step(0)
+    with pytest.raises(ParameterError, match="after the episode's end"):
+        env.episode.step(0)
+    env.reset(seed=0)
+    assert env.step(np.array(int(np.argmax(env.action_masks()))))[1] <= 0.0
