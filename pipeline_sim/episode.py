@@ -20,7 +20,7 @@ from .engine import (
     memory_in_force,
     policy_arrays,
 )
-from .kernel.observation import GPU_WIDTH, observe
+from .kernel.observation import GPU_WIDTH
 from .kernel.state import DONE_COUNT
 from .model import EnvParams, ParameterError, Policy
 from .taskgraph import build_task_graph, check_size, task_lengths
@@ -207,8 +207,8 @@ class Episode:
         F, I, P, _, Q = self._state[:5]
         a = self.arrays
         out = np.zeros(len(self.fields))
-        observe(self.gpu, self.clock, self._task_time, self.memory_units, F, I, P, Q, a.order_start, a.order_task,
-                out)
+        kernel.observe(self.gpu, self.clock, self._task_time, self.memory_units, F, I, P, Q, a.order_start,
+                       a.order_task, out)
         mask = self.mask()
         base = len(WINDOW) * GPU_WIDTH
         out[base] = min(10.0, self.clock / self._bound) / 10.0
@@ -234,3 +234,12 @@ class Episode:
         """The kernel's arrays (``kernel.simulate``'s ``F, I, P, ...``), read-only by convention."""
         return self._state
 
+
+
+def compile_episode() -> None:
+    """Compile the kernel's step-by-step entry points and the observation, or load them from the cache (a damaged
+    entry is compiled again, ``compile_cache``), as ``engine.compile_kernel`` does the rest of the kernel."""
+    episode = Episode(EnvParams(n=2, num_gpus=2), Policy())
+    episode.reset()
+    episode.observe()
+    episode.step(int(np.flatnonzero(episode.mask())[0]))

@@ -5,13 +5,17 @@ import io
 import json
 import os
 import pickle
+import re
+import shutil
+import subprocess
+import sys
 import time
 import zipfile
 from dataclasses import replace
 
 import numpy as np
 import pytest
-from conftest import assert_one_line_error, run_here
+from conftest import ROOT, assert_one_line_error, run_here
 
 from pipeline_sim.config import EnvironmentGrid
 from pipeline_sim.learned import LearnedPolicy, load_policy
@@ -198,3 +202,45 @@ def test_an_action_outside_the_space_or_after_the_end_is_one_line():
         env.episode.step(0)
     env.reset(seed=0)
     assert env.step(np.array(int(np.argmax(env.action_masks()))))[1] <= 0.0
+
+
+# -- the compile cache of the observation ---------------------------------------------------------
+
+def test_a_damaged_compile_cache_of_the_observation_is_compiled_again_with_one_line(tmp_path):
+    shutil.copytree(ROOT / "pipeline_sim", tmp_path / "pipeline_sim")
+    network(GREEDY_ORDER, tmp_path / "p.npz")
+    code = "import sys; from pipeline_sim.cli.visualize import single_channel; sys.exit(single_channel())"
+    environment = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "MPLBACKEND": "Agg"}
+
+    def chart(name):
+        return subprocess.run([sys.executable, "-c", code, "-n", "4", "--num-gpus", "2", "--schedule", "zb-h1",
+                               "--dispatch", "learned:p.npz", "--no-show", "--output", name], cwd=tmp_path,
+                              env=environment, capture_output=True, text=True, timeout=300)
+
+    assert chart("made.png").returncode == 0  # the observation compiled into this copy's cache, if it was not
+    (data,) = (tmp_path / "pipeline_sim" / "kernel" / "__pycache__").glob("observation.observe-*.1.nbc")
+    data.write_bytes(bytes(range(256)) * 16)
+    first = chart("a.png")
+    assert first.returncode == 0 and "Traceback" not in first.stderr, first.stderr
+    (notice,) = [line for line in first.stderr.splitlines() if "compile" in line]
+    assert re.fullmatch(r"the compile cache was damaged \(\w+\); the kernel was compiled again and its cache "
+                        r"rewritten", notice), notice
+    assert len(data.read_bytes()) != 4096
+    second = chart("b.png")
+    assert second.returncode == 0 and "compile" not in second.stderr, second.stderr
+
+
+# -- inputs read within a limit -------------------------------------------------------------------
+
+@pytest.mark.parametrize("endless", [False, True], ids=["a huge file", "/dev/zero"])
+def test_an_order_file_is_not_read_whole(tmp_path, endless):
+    path = "/dev/zero"
+    if not endless:
+        path = str(tmp_path / "huge.txt")
+        with open(path, "wb") as handle:
+            handle.truncate(100 * 2 ** 20)  # sparse: no disk taken
+    started = time.monotonic()
+    result = run_here("schedule_visualizer_single_channel.py", "--order", path, "--no-show", "--output", "c.png",
+                      cwd=tmp_path)
+    assert_one_line_error(result, f"--order {path}: larger than 64 MB; an order file is one line per GPU")
+    assert time.monotonic() - started < 10 and not (tmp_path / "c.png").exists()

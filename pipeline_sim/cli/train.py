@@ -12,7 +12,16 @@ from typing import TYPE_CHECKING, Sequence
 from ..config import ConfigError, EnvironmentGrid
 from ..files import atomic_output, check_locks, exclusive_writer, output_target
 from ..model import DEFAULT_POLICY, EnvParams
-from .common import Parser, UserError, check_interrupt, positive_int, run_command, script_name, use_display
+from .common import (
+    Parser,
+    UserError,
+    check_interrupt,
+    positive_int,
+    ready_kernel,
+    run_command,
+    script_name,
+    use_display,
+)
 
 if TYPE_CHECKING:
     from ..rl.train import Settings
@@ -118,6 +127,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         curve_csv = output.with_name(output.stem + "_training.csv")
         curve_png = curve_csv.with_suffix(".png")
         output.parent.mkdir(parents=True, exist_ok=True)
+        ready_kernel(episodes=True)
         from tqdm import tqdm
 
         with exclusive_writer(output), exclusive_writer(curve_csv), exclusive_writer(curve_png):

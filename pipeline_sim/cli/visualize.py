@@ -10,6 +10,7 @@ from typing import Callable, Mapping, Sequence
 
 from ..engine import SimulationStuckError, given_order, memory_in_force, order_peak, simulate, simulate_figures
 from ..files import atomic_output, output_target
+from ..inputs import TooLarge, read_at_most
 from ..learned import load_policy, simulate_learned
 from ..metrics import schedule_metrics
 from ..model import COMM_KINDS, DEFAULT_POLICY, PARAMETERS, SAMPLES, EnvParams, ParameterError, Policy, TaskKind
@@ -187,11 +188,19 @@ def _environment(args) -> tuple[EnvParams, Workload | None]:
     return workload_environment(workload, **env), workload
 
 
-def _read_text(path: Path) -> str:
+#: The largest order file read: a million tasks' names, several times over.
+MAX_ORDER_BYTES = 64 * 2 ** 20
+
+
+def _read_order(path: Path) -> list[list[str]]:
+    """The order ``path`` holds (``--order``), read once and no further than ``MAX_ORDER_BYTES``."""
     try:
-        return path.read_text()
+        text = read_at_most(path, MAX_ORDER_BYTES).decode()
+    except TooLarge as error:
+        raise UserError(f"--order {path}: {error}; an order file is one line per GPU") from None
     except (OSError, UnicodeDecodeError) as error:
         raise UserError(f"--order {path}: cannot be read ({getattr(error, 'strerror', None) or error})") from None
+    return parse_orders(text)
 
 
 #: What the chart may be saved as, by file extension.
@@ -240,7 +249,8 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
             SAMPLES.check("sample", args.sample)
             policy = _policy(args, default_priorities, default_exclusive_tiers)
             check_size(params)
-            order = None if args.order is None else given_order(params, parse_orders(_read_text(args.order)))
+            texts = None if args.order is None else _read_order(args.order)
+            order = None if texts is None else given_order(params, texts)
             memory_in_force(params, None if order is None else order_peak(build_task_graph(params), order))
             network = load_policy(params) if params.learned else None  # read once, played below
         except ParameterError as error:
@@ -255,7 +265,7 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
                 raise UserError(f"--trace and --output are both {output}; give them different paths")
             if args.trace.suffix.lower() != ".json":
                 raise UserError(f"--trace {args.trace}: a trace is JSON; give a path ending in .json")
-        ready_kernel()
+        ready_kernel(episodes=bool(params.learned))
         auto = ""
         if workload is not None and workload.layers_per_stage == "auto":
             # every candidate split under this policy and draw; the first is balanced, which auto is measured against
@@ -269,8 +279,7 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
                     f"{len(timed)} splits simulated)")
         try:
             schedule = simulate_learned(params, policy, args.sample, network) if params.learned else \
-                simulate(params, policy, args.sample,
-                         None if args.order is None else parse_orders(_read_text(args.order)))
+                simulate(params, policy, args.sample, texts)
         except SimulationStuckError as error:
             if args.order is None:
                 raise
