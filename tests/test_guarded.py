@@ -21,6 +21,7 @@ from pipeline_sim.config import EnvironmentGrid
 from pipeline_sim.learned import LearnedPolicy, load_policy
 from pipeline_sim.model import EnvParams, ParameterError, Policy
 from pipeline_sim.sweep import SweepPlan, run_sweep, simulate_chunk
+from tests.test_hardening import quick_rows, with_cell
 from tests.test_learned import GREEDY_ORDER, ranked, written
 
 BASE = EnvParams(n=4, num_gpus=2, schedule="zb-h1")
@@ -244,3 +245,32 @@ def test_an_order_file_is_not_read_whole(tmp_path, endless):
                       cwd=tmp_path)
     assert_one_line_error(result, f"--order {path}: larger than 64 MB; an order file is one line per GPU")
     assert time.monotonic() - started < 10 and not (tmp_path / "c.png").exists()
+
+
+# -- plot_heatmap checks the bound and the priorities ---------------------------------------------
+
+@pytest.fixture(scope="module")
+def dispatch_rows(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("dispatch")
+    (folder / "grid.json").write_text(json.dumps({"n": 8, "num_gpus": 4, "schedule": "zb-h1",
+                                                  "dispatch": ["static", "greedy"]}))
+    made = run_here("data_generator.py", "-c", "grid.json", "-o", "d.csv", "--step", "0.5", cwd=folder)
+    assert made.returncode == 0, made.stderr
+    return (folder / "d.csv").read_text().splitlines(keepends=True)
+
+
+@pytest.mark.parametrize("value, shown", [("-3.0", "-3"), ("nan", "an empty cell"), ("", "an empty cell"),
+                                          ("inf", "inf"), ("0", "0"), ("1e9", "1e+09"), ("high", "'high'")])
+def test_plot_heatmap_checks_the_lower_bound(tmp_path, dispatch_rows, value, shown):
+    (tmp_path / "bad.csv").write_text("".join(with_cell(dispatch_rows, 5, "lower_bound", value)))
+    result = run_here("plot_heatmap.py", "bad.csv", "-o", "maps", cwd=tmp_path)
+    assert_one_line_error(result, f"CSV bad.csv: line 6 has lower_bound = {shown}; a lower bound must be a finite "
+                                  f"number > 0, at most its row's completion_time")
+    assert not (tmp_path / "maps").exists()
+
+
+def test_plot_heatmap_names_a_blank_priority(tmp_path):
+    (tmp_path / "blank.csv").write_text("".join(with_cell(quick_rows(), 3, "prio_fwd_prop", "")))
+    result = run_here("plot_heatmap.py", "blank.csv", "-o", "maps", cwd=tmp_path)
+    assert_one_line_error(result, "CSV blank.csv: line 4 has prio_fwd_prop = an empty cell; must be a number (only "
+                                  "a kind with an exclusive tier, tier_fwd_prop, has none)")
