@@ -30,7 +30,7 @@ import numpy as np
 
 from .cluster import DaskCluster
 from .config import BOOLEAN_KEYS, INTEGER_KEYS, OBJECT_KEYS, STRING_KEYS, ConfigError, EnvironmentGrid
-from .engine import lower_bound
+from .engine import bound_of_run, lower_bound
 from .files import OutputError, check_locks, exclusive_writer, file_digest, hold, output_target
 from .learned import LearnedPolicy, figures_of
 from .metrics import ScheduleMetrics, ideal_time, metric_columns
@@ -308,7 +308,7 @@ def simulate_chunk(chunk: Chunk) -> tuple[str, str, int]:
             for sample in range(draws):
                 bound = lower_bound(params, sample)
                 for values in scalars[sample]:
-                    values["lower_bound"] = bound
+                    values["lower_bound"] = bound_of_run(bound, float(values["completion_time"]), params)
         runs_of.append(runs)
         scalars_of.append(scalars)
     mean_times = np.array([[math.fsum(run["completion_time"][i] for run in runs) / draws

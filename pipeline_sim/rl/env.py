@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import gymnasium as gym
 import numpy as np
 
-from ..engine import simulate
+from ..engine import bound_of_run, simulate
 from ..episode import Episode
 from ..model import EnvParams, ParameterError, Policy
 
@@ -87,7 +87,7 @@ class PipelineDispatchEnv(gym.Env):
         if episode.done:
             end = episode.completion_time
             reward = -(end - before) / self._scale
-            info.update(completion_time=end, lower_bound=episode.bound())
+            info.update(completion_time=end, lower_bound=bound_of_run(episode.bound(), end, episode.params))
             if self.reward_kind == "relative":
                 reward += 1.0
                 info["reference_time"] = self._scale
