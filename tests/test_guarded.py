@@ -17,7 +17,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from conftest import ROOT, assert_one_line_error, run_here
+from conftest import ROOT, assert_one_line_error, run_here, run_script
 
 from pipeline_sim.config import EnvironmentGrid
 from pipeline_sim.learned import LearnedPolicy, load_policy
@@ -326,3 +326,64 @@ def test_the_bound_never_exceeds_a_run_at_extreme_length_ratios():
     rows = list(csv.DictReader(io.StringIO(plan.header + simulate_chunk(chunk)[0])))
     assert len(rows) == 37 and all(float(row["lower_bound"]) <= float(row["completion_time"]) and
                                    float(row["bound_gap"]) >= 0.0 for row in rows)
+
+
+# -- charts: named by dispatcher, locked, never replaced silently; a kill leaves no temporary ----------------
+
+CHART = "schedule_visualizer_single_channel.py"
+SMALL = ("-n", "4", "--num-gpus", "2", "--schedule", "zb-h1", "--no-show")
+
+
+def test_a_chart_is_named_by_its_dispatcher_and_never_replaced_silently(tmp_path):
+    network(GREEDY_ORDER, tmp_path / "p.npz")
+    for dispatch in ("static", "greedy", "learned:p.npz"):
+        made = run_here(CHART, *SMALL, "--dispatch", dispatch, cwd=tmp_path)
+        assert made.returncode == 0, made.stderr
+    gantt = tmp_path / "outputs" / "gantt"
+    assert sorted(path.name for path in gantt.iterdir()) == [
+        "gantt_single_channel_zb-h1_greedy_n4_gpus2.png", "gantt_single_channel_zb-h1_learned-p_n4_gpus2.png",
+        "gantt_single_channel_zb-h1_n4_gpus2.png"]
+    static = gantt / "gantt_single_channel_zb-h1_n4_gpus2.png"
+    before = static.read_bytes()
+    again = run_here(CHART, *SMALL, "--slow-gpu", "1", "--slow-factor", "2", cwd=tmp_path)
+    assert_one_line_error(again, "outputs/gantt/gantt_single_channel_zb-h1_n4_gpus2.png exists; pass --overwrite "
+                                 "to replace it or choose another --output")
+    assert static.read_bytes() == before
+    trace = run_here(CHART, *SMALL, "--output", "c.png", "--trace", str(tmp_path / "greedy.npz.json"), cwd=tmp_path)
+    assert trace.returncode == 0, trace.stderr
+    chart = (tmp_path / "c.png").read_bytes()
+    traced = run_here(CHART, *SMALL, "--output", "d.png", "--trace", "greedy.npz.json", cwd=tmp_path)
+    assert_one_line_error(traced, "greedy.npz.json exists; pass --overwrite to replace it or choose another --trace")
+    assert not (tmp_path / "d.png").exists()
+    replaced = run_here(CHART, *SMALL, "--slow-gpu", "1", "--slow-factor", "2", "--output", "c.png", "--overwrite",
+                        cwd=tmp_path)
+    assert replaced.returncode == 0 and (tmp_path / "c.png").read_bytes() != chart
+
+
+def test_a_chart_is_locked_as_every_output(tmp_path):
+    from pipeline_sim.files import exclusive_writer
+
+    with exclusive_writer(tmp_path / "c.png"):
+        result = run_script(CHART, *SMALL, "--output", "c.png", cwd=tmp_path)
+    assert_one_line_error(result, f"another run (pid {os.getpid()}) is writing c.png")
+    assert not (tmp_path / "c.png").exists()
+
+
+def test_a_chart_killed_while_written_leaves_no_temporary_for_good(tmp_path):
+    """The kill leaves its temporary beside the chart; the next run of that chart, holding its lock, removes it."""
+    big = ("-n", "48", "--num-gpus", "8", "--schedule", "zb-h1", "--no-show", "--show-memory", "--output", "c.png")
+    for attempt in range(5):
+        process = subprocess.Popen([sys.executable, str(ROOT / CHART), *big], cwd=tmp_path,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 120
+        while not list(tmp_path.glob(".c.png.*.png")) and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.002)
+        process.kill()
+        process.wait(timeout=60)
+        if list(tmp_path.glob(".c.png.*.png")):
+            break
+        (tmp_path / "c.png").unlink(missing_ok=True)
+    (leftover,) = tmp_path.glob(".c.png.*.png")
+    again = run_here(CHART, *SMALL, "--output", "c.png", "--overwrite", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["c.png"], leftover
