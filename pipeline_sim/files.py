@@ -20,6 +20,10 @@ class OutputError(ValueError):
     """An output path that cannot or must not be written; the message is one line."""
 
 
+class WriteError(OSError):
+    """An output that could not be written (a full disk, say); the message names it."""
+
+
 class LockLost(OutputError):
     """A lock file this run holds was removed or replaced by hand: another run may now hold that name."""
 
@@ -75,14 +79,16 @@ def atomic_output(path: str | os.PathLike) -> Iterator[Path]:
                     leftover.unlink(missing_ok=True)
         handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=target.suffix, dir=target.parent)
     except OSError as error:
-        raise OSError(error.errno, f"cannot write {path}: {error.strerror or error}") from None
+        raise WriteError(error.errno, f"cannot write {path}: {error.strerror or error}") from None
     os.close(handle)
     os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes files private; outputs are ordinary files
     try:
         yield Path(temporary)
         os.replace(temporary, target)
+    except WriteError:
+        raise  # another output's, named already
     except OSError as error:
-        raise OSError(error.errno, f"cannot write {path}: {error.strerror or error}") from None
+        raise WriteError(error.errno, f"cannot write {path}: {error.strerror or error}") from None
     finally:
         if os.path.exists(temporary):
             os.unlink(temporary)
