@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from .engine import memory_in_force
-from .learned import load_policy
+from .inputs import TooLarge, read_at_most
+from .learned import LearnedPolicy, load_policy, read_policy
 from .model import LIST_KEYS, PARAMETER, PARAMETERS, SCHEDULE_PARAMETERS, EnvParams, ParameterError
 from .parameters import OPTIONAL_GROUPS
 from .schedules import SCHEDULES, get_schedule
@@ -283,12 +284,9 @@ class EnvironmentGrid:
         if path.is_dir():
             raise ConfigError(f"config {path}: is a folder; give a JSON file")
         try:
-            with open(path, "rb") as handle:
-                data = handle.read(MAX_CONFIG_BYTES + 1)
-            if len(data) > MAX_CONFIG_BYTES:
-                raise ConfigError(f"config {path}: larger than {MAX_CONFIG_BYTES // 2 ** 20} MB; a grid config is "
-                                  f"a few lines of JSON")
-            text = data.decode("utf-8")
+            text = read_at_most(path, MAX_CONFIG_BYTES).decode("utf-8")
+        except TooLarge as error:
+            raise ConfigError(f"config {path}: {error}; a grid config is a few lines of JSON") from None
         except FileNotFoundError:
             raise ConfigError(f"config {path}: no such file") from None
         except (OSError, UnicodeDecodeError) as error:
@@ -330,16 +328,26 @@ class EnvironmentGrid:
             yield dict(zip(names, combo))
 
     @cached_property
-    def _scan(self) -> tuple[int, tuple[tuple[str, str], ...], int, int, str]:
-        """Valid count, the invalid combinations, the summed and the largest estimated tasks (and where)."""
+    def _scan(self) -> tuple[int, tuple[tuple[str, str], ...], int, int, str, dict[str, LearnedPolicy]]:
+        """Valid count, the invalid combinations, the summed and the largest estimated tasks (and where), and the
+        networks of the policy files the valid ones name, each file read once."""
         valid, invalid, total, largest, where = 0, [], 0, 0, ""
+        networks: dict[str, LearnedPolicy | ParameterError] = {}
         for combo in self._combinations():
             try:
                 params, _ = self._environment(combo)
                 if params.memory_limit != 0.0:  # a limit that cannot run the iteration (docs/model.md 12.1)
                     memory_in_force(params)
                 if params.learned:  # a policy file that is missing, or not made for this environment
-                    load_policy(params)
+                    if params.dispatch not in networks:
+                        try:
+                            networks[params.dispatch] = read_policy(params)
+                        except ParameterError as error:
+                            networks[params.dispatch] = error
+                    network = networks[params.dispatch]
+                    if isinstance(network, ParameterError):
+                        raise network
+                    load_policy(params, network)
             except ParameterError as error:
                 invalid.append((_describe(combo, self), str(error)))
                 continue
@@ -348,7 +356,13 @@ class EnvironmentGrid:
             total += tasks
             if tasks > largest:
                 largest, where = tasks, _describe(combo, self)
-        return valid, tuple(invalid), total, largest, where
+        read = {name: network for name, network in networks.items() if isinstance(network, LearnedPolicy)}
+        return valid, tuple(invalid), total, largest, where, read
+
+    def networks(self) -> dict[str, LearnedPolicy]:
+        """By ``dispatch`` value (``learned:<file>``), the network each policy file of the grid held when the grid
+        was first checked: a sweep plays these and sends them with its work, never reading the files again."""
+        return self._scan[5]
 
     def task_estimate(self) -> tuple[int, int, str]:
         """Estimated tasks of one simulation of every valid environment summed, the largest, and its environment."""

@@ -20,10 +20,10 @@ from .engine import (
     memory_in_force,
     policy_arrays,
 )
-from .kernel.observation import GPU_WIDTH, observe
+from .kernel.observation import GPU_WIDTH
 from .kernel.state import DONE_COUNT
 from .model import EnvParams, ParameterError, Policy
-from .taskgraph import TaskGraph, build_task_graph, task_lengths, task_structure
+from .taskgraph import TaskGraph, build_task_graph, check_size, task_lengths, task_structure
 
 _EXTERNAL = kernel.EXTERNAL
 #: The kinds of compute an action names, in the order dispatchers rank them (section 12.1).
@@ -60,7 +60,9 @@ class Episode:
     waiting leaves something under way. ``params``' memory limit holds as a dispatcher's (section 12.1).
     """
 
-    def __init__(self, params: EnvParams, policy: Policy, *, segment_room: int = 0) -> None:
+    def __init__(self, params: EnvParams, policy: Policy, *, segment_room: int = 0, allow_large: bool = False) -> None:
+        if not allow_large:  # refused before anything is built, as every entry point of the library refuses it
+            check_size(params, " (allow_large=True to try anyway)")
         if params.fb_overlap > 0:
             raise ParameterError("fb_overlap", params.fb_overlap, "an episode decides single tasks: overlapped "
                                  "forward/backward pairs (fb_overlap > 0) cannot be split into decisions; use 0")
@@ -151,9 +153,23 @@ class Episode:
     def mask(self) -> np.ndarray:
         return self.choices() >= 0
 
+    def checked_action(self, action: object) -> int:
+        """``action`` as the index of one of this episode's actions: a whole number (a numpy integer is one) from 0
+        to ``actions`` - 1, while the episode runs; ``ParameterError`` naming it otherwise."""
+        if isinstance(action, np.ndarray) and action.shape == ():
+            action = action.item()
+        if isinstance(action, bool) or not isinstance(action, (int, np.integer)) or \
+                not 0 <= action < self.actions:
+            raise ParameterError("action", action, f"must be a whole number from 0 to {self.actions - 1} (one of "
+                                                   f"{', '.join(self.action_names)})")
+        if self.done:
+            raise ParameterError("action", int(action), "comes after the episode's end: reset it first")
+        return int(action)
+
     def step(self, action: int) -> None:
         """The deciding GPU takes ``action`` (it must be possible), and the loop runs to the next decision or the
         end."""
+        action = self.checked_action(action)
         task = int(self.choices()[action]) if action < self.actions - 1 else -1
         if action >= self.actions - 1 and self._out[-1] < 0 or action < self.actions - 1 and task < 0:
             raise ValueError(f"action {action} is not possible for GPU {self.gpu} now (mask: "
@@ -194,8 +210,8 @@ class Episode:
         F, I, P, _, Q = self._state[:5]
         a = self.arrays
         out = np.zeros(len(self.fields))
-        observe(self.gpu, self.clock, self._task_time, self.memory_units, F, I, P, Q, a.order_start, a.order_task,
-                out)
+        kernel.observe(self.gpu, self.clock, self._task_time, self.memory_units, F, I, P, Q, a.order_start,
+                       a.order_task, out)
         mask = self.mask()
         base = len(WINDOW) * GPU_WIDTH
         out[base] = min(10.0, self.clock / self._bound) / 10.0
@@ -221,3 +237,12 @@ class Episode:
         """The kernel's arrays (``kernel.simulate``'s ``F, I, P, ...``), read-only by convention."""
         return self._state
 
+
+
+def compile_episode() -> None:
+    """Compile the kernel's step-by-step entry points and the observation, or load them from the cache (a damaged
+    entry is compiled again, ``compile_cache``), as ``engine.compile_kernel`` does the rest of the kernel."""
+    episode = Episode(EnvParams(n=2, num_gpus=2), Policy())
+    episode.reset()
+    episode.observe()
+    episode.step(int(np.flatnonzero(episode.mask())[0]))

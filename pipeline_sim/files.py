@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import glob
 import hashlib
 import os
+import re
 import stat
 import tempfile
 from contextlib import ExitStack, contextmanager
@@ -16,6 +18,10 @@ from typing import Iterator
 
 class OutputError(ValueError):
     """An output path that cannot or must not be written; the message is one line."""
+
+
+class WriteError(OSError):
+    """An output that could not be written (a full disk, say); the message names it."""
 
 
 class LockLost(OutputError):
@@ -57,24 +63,45 @@ def output_folder(path: str | os.PathLike) -> Path:
 
 @contextmanager
 def atomic_output(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield a temporary path beside ``path``; it replaces ``path`` only if the block succeeds.
+    """Yield a temporary path beside ``path``; it replaces ``path`` only if the block succeeds. A failure to write
+    (a full disk) names ``path``.
 
-    A symlink is written through (its target is replaced, the link stays).
+    A symlink is written through (its target is replaced, the link stays). When this process holds the lock of
+    ``path`` (or of its folder), the temporaries a killed writer of ``path`` left beside it are removed first: no
+    other run may be writing them.
     """
     target = output_target(path)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
+        if _locked_here(target):
+            for leftover in target.parent.glob(f".{glob.escape(target.name)}.*{glob.escape(target.suffix)}"):
+                if _TEMPORARY.fullmatch(leftover.name[len(target.name) + 2:len(leftover.name) - len(target.suffix)]):
+                    leftover.unlink(missing_ok=True)
         handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=target.suffix, dir=target.parent)
     except OSError as error:
-        raise OSError(error.errno, f"cannot write {path}: {error.strerror or error}") from None
+        raise WriteError(error.errno, f"cannot write {path}: {error.strerror or error}") from None
     os.close(handle)
     os.chmod(temporary, 0o666 & ~_umask())  # mkstemp makes files private; outputs are ordinary files
     try:
         yield Path(temporary)
         os.replace(temporary, target)
+    except WriteError:
+        raise  # another output's, named already
+    except OSError as error:
+        raise WriteError(error.errno, f"cannot write {path}: {error.strerror or error}") from None
     finally:
         if os.path.exists(temporary):
             os.unlink(temporary)
+
+
+#: The random part of a name ``tempfile.mkstemp`` makes.
+_TEMPORARY = re.compile(r"[a-z0-9_]{8}")
+
+
+def _locked_here(target: Path) -> bool:
+    """Whether this process holds the lock of ``target`` or of a folder it lies in."""
+    where = Path(os.path.abspath(target))
+    return any(Path(os.path.abspath(output)) in (where, *where.parents) for _, output in _held.values())
 
 
 #: The locks this process holds, by lock path: its descriptor and the output it guards. A run nests blocks of one

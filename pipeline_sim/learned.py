@@ -8,8 +8,10 @@ how it was trained (``about``, JSON). The decision is the highest logit among th
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
+import math
 import zipfile
 from dataclasses import dataclass
 from functools import lru_cache
@@ -20,6 +22,7 @@ import numpy as np
 
 from .engine import schedule_of, simulate_figures
 from .episode import Episode
+from .inputs import TooLarge, read_at_most
 from .model import EnvParams, ParameterError, Policy, Schedule
 from .taskgraph import build_task_graph
 
@@ -27,14 +30,22 @@ from .taskgraph import build_task_graph
 POLICY_FORMAT = 1
 
 
-@dataclass(frozen=True)
+#: The largest policy file read, and the most its arrays may take unpacked: a network of a few hundred thousand
+#: weights takes a few MB.
+MAX_POLICY_BYTES = 64 * 2 ** 20
+_HEADERS = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+
+
+@dataclass(frozen=True, eq=False)
 class LearnedPolicy:
-    """An actor network: ``layers`` of (weight, bias), tanh between them, logits out."""
+    """An actor network: ``layers`` of (weight, bias), tanh between them, logits out. ``digest``: the checksum
+    (SHA-256) of the file's bytes it was read from, empty for one made in memory."""
 
     layers: tuple[tuple[np.ndarray, np.ndarray], ...]
     fields: tuple[str, ...]
     actions: tuple[str, ...]
     about: Mapping[str, object]
+    digest: str = ""
 
     def act(self, observation: np.ndarray, mask: np.ndarray) -> int:
         """The allowed action of the highest logit (the first of equal ones)."""
@@ -59,12 +70,19 @@ class LearnedPolicy:
     def from_file(cls, path: str | Path) -> LearnedPolicy:
         """Read a policy file; ``ValueError`` in one line for a file that is not one."""
         try:
-            with np.load(path, allow_pickle=False) as data:
-                arrays = {key: data[key] for key in data.files}
+            data = read_at_most(path, MAX_POLICY_BYTES)
         except FileNotFoundError:
             raise ValueError("no such policy file") from None
-        except (OSError, ValueError, zipfile.BadZipFile, EOFError) as error:
-            raise ValueError(f"is not a readable policy file ({type(error).__name__})") from None
+        except TooLarge as error:
+            raise ValueError(f"is {error}, more than any policy file") from None
+        except OSError as error:
+            raise ValueError(f"is not a readable policy file ({error.strerror or type(error).__name__})") from None
+        return _parsed(data)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> LearnedPolicy:
+        """A policy file's bytes read; ``ValueError`` in one line when they are not one."""
+        arrays = _arrays(data)
         if "format" not in arrays or arrays["format"].shape != () or int(arrays["format"]) != POLICY_FORMAT:
             raise ValueError(f"is not a policy file of format {POLICY_FORMAT}")
         try:
@@ -83,27 +101,68 @@ class LearnedPolicy:
             width = weight.shape[1]
         if not layers or width != len(actions):
             raise ValueError("is not a policy file: its last layer does not give one logit per action")
-        return cls(layers, fields, actions, about)
+        if not all(np.isfinite(array).all() for layer in layers for array in layer):
+            raise ValueError("has weights that are NaN or infinite (a training that diverged); train it again")
+        return cls(layers, fields, actions, about, hashlib.sha256(data).hexdigest())
+
+
+def _arrays(data: bytes) -> dict[str, np.ndarray]:
+    """The arrays of an ``.npz``'s bytes. Each member's header is read first and what it claims (shape, type) held
+    against the bytes the member holds, so that a damaged or hostile header allocates nothing."""
+    try:
+        archive = zipfile.ZipFile(io.BytesIO(data))
+    except zipfile.BadZipFile:
+        raise ValueError("is not a readable policy file (not an .npz archive: a .npy or another file "
+                         "renamed?)") from None
+    with archive:
+        members = archive.infolist()
+        unpacked = sum(info.file_size for info in members)
+        if unpacked > MAX_POLICY_BYTES:
+            raise ValueError(f"unpacks to {unpacked:,} bytes, more than any policy file "
+                             f"({MAX_POLICY_BYTES // 2 ** 20} MB)")
+        arrays = {}
+        for info in members:
+            name = info.filename.removesuffix(".npy")
+            try:
+                with archive.open(info) as member:
+                    read_header = _HEADERS.get(np.lib.format.read_magic(member))
+                    if read_header is None:
+                        raise ValueError("an array format numpy does not write for plain arrays")
+                    shape, _, dtype = read_header(member)
+                    claimed = math.prod(shape) * dtype.itemsize
+                    if dtype.hasobject or claimed > info.file_size:
+                        raise ValueError(f"its header claims {shape} of {dtype} in {info.file_size:,} bytes")
+                with archive.open(info) as member:
+                    arrays[name] = np.lib.format.read_array(member, allow_pickle=False)
+            except (OSError, ValueError, EOFError, zipfile.BadZipFile) as error:
+                raise ValueError(f"is not a readable policy file: its array {name} is damaged ({error})") from None
+    return arrays
 
 
 @lru_cache(maxsize=8)
-def _load(path: str, stamp: tuple[int, int]) -> LearnedPolicy:
-    return LearnedPolicy.from_file(path)
+def _parsed(data: bytes) -> LearnedPolicy:
+    """Per process, each content read once: a file replaced by another of the same size and time is another
+    network."""
+    return LearnedPolicy.from_bytes(data)
 
 
-def load_policy(params: EnvParams) -> LearnedPolicy:
-    """``params``' learned policy (read once per process and file version), checked against the observation and
-    actions of ``params``' episodes; ``ParameterError`` naming ``dispatch`` otherwise."""
+def read_policy(params: EnvParams) -> LearnedPolicy:
+    """The network of ``params``' policy file, as its bytes are now; ``ParameterError`` naming ``dispatch`` when
+    there is none or it is not a policy file."""
     name = params.learned
     if name is None:
         raise ParameterError("dispatch", params.dispatch, "is not a learned dispatcher (learned:<policy file>)")
     try:
-        stat = Path(name).stat()
-        policy = _load(str(Path(name).resolve()), (stat.st_mtime_ns, stat.st_size))
-    except FileNotFoundError:
-        raise ParameterError("dispatch", params.dispatch, "no such policy file") from None
-    except (OSError, ValueError) as error:
+        return LearnedPolicy.from_file(name)
+    except ValueError as error:
         raise ParameterError("dispatch", params.dispatch, str(error)) from None
+
+
+def load_policy(params: EnvParams, network: LearnedPolicy | None = None) -> LearnedPolicy:
+    """``params``' learned policy: ``network``, the one a sweep read once and sends with its work, or else its file
+    read now; checked against the observation and actions of ``params``' episodes, ``ParameterError`` naming
+    ``dispatch`` otherwise."""
+    policy = read_policy(params) if network is None else network
     fields = Episode.layout(params)
     if policy.fields != fields[0] or policy.actions != fields[1]:
         raise ParameterError("dispatch", params.dispatch,
@@ -125,21 +184,27 @@ def play(episode: Episode, policy: LearnedPolicy, sample: int) -> Episode:
     return episode
 
 
-def figures_of(params: EnvParams, policies: Sequence[Policy], sample: int = 0) -> np.ndarray:
-    """``engine.simulate_figures``, a learned dispatcher's included: for it one played episode per policy."""
+def figures_of(params: EnvParams, policies: Sequence[Policy], sample: int = 0,
+               network: LearnedPolicy | None = None) -> np.ndarray:
+    """``engine.simulate_figures``, a learned dispatcher's included: for it one played episode per policy, by
+    ``network`` when given (``load_policy``)."""
     if params.learned is None:
         return simulate_figures(params, policies, sample)
-    learned = load_policy(params)
-    return np.array([play(Episode(params, policy), learned, sample).figures() for policy in policies])
+    learned = load_policy(params, network)
+    return np.array([play(Episode(params, policy, allow_large=True), learned, sample).figures()
+                     for policy in policies])
 
 
-def simulate_learned(params: EnvParams, policy: Policy, sample: int = 0) -> Schedule:
-    """``engine.simulate`` for a learned dispatcher: the played episode as a ``Schedule``."""
-    learned = load_policy(params)
-    room = 4 * len(Episode(params, policy).arrays.gpu) + 64
-    episode = play(Episode(params, policy, segment_room=room), learned, sample)
+def simulate_learned(params: EnvParams, policy: Policy, sample: int = 0,
+                     network: LearnedPolicy | None = None) -> Schedule:
+    """``engine.simulate`` for a learned dispatcher: the played episode as a ``Schedule`` (by ``network`` when
+    given, ``load_policy``)."""
+    learned = load_policy(params, network)
+    room = 4 * len(Episode(params, policy, allow_large=True).arrays.gpu) + 64
+    episode = play(Episode(params, policy, segment_room=room, allow_large=True), learned, sample)
     if episode.segment_count > room:  # the same decisions again, with room for every segment
-        episode = play(Episode(params, policy, segment_room=episode.segment_count), learned, sample)
+        episode = play(Episode(params, policy, segment_room=episode.segment_count, allow_large=True), learned,
+                       sample)
     F, I, P = episode.state[:3]
     seg_task, seg_times = episode.state[10:12]
     kept = episode.segment_count

@@ -10,7 +10,7 @@ import numpy as np
 
 from .engine import activation_units, graph_arrays
 from .kernel import figures
-from .learned import figures_of
+from .learned import LearnedPolicy, figures_of
 from .model import EnvParams, Policy, Schedule
 
 
@@ -53,14 +53,15 @@ class ScheduleMetrics:
 
 
 @lru_cache(maxsize=1024)
-def ideal_time(params: EnvParams) -> float:
-    """The completion time of ``params``' schedule with free communication and no jitter (a straggler kept).
+def ideal_time(params: EnvParams, network: LearnedPolicy | None = None) -> float:
+    """The completion time of ``params``' schedule with free communication and no jitter (a straggler kept); a
+    learned dispatcher's played by ``network`` when given (``learned.load_policy``).
 
     For ``1f1b`` with no straggler that is ``(n + p - 1) x (fwd_len + bwd_len)``.
     Computed by the one engine, once per environment.
     """
     free = replace(params, prop_len=0.0, sync_base_len=0.0, compute_jitter=0.0, comm_jitter=0.0)
-    return float(figures_of(free, [Policy()])[0, 0])
+    return float(figures_of(free, [Policy()], 0, network)[0, 0])
 
 
 def metric_columns(figures: np.ndarray, ideal: float) -> dict[str, list]:

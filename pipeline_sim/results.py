@@ -162,6 +162,10 @@ def _check_cells(path: Path, frame: pd.DataFrame) -> None:
         if column not in IGNORABLE + PRIO_COLUMNS + UNKNOWABLE_KEYS and (bad := blank).any():
             raise _bad_cell(path, frame, column, bad, f"must be {kind} (only a parameter its environment ignores is "
                                                       f"empty)")
+    for prio, tier in zip(PRIO_COLUMNS, TIER_COLUMNS):  # a kind has a share, or else an exclusive tier
+        if tier in frame.columns and (bad := frame[prio].isna() & frame[tier].isna()).any():
+            raise _bad_cell(path, frame, prio, bad, f"must be a number (only a kind with an exclusive tier, "
+                                                    f"{tier}, has none)")
     for column in (*STRING_KEYS, *OBJECT_KEYS, "policy"):
         if column in frame.columns and (bad := frame[column].isna()).any():
             raise _bad_cell(path, frame, column, bad, "must be a name")
@@ -210,15 +214,25 @@ def _parquet_frames(path: Path, rows: int, source: BinaryIO) -> Iterator[pd.Data
 
 
 def _check_times(path: Path, frame: pd.DataFrame) -> None:
+    """Every time a finite number > 0 (a spread >= 0), and a lower bound one that no run is below."""
     for column in [name for name in ("completion_time", *METRICS, "ideal_time") if name in frame.columns]:
         values = pd.to_numeric(frame[column], errors="coerce")
         bad = ~(np.isfinite(values) & (values >= 0 if column == "completion_std" else values > 0))
-        if bad.any():
-            row = int(np.flatnonzero(bad.to_numpy())[0])
-            cell = frame[column].iloc[row]
-            text = repr(cell) if isinstance(cell, str) else f"{float(cell):g}"
-            raise ResultsError(f"CSV {path}: line {frame.index[row]} has {column} = {text}; "
-                               f"every time must be a finite number > 0")
+        _refuse_times(path, frame, column, bad, "every time must be a finite number > 0")
+    if "lower_bound" in frame.columns:
+        bound = pd.to_numeric(frame["lower_bound"], errors="coerce")
+        bad = ~(np.isfinite(bound) & (bound > 0) & (bound <= pd.to_numeric(frame["completion_time"])))
+        _refuse_times(path, frame, "lower_bound", bad, "a lower bound must be a finite number > 0, at most its "
+                                                       "row's completion_time")
+
+
+def _refuse_times(path: Path, frame: pd.DataFrame, column: str, bad: pd.Series, allowed: str) -> None:
+    """``ResultsError`` naming the first row of ``bad``, if any."""
+    if bad.any():
+        row = int(np.flatnonzero(bad.to_numpy())[0])
+        cell = frame[column].iloc[row]
+        text = repr(cell) if isinstance(cell, str) else "an empty cell" if pd.isna(cell) else f"{float(cell):g}"
+        raise ResultsError(f"CSV {path}: line {frame.index[row]} has {column} = {text}; {allowed}")
 
 
 def load_results(path: str | Path) -> pd.DataFrame:

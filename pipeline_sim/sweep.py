@@ -21,7 +21,7 @@ import math
 import os
 import shutil
 from contextlib import ExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Generator, Iterator
@@ -30,9 +30,9 @@ import numpy as np
 
 from .cluster import DaskCluster
 from .config import BOOLEAN_KEYS, INTEGER_KEYS, OBJECT_KEYS, STRING_KEYS, ConfigError, EnvironmentGrid
-from .engine import lower_bound
+from .engine import bound_of_run, lower_bound
 from .files import OutputError, check_locks, exclusive_writer, file_digest, hold, output_target
-from .learned import figures_of
+from .learned import LearnedPolicy, figures_of
 from .metrics import ScheduleMetrics, ideal_time, metric_columns
 from .model import COMM_KINDS, LIST_KEYS, PARAMETER, EnvParams, ParameterError, Policy
 from .parallel import ordered_map
@@ -181,20 +181,28 @@ class SweepPlan:
         record = {"grid": self.grid.as_dict(), "step": self.step, "simulator": self.simulator,
                   "skip_invalid": self.skip_invalid, "samples": self.samples, "with_samples": self.with_samples,
                   "columns": self.header}
+        if self.networks():  # the rows of a learned dispatcher are its network's: a changed file is another sweep
+            record["networks"] = self.networks()
         if self.format != "csv":  # a CSV's record is as it always was, so that older partial files resume
             record["format"] = self.format
         text = json.dumps(record, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()
 
+    def networks(self) -> dict[str, str]:
+        """By ``dispatch`` value, the checksum of the network each policy file of the grid holds (as first read)."""
+        return {name: network.digest for name, network in self.grid.networks().items()}
+
     def chunks(self, start_row: int, rows_per_chunk: int) -> Iterator[Chunk]:
-        """Units of work from row ``start_row`` on, in row order, none spanning two environments."""
+        """Units of work from row ``start_row`` on, in row order, none spanning two environments; a learned
+        dispatcher's carry its network, so that no worker reads a file."""
         per_env = len(self.policies)
         first_env, offset = divmod(start_row, per_env)
+        networks = self.grid.networks()
         for params, workload in self.grid.cases(first_env):
             for first in range(offset, per_env, rows_per_chunk):
                 yield Chunk(params, self.simulator, self.step, first, min(first + rows_per_chunk, per_env),
                             self.samples, self.with_samples, workload, self.grid.optional_groups,
-                            self.grid.has_auto)
+                            self.grid.has_auto, networks.get(params.dispatch))
             offset = 0
 
 
@@ -212,6 +220,7 @@ class Chunk:
     workload: Workload | None = None
     optional: frozenset[str] = frozenset()  # the optional groups whose columns the rows carry (dispatch: the bound)
     auto: bool = False  # whether the rows carry AUTO_COLUMNS (the grid has a layers_per_stage of auto)
+    network: LearnedPolicy | None = field(default=None, compare=False)  # a learned dispatcher's, read by the plan
 
     @property
     def dispatch(self) -> bool:
@@ -289,8 +298,9 @@ def simulate_chunk(chunk: Chunk) -> tuple[str, str, int]:
         else [(chunk.workload, chunk.params)]
     runs_of, scalars_of = [], []
     for _, params in candidates:
-        ideal = ideal_time(params)
-        runs = [metric_columns(figures_of(params, policies, sample), ideal) for sample in range(draws)]
+        ideal = ideal_time(params, chunk.network)
+        runs = [metric_columns(figures_of(params, policies, sample, chunk.network), ideal)
+                for sample in range(draws)]
         scalars = [[dict(zip(ScheduleMetrics.SCALARS, values)) for values in zip(*(run[name] for name in
                                                                                    ScheduleMetrics.SCALARS))]
                    for run in runs]
@@ -298,7 +308,7 @@ def simulate_chunk(chunk: Chunk) -> tuple[str, str, int]:
             for sample in range(draws):
                 bound = lower_bound(params, sample)
                 for values in scalars[sample]:
-                    values["lower_bound"] = bound
+                    values["lower_bound"] = bound_of_run(bound, float(values["completion_time"]), params)
         runs_of.append(runs)
         scalars_of.append(scalars)
     mean_times = np.array([[math.fsum(run["completion_time"][i] for run in runs) / draws
@@ -416,13 +426,18 @@ def resumable(output: Path, plan: SweepPlan) -> bool:
     return partial.exists() and _record(meta).get("fingerprint") == plan.fingerprint()
 
 
-def _not_resumable(partial: Path, meta: Path) -> str:
+def _not_resumable(partial: Path, meta: Path, plan: SweepPlan) -> str:
     """Why a partial file cannot be continued by this sweep, said precisely."""
     if not meta.exists():
         return (f"{partial} has lost its record {meta.name}, so which sweep wrote it is unknown; remove it or "
                 f"pass --overwrite to start over")
     if not _record(meta):
         return f"{meta} is damaged, so which sweep wrote {partial} is unknown; remove both or pass --overwrite"
+    then, now = _record(meta).get("networks", {}), plan.networks()
+    changed = sorted(name for name in now if name in then and then[name] != now[name])
+    if changed:
+        return (f"{partial} holds rows of another network: {changed[0][len('learned:'):]} changed since they were "
+                f"written; pass --overwrite to start over with the new one, or put the old one back to resume")
     return (f"{partial} was written by a different config, step, simulator or samples setting; remove it, "
             f"drop --resume or pass --overwrite")
 
@@ -493,7 +508,7 @@ def run_sweep(plan: SweepPlan, output: str | os.PathLike, *, workers: int = 1, r
         parts: Parts | None = None
         if resume and partial.exists():
             if not resumable(output, plan):
-                raise ResumeError(_not_resumable(partial, meta))
+                raise ResumeError(_not_resumable(partial, meta, plan))
             if parquet:
                 parts = verified_parts(partial)
                 done = parts.rows
@@ -570,7 +585,8 @@ def _start(plan: SweepPlan, output: Path, samples_output: Path | None, overwrite
         output.parent.mkdir(parents=True, exist_ok=True)
         _remove_leftovers(output)
         # the record first: a kill before the partial exists leaves a record of nothing, which a resume replaces
-        _write_record(meta, {"fingerprint": plan.fingerprint(), "output": str(output)})
+        _write_record(meta, {"fingerprint": plan.fingerprint(), "output": str(output),
+                             **({"networks": plan.networks()} if plan.networks() else {})})
         if plan.format == "parquet":
             partial.mkdir()
         else:

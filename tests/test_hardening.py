@@ -344,7 +344,7 @@ def test_an_interrupt_that_lands_where_exceptions_are_swallowed_still_stops_the_
         gc.callbacks.remove(swallowed)
         signal.raise_signal(signal.SIGINT)
 
-    def ready_then_interrupted():
+    def ready_then_interrupted(**_):
         gc.callbacks.append(swallowed)
         gc.collect()
     monkeypatch.setattr(generate, "ready_kernel", ready_then_interrupted)

@@ -16,6 +16,9 @@ import time
 import pytest
 from conftest import ROOT
 
+from pipeline_sim.model import EnvParams
+from tests.test_learned import ranked
+
 #: 180 environments of 121 policies: 21,780 rows, two Parquet parts, a couple of seconds on two workers.
 GRID = {"n": [4, 6, 8], "num_gpus": 2, "bwd_len": {"start": 1.0, "stop": 3.9, "step": 0.1},
         "ingress_capacity": [0.5, 1.0]}
@@ -84,4 +87,85 @@ def test_killed_at_random_instants_then_resumed_gives_the_same_bytes(tmp_path, c
         leftovers = sorted(path.name for path in tmp_path.iterdir()
                            if path.name not in ("grid.json", f"out.{fmt}", f"samples.{fmt}.csv", f"out.{fmt}.lock",
                                                 f"samples.{fmt}.csv.lock"))
+        assert leftovers == [], f"{what}: {leftovers}"
+
+
+#: A learned sweep (a few seconds on two workers): greedy and a network, 8 environments of 37 policies, 10 samples.
+LEARNED_GRID = {"n": [4, 6], "num_gpus": 2, "schedule": "zb-h1", "dispatch": ["greedy", "learned:p.npz"],
+                "compute_jitter": [0.1, 0.2], "samples": 10}
+PREFERENCES = {"old": [3.0, 2.0, 1.0, 0.0], "new": [2.0, 3.0, 1.0, 0.0]}  # greedy's ranking; forwards first
+
+
+def learned_command(*extra):
+    return [sys.executable, str(ROOT / "data_generator.py"), "-c", "grid.json", "-o", "out.csv", "--step", "0.5",
+            "--workers", "2", *extra]
+
+
+def write_network(folder, which):
+    (folder / "p.npz").write_bytes(ranked(EnvParams(n=4, num_gpus=2, schedule="zb-h1"), PREFERENCES[which],
+                                          hidden=8).to_bytes())
+
+
+@pytest.fixture(scope="module")
+def learned_clean(tmp_path_factory):
+    """Per network: the bytes of an uninterrupted run, and how long it took."""
+    runs = {}
+    for which in PREFERENCES:
+        folder = tmp_path_factory.mktemp(f"learned-{which}")
+        (folder / "grid.json").write_text(json.dumps(LEARNED_GRID))
+        write_network(folder, which)
+        started = time.monotonic()
+        result = subprocess.run(learned_command(), cwd=folder, capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr
+        runs[which] = ((folder / "out.csv").read_bytes(), time.monotonic() - started)
+    assert runs["old"][0] != runs["new"][0]
+    return runs
+
+
+@pytest.mark.parametrize("changed", [False, True], ids=["same network", "network changed"])
+def test_a_learned_sweep_killed_then_resumed_never_mixes_two_networks(tmp_path, learned_clean, changed):
+    """Killed at random instants, resumed with the policy file as it was (the same bytes as an uninterrupted run)
+    or after it changed: then the resume is refused in one line naming the file, or, with nothing of the old
+    network's on disk, starts over; either way the output is the new network's alone."""
+    expected, _ = learned_clean["new" if changed else "old"]
+    seconds = learned_clean["old"][1]
+    chance = random.Random(f"{SEED}-learned-{changed}")
+    for kill in range(KILLS):
+        for path in tmp_path.iterdir():
+            subprocess.run(["rm", "-rf", str(path)], check=True)
+        (tmp_path / "grid.json").write_text(json.dumps(LEARNED_GRID))
+        write_network(tmp_path, "old")
+        instant = chance.uniform(0.3, 0.9) * seconds
+        group = kill % 2 == 0
+        process = subprocess.Popen(learned_command(), cwd=tmp_path, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.PIPE, start_new_session=True)
+        time.sleep(instant)
+        if group:
+            os.killpg(process.pid, signal.SIGKILL)
+        else:
+            process.kill()
+        process.communicate(timeout=60)
+        what = f"seed {SEED}, kill {kill} at {instant:.2f} s of {seconds:.2f} s ({'group' if group else 'main'})"
+        finished = (tmp_path / "out.csv").exists() and not (tmp_path / "out.csv.partial.json").exists()
+        if changed:
+            write_network(tmp_path, "new")
+        if finished:
+            if changed:  # a finished output of the old network stays as it is until --overwrite
+                assert subprocess.run(learned_command("--overwrite"), cwd=tmp_path, capture_output=True,
+                                      timeout=300).returncode == 0, what
+        else:
+            had_rows = (tmp_path / "out.csv.partial").exists()
+            resumed = subprocess.run(learned_command("--resume"), cwd=tmp_path, capture_output=True, text=True,
+                                     timeout=300)
+            if changed and had_rows:
+                lines = resumed.stderr.strip().splitlines()
+                assert resumed.returncode == 2 and len(lines) == 1, f"{what}: {resumed.stderr}"
+                assert "holds rows of another network: p.npz changed since they were written" in lines[0], what
+                assert not (tmp_path / "out.csv").exists(), what
+                resumed = subprocess.run(learned_command("--overwrite"), cwd=tmp_path, capture_output=True,
+                                         text=True, timeout=300)
+            assert resumed.returncode == 0, f"{what}: {resumed.stderr}"
+        assert (tmp_path / "out.csv").read_bytes() == expected, what
+        leftovers = sorted(path.name for path in tmp_path.iterdir()
+                           if path.name not in ("grid.json", "p.npz", "out.csv", "out.csv.lock"))
         assert leftovers == [], f"{what}: {leftovers}"

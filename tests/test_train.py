@@ -4,8 +4,15 @@ command line trains from a sweep config whose sweep then reads the policy. Needs
 from __future__ import annotations
 
 import csv
+import errno
 import json
 import math
+import os
+import re
+import resource
+import signal
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -16,7 +23,7 @@ from pipeline_sim.episode import Episode  # noqa: E402
 from pipeline_sim.learned import LearnedPolicy  # noqa: E402
 from pipeline_sim.model import DEFAULT_POLICY, EnvParams  # noqa: E402
 from pipeline_sim.rl.train import VALIDATION_SAMPLES, Settings, savings, train  # noqa: E402
-from tests.conftest import assert_one_line_error, assert_png_drawn, run_here  # noqa: E402
+from tests.conftest import ROOT, assert_one_line_error, assert_png_drawn, run_here  # noqa: E402
 
 ENVIRONMENTS = [EnvParams(n=8, num_gpus=4, schedule="zb-h1", compute_jitter=0.2, comm_jitter=0.2)]
 TINY = Settings(steps=6144, rollout=256, evaluate_every=2048, validation_samples=2, seed=3)
@@ -90,7 +97,8 @@ def test_the_command_trains_from_a_sweep_config_and_the_sweep_reads_it(tmp_path)
     assert policy.actions == ("B/I.0", "F.0", "W.0", "wait") and policy.about["environments"] == 2
     with open(tmp_path / "policies" / "tiny_training.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
-    assert [int(row["steps"]) for row in rows] == [4, 1024, 2048, 3072, 4096]  # whole updates of 4 x 1024
+    assert [int(row["steps"]) for row in rows] == [4, 1024]  # --steps decisions, not a whole update of 4 x 1024
+    assert {row["network"] for row in rows} == {policy.digest[:16]}
     assert all(-1.0 < float(row["validation_saving"]) < 0.5 for row in rows)
     assert_png_drawn(tmp_path / "policies" / "tiny_training.png", min_width=1000, min_height=600)
     again = run_here("train.py", "-c", str(config), "--steps", "64", cwd=tmp_path)
@@ -151,3 +159,92 @@ def test_the_vectorised_form_steps_copies_with_their_masks():
         assert masks.shape == (3, 4) and masks.any(axis=1).all()
         observations, rewards, dones, infos = vector.step(masks.argmax(axis=1))
         assert ((0 <= observations) & (observations <= 1)).all()
+
+
+def test_training_stops_at_its_steps():
+    """Not a whole update of 4 x 256 decisions past them (a rollout that fills up is trained on: see tiny_run)."""
+    settings = Settings(steps=1000, rollout=256, evaluate_every=512, validation_samples=1, seed=7)
+    _, curve, completed = train(ENVIRONMENTS, DEFAULT_POLICY, settings)
+    assert completed and [point.steps for point in curve] == [4, 512, 1000]
+
+
+TINY_CONFIG = {"n": 8, "num_gpus": 4, "schedule": "zb-h1", "compute_jitter": 0.2, "dispatch": "learned:p/t.npz"}
+
+
+def test_ctrl_c_writes_the_best_network_and_exits_130(tmp_path, monkeypatch):
+    from pipeline_sim.cli import train as command
+
+    (tmp_path / "c.json").write_text(json.dumps(TINY_CONFIG))
+    calls = []
+
+    def interrupted_later():
+        calls.append(1)
+        if len(calls) == 1500:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(command, "check_interrupt", interrupted_later)
+    result = run_here("train.py", "-c", "c.json", "--steps", "100000", "--evaluate-every", "1024",
+                      "--validation-samples", "1", cwd=tmp_path)
+    assert result.returncode == 130, result.stderr
+    assert re.fullmatch(r"train.py: interrupted at decision 5,120: the best network so far is written",
+                        result.stderr.strip().splitlines()[-1])
+    policy = LearnedPolicy.from_file(tmp_path / "p" / "t.npz")
+    with open(tmp_path / "p" / "t_training.csv", newline="") as handle:
+        assert {row["network"] for row in csv.DictReader(handle)} == {policy.digest[:16]}
+
+
+def limited(limit):
+    """A child process that can write no file beyond ``limit`` bytes, as on a full disk (EFBIG, not a signal)."""
+    def apply():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+def test_a_full_disk_names_the_file_and_keeps_the_network_if_it_fits(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    (tmp_path / "c.json").write_text(json.dumps(TINY_CONFIG))
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "t_training.csv").write_text("a previous run's curve\n")
+    arguments = ["-c", "c.json", "--steps", "64", "--evaluate-every", "64", "--validation-samples", "1", "--overwrite"]
+    monkeypatch.setattr(Figure, "savefig", full)  # the disk fills up as the figure is written
+    run = run_here("train.py", *arguments, cwd=tmp_path)
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.strip().splitlines()[-1] == (
+        "train.py: error: cannot write p/t_training.png: No space left on device; the network alone is written to "
+        "p/t.npz, without its training curve")
+    assert LearnedPolicy.from_file(tmp_path / "p" / "t.npz").fields
+    assert sorted(path.name for path in (tmp_path / "p").iterdir()) == ["t.npz"]
+    monkeypatch.undo()
+    nothing = subprocess.run([sys.executable, str(ROOT / "train.py"), *arguments], cwd=tmp_path, capture_output=True,
+                             text=True, timeout=600, preexec_fn=limited(20_000))  # not even the network fits
+    assert nothing.returncode == 2 and "Traceback" not in nothing.stderr
+    assert nothing.stderr.strip().splitlines()[-1] == "train.py: error: cannot write p/t.npz: File too large"
+    assert sorted(path.name for path in (tmp_path / "p").iterdir()) == ["t.npz"]
+
+
+def test_the_network_and_its_curve_are_written_as_one(tmp_path, monkeypatch):
+    """Stopped while the curve is drawn (as a kill would stop it), the run replaces nothing: the previous network
+    stays beside its own curve, which names it, and no temporary is left."""
+    from pipeline_sim.plotting import training
+
+    (tmp_path / "c.json").write_text(json.dumps(TINY_CONFIG))
+    arguments = ["-c", "c.json", "--steps", "64", "--evaluate-every", "64", "--validation-samples", "1"]
+    assert run_here("train.py", *arguments, cwd=tmp_path).returncode == 0
+    before = {path.name: path.read_bytes() for path in (tmp_path / "p").iterdir()}
+    assert sorted(before) == ["t.npz", "t_training.csv", "t_training.png"]
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(training, "plot_training", stopped)
+    again = run_here("train.py", *arguments, "--seed", "1", "--overwrite", cwd=tmp_path)
+    assert again.returncode == 130, again.stderr
+    assert {path.name: path.read_bytes() for path in (tmp_path / "p").iterdir()} == before
+    with open(tmp_path / "p" / "t_training.csv", newline="") as handle:
+        assert {row["network"] for row in csv.DictReader(handle)} == \
+            {LearnedPolicy.from_file(tmp_path / "p" / "t.npz").digest[:16]}

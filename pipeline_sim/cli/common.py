@@ -73,17 +73,21 @@ def add_cluster_argument(parser: argparse.ArgumentParser) -> None:
                              f"(default: ${CLUSTER_VARIABLE}, else this machine's process pool)")
 
 
-def ready_kernel() -> None:
+def ready_kernel(episodes: bool = False) -> None:
     """Compile the simulation kernel before any work (or load it), saying so when this installation has not
-    compiled it before. Worker processes forked afterwards share it."""
+    compiled it before; with ``episodes``, its step-by-step entry points too (a learned dispatcher, training).
+    Worker processes forked afterwards share it."""
     from ..compile_cache import NOTICES
     from ..engine import COMPILE_SECONDS, compile_kernel, kernel_is_compiled
+    from ..episode import compile_episode
 
     said = bool(NOTICES) or not kernel_is_compiled()
     if said:  # nowhere to keep the compiled kernel is said instead of the usual line
         print(f"{NOTICES[0] if NOTICES else 'compiling the simulation kernel, once per installation'}, about "
               f"{COMPILE_SECONDS} s", file=sys.stderr, flush=True)
     compile_kernel()
+    if episodes:
+        compile_episode()
     if NOTICES and not said:  # a damaged cache, found while loading it
         print(NOTICES[0], file=sys.stderr, flush=True)
 

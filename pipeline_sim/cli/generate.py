@@ -152,7 +152,7 @@ def _announce(plan: SweepPlan, progress: Generator[int, None, None], output: Pat
     elif resume:
         print("nothing to resume for this config; starting a new sweep", flush=True)
     if done < plan.num_simulations:
-        ready_kernel()
+        ready_kernel(episodes=bool(plan.grid.networks()))
     _follow(progress, plan, done, partial)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import hashlib
 import sys
 import time
 from dataclasses import fields
@@ -11,8 +12,18 @@ from typing import TYPE_CHECKING, Sequence
 
 from ..config import ConfigError, EnvironmentGrid
 from ..files import atomic_output, check_locks, exclusive_writer, output_target
+from ..learned import LearnedPolicy
 from ..model import DEFAULT_POLICY, EnvParams
-from .common import Parser, UserError, check_interrupt, positive_int, run_command, script_name, use_display
+from .common import (
+    Parser,
+    UserError,
+    check_interrupt,
+    positive_int,
+    ready_kernel,
+    run_command,
+    script_name,
+    use_display,
+)
 
 if TYPE_CHECKING:
     from ..rl.train import Settings
@@ -68,13 +79,14 @@ def training_environments(config: Path, chosen: Path | None) -> tuple[Path, list
     return Path(name), environments
 
 
-def write_curve(curve: list, path: Path) -> None:
-    with atomic_output(path) as temporary, open(temporary, "w", newline="") as handle:
+def write_curve(curve: list, path: Path, network: str) -> None:
+    """The training curve as CSV, each row naming the ``network`` it trained (its file's checksum)."""
+    with open(path, "w", newline="") as handle:
         writer = csv.writer(handle)
         names = [f.name for f in fields(curve[0])]
-        writer.writerow(names)
+        writer.writerow([*names, "network"])
         for point in curve:
-            writer.writerow([repr(getattr(point, name)) for name in names])
+            writer.writerow([*(repr(getattr(point, name)) for name in names), network])
 
 
 def draw_curve(curve: list, path: Path, title: str) -> None:
@@ -86,9 +98,38 @@ def draw_curve(curve: list, path: Path, title: str) -> None:
     fig, ax = plt.subplots(figsize=(9, 5.5), layout="constrained")
     plot_training(ax, [p.steps for p in curve], [p.training_saving for p in curve],
                   [p.validation_saving for p in curve], curve[0].rule_saving, title)
-    with atomic_output(path) as temporary:
-        fig.savefig(temporary, dpi=130, format="png")
-    plt.close(fig)
+    try:
+        fig.savefig(path, dpi=130, format="png")
+    finally:
+        plt.close(fig)
+
+
+def save_training(policy: LearnedPolicy, curve: list, output: Path, curve_csv: Path, curve_png: Path,
+                  title: str) -> None:
+    """The network and its training curve as one unit: each is written beside its name first, then all are moved
+    into place together, the network last, and the curve names the network it belongs to (the checksum of its
+    file, in the CSV and the figure's title). When they cannot all be written (a full disk), the network is still
+    written alone if it can be, the previous run's curve removed so that none describes it, and the error names
+    the file that failed."""
+    data = policy.to_bytes()
+    network = hashlib.sha256(data).hexdigest()[:16]
+    try:
+        with atomic_output(output) as policy_file:  # nested so that a failure is named by its own file
+            policy_file.write_bytes(data)
+            with atomic_output(curve_csv) as csv_file:
+                write_curve(curve, csv_file, network)
+                with atomic_output(curve_png) as png_file:
+                    draw_curve(curve, png_file, f"{title} (network {network})")
+    except OSError as error:
+        try:
+            for path in (curve_csv, curve_png):
+                path.unlink(missing_ok=True)
+            with atomic_output(output) as policy_file:
+                policy_file.write_bytes(data)
+        except OSError:
+            raise error from None
+        raise UserError(f"{error.strerror}; the network alone is written to {output}, without its training "
+                        f"curve") from None
 
 
 def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
@@ -118,6 +159,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         curve_csv = output.with_name(output.stem + "_training.csv")
         curve_png = curve_csv.with_suffix(".png")
         output.parent.mkdir(parents=True, exist_ok=True)
+        ready_kernel(episodes=True)
         from tqdm import tqdm
 
         with exclusive_writer(output), exclusive_writer(curve_csv), exclusive_writer(curve_png):
@@ -139,14 +181,9 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
             finally:
                 bar.close()
             check_locks()
-            with atomic_output(output) as temporary:
-                temporary.write_bytes(policy.to_bytes())
-            write_curve(curve, curve_csv)
-            draw_curve(curve, curve_png, f"{output.name}: {len(environments)} environments of {args.config.name}")
+            save_training(policy, curve, output, curve_csv, curve_png,
+                          f"{output.name}: {len(environments)} environments of {args.config.name}")
         best = max(curve, key=lambda p: p.validation_saving)
-        if not completed:
-            print(f"{prog}: interrupted at decision {curve[-1].steps:,}: the best network so far is written",
-                  file=sys.stderr)
         print(f"trained {curve[-1].steps:,} decisions ({curve[-1].episodes:,} iterations) in "
               f"{(time.monotonic() - started) / 60:.1f} min")
         print(f"validation draws, time saved against static zb-h1 (higher is better; 1f1b environments pull it below "
@@ -155,6 +192,10 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         print(f"policy: {output}\ncurve: {curve_csv}, {curve_png}")
         print(f"compare it on the sweep's own draws: python run_full_pipeline.py -c {args.config} --priority-step 1.0 "
               f"(a learned row plays the network at each decision: the coarse step keeps the sweep short)")
+        if not completed:  # stopped as every tool stops: the last line says so, the status is an interrupt's
+            print(f"{prog}: interrupted at decision {curve[-1].steps:,}: the best network so far is written",
+                  file=sys.stderr)
+            return 130
         return 0
 
     return run_command(prog, body)

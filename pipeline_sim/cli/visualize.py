@@ -9,12 +9,23 @@ from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
 from ..engine import SimulationStuckError, given_order, memory_in_force, order_peak, simulate, simulate_figures
-from ..files import atomic_output, output_target
-from ..learned import load_policy, simulate_learned
+from ..files import atomic_output, exclusive_writer, output_target
+from ..inputs import TooLarge, read_at_most
+from ..learned import LearnedPolicy, load_policy, simulate_learned
 from ..metrics import schedule_metrics
-from ..model import COMM_KINDS, DEFAULT_POLICY, PARAMETERS, SAMPLES, EnvParams, ParameterError, Policy, TaskKind
+from ..model import (
+    COMM_KINDS,
+    DEFAULT_POLICY,
+    PARAMETER,
+    PARAMETERS,
+    SAMPLES,
+    EnvParams,
+    ParameterError,
+    Policy,
+    TaskKind,
+)
 from ..orders import format_orders, parse_orders
-from ..parameters import Parameter, Weights
+from ..parameters import Dispatchers, Parameter, Weights
 from ..results import layout_words, memory_name, schedule_name, workload_title
 from ..taskgraph import build_task_graph, check_size
 from ..trace import chrome_trace
@@ -156,7 +167,9 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
     out = parser.add_argument_group("output")
     out.add_argument("--output", type=Path, default=None,
                      help=f"chart to write, in the format its extension names (.png, .svg, .pdf, .jpg, ...; "
-                          f"default outputs/gantt/gantt_{layout}_<schedule>_n<N>_gpus<P>.png)")
+                          f"default outputs/gantt/gantt_{layout}_<schedule>[_<dispatch>]_n<N>_gpus<P>.png, the "
+                          f"dispatcher named unless static)")
+    out.add_argument("--overwrite", action="store_true", help="replace an existing chart or trace")
     out.add_argument("--trace", type=Path, default=None, metavar="FILE.json",
                      help="also write a Chrome/Perfetto trace (one process per GPU, one thread per channel)")
     out.add_argument("--no-show", action="store_true", help="save only, never open a window")
@@ -195,11 +208,19 @@ def _environment(args) -> tuple[EnvParams, Workload | None]:
     return workload_environment(workload, **env), workload
 
 
-def _read_text(path: Path) -> str:
+#: The largest order file read: a million tasks' names, several times over.
+MAX_ORDER_BYTES = 64 * 2 ** 20
+
+
+def _read_order(path: Path) -> list[list[str]]:
+    """The order ``path`` holds (``--order``), read once and no further than ``MAX_ORDER_BYTES``."""
     try:
-        return path.read_text()
+        text = read_at_most(path, MAX_ORDER_BYTES).decode()
+    except TooLarge as error:
+        raise UserError(f"--order {path}: {error}; an order file is one line per GPU") from None
     except (OSError, UnicodeDecodeError) as error:
         raise UserError(f"--order {path}: cannot be read ({getattr(error, 'strerror', None) or error})") from None
+    return parse_orders(text)
 
 
 #: What the chart may be saved as, by file extension.
@@ -248,15 +269,14 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
             SAMPLES.check("sample", args.sample)
             policy = _policy(args, default_priorities, default_exclusive_tiers)
             check_size(params)
-            order = None if args.order is None else given_order(params, parse_orders(_read_text(args.order)))
+            texts = None if args.order is None else _read_order(args.order)
+            order = None if texts is None else given_order(params, texts)
             memory_in_force(params, None if order is None else order_peak(params, order))
-            if params.learned:
-                load_policy(params)
+            network = load_policy(params) if params.learned else None  # read once, played below
         except ParameterError as error:
             flag = FLAGS.get(error.name.split("[")[0], error.name)
             raise UserError(f"{flag}: {error}") from None
-        output = args.output or (Path("outputs/gantt") /
-                                 f"gantt_{layout}_{params.schedule}_n{params.n}_gpus{params.num_gpus}.png")
+        output = args.output or Path("outputs/gantt") / default_chart_name(layout, params)
         output_target(output)  # a folder, a device or a FIFO is refused before its extension is judged
         image_format = _image_format(output)
         if args.trace is not None:
@@ -264,78 +284,98 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
                 raise UserError(f"--trace and --output are both {output}; give them different paths")
             if args.trace.suffix.lower() != ".json":
                 raise UserError(f"--trace {args.trace}: a trace is JSON; give a path ending in .json")
-        ready_kernel()
-        auto = ""
-        if workload is not None and workload.layers_per_stage == "auto":
-            # every candidate split under this policy and draw; the first is balanced, which auto is measured against
-            timed = [(float(simulate_figures(p, [policy], args.sample)[0, 0]), w, p)
-                     for w, p in auto_candidates(workload, params)]
-            best = min(range(len(timed)), key=lambda i: timed[i][0])  # ties keep the first: balanced
-            time, workload, params = timed[best]
-            assert isinstance(workload.layers_per_stage, tuple)
-            auto = (f"layers per stage (auto): {' '.join(map(str, workload.layers_per_stage))}, "
-                    f"{1.0 - time / timed[0][0]:.2%} faster than balanced ({seconds_text(timed[0][0])}; "
-                    f"{len(timed)} splits simulated)")
-        try:
-            schedule = simulate_learned(params, policy, args.sample) if params.learned else \
-                simulate(params, policy, args.sample,
-                         None if args.order is None else parse_orders(_read_text(args.order)))
-        except SimulationStuckError as error:
-            if args.order is None:
-                raise
-            raise UserError(f"--order {args.order}: the order cannot run to its end: {error}") from None
-        if args.print_order:
-            print(format_orders(schedule.order_text()))
-        metrics = schedule_metrics(schedule)
-        ideal = metrics.ideal_time
-        report = workload_report(workload, params, schedule.completion_time, metrics.gpu_peak_activations) \
-            if workload is not None else None
-        name = ", ".join(filter(None, (schedule_name(params), memory_name(params, schedule.memory_limit),
-                                       f"the order of {args.order.name}" if args.order else "")))
-        if params.jittered:
-            name += f", sample {args.sample} of seed {params.seed}"
-
-        show = use_display(args.no_show)
-        import matplotlib.pyplot as plt
-
-        from ..plotting import fitted
-        from ..plotting.gantt import LAYOUTS, gantt_title, plot_gantt
-
-        rows = params.num_gpus * (len(LAYOUTS[layout]) + args.show_memory + 0.5)
-        # wide enough that the shortest compute bar holds a short label, within what a screen can take; an
-        # optimizer step, however short, does not widen the chart
-        shortest = min((task.length for task in schedule.tasks if task.parts and task.length > 0
-                        and task.kind is not TaskKind.OPTIMIZER_STEP), default=schedule.completion_time)
-        width = min(max(12.0, schedule.completion_time / shortest * 0.22), 40.0)
-        fig, ax = plt.subplots(figsize=(width, 1.2 + 0.42 * rows), layout="constrained")
-        plot_gantt(ax, schedule, layout=layout, show_throttling=args.show_throttling,
-                   show_completion_time=args.show_completion_time, show_memory=args.show_memory,
-                   stage_chunk=build_task_graph(params).stage_chunk, seconds=workload is not None)
-        # left-aligned over the axes, which start a tenth of the way in
-        title = gantt_title(schedule, schedule_name=name, ideal_time=ideal,
-                            workload=workload_title(params, workload) if workload else None)
-        ax.set_title(fitted(title, fig, 9, share=0.88), fontsize=9, loc="left")
-        with atomic_output(output) as temporary:
-            fig.savefig(temporary, dpi=130, format=image_format)
-        peak = metrics.peak_activations
-        unit = " s" if workload is not None else ""
-        print(f"{name}: completion time {schedule.completion_time:.6g}{unit} (ideal {ideal:.6g}{unit}, lower bound "
-              f"{schedule.lower_bound:.6g}{unit}: {schedule.bound_gap:.1%} above it), peak activations {peak:g} "
-              f"micro-batches; chart: {output}")
-        if report is not None and workload is not None:
-            label = workload.label(params.num_gpus, params.n, params.zero) + \
-                "".join(f", {word}" for word in layout_words(workload, short=False))
-            print("\n".join(f"  {line}" for line in [label] + report.lines() + ([auto] if auto else [])))
-        if args.trace:
-            with atomic_output(args.trace) as temporary:
-                temporary.write_text(json.dumps(chrome_trace(schedule)))
-            print(f"trace: {args.trace}")
-        if show:
-            plt.show()
-        plt.close(fig)
-        return 0
+        with exclusive_writer(output), exclusive_writer(args.trace):
+            for path in (output, args.trace):
+                if path is not None and path.exists() and not args.overwrite:
+                    raise UserError(f"{path} exists; pass --overwrite to replace it or choose another "
+                                    f"{'--output' if path == output else '--trace'}")
+            return draw(args, params, workload, policy, network, texts, output, image_format, layout)
 
     return run_command(prog, body)
+
+
+def default_chart_name(layout: str, params: EnvParams) -> str:
+    """``gantt_<layout>_<schedule>[_<dispatch>]_n<N>_gpus<P>.png``: a dispatcher's chart, unless static, says
+    which (a learned one by its file's stem), so that it never replaces another's."""
+    domain = PARAMETER["dispatch"].domain
+    assert isinstance(domain, Dispatchers)
+    way = "" if params.dispatch == "static" else "_" + domain.file_name(domain.shown(params.dispatch))
+    return f"gantt_{layout}_{params.schedule}{way}_n{params.n}_gpus{params.num_gpus}.png"
+
+
+def draw(args: argparse.Namespace, params: EnvParams, workload: Workload | None, policy: Policy,
+         network: LearnedPolicy | None, texts: list[list[str]] | None, output: Path, image_format: str,
+         layout: str) -> int:
+    """Simulate the chart's run, draw it into ``output`` (locked by the caller) and report it."""
+    ready_kernel(episodes=bool(params.learned))
+    auto = ""
+    if workload is not None and workload.layers_per_stage == "auto":
+        # every candidate split under this policy and draw; the first is balanced, which auto is measured against
+        timed = [(float(simulate_figures(p, [policy], args.sample)[0, 0]), w, p)
+                 for w, p in auto_candidates(workload, params)]
+        best = min(range(len(timed)), key=lambda i: timed[i][0])  # ties keep the first: balanced
+        time, workload, params = timed[best]
+        assert isinstance(workload.layers_per_stage, tuple)
+        auto = (f"layers per stage (auto): {' '.join(map(str, workload.layers_per_stage))}, "
+                f"{1.0 - time / timed[0][0]:.2%} faster than balanced ({seconds_text(timed[0][0])}; "
+                f"{len(timed)} splits simulated)")
+    try:
+        schedule = simulate_learned(params, policy, args.sample, network) if params.learned else \
+            simulate(params, policy, args.sample, texts)
+    except SimulationStuckError as error:
+        if args.order is None:
+            raise
+        raise UserError(f"--order {args.order}: the order cannot run to its end: {error}") from None
+    if args.print_order:
+        print(format_orders(schedule.order_text()))
+    metrics = schedule_metrics(schedule)
+    ideal = metrics.ideal_time
+    report = workload_report(workload, params, schedule.completion_time, metrics.gpu_peak_activations) \
+        if workload is not None else None
+    name = ", ".join(filter(None, (schedule_name(params), memory_name(params, schedule.memory_limit),
+                                   f"the order of {args.order.name}" if args.order else "")))
+    if params.jittered:
+        name += f", sample {args.sample} of seed {params.seed}"
+
+    show = use_display(args.no_show)
+    import matplotlib.pyplot as plt
+
+    from ..plotting import fitted
+    from ..plotting.gantt import LAYOUTS, gantt_title, plot_gantt
+
+    rows = params.num_gpus * (len(LAYOUTS[layout]) + args.show_memory + 0.5)
+    # wide enough that the shortest compute bar holds a short label, within what a screen can take; an
+    # optimizer step, however short, does not widen the chart
+    shortest = min((task.length for task in schedule.tasks if task.parts and task.length > 0
+                    and task.kind is not TaskKind.OPTIMIZER_STEP), default=schedule.completion_time)
+    width = min(max(12.0, schedule.completion_time / shortest * 0.22), 40.0)
+    fig, ax = plt.subplots(figsize=(width, 1.2 + 0.42 * rows), layout="constrained")
+    plot_gantt(ax, schedule, layout=layout, show_throttling=args.show_throttling,
+               show_completion_time=args.show_completion_time, show_memory=args.show_memory,
+               stage_chunk=build_task_graph(params).stage_chunk, seconds=workload is not None)
+    # left-aligned over the axes, which start a tenth of the way in
+    title = gantt_title(schedule, schedule_name=name, ideal_time=ideal,
+                        workload=workload_title(params, workload) if workload else None)
+    ax.set_title(fitted(title, fig, 9, share=0.88), fontsize=9, loc="left")
+    with atomic_output(output) as temporary:
+        fig.savefig(temporary, dpi=130, format=image_format)
+    peak = metrics.peak_activations
+    unit = " s" if workload is not None else ""
+    print(f"{name}: completion time {schedule.completion_time:.6g}{unit} (ideal {ideal:.6g}{unit}, lower bound "
+          f"{schedule.lower_bound:.6g}{unit}: {schedule.bound_gap:.1%} above it), peak activations {peak:g} "
+          f"micro-batches; chart: {output}")
+    if report is not None and workload is not None:
+        label = workload.label(params.num_gpus, params.n, params.zero) + \
+            "".join(f", {word}" for word in layout_words(workload, short=False))
+        print("\n".join(f"  {line}" for line in [label] + report.lines() + ([auto] if auto else [])))
+    if args.trace:
+        with atomic_output(args.trace) as temporary:
+            temporary.write_text(json.dumps(chrome_trace(schedule)))
+        print(f"trace: {args.trace}")
+    if show:
+        plt.show()
+    plt.close(fig)
+    return 0
 
 
 def script_main(layout: str, default_priorities: Mapping[str, float],

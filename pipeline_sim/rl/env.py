@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import gymnasium as gym
 import numpy as np
 
-from ..engine import simulate
+from ..engine import bound_of_run, simulate
 from ..episode import Episode
 from ..model import EnvParams, ParameterError, Policy
 
@@ -29,16 +29,18 @@ class PipelineDispatchEnv(gym.Env):
     every reset, never one a sweep uses. ``reward``: ``time`` (each step minus the time until the next decision,
     so an episode returns minus its iteration time) or ``relative`` (the same over static ``reference``'s time on
     the same draw, plus 1 at the end: the share of the reference's time saved). An action the mask forbids
-    takes the first possible action instead (``info["masked_action"]`` says so), as a greedy dispatcher would.
+    takes the first possible action instead (``info["masked_action"]`` says so), as a greedy dispatcher would; an
+    action outside the action space, or a step after the episode's end, is a ``ParameterError``. An environment of
+    more tasks than fit in memory is refused at once, unless ``allow_large``.
     """
 
     metadata = {"render_modes": []}
 
     def __init__(self, params: EnvParams, policy: Policy, *, samples: Sequence[int] | None = None,
-                 reward: str = "time", reference: str = "zb-h1") -> None:
+                 reward: str = "time", reference: str = "zb-h1", allow_large: bool = False) -> None:
         if reward not in REWARDS:
             raise ParameterError("reward", reward, f"is one of {', '.join(REWARDS)}")
-        self.episode = Episode(params, policy)
+        self.episode = Episode(params, policy, allow_large=allow_large)
         self.params, self.policy = params, policy
         self.samples = None if samples is None else [int(s) for s in samples]
         if self.samples is not None and not self.samples:
@@ -76,7 +78,7 @@ class PipelineDispatchEnv(gym.Env):
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:
         episode = self.episode
         before = episode.now
-        action = int(action)
+        action = episode.checked_action(action)
         info: dict[str, Any] = {"sample": episode.sample}
         if not self._mask[action]:  # an unmasked agent's impossible choice: the first possible one instead
             info["masked_action"] = action
@@ -85,7 +87,7 @@ class PipelineDispatchEnv(gym.Env):
         if episode.done:
             end = episode.completion_time
             reward = -(end - before) / self._scale
-            info.update(completion_time=end, lower_bound=episode.bound())
+            info.update(completion_time=end, lower_bound=bound_of_run(episode.bound(), end, episode.params))
             if self.reward_kind == "relative":
                 reward += 1.0
                 info["reference_time"] = self._scale

@@ -219,7 +219,9 @@ def train(environments: Sequence[EnvParams], policy: Policy, settings: Settings 
                     best[:] = [(saving, played)]
             if progress is not None:
                 progress(steps, checkpoint)
-            return True
+            # ``steps`` decisions, not a whole rollout past them: collecting stops there, and the rollout is
+            # trained on only when it is full
+            return steps < settings.steps or model.rollout_buffer.pos == model.n_steps - 1
 
     try:
         model.learn(total_timesteps=settings.steps, callback=Report())
