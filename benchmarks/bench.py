@@ -407,16 +407,37 @@ def sweep_peak_memory(grid: dict, workers: int) -> dict:
             "heatmaps": figures, "csv_mb": csv_mb}
 
 
+def planner_405b(workers: int) -> dict:
+    """The planner's Llama 3 405B question on 8,192 H100 (README, "The planner"): its wall time on ``workers``
+    processes, the kernel compiled, and what it searched."""
+    from pipeline_sim.plan import plan
+    from pipeline_sim.workload import Workload
+
+    base = Workload(model="llama3-405b", gpu="h100-80gb", seq_len=8192, global_batch_size=2048,
+                    compute_efficiency=0.602, optimizer_step=True, elementwise=True, flash_attention=True,
+                    dropout=False)
+    started = time.perf_counter()
+    result = plan(base, 8192, workers=workers)
+    return {"workers": workers, "seconds": time.perf_counter() - started, "enumerated": result.enumerated,
+            "simulated": len(result.tried), "best": result.ranked[0].layout.describe()}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller samples, 100,067-simulation memory sweep")
     parser.add_argument("--large", action="store_true",
                         help="a 5,003,350-simulation memory sweep (41,350 heatmaps) instead of 1,000,670")
     parser.add_argument("--json", type=Path, help="also write the results to this file")
+    parser.add_argument("--planner", action="store_true", help="only the planner's Llama 3 405B question")
     args = parser.parse_args()
     cores = os.cpu_count() or 1
 
     compile_kernel()
+    planner = planner_405b(cores)
+    print(f"planner, Llama 3 405B on 8,192 H100: {planner['seconds']:.1f} s on {cores} workers, "
+          f"{planner['simulated']} of {planner['enumerated']:,} layouts simulated; best {planner['best']}", flush=True)
+    if args.planner:
+        return 0
     single = sims_per_second(1.0 if args.quick else 4.0)
     pure = pure_python_sims_per_second()
     api = api_sims_per_second(1.0 if args.quick else 3.0)
@@ -501,7 +522,7 @@ def main() -> int:
         "scaling_ratio": largest / smallest,
         "sweep": {"simulations": 2178, "serial_seconds": serial, "parallel_seconds": parallel, "workers": cores,
                   "parallel_efficiency": efficiency},
-        "noisy_sweep": noisy, "memory": memory, "cluster": cluster,
+        "noisy_sweep": noisy, "memory": memory, "cluster": cluster, "planner": planner,
     }
     text = json.dumps(results, indent=2)
     print("\n" + text)
