@@ -1,0 +1,172 @@
+"""A workload turned into an environment: the lengths, weights and counts it derives, times in seconds (docs/model.md
+sections 11 and 15)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from ..model import PARAMETER, EnvParams, ParameterError
+from ..schedules import get_schedule
+from .collectives import sharded_collectives, tp_forward_seconds
+from .flops import (
+    ELEMENTWISE_BACKWARD,
+    elementwise_forward,
+    embedding_forward_seconds,
+    layer_forward_flops,
+    logits_forward_flops,
+)
+from .memory import gpu_params, recompute_shares, stage_params
+from .partition import auto_splits, stage_layers
+
+if TYPE_CHECKING:
+    from .definition import Workload
+
+
+def derived_parameters(workload: Workload, *, num_gpus: int, schedule: str = "1f1b", chunks: int = 2,
+                       n: int | None = None, zero: int = 0) -> dict[str, Any]:
+    """The environment parameters a workload sets, times in seconds (without ``sync_freq``), under ZeRO stage
+    ``zero`` (docs/model.md section 15)."""
+    shape, s, b, t, d = (workload.shape, workload.seq_len, workload.rank_batch, workload.tensor_parallel,
+                         workload.data_parallel)
+    assert s is not None
+    speed = workload.device.tflops * 1e12 * workload.compute_efficiency
+    v = get_schedule(schedule).v(chunks)
+    stages = num_gpus * v
+    layers = stage_layers(workload, stages)
+    layer = layer_forward_flops(shape, s) * b / t / speed
+    work = elementwise_forward(workload)
+    elementwise, loss = work.layer, work.loss
+    logits = logits_forward_flops(shape, s) * b / t / speed + loss
+    comm = tp_forward_seconds(workload)
+    embedding = embedding_forward_seconds(workload)
+    # Each stage's forward: its layers, each with its tensor-parallel all-reduces, the input embedding on the first
+    # stage and the output layer on the last; without embedding_on_first or head_on_last that work is spread evenly,
+    # as the model did before stages were uneven.
+    ends = [(embedding if workload.embedding_on_first and stage == 0 else 0.0) +
+            (logits if workload.head_on_last and stage == stages - 1 else 0.0) for stage in range(stages)]
+    spread = (0.0 if workload.embedding_on_first else embedding) + (0.0 if workload.head_on_last else logits)
+    stage_forward = [count * (layer + comm + elementwise) + extra + spread / stages
+                     for count, extra in zip(layers, ends)]
+    if len(set(stage_forward)) == 1 and embedding == 0.0:  # equal stages: a GPU's share as always computed
+        fwd = (shape.layers * layer_forward_flops(shape, s) + logits_forward_flops(shape, s)) / num_gpus * b / t \
+            / speed + shape.layers / num_gpus * comm + (shape.layers * elementwise + loss) / num_gpus
+        weights: tuple[float, ...] = ()
+    else:
+        fwd = math.fsum(stage_forward) / num_gpus
+        weights = tuple(forward * v / fwd for forward in stage_forward)
+    # a layer's backward is twice its forward's FLOPs with the same all-reduces and 1.5 times its element-wise
+    # bytes, plus the forward again under full recomputation (the attention scores' element-wise work again under
+    # selective); the ratio of a layer holds for the whole stage
+    recompute = workload.recompute == "full"
+    scores = work.scores if workload.recompute == "selective" else 0.0
+    ratio = ((2.0 + recompute) * layer + (1.0 + recompute) * comm + (ELEMENTWISE_BACKWARD + recompute) * elementwise
+             + scores) / (layer + comm + elementwise)
+    bwd = 2.0 * fwd + (fwd if recompute else 0.0) if comm == 0.0 and elementwise == 0.0 else ratio * fwd
+    message = s * b * shape.hidden * workload.dtype_bytes / (t if workload.sequence_parallel else 1)
+    held = stage_params(workload, stages)
+    share, gather_share = sharded_collectives(workload, zero)  # seconds per parameter
+    sync_weights: tuple[float, ...] = ()
+    # the optimizer step reads and writes each parameter's bytes_per_param once at the memory bandwidth; under zero a
+    # GPU steps its shard alone
+    step = 2.0 * workload.bytes_per_param / (workload.device.memory_bandwidth or 1.0) / 1e9 \
+        if workload.optimizer_step else 0.0  # seconds per parameter
+    if zero:
+        step /= workload.shards
+    if len(set(held)) == 1 or (d == 1 and not step):  # equal stages, or nothing per stage: the fullest GPU's
+        fullest = max(gpu_params(workload, num_gpus, schedule, chunks))
+        sync, optimizer, gather = share * fullest, step * fullest, gather_share * fullest
+    else:  # each stage syncs (and steps) its own parameters; the lengths are the mean stage's, v of them
+        mean = math.fsum(held) / stages
+        sync, optimizer, gather = share * mean * v, step * mean * v, gather_share * mean * v
+        sync_weights = tuple(count / mean for count in held)
+    # context parallelism: each layer's keys and values pass the other c - 1 ranks (ring or all-gather, the same
+    # bytes), for a GPU's share of the layers
+    c = workload.context_parallel
+    assert shape.kv_heads is not None
+    kv_block = 2.0 * s * b * shape.kv_heads * (shape.hidden / shape.heads) * workload.dtype_bytes / t
+    exchange = (c - 1) * kv_block * shape.layers / num_gpus / (workload.p2p_bandwidth * 1e9)
+    return {"n": workload.micro_batches(n), "fwd_len": fwd, "bwd_len": bwd,
+            "prop_len": message / (workload.p2p_bandwidth * 1e9), "sync_base_len": sync, "w_fraction": 0.5,
+            "stage_weights": weights, "sync_weights": sync_weights,
+            "bwd_weights": backward_weights(workload, stages), "optimizer_len": optimizer, "gather_len": gather,
+            "cp_len": exchange}
+
+
+def backward_weights(workload: Workload, stages: int) -> tuple[float, ...]:
+    """``bwd_weights`` of ``recompute_per_stage`` (section 11): a stage's backward over its forward, ``((2 + c) layer
+    + (1 + c) tp) / (layer + tp)`` with c of its layers recomputed, over the same with c = 0; empty when no layer
+    is recomputed."""
+    shares = recompute_shares(workload, stages)
+    if not any(shares):
+        return ()
+    shape, t = workload.shape, workload.tensor_parallel
+    assert workload.seq_len is not None
+    speed = workload.device.tflops * 1e12 * workload.compute_efficiency
+    layer = layer_forward_flops(shape, workload.seq_len) * workload.rank_batch / t / speed
+    comm = tp_forward_seconds(workload)
+    work = elementwise_forward(workload)
+    scores = work.scores if workload.recompute == "selective" else 0.0  # the layers not fully recomputed
+    base = 2.0 * layer + comm + ELEMENTWISE_BACKWARD * work.layer + scores
+    return tuple(((2.0 + c) * layer + (1.0 + c) * comm + (ELEMENTWISE_BACKWARD + c) * work.layer
+                  + (1.0 - c) * scores) / base for c in shares)
+
+
+#: The environment parameters a workload sets; ``sync_freq`` defaults to ``n`` unless given.
+DERIVED_KEYS = ("n", "fwd_len", "bwd_len", "prop_len", "sync_base_len", "w_fraction", "stage_weights",
+                "sync_weights", "bwd_weights", "optimizer_len", "gather_len", "cp_len", "sync_freq")
+
+
+def workload_environment(workload: Workload, **env: Any) -> EnvParams:
+    """The environment of ``workload`` with the other parameters ``env`` (``num_gpus``, ``schedule``, noise...).
+
+    ``sync_freq`` defaults to ``n`` (one gradient sync per iteration); ``n`` may be given
+    only when the workload has no ``global_batch_size``.
+    """
+    for key in DERIVED_KEYS:
+        if key in env and key not in ("n", "sync_freq"):
+            raise ParameterError(key, env[key], "is derived from the workload; leave it out")
+    if "n" in env and workload.global_batch_size is not None:
+        raise ParameterError("n", env["n"], "is derived from global_batch_size; give one of them")
+    # checks num_gpus, schedule...; with the workload's own n, which a schedule's requirement on n judges
+    base = EnvParams(**{key: value for key, value in env.items() if key != "n"},
+                     n=workload.micro_batches(env.get("n", EnvParams().n)))
+    if base.zero and workload.bytes_per_param < 2 * workload.dtype_bytes:
+        raise ParameterError("bytes_per_param", workload.bytes_per_param, f"must hold a weight and a gradient (2 x "
+                             f"dtype_bytes = {2 * workload.dtype_bytes}) for zero {base.zero} to shard the rest")
+    derived = derived_parameters(workload, num_gpus=base.num_gpus, schedule=base.schedule, chunks=base.chunks,
+                                 n=env.get("n", EnvParams().n), zero=base.zero)
+    # zero 2 and 3 reduce-scatter each micro-batch's gradients as its backward ends (section 15)
+    sync_freq = env.get("sync_freq", 1 if base.zero >= 2 else derived["n"])
+    compute = "with this gpu, compute_efficiency, micro_batch_size, seq_len and tensor_parallel" + \
+        (" (and the gpu's memory_bandwidth, for elementwise)" if workload.elementwise else "")
+    for key, given, value, what in (
+            ("fwd_len", "model", workload.shape.name, compute),
+            ("bwd_len", "model", workload.shape.name, compute),
+            ("prop_len", "p2p_bandwidth", workload.p2p_bandwidth, "for each activation or gradient message"),
+            ("sync_base_len", "dp_bandwidth", workload.dp_bandwidth, "for each gradient sync"),
+            ("optimizer_len", "bytes_per_param", workload.bytes_per_param, "for the optimizer step of v mean stages "
+                                                                           "(optimizer_step)"),
+            ("gather_len", "dp_bandwidth", workload.dp_bandwidth, "for each all-gather of parameters (zero)"),
+            ("cp_len", "p2p_bandwidth", workload.p2p_bandwidth, "for each attention exchange (context_parallel)")):
+        try:  # a derived length out of its domain is said in terms of what the user gave
+            PARAMETER[key].domain.check(key, derived[key])
+        except ParameterError:
+            raise ParameterError(given, value, f"gives {key} = {derived[key]:.3g} s {what}, outside "
+                                               f"{PARAMETER[key].allowed} s") from None
+    return replace(base, **derived, sync_freq=sync_freq)
+
+
+def with_layers(workload: Workload, params: EnvParams, layers: tuple[int, ...]) -> tuple[Workload, EnvParams]:
+    """``workload`` and its environment ``params`` with the layers of each stage set to ``layers``."""
+    chosen = replace(workload, layers_per_stage=layers)
+    derived = derived_parameters(chosen, num_gpus=params.num_gpus, schedule=params.schedule, chunks=params.chunks,
+                                 n=params.n, zero=params.zero)
+    return chosen, replace(params, **derived)
+
+
+def auto_candidates(workload: Workload, params: EnvParams) -> list[tuple[Workload, EnvParams]]:
+    """The workloads and environments ``auto`` chooses among by simulating them (``auto_splits``), balanced first."""
+    stages = params.num_gpus * get_schedule(params.schedule).v(params.chunks)
+    return [with_layers(workload, params, layers) for layers in auto_splits(workload, stages)]

@@ -1,0 +1,130 @@
+"""Memory of a workload: activation bytes per layer (Korthikanti et al. 2022), parameters per GPU and stage, what
+zero keeps of them, and a GPU's memory after a run (docs/model.md sections 11 and 15)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from ..model import EnvParams, ParameterError
+from ..schedules import get_schedule
+from .flops import layer_params
+from .partition import stage_layers
+
+if TYPE_CHECKING:
+    from .definition import Workload
+
+
+def activation_bytes_per_layer(workload: Workload) -> float:
+    """Bytes one layer keeps for one micro-batch until its backward (Korthikanti et al. 2022, table 2).
+
+    The paper counts 16-bit activations; another ``dtype_bytes`` scales the count.
+    """
+    shape, s, b, t = workload.shape, workload.seq_len, workload.rank_batch, workload.tensor_parallel
+    assert s is not None
+    sbh, h, a = s * b * shape.hidden, shape.hidden, shape.heads
+    # without dropout no masks: 34 -> 32 (10 -> 8 of them on every tensor rank), 5 a s / h -> 2 a s / h
+    kept, replicated, scores = (34.0, 10.0, 5.0) if workload.dropout else (32.0, 8.0, 2.0)
+    if workload.recompute == "full":
+        per_token = 2.0
+    elif workload.recompute == "selective" or workload.flash_attention:  # the attention scores not kept
+        per_token = kept / t if workload.sequence_parallel else replicated + 24.0 / t
+    elif workload.sequence_parallel:
+        per_token = (kept + scores * a * s / h) / t
+    else:
+        per_token = replicated + 24.0 / t + scores * a * s / (h * t)
+    return sbh * per_token * workload.dtype_bytes / 2.0
+
+
+def gpu_params(workload: Workload, num_gpus: int, schedule: str = "1f1b", chunks: int = 2) -> list[float]:
+    """Parameters held by each GPU (per tensor-parallel rank): the layers of its stages, and the embeddings of the
+    first and last stage wherever the schedule places them."""
+    shape, t = workload.shape, workload.tensor_parallel
+    spec = get_schedule(schedule)
+    v = spec.v(chunks)
+    stages = num_gpus * v
+    layers = stage_layers(workload, stages)
+    if workload.layers_per_stage == "balanced" and shape.layers % stages == 0:
+        held = [shape.layers / num_gpus * layer_params(shape) / t] * num_gpus  # the even split, as it always was
+    else:
+        held = [0.0] * num_gpus
+        for stage, count in enumerate(layers):
+            held[spec.placement(stage, num_gpus, v)] += count * layer_params(shape) / t
+    embedding = shape.vocab * shape.hidden / t
+    for stage in (0, stages - 1):
+        held[spec.placement(stage, num_gpus, v)] += embedding
+    return held
+
+
+def stage_params(workload: Workload, stages: int) -> list[float]:
+    """Parameters of each stage (per tensor-parallel rank): its layers, the input embedding on the first stage and the
+    output layer on the last (both where gradients are synced, whatever ``embedding_on_first`` says of the work)."""
+    shape, t = workload.shape, workload.tensor_parallel
+    held = [count * layer_params(shape) / t for count in stage_layers(workload, stages)]
+    for stage in (0, stages - 1):
+        held[stage] += shape.vocab * shape.hidden / t
+    return held
+
+
+def recompute_shares(workload: Workload, stages: int) -> tuple[float, ...]:
+    """The share of each stage's layers fully recomputed on top of ``recompute``: ``recompute_per_stage``, or all 0."""
+    shares = workload.recompute_per_stage
+    if shares is None:
+        return (0.0,) * stages
+    if len(shares) != stages:
+        raise ParameterError("recompute_per_stage", list(shares), f"must give one share per stage: {stages} here")
+    return shares
+
+
+def activation_factors(workload: Workload, stages: int) -> tuple[float, ...]:
+    """Each stage's activations per layer over those of ``recompute``: ``c x full / base + 1 - c`` with c of its
+    layers fully recomputed (``recompute_per_stage``; all 1 without it)."""
+    shares = recompute_shares(workload, stages)
+    if not any(shares):
+        return (1.0,) * stages
+    full = activation_bytes_per_layer(replace(workload, recompute="full", recompute_per_stage=None))
+    base = activation_bytes_per_layer(workload)
+    return tuple(c * full / base + 1.0 - c for c in shares)
+
+
+def gpu_memory_gb(workload: Workload, params: EnvParams,
+                  gpu_peak_activations: list[float] | tuple[float, ...]) -> tuple[float, ...]:
+    """Per GPU, GB of parameters and optimizer state and of its peak activations (section 7's unit)."""
+    per_microbatch = activation_bytes_per_layer(workload) * workload.shape.layers / params.num_gpus
+    per_param, working = static_memory(workload, params.zero, params.sync_freq)
+    static = [held * per_param + working for held in gpu_params(workload, params.num_gpus, params.schedule,
+                                                                 params.chunks)]
+    if workload.recompute_per_stage is None:
+        return tuple((held + peak * per_microbatch) / 1e9 for held, peak in zip(static, gpu_peak_activations))
+    # a GPU's activations scaled by the largest factor of its stages (exact with one stage a GPU)
+    spec, v = get_schedule(params.schedule), params.v
+    factors = [0.0] * params.num_gpus
+    for stage, factor in enumerate(activation_factors(workload, params.num_gpus * v)):
+        gpu = spec.placement(stage, params.num_gpus, v)
+        factors[gpu] = max(factors[gpu], factor)
+    return tuple((held + peak * factor * per_microbatch) / 1e9
+                 for held, peak, factor in zip(static, gpu_peak_activations, factors))
+
+
+def static_memory(workload: Workload, zero: int, sync_freq: int) -> tuple[float, float]:
+    """Bytes a GPU keeps per parameter it holds, and the bytes of zero 3's gathered working set (docs/model.md
+    section 15; Rajbhandari et al. 2020, "ZeRO", section 5).
+
+    Of ``bytes_per_param``, a weight and a gradient take ``dtype_bytes`` each and the optimizer state the rest.
+    Over S = ``shards`` GPUs, zero 1 divides the optimizer state by S, zero 2 the gradients too (when each
+    micro-batch's are reduce-scattered, ``sync_freq`` 1; accumulated over several, a whole gradient is kept), and
+    zero 3 everything. A zero-3 GPU also holds, unsharded, the weights of the layer it computes and of the one it
+    prefetches and the gradients of one layer before they are reduce-scattered: three of its largest units (a layer,
+    or the embedding) at ``dtype_bytes``.
+    """
+    total = workload.bytes_per_param
+    if not zero:
+        return total, 0.0
+    shards, value = workload.shards, float(workload.dtype_bytes)
+    if zero == 1 or (zero == 2 and sync_freq > 1):
+        return 2 * value + (total - 2 * value) / shards, 0.0
+    if zero == 2:
+        return value + (total - value) / shards, 0.0
+    shape = workload.shape
+    unit = max(layer_params(shape), shape.vocab * shape.hidden) / workload.tensor_parallel
+    return total / shards, 3.0 * unit * value
