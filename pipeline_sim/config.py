@@ -242,6 +242,12 @@ class EnvironmentGrid:
             raise ConfigError(f"{source}: the top level must be a JSON object of parameter names, "
                               f"got {type(raw).__name__}")
         names = EnvParams.names()
+        for p in PARAMETERS:  # a parameter's other name (pipeline_parallel for num_gpus) reads as the parameter
+            if p.alias in raw:
+                if p.name in raw:
+                    raise ConfigError(f"{source}: both {p.name!r} and {p.alias!r} given; they name one parameter, "
+                                      f"give one")
+                raw = {(p.name if key == p.alias else key): value for key, value in raw.items()}
         unknown = [key for key in raw if key not in names + WORKLOAD_KEYS + SETTING_KEYS]
         if unknown:
             raise ConfigError(f"{source}: unknown key {unknown[0]!r}; valid keys: "

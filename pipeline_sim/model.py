@@ -241,7 +241,7 @@ class EnvParams:
                        metavar="N", flags=("-n", "--num_groups"))
     num_gpus: int = parameter(4, Integers(1), "the pipeline degree: GPUs of one pipeline, a stage (or v chunks) "
                               "each", short="gpus", label="GPUs", group="environment", metavar="P",
-                              flags=("--num-gpus", "--pipeline-parallel"))
+                              alias="pipeline_parallel")
     sync_freq: int = parameter(1, Integers(1), "a grad_sync follows every SYNC_FREQ-th backward", short="sf",
                                label="sync_freq", group="environment")
     fwd_len: float = parameter(1.0, Lengths(), "work of one forward", short="fwd", label="fwd", group="environment")

@@ -214,7 +214,8 @@ Domain = Integers | Interval | Lengths | Names | Weights
 class Parameter:
     """One environment parameter. ``short`` labels its value in file names (``fi`` in ``_fi0.2``; empty: the
     value alone), ``label`` in titles (``fwd impact=0.2``; empty: the value alone); ``flags`` are the
-    visualizers' (by default ``--name-with-dashes``)."""
+    visualizers' (by default ``--name-with-dashes``, and the alias's); ``alias`` another name a config accepts, the
+    word other tools use for it (``pipeline_parallel``)."""
 
     name: str
     type: type
@@ -226,10 +227,12 @@ class Parameter:
     group: str
     metavar: str | None = None
     flags: tuple[str, ...] = ()
+    alias: str | None = None
 
     @property
     def flag_names(self) -> tuple[str, ...]:
-        return self.flags or ("--" + self.name.replace("_", "-"),)
+        names = self.flags or ("--" + self.name.replace("_", "-"),)
+        return names + (("--" + self.alias.replace("_", "-"),) if self.alias else ())
 
     @property
     def flag(self) -> str:
@@ -272,12 +275,13 @@ _TYPES = {"int": int, "float": float, "str": str, "tuple[float, ...]": tuple}
 
 
 def parameter(default: Any, domain: Domain, help: str, *, short: str, label: str, group: str,
-              metavar: str | None = None, flags: tuple[str, ...] = ()) -> Any:
+              metavar: str | None = None, flags: tuple[str, ...] = (), alias: str | None = None) -> Any:
     """A dataclass field that carries its parameter's metadata (``parameters_of`` reads it back)."""
     if group not in GROUPS:
         raise ValueError(f"group {group!r} is none of {GROUPS}")
     return field(default=default, metadata={"parameter": dict(domain=domain, help=help, short=short, label=label,
-                                                               group=group, metavar=metavar, flags=flags)})
+                                                               group=group, metavar=metavar, flags=flags,
+                                                               alias=alias)})
 
 
 def parameters_of(cls: type) -> tuple[Parameter, ...]:

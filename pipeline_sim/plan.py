@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Callable, Iterable, Iterator, Mapping, TypeVar
+from typing import Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 import numpy as np
 
@@ -54,7 +54,10 @@ MIN_CONTEXT_TOKENS = 8192
 PARTITIONS = {"balanced": "balanced", "bottleneck": "auto"}
 #: The policy grid the fastest layouts are simulated over (31 policies).
 POLICY_STEP = 1.0
+#: The planner lists this many fastest runs (``--by run``), or the fastest run of each of ``TOP_LAYOUTS`` fastest
+#: layouts (tensor, context, pipeline and data-parallel degrees); each listed run is simulated over the policy grid.
 TOP = 10
+TOP_LAYOUTS = 5
 #: Peaks of the static order are reached within the warm-up and first steady rounds, so the memory check before
 #: simulating counts them on at most this many micro-batches per pipeline stage (fewer can only lower a peak).
 PEAK_ROUNDS = 4
@@ -64,12 +67,14 @@ SCREEN_ROUNDS = 2
 #: The dimensions a user may pin (``Filters``), by the workload's or the environment's word.
 DIMENSIONS = ("tensor_parallel", "context_parallel", "pipeline_parallel", "data_parallel", "zero",
               "micro_batch_size", "schedule", "chunks", "recompute")
-COLUMNS = ("rank", "tensor_parallel", "context_parallel", "pipeline_parallel", "data_parallel", "zero",
+COLUMNS = ("rank", "layout_rank", "tensor_parallel", "context_parallel", "pipeline_parallel", "data_parallel", "zero",
            "micro_batch_size", "schedule", "chunks", "recompute", "partition", "layers_per_stage",
            "iteration_seconds", "tokens_per_second", "tflops_per_gpu", "mfu", "memory_gb", "gpu_memory_gb",
            "over_gb", "policy", "simulated")
+#: The columns of a layout itself (``Layout.row``): what ``--mark`` may name.
+LAYOUT_COLUMNS = COLUMNS[2:13]
 #: What the ``simulated`` column says of a layout that was not simulated.
-OVER_MEMORY, ABOVE_BOUND = "no: over memory", "no: bound above the tenth"
+OVER_MEMORY, ABOVE_BOUND = "no: over memory", "no: bound above the listed"
 LOWER_ZERO = "no: a lower zero stage was faster"
 
 #: Per dimension, the values a user allows (a dimension left out is searched whole).
@@ -105,6 +110,11 @@ class Layout:
     @property
     def data(self) -> int:
         return self.workload.data_parallel
+
+    @property
+    def degrees(self) -> tuple[int, int, int, int]:
+        """Tensor, context, pipeline and data-parallel degrees: the layout a user names, whatever runs on it."""
+        return self.tensor, self.context, self.pipeline, self.data
 
     def describe(self) -> str:
         """``t 8 p 16 d 64, b 1, interleaved-1f1b x4, zero 1, recompute none, balanced`` (``c`` when above 1)."""
@@ -150,9 +160,9 @@ class Outcome:
     def fits(self) -> bool:
         return self.memory_gb <= self.budget_gb
 
-    def cells(self, rank: int | str) -> list[object]:
+    def cells(self, rank: int | str, layout_rank: int | str) -> list[object]:
         w = self.layout.workload
-        return [rank, *self.layout.row(), self.seconds, self.tokens_per_second, self.mfu * w.device.tflops,
+        return [rank, layout_rank, *self.layout.row(), self.seconds, self.tokens_per_second, self.mfu * w.device.tflops,
                 self.mfu, self.memory_gb, w.device.memory_gb, max(0.0, self.memory_gb - self.budget_gb),
                 self.policy, "full" if self.full else "extrapolated"]
 
@@ -160,7 +170,8 @@ class Outcome:
 @dataclass(frozen=True)
 class Unsimulated:
     """A layout enumerated but not simulated: its memory already over the budget (``memory_gb``: at least this, the
-    parameters' or the estimate's), or its bound above the tenth fastest time."""
+    parameters' or the estimate's), or its bound above the time of the last listed (the tenth fastest run or the
+    fifth fastest layout, the slower)."""
 
     cells: tuple[object, ...]  # the layout's own cells (``Layout.row``)
     memory_gb: float
@@ -170,7 +181,7 @@ class Unsimulated:
 
     def row(self) -> list[object]:
         over = max(0.0, self.memory_gb - self.budget_gb)
-        return ["", *self.cells, "", "", "", "", self.memory_gb, self.gpu_memory_gb, over if over else "", "",
+        return ["", "", *self.cells, "", "", "", "", self.memory_gb, self.gpu_memory_gb, over if over else "", "",
                 self.reason]
 
 
@@ -186,12 +197,67 @@ class PlanResult:
     pruned_bound: int
     unsimulated: tuple[Unsimulated, ...] = ()
 
+    def layout_ranks(self) -> dict[tuple[int, int, int, int], int]:
+        """Each layout's (``Layout.degrees``) rank by its fastest run that fits."""
+        ranks: dict[tuple[int, int, int, int], int] = {}
+        for outcome in self.ranked:
+            ranks.setdefault(outcome.layout.degrees, len(ranks) + 1)
+        return ranks
+
+    def best_layouts(self) -> list[Outcome]:
+        """The fastest run of each of the ``TOP_LAYOUTS`` fastest layouts, fastest first (exact: every run not
+        simulated is bounded above the last one's)."""
+        return _layout_leaders(self.ranked)
+
     def rows(self) -> list[list[object]]:
-        """The CSV's rows: the layouts that fit, fastest first and ranked; the simulated ones that do not, fastest
-        first; then those not simulated, lightest first."""
+        """The CSV's rows: the runs that fit, fastest first and ranked (with their layout's rank); the simulated
+        ones that do not, fastest first; then those not simulated, lightest first."""
         over = sorted((o for o in self.tried if not o.fits), key=lambda o: o.seconds)
-        return [*(o.cells(rank) for rank, o in enumerate(self.ranked, 1)), *(o.cells("") for o in over),
+        ranks = self.layout_ranks()
+        return [*(o.cells(rank, ranks[o.layout.degrees]) for rank, o in enumerate(self.ranked, 1)),
+                *(o.cells("", "") for o in over),
                 *(u.row() for u in sorted(self.unsimulated, key=lambda u: u.memory_gb))]
+
+
+def _layout_leaders(ranked: Sequence[Outcome]) -> list[Outcome]:
+    """The first run of each layout in ``ranked``, for the first ``TOP_LAYOUTS`` layouts."""
+    seen: set[tuple[int, int, int, int]] = set()
+    leaders = []
+    for outcome in ranked:
+        if outcome.layout.degrees not in seen and len(seen) < TOP_LAYOUTS:
+            seen.add(outcome.layout.degrees)
+            leaders.append(outcome)
+    return leaders
+
+
+def _leading(ranked: Sequence[Outcome]) -> list[Outcome]:
+    """What the planner lists, by run or by layout: the ``TOP`` fastest runs and the fastest run of each of the
+    ``TOP_LAYOUTS`` fastest layouts."""
+    return list({id(o): o for o in (*ranked[:TOP], *_layout_leaders(ranked))}.values())
+
+
+class _Leaders:
+    """The fastest fitting times screened so far: of the ``TOP`` fastest runs, and of each layout."""
+
+    def __init__(self) -> None:
+        self.runs: list[float] = []
+        self.layouts: dict[tuple[int, int, int, int], float] = {}
+
+    def record(self, outcomes: list[Outcome | float | None]) -> None:
+        for outcome in outcomes:
+            if isinstance(outcome, Outcome) and outcome.fits:
+                self.runs.append(outcome.seconds)
+                key = outcome.layout.degrees
+                self.layouts[key] = min(self.layouts.get(key, math.inf), outcome.seconds)
+        self.runs.sort()
+        del self.runs[TOP:]
+
+    def threshold(self) -> float:
+        """A run bounded at or above this time can enter neither the ``TOP`` fastest runs nor the
+        ``TOP_LAYOUTS`` fastest layouts."""
+        if len(self.runs) < TOP or len(self.layouts) < TOP_LAYOUTS:
+            return math.inf
+        return max(self.runs[TOP - 1], sorted(self.layouts.values())[TOP_LAYOUTS - 1])
 
 
 def _divisors(number: int) -> list[int]:
@@ -490,39 +556,34 @@ def plan(base: Workload, gpus: int, *, env: dict[str, object] | None = None, sam
     ordered = sorted((tuple(sorted(members, key=lambda layout: layout.params.zero)) for members in families.values()),
                      key=lambda members: members[0].bound)
     total = len(ordered) + min(TOP, len(small))
-    live: list[float] = []  # the TOP fastest fitting times screened so far, ascending
+    live = _Leaders()
     settled = 0
 
     def items() -> Iterator[tuple[tuple[Layout, ...], int, float]]:
         nonlocal settled
         for index, family in enumerate(ordered):
-            # a layout whose bound is above the TOP-th fastest time found cannot make the list; bounds ascend, so
-            # neither can any after it
-            if len(live) >= TOP and family[0].bound >= live[TOP - 1]:
+            # a run whose bound is above the TOP-th fastest layout's time cannot make either list; bounds ascend,
+            # so neither can any after it
+            if family[0].bound >= live.threshold():
                 settled += len(ordered) - index
                 return
             yield family, samples, budget
-
-    def fastest(times: list[float], outcomes: list[Outcome | float | None]) -> None:
-        times.extend(o.seconds for o in outcomes if isinstance(o, Outcome) and o.fits)
-        times.sort()
-        del times[TOP:]
 
     screened: list[list[Outcome | float | None]] = []
     for outcomes in _map(_screen, items(), workers, cluster):
         settled += 1
         screened.append(outcomes)
-        fastest(live, outcomes)
+        live.record(outcomes)
         if progress:
             progress(settled, total)
     # What a serial search screens: the layouts in flight when the bound was crossed are kept only if they were
     # below it when their turn came, so that the result is the same on any number of workers or a cluster.
     tried: list[Outcome] = []
     unsimulated = list(found.too_large)
-    serial: list[float] = []
+    serial = _Leaders()
     count = 0
     for family, outcomes in zip(ordered, screened):
-        if len(serial) >= TOP and family[0].bound >= serial[TOP - 1]:
+        if family[0].bound >= serial.threshold():
             break
         count += 1
         for layout, outcome in zip(family, outcomes):
@@ -532,7 +593,7 @@ def plan(base: Workload, gpus: int, *, env: dict[str, object] | None = None, sam
                 unsimulated.append(Unsimulated(tuple(layout.row()), estimated_memory_gb(layout) if outcome is None
                                                else outcome, budget, base.device.memory_gb,
                                                LOWER_ZERO if outcome is None else OVER_MEMORY))
-        fastest(serial, outcomes)
+        serial.record(outcomes)
     too_large = sum(1 for u in unsimulated if u.reason == OVER_MEMORY) - len(found.too_large)
     late = [layout for family in ordered[count:] for layout in family]
     unsimulated.extend(Unsimulated(tuple(layout.row()), estimated_memory_gb(layout), budget, base.device.memory_gb,
@@ -548,10 +609,11 @@ def plan(base: Workload, gpus: int, *, env: dict[str, object] | None = None, sam
                         f"{room}, recomputation and zero included{where}"
                         + (f"; tensor degree 1 only ({NO_TENSOR_PARALLEL})" if base.tp_bandwidth is None else "")
                         + pinned)
-    # the fastest, again over the policy grid and in full; until the TOP fastest are all such (a layout simulated
-    # in full may turn out slower than the screening's extrapolation of the next)
+    # the fastest runs and layouts, again over the policy grid and in full; until those listed are all such (a
+    # run simulated in full may turn out slower than the screening's extrapolation of the next)
     ranked = fitting
-    while pending := [o for o in ranked[:TOP] if not o.full or o.policy == Policy().label and id(o) not in passed]:
+    while pending := [o for o in _leading(ranked) if not o.full or o.policy == Policy().label
+                      and id(o) not in passed]:
         for old, new in zip(pending, _map(_policy_pass, ((o, samples) for o in pending), workers, cluster)):
             passed.add(id(new))
             tried[tried.index(old)] = new

@@ -44,9 +44,16 @@ def test_integer_ranges_and_scalars():
     assert grid.as_dict()["num_gpus"] == [2]
 
 
+def test_pipeline_parallel_is_the_pipeline_degree():
+    named = EnvironmentGrid.from_mapping({"pipeline_parallel": [2, 4], "schedule": ["1f1b", "zb-h1"]})
+    assert list(named) == list(EnvironmentGrid.from_mapping({"num_gpus": [2, 4], "schedule": ["1f1b", "zb-h1"]}))
+    assert named.varying() == ["num_gpus", "schedule"]
+
+
 @pytest.mark.parametrize("raw, fragment", [
     ([1, 2], "top level must be a JSON object"),
     ({"nn": 3}, "unknown key 'nn'; valid keys: n, num_gpus"),
+    ({"num_gpus": 4, "pipeline_parallel": 4}, "both 'num_gpus' and 'pipeline_parallel' given; they name one parameter"),
     ({"n": "eight"}, "config key 'n': 'eight' is not an integer"),
     ({"n": 8.5}, "8.5 is not an integer"),
     ({"fwd_len": [1.0, "x"]}, "'x' is not a number"),

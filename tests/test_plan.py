@@ -15,6 +15,7 @@ from pipeline_sim.plan import (
     LOWER_ZERO,
     OVER_MEMORY,
     TOP,
+    TOP_LAYOUTS,
     PlanError,
     chunk_counts,
     enumerate_layouts,
@@ -36,7 +37,7 @@ def test_a_small_plan_end_to_end(tmp_path):
     assert lines[0].startswith("llama3-8b on 8 x h100-80gb, batch 64 x 4096 tokens, efficiency 0.5, optimizer step, "
                                "element-wise work, no dropout:")
     listed = [line for line in lines if line[:3].strip().isdigit()]
-    assert len(listed) == TOP
+    assert lines[1].startswith(f"the {TOP_LAYOUTS} fastest layouts, each by its fastest run")
     with open(tmp_path / "plan.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert tuple(rows[0]) == COLUMNS
@@ -63,8 +64,23 @@ def test_a_small_plan_end_to_end(tmp_path):
     times = [float(row["iteration_seconds"]) for row in ranked]
     assert times == sorted(times) and [int(row["rank"]) for row in ranked] == list(range(1, len(ranked) + 1))
     assert {row["simulated"] for row in ranked[:TOP]} == {"full"}
-    # the printed best is the CSV's first row
-    assert rows[0]["schedule"] in listed[0] and f"t {rows[0]['tensor_parallel']} " in listed[0]
+    # a layout (its four degrees) ranks by its fastest run; the printed list is each layout's first run in the top
+    degrees = [tuple(row[key] for key in ("tensor_parallel", "context_parallel", "pipeline_parallel",
+                                          "data_parallel")) for row in ranked]
+    firsts = [index for index, key in enumerate(degrees) if key not in degrees[:index]]
+    assert [int(ranked[index]["layout_rank"]) for index in firsts] == list(range(1, len(firsts) + 1))
+    assert all(row["layout_rank"] == ranked[degrees.index(key)]["layout_rank"] for row, key in zip(ranked, degrees))
+    shown = firsts[:TOP_LAYOUTS]
+    assert len(listed) == len(shown) == TOP_LAYOUTS
+    assert {row["simulated"] for row in ranked if row in [ranked[index] for index in shown]} == {"full"}
+    for line, index in zip(listed, shown):
+        row = ranked[index]
+        assert row["schedule"] in line and f"t {row['tensor_parallel']} " in line
+        assert f" p {row['pipeline_parallel']} d {row['data_parallel']}," in line
+    by_run = run_script("plan.py", *SMALL, "-o", "runs.csv", "--by", "run", cwd=tmp_path)
+    assert by_run.returncode == 0, by_run.stderr
+    runs = [line for line in by_run.stdout.splitlines() if line[:3].strip().isdigit()]
+    assert len(runs) == TOP and runs[0].split()[1:] == listed[0].split()[1:]
     assert_png_drawn(tmp_path / "plan.png", min_width=1000, min_height=600)
     # a second plan of the same name is refused, and replaced with --overwrite
     again = run_script("plan.py", *SMALL, "-o", "plan.csv", cwd=tmp_path)

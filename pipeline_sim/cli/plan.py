@@ -15,9 +15,11 @@ from ..files import atomic_output, exclusive_writer, output_target
 from ..plan import (
     COLUMNS,
     DIMENSIONS,
+    LAYOUT_COLUMNS,
     NO_TENSOR_PARALLEL,
     SCHEDULES,
     TOP,
+    TOP_LAYOUTS,
     ZERO_STAGES,
     Outcome,
     PlanResult,
@@ -41,11 +43,12 @@ from .common import (
 
 def build_parser(prog: str) -> Parser:
     parser = Parser(prog=prog, description=(
-        "Search the layouts of a model on a number of GPUs: tensor, pipeline and data-parallel degrees that divide "
-        "the GPUs and the model, micro-batch size, schedule, recomputation and partition. Layouts that cannot fit "
-        "in memory or cannot beat the tenth fastest are left out before simulating; the fastest ten are simulated "
-        "again over a policy grid. Prints the ten fastest that fit, writes every layout simulated to a CSV and "
-        "draws iteration time against memory per GPU (docs/model.md section 14)."))
+        "Search the layouts of a model on a number of GPUs: tensor, context, pipeline and data-parallel degrees "
+        "that divide the GPUs and the model, and for each the micro-batch size, schedule, chunks, zero stage, "
+        "recomputation and partition of its runs. Runs that cannot fit in memory or cannot beat those listed are "
+        "left out before simulating; those listed are simulated again over a policy grid. Lists the fastest run "
+        "of each of the five fastest layouts (--by run: the ten fastest runs), writes every run enumerated to a "
+        "CSV and draws iteration time against memory per GPU (docs/model.md section 14)."))
     parser.add_argument("--model", required=True, metavar="NAME|JSON",
                         help=f"a preset ({', '.join(MODEL_PRESETS)}) or a JSON object with layers, hidden, heads, "
                              f"ffn_hidden, vocab[, kv_heads, gated_mlp, seq_len]")
@@ -96,6 +99,11 @@ def build_parser(prog: str) -> Parser:
             ("recompute", str, f"recomputation ({', '.join(RECOMPUTE_MODES)})")):
         pins.add_argument("--" + key.replace("_", "-"), dest=key, default=None, metavar="V[,V...]",
                           type=_values(key, kind), help=text)
+    parser.add_argument("--by", choices=("layout", "run"), default="layout",
+                        help="list the five fastest layouts (tensor, context, pipeline and data-parallel degrees), "
+                             "each by its fastest run, or the ten fastest runs, several of one layout with other "
+                             "schedules, sharding or recomputation (default %(default)s; the CSV has "
+                             "both ranks)")
     parser.add_argument("--memory-headroom", type=float, default=0.0, metavar="GB",
                         help="memory each GPU keeps free (fragmentation, buffers): a layout fits within the GPU's "
                              "memory less this (default %(default)s)")
@@ -137,8 +145,9 @@ def _marks(texts: list[str]) -> list[dict[str, str]]:
         mark = {}
         for item in text.replace(" ", "").split(","):
             key, sep, value = item.partition("=")
-            if not sep or key not in COLUMNS[1:11]:
-                raise UserError(f"--mark {text!r}: expected KEY=VALUE,... with KEY one of {', '.join(COLUMNS[1:11])}")
+            if not sep or key not in LAYOUT_COLUMNS[:-1]:
+                raise UserError(f"--mark {text!r}: expected KEY=VALUE,... with KEY one of "
+                                f"{', '.join(LAYOUT_COLUMNS[:-1])}")
             mark[key] = value
         marks.append(mark)
     return marks
@@ -152,7 +161,7 @@ def write_csv(result: PlanResult, path: Path) -> None:
 
 
 def _matches(outcome: Outcome, mark: dict[str, str]) -> bool:
-    cells = dict(zip(COLUMNS[1:12], outcome.layout.row()))
+    cells = dict(zip(LAYOUT_COLUMNS, outcome.layout.row()))
     return all(str(cells[key]) == value for key, value in mark.items())
 
 
@@ -178,9 +187,10 @@ def draw(result: PlanResult, path: Path, title: str, marks: list[dict[str, str]]
         found = [o for o in tried if _matches(o, mark)]
         if found:
             chosen = min(found, key=lambda o: (not o.fits, o.seconds))
-            rank = f"#{result.ranked.index(chosen) + 1} " if chosen in result.ranked else ""
-            named.append((tried.index(chosen), _label(chosen, f"{rank}marked " + ",".join(f"{k}={v}" for k, v
-                                                                                           in mark.items()))))
+            where = (f" (layout #{result.layout_ranks()[chosen.layout.degrees]}, run "
+                     f"#{result.ranked.index(chosen) + 1})" if chosen in result.ranked else "")
+            named.append((tried.index(chosen), _label(chosen, "marked " + ",".join(f"{k}={v}" for k, v in mark.items())
+                                                      + where)))
     fig, ax = plt.subplots(figsize=(11, 7), layout="constrained")
     plot_plan(ax, [o.memory_gb for o in tried], [o.seconds for o in tried], [o.fits for o in tried],
               best.layout.workload.device.memory_gb, best.budget_gb, named, title)
@@ -263,9 +273,14 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                      f"{base.seq_len} tokens, efficiency {base.compute_efficiency:g}"
                      f"{''.join(', ' + extra for extra in extras)}: {len(result.tried)} layouts simulated of "
                      f"{result.enumerated}")
-            print(f"{title} ({result.pruned_memory} too large for memory, {result.pruned_bound} unable to beat the "
-                  f"tenth fastest), {elapsed:.1f} s")
-            top = result.ranked[:TOP]
+            print(f"{title} ({result.pruned_memory} too large for memory, {result.pruned_bound} unable to beat those "
+                  f"listed), {elapsed:.1f} s")
+            if args.by == "layout":
+                top = result.best_layouts()
+                print(f"the {TOP_LAYOUTS} fastest layouts, each by its fastest run (--by run lists the {TOP} fastest "
+                      f"runs):")
+            else:
+                top = list(result.ranked[:TOP])
             width = max([len("layout"), *(len(outcome.layout.describe()) for outcome in top)])
             print(f"{'':>3} {'layout':<{width}} {rank_by:>13} {'tokens/s':>10} {'TFLOP/s':>8} {'MFU':>6} "
                   f"{'GB/GPU':>7}  policy")
