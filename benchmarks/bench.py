@@ -418,8 +418,9 @@ def planner_405b(workers: int) -> dict:
                     dropout=False)
     started = time.perf_counter()
     result = plan(base, 8192, workers=workers)
+    meta = result.layout_ranks().get((8, 1, 16, 64))  # Dubey et al. 2024, table 4
     return {"workers": workers, "seconds": time.perf_counter() - started, "enumerated": result.enumerated,
-            "simulated": len(result.tried), "best": result.ranked[0].layout.describe()}
+            "simulated": len(result.tried), "best": result.ranked[0].layout.describe(), "meta_layout_rank": meta}
 
 
 def main() -> int:
@@ -435,7 +436,8 @@ def main() -> int:
     compile_kernel()
     planner = planner_405b(cores)
     print(f"planner, Llama 3 405B on 8,192 H100: {planner['seconds']:.1f} s on {cores} workers, "
-          f"{planner['simulated']} of {planner['enumerated']:,} layouts simulated; best {planner['best']}", flush=True)
+          f"{planner['simulated']} of {planner['enumerated']:,} layouts simulated; best {planner['best']}; Meta's "
+          f"t 8 p 16 d 64 layout #{planner['meta_layout_rank']}", flush=True)
     if args.planner:
         return 0
     single = sims_per_second(1.0 if args.quick else 4.0)
