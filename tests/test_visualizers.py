@@ -116,3 +116,53 @@ def test_every_schedule_draws_with_memory_and_order(schedule, n, tmp_path):
 def test_schedule_mistakes_get_one_line(args, fragments, tmp_path):
     result = run_here(SCRIPTS[1], *args, "--no-show", cwd=tmp_path)
     assert_one_line_error(result, *fragments)
+
+
+def _chart(params, width):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.collections import PolyCollection
+
+    from pipeline_sim import Policy
+    from pipeline_sim.engine import simulate
+    from pipeline_sim.plotting.gantt import plot_gantt
+
+    schedule = simulate(params, Policy())
+    fig, ax = plt.subplots(figsize=(width, 4))
+    aggregated = plot_gantt(ax, schedule, show_memory=True)
+    bars = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    legend = [text.get_text() for text in ax.get_legend().get_texts()]
+    plt.close(fig)
+    return schedule, aggregated, bars, len(ax.images), legend
+
+
+def test_a_chart_draws_every_bar_until_bars_are_narrower_than_pixels():
+    from pipeline_sim import EnvParams
+
+    params = EnvParams(n=8, num_gpus=4, schedule="zb-h1")
+    schedule, aggregated, bars, images, legend = _chart(params, 12)
+    parts = sum(len(task.parts) for task in schedule.tasks if task.parts and task.end > task.start)
+    assert not aggregated and images == 0
+    # one collection of compute bars (a rectangle per part), one of transfer pieces (at least one per transfer)
+    assert len(bars[0].get_paths()) == parts
+    transfers = sum(1 for task in schedule.tasks if not task.parts and task.end > task.start)
+    assert len(bars[1].get_paths()) >= transfers
+
+    # 400 micro-batches on a 4-inch axis: no bar is 3 pixels wide, so each pixel column shows what ran in it
+    many = EnvParams(n=400, num_gpus=4, schedule="zb-h1")
+    schedule, aggregated, bars, images, legend = _chart(many, 6)
+    assert aggregated and bars == [] and images == 4 * 2  # a compute and a transfer row per GPU
+    count = sum(1 for task in schedule.tasks if task.parts and task.end > task.start)
+    assert any(text.startswith(f"{count:,} compute bars, too narrow") for text in legend)
+
+
+def test_pixel_columns_hold_what_ran_in_them():
+    import numpy as np
+
+    from pipeline_sim.plotting.gantt import _busy
+
+    edges = np.array([0.0, 1.0, 2.0, 3.0, 4.0])
+    # [0.5, 2.5) at rate 1 and [1.5, 4) at rate 0.5: each column's integral of the rates
+    busy = _busy(np.array([0.5, 1.5]), np.array([2.5, 4.0]), np.array([1.0, 0.5]), edges)
+    assert busy == pytest.approx([0.5, 1.0 + 0.25, 0.5 + 0.5, 0.5])

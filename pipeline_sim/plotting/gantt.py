@@ -6,12 +6,14 @@ from bisect import bisect_left
 from collections import defaultdict
 from typing import Sequence, cast
 
+import numpy as np
 from matplotlib.artist import Artist
 from matplotlib.axes import Axes
+from matplotlib.collections import PolyCollection
 from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
-from matplotlib.patches import Patch, Rectangle
+from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
 
 from ..model import COMPUTE_KINDS, TRANSFER_KINDS, Schedule, Task, TaskKind
@@ -39,6 +41,13 @@ MEMORY_COLOR = "#6A3D9A"
 ROW_HEIGHT = 0.8
 #: How much lighter the last chunk of a GPU is drawn than its first (chunks between, in proportion).
 CHUNK_LIGHTEN = 0.45
+#: The resolution charts are saved at (dots per inch).
+DPI = 130
+#: Below this median width of a compute bar, in pixels, bars are no longer drawn one by one: each pixel column of
+#: a row shows what ran in it (``_aggregate``), the only thing a reader could see there.
+MIN_BAR_PIXELS = 3.0
+#: Pixel rows of an aggregated transfer row: its stack of mean rates at this vertical resolution.
+STACK_PIXELS = 32
 
 #: Row layouts: per GPU, the rows drawn and the task kinds each holds.
 LAYOUTS = {
@@ -99,17 +108,96 @@ def _compute_label(task: Task, chunked: bool) -> str:
     return f"{task.label}·s{task.stage}"
 
 
-def _draw_compute(ax: Axes, task: Task, y: float, stage_chunk: Sequence[int], chunks: int, char_width: float,
-                  label_size: float) -> list:
+class _Bars:
+    """Rectangles gathered for one collection: drawing 100,000 bars as patches one by one takes minutes."""
+
+    def __init__(self, edge: str) -> None:
+        self.edge = edge
+        self.corners: list[tuple[float, float, float, float]] = []
+        self.faces: list[object] = []
+        self.widths: list[float] = []
+        self.edges: list[str] = []
+
+    def add(self, x0: float, y0: float, width: float, height: float, face: object, linewidth: float,
+            edge: str | None = None) -> None:
+        self.corners.append((x0, y0, width, height))
+        self.faces.append(face)
+        self.widths.append(linewidth)
+        self.edges.append(edge or self.edge)
+
+    def draw(self, ax: Axes) -> None:
+        if not self.corners:
+            return
+        x0, y0, width, height = np.array(self.corners).T
+        verts = np.stack([np.stack([x0, y0], 1), np.stack([x0 + width, y0], 1),
+                          np.stack([x0 + width, y0 + height], 1), np.stack([x0, y0 + height], 1)], 1)
+        ax.add_collection(PolyCollection(list(verts), facecolors=self.faces, edgecolors=self.edges,
+                                         linewidths=self.widths), autolim=False)
+
+
+def _draw_compute(ax: Axes, bars: _Bars, task: Task, y: float, stage_chunk: Sequence[int], chunks: int,
+                  char_width: float, label_size: float) -> None:
     """One bar per part: a pair is one bar split in two halves, its forward then its backward."""
-    artists = []
     width = (task.end - task.start) / len(task.parts)
     for i, part in enumerate(task.parts):
-        color = _shade(KIND_COLORS[part.kind], stage_chunk[part.stage], chunks)
-        artists.append(ax.add_patch(Rectangle((task.start + i * width, y - ROW_HEIGHT / 2), width, ROW_HEIGHT,
-                                              facecolor=color, edgecolor="white", linewidth=0.5)))
+        bars.add(task.start + i * width, y - ROW_HEIGHT / 2, width, ROW_HEIGHT,
+                 _shade(KIND_COLORS[part.kind], stage_chunk[part.stage], chunks), 0.5)
     _label(ax, _compute_label(task, chunks > 1), task.start, task.end, y, char_width, label_size)
-    return artists
+
+
+def _busy(starts: np.ndarray, ends: np.ndarray, rates: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Per column between ``edges``, the integral of the rates of the intervals ``[starts, ends)`` over it: from
+    the running integral ``sum r (t - s)`` over intervals begun by t, less the same over those ended by t."""
+    def integral(points: np.ndarray, marks: np.ndarray) -> np.ndarray:
+        order = np.argsort(marks, kind="stable")
+        marks, weights = marks[order], rates[order]
+        count = np.searchsorted(marks, edges, side="right")
+        rate = np.concatenate([[0.0], np.cumsum(weights)])[count]
+        moment = np.concatenate([[0.0], np.cumsum(weights * marks)])[count]
+        return points * rate - moment
+    running = integral(edges, starts) - integral(edges, ends)
+    return np.diff(running)
+
+
+def _aggregate_compute(ax: Axes, tasks: Sequence[Task], y: float, edges: np.ndarray, stage_chunk: Sequence[int],
+                       chunks: int) -> None:
+    """A compute row at one pixel per column: each column in the colour of what ran longest in it, empty when the
+    GPU was idle for more than half of it."""
+    spans: dict[tuple[float, float, float], list[tuple[float, float]]] = defaultdict(list)
+    for task in tasks:
+        width = (task.end - task.start) / len(task.parts)
+        for i, part in enumerate(task.parts):
+            spans[_shade(KIND_COLORS[part.kind], stage_chunk[part.stage], chunks)].append(
+                (task.start + i * width, task.start + (i + 1) * width))
+    if not spans:
+        return
+    colours = list(spans)
+    intervals = [np.array(spans[c]) for c in colours]
+    busy = np.array([_busy(ends[:, 0], ends[:, 1], np.ones(len(ends)), edges) for ends in intervals])
+    image = np.zeros((1, len(edges) - 1, 4))
+    image[0, :, :3] = np.array(colours)[busy.argmax(0)]
+    image[0, :, 3] = busy.sum(0) >= np.diff(edges) / 2
+    ax.imshow(image, extent=(edges[0], edges[-1], y + ROW_HEIGHT / 2, y - ROW_HEIGHT / 2), aspect="auto",
+              interpolation="nearest", origin="upper")
+
+
+def _aggregate_transfers(ax: Axes, tasks: Sequence[Task], y: float, edges: np.ndarray) -> None:
+    """A transfer row at one pixel per column: each column stacks the mean rate of each kind over it, in the
+    order the bars stack."""
+    segments: dict[TaskKind, list[tuple[float, float, float]]] = defaultdict(list)
+    for task in tasks:
+        segments[task.kind].extend(task.segments)
+    kinds = [kind for kind in TRANSFER_KINDS if segments[kind]]
+    if not kinds:
+        return
+    pieces = [np.array(segments[kind]) for kind in kinds]
+    rates = np.array([_busy(piece[:, 0], piece[:, 1], piece[:, 2], edges) for piece in pieces]) / np.diff(edges)
+    tops = np.minimum(np.cumsum(rates, 0), 1.0)  # (kinds, columns): each kind's top, from the floor
+    heights = (np.arange(STACK_PIXELS)[::-1] + 0.5) / STACK_PIXELS  # pixel rows, top first
+    which = (heights[None, :, None] >= tops[:, None, :]).sum(0)  # the kind whose band holds each pixel
+    colours = np.array([(*to_rgb(KIND_COLORS[k]), 1.0) for k in kinds] + [(1.0, 1.0, 1.0, 0.0)])
+    ax.imshow(colours[which], extent=(edges[0], edges[-1], y + ROW_HEIGHT / 2, y - ROW_HEIGHT / 2),
+              aspect="auto", interpolation="nearest", origin="upper")
 
 
 def _draw_memory(ax: Axes, steps: list[tuple[float, float]], y: float, scale: float, end: float) -> None:
@@ -126,8 +214,8 @@ def _draw_memory(ax: Axes, steps: list[tuple[float, float]], y: float, scale: fl
 
 def plot_gantt(ax: Axes, schedule: Schedule, *, layout: str = "single_channel", show_throttling: bool = False,
                show_completion_time: bool = False, show_memory: bool = False,
-               stage_chunk: Sequence[int] | None = None, seconds: bool = False) -> list:
-    """Draw ``schedule`` on ``ax``, one row group per GPU; return the patches drawn.
+               stage_chunk: Sequence[int] | None = None, seconds: bool = False) -> bool:
+    """Draw ``schedule`` on ``ax``, one row group per GPU; return whether it was drawn by pixel column.
 
     Compute tasks are full-height bars, a GPU's later chunks lighter (``stage_chunk[s]``:
     which of its GPU's chunks stage ``s`` is; by default every stage is a first chunk).
@@ -135,6 +223,10 @@ def plot_gantt(ax: Axes, schedule: Schedule, *, layout: str = "single_channel", 
     transfers stack from the row's floor up to the port's capacity. ``show_memory``
     adds a row per GPU with its in-flight activations (docs/model.md section 7). With
     ``seconds`` (a workload's times) the axis reads in ms or s, whichever fits.
+
+    When the median compute bar would be narrower than ``MIN_BAR_PIXELS`` at ``DPI``, each row is drawn by pixel
+    column instead of bar by bar: a compute row shows in each column what ran longest in it (nothing when the GPU
+    idled most of it), a transfer row the stack of each kind's mean rate over it; no labels.
     """
     rows = LAYOUTS[layout] + ((("activations", ()),) if show_memory else ())
     p = schedule.params.num_gpus
@@ -150,8 +242,12 @@ def plot_gantt(ax: Axes, schedule: Schedule, *, layout: str = "single_channel", 
     for task in schedule.tasks:
         if task.end > task.start:
             by_gpu_kind[task.gpu, task.kind].append(task)
+    pixels = max(1, round(axes_points / 72 * DPI))
+    widths = [task.end - task.start for task in schedule.tasks if task.parts and task.end > task.start]
+    aggregated = bool(widths) and float(np.median(widths)) < MIN_BAR_PIXELS * span * 1.02 / pixels
+    edges = np.linspace(0.0, span * 1.02, pixels + 1)
 
-    artists = []
+    compute_bars, transfer_bars = _Bars("white"), _Bars("white")
     ticks, tick_labels = [], []
     for gpu in range(p):
         for r, (row_name, kinds) in enumerate(rows):
@@ -163,17 +259,20 @@ def plot_gantt(ax: Axes, schedule: Schedule, *, layout: str = "single_channel", 
                 _draw_memory(ax, memory[gpu], y, memory_scale, schedule.completion_time)
                 continue
             if row_name == "compute":
-                for task in tasks:
-                    artists.extend(_draw_compute(ax, task, y, stage_chunk, chunks, char_width, label_size))
+                if aggregated:
+                    _aggregate_compute(ax, tasks, y, edges, stage_chunk, chunks)
+                for task in tasks if not aggregated else ():
+                    _draw_compute(ax, compute_bars, task, y, stage_chunk, chunks, char_width, label_size)
+                continue
+            if aggregated:
+                _aggregate_transfers(ax, tasks, y, edges)
                 continue
             widest: dict[int, tuple] = {}
             for task, x0, x1, y0, height in _stacked_pieces(tasks):
                 throttled = show_throttling and task.throttled
-                artists.append(ax.add_patch(Rectangle(
-                    (x0, y + ROW_HEIGHT / 2 - (y0 + height) * ROW_HEIGHT), x1 - x0, height * ROW_HEIGHT,
-                    facecolor=KIND_COLORS[task.kind],
-                    edgecolor=THROTTLE_COLOR if throttled else "white",
-                    linewidth=1.2 if throttled else 0.3)))
+                transfer_bars.add(x0, y + ROW_HEIGHT / 2 - (y0 + height) * ROW_HEIGHT, x1 - x0, height * ROW_HEIGHT,
+                                  KIND_COLORS[task.kind], 1.2 if throttled else 0.3,
+                                  THROTTLE_COLOR if throttled else None)
                 best = widest.get(id(task))
                 if best is None or (x1 - x0) * height > (best[1] - best[0]) * best[3]:
                     widest[id(task)] = (x0, x1, y + ROW_HEIGHT / 2 - (y0 + height / 2) * ROW_HEIGHT, height, task)
@@ -181,6 +280,8 @@ def plot_gantt(ax: Axes, schedule: Schedule, *, layout: str = "single_channel", 
                 if height >= 0.3:
                     _label(ax, task.label, x0, x1, label_y, char_width, label_size - 1)
 
+    compute_bars.draw(ax)
+    transfer_bars.draw(ax)
     ax.set_yticks(ticks, tick_labels)
     ax.set_ylim(ticks[-1] + 0.75, -0.75)
     ax.set_xlim(0, span * 1.02)
@@ -207,8 +308,12 @@ def plot_gantt(ax: Axes, schedule: Schedule, *, layout: str = "single_channel", 
     if show_memory:
         handles.append(Line2D([], [], color=MEMORY_COLOR, label=f"activations in flight (top of row = "
                                                                 f"{memory_scale:g} micro-batches)"))
-    if show_throttling:
+    if show_throttling and not aggregated:
         handles.append(Patch(facecolor="white", edgecolor=THROTTLE_COLOR, linewidth=1.2, label="throttled"))
+    if aggregated:
+        handles.append(Patch(facecolor="none", edgecolor="none", label=f"{len(widths):,} compute bars, too narrow "
+                             f"to draw one by one:\neach pixel column shows what ran\nlongest in it, and the mean "
+                             f"rates\nof the transfers"))
     if show_completion_time:
         total = schedule.completion_time
         ax.axvline(total, color=THROTTLE_COLOR, linestyle="--", linewidth=1.2)
@@ -220,7 +325,7 @@ def plot_gantt(ax: Axes, schedule: Schedule, *, layout: str = "single_channel", 
         handles.append(Line2D([], [], color=THROTTLE_COLOR, linestyle="--",
                               label=f"completion time {total:.4g}{unit}"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False)
-    return artists
+    return aggregated
 
 
 def gantt_title(schedule: Schedule, *, schedule_name: str, ideal_time: float, workload: str | None = None) -> str:
