@@ -216,6 +216,30 @@ def first_of_structure(rounds: int = 3) -> list[dict]:
     return rows
 
 
+#: Pipeline degree and micro-batches of the doubling line: each row twice the tasks of the one before (1F1B, about
+#: 4 p n tasks), up to a million.
+DOUBLINGS = ((8, 128), (16, 128), (16, 256), (32, 256), (32, 512), (64, 512), (64, 1024), (128, 1024),
+             (128, 2048))
+
+
+def doubling() -> list[dict]:
+    """Per task, for each doubling of the tasks: the first ``simulate_figures`` of a new structure (building its
+    graph and arrays, then the kernel) against a repeat of the same call (the kernel alone)."""
+    rows = []
+    for num_gpus, n in DOUBLINGS:
+        params = EnvParams(num_gpus=num_gpus, n=n)
+        start = time.perf_counter()
+        simulate_figures(params, [SCALING_POLICY])
+        first = time.perf_counter() - start
+        start = time.perf_counter()
+        simulate_figures(params, [SCALING_POLICY])
+        kernel = time.perf_counter() - start
+        tasks = len(graph_arrays(params).gpu)
+        rows.append({"num_gpus": num_gpus, "n": n, "tasks": tasks, "first_seconds": first,
+                     "graph_us_per_task": (first - kernel) / tasks * 1e6, "kernel_us_per_task": kernel / tasks * 1e6})
+    return rows
+
+
 def sweep_wall_time(workers: int) -> float:
     plan = SweepPlan(EnvironmentGrid.load(ROOT / "configs" / "example.json"))
     with tempfile.TemporaryDirectory() as folder:
@@ -440,6 +464,13 @@ def planner_405b(workers: int) -> dict:
             "simulated": len(result.tried), "best": result.ranked[0].layout.describe(), "meta_layout_rank": meta}
 
 
+def _print_doubling(rows: list[dict]) -> None:
+    print("\n  GPUs     n      tasks  first run (s)  graph us/task  kernel us/task  (1F1B, a new structure each)")
+    for row in rows:
+        print(f"  {row['num_gpus']:>4} {row['n']:>5} {row['tasks']:>10,} {row['first_seconds']:>14.2f} "
+              f"{row['graph_us_per_task']:>14.2f} {row['kernel_us_per_task']:>15.2f}", flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller samples, 100,067-simulation memory sweep")
@@ -448,10 +479,15 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="also write the results to this file")
     parser.add_argument("--planner", action="store_true", help="only the planner's Llama 3 405B question")
     parser.add_argument("--chart", action="store_true", help="only the visualizer's 64-stage, 512-micro-batch chart")
+    parser.add_argument("--doubling", action="store_true",
+                        help="only the cost per task of graph construction and kernel, doubling tasks to a million")
     args = parser.parse_args()
     cores = os.cpu_count() or 1
 
     compile_kernel()
+    if args.doubling:
+        _print_doubling(doubling())
+        return 0
     if not args.planner:
         chart = large_chart()
         print(f"visualizer, ZB-H1 on 64 GPUs, 512 micro-batches, chart included: {chart['seconds']:.1f} s "
@@ -499,6 +535,9 @@ def main() -> int:
         print(f"  {row['schedule']:<8} {row['num_gpus']:>5} {row['n']:>4} {row['tasks']:>7} "
               f"{row['first_us_per_task']:>14.2f} {row['repeat_us_per_task']:>15.2f} "
               f"{row['first_over_repeat']:>12.2f}x", flush=True)
+    grown = [] if args.quick else doubling()
+    if grown:
+        _print_doubling(grown)
 
     pipeline = example_pipeline(cores)
     print(f"example pipeline (2,178 simulations, 18 heatmaps) on {cores} workers: {pipeline['wall_seconds']:.2f} s "
@@ -544,7 +583,7 @@ def main() -> int:
         "kernel_over_pure_python": single["sims_per_second"] / pure, "api_sims_per_second": api,
         "example_pipeline": pipeline, "heatmap_cpu_seconds": heatmap, "first_compile_seconds": compile_seconds,
         "schedules": schedules, "dispatch": dispatch, "decisions": decisions, "scaling": rows,
-        "first_of_structure": structures,
+        "first_of_structure": structures, "doubling": grown,
         "scaling_ratio": largest / smallest,
         "sweep": {"simulations": 2178, "serial_seconds": serial, "parallel_seconds": parallel, "workers": cores,
                   "parallel_efficiency": efficiency},
