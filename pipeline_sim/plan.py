@@ -20,7 +20,7 @@ from typing import Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 import numpy as np
 
 from .cluster import DaskCluster
-from .engine import gpu_order_peaks, simulate_figures
+from .engine import simulate_figures, static_order_peaks
 from .model import EnvParams, ParameterError, Policy
 from .parallel import ordered_map
 from .scenarios import policy_grid
@@ -411,7 +411,7 @@ def _shortened(params: EnvParams, rounds: int) -> EnvParams:
 @lru_cache(maxsize=256)
 def _unit_peaks(schedule: str, num_gpus: int, chunks: int, n: int) -> tuple[float, ...]:
     """Each GPU's peak activations under the static order of equal stages."""
-    return tuple(gpu_order_peaks(EnvParams(schedule=schedule, num_gpus=num_gpus, chunks=chunks, n=n, sync_freq=n)))
+    return tuple(static_order_peaks(EnvParams(schedule=schedule, num_gpus=num_gpus, chunks=chunks, n=n, sync_freq=n)))
 
 
 def estimated_memory_gb(layout: Layout) -> float:

@@ -8,7 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from pipeline_sim.engine import _KIND_CLASS, gpu_order_peaks, graph_arrays, static_peak
+from pipeline_sim.engine import _KIND_CLASS, gpu_order_peaks, graph_arrays, static_order_peaks, static_peak
 from pipeline_sim.model import COMM_KINDS, DISPATCHERS, ROOM_UNIT, EnvParams, TaskKind
 from pipeline_sim.noise import KIND_NUMBERS, standard_normals, work_factors
 from pipeline_sim.schedules import SCHEDULES, get_schedule
@@ -188,4 +188,5 @@ def test_peaks_of_an_order_are_counted_task_by_task(schedule):
                 level -= int(arrays.falls[task])
             peaks.append(peak / (params.v * ROOM_UNIT))
         assert gpu_order_peaks(static) == gpu_order_peaks(static, graph.orders) == peaks
+        assert static_order_peaks(params) == peaks  # from the orders alone, no graph
         assert static_peak(params) == max(peaks)
