@@ -107,10 +107,14 @@ class Episode:
         actions = action_names(params.v)
         return observation_fields(len(actions)), actions
 
-    def reset(self, sample: int = 0) -> None:
-        """Begin the ``sample``-th noise draw of the environment at time 0 and run to the first decision."""
+    def _draw(self, sample: int) -> None:
         self.sample = sample
         self.lengths = in_unit(task_lengths(self.params, sample), self.unit)
+        self._bound = max(self._task_time, self.bound() / self.unit)
+
+    def reset(self, sample: int = 0) -> None:
+        """Begin the ``sample``-th noise draw of the environment at time 0 and run to the first decision."""
+        self._draw(sample)
         a = self.arrays
         self._state = kernel.prepare(self.lengths, a.gpu, a.receiver, a.comm, a.stage, a.index, a.impact,
                                      a.needs_count, a.kind_class, a.reserve, a.falls, self._structure[16],
@@ -119,8 +123,23 @@ class Episode:
         F, I, P, _, Q, _, _, C, _, _, _, _, K, _ = self._state
         kernel.begin(_EXTERNAL, F, I, P, Q, K, C, a.release_start, a.release_task, a.order_start, a.order_task)
         self.clock = 0.0
-        self._bound = max(self._task_time, self.bound() / self.unit)
         self._run()
+
+    def play(self, sample: int, weights: np.ndarray, biases: np.ndarray, shapes: np.ndarray) -> None:
+        """The ``sample``-th draw run to its end inside the compiled loop, every decision the network's
+        (``kernel.act``: the layers ``shapes``, ``weights`` and ``biases``), a decision with one possible action
+        taken without asking it: what ``reset`` and a ``step`` per decision by ``kernel.act`` give, the same
+        bits."""
+        self._draw(sample)
+        s = self._structure
+        self.status, self.clock, segments, self._state = kernel.play(
+            self.lengths, *s[:17], *s[18:23], self._task_time, self._bound, len(self.fields), self.actions, weights,
+            biases, shapes)
+        self.segment_count = int(segments)
+        self._fresh = False
+        self.gpu = -1
+        if self.status != kernel.DONE:
+            raise RuntimeError("the episode is stuck: every GPU waited with nothing under way")
 
     def _run(self) -> None:
         result = kernel.simulate(self.lengths, *self._structure, self._state, self.clock)
@@ -246,3 +265,6 @@ def compile_episode() -> None:
     episode.reset()
     episode.observe()
     episode.step(int(np.flatnonzero(episode.mask())[0]))
+    width = len(episode.fields)  # the compiled play, by a network of one layer of zeros
+    episode.play(0, np.zeros(width * episode.actions), np.zeros(episode.actions),
+                 np.array([[width, episode.actions]], dtype=np.int64))

@@ -14,12 +14,13 @@ import json
 import math
 import zipfile
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
 
+from . import kernel
 from .engine import schedule_of, simulate_figures
 from .episode import Episode
 from .inputs import TooLarge, read_at_most
@@ -47,14 +48,19 @@ class LearnedPolicy:
     about: Mapping[str, object]
     digest: str = ""
 
+    @cached_property
+    def packed(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The layers as ``kernel.act`` reads them: every weight row after row, every bias, each layer's shape."""
+        return (np.concatenate([weight.ravel() for weight, _ in self.layers]),
+                np.concatenate([bias for _, bias in self.layers]),
+                np.array([weight.shape for weight, _ in self.layers], dtype=np.int64))
+
     def act(self, observation: np.ndarray, mask: np.ndarray) -> int:
-        """The allowed action of the highest logit (the first of equal ones)."""
-        h = observation.astype(np.float32).astype(np.float64)  # as the network saw it in training
-        for k, (weight, bias) in enumerate(self.layers):
-            h = h @ weight + bias
-            if k < len(self.layers) - 1:
-                h = np.tanh(h)
-        return int(np.argmax(np.where(mask, h, -np.inf)))
+        """The allowed action of the highest logit (the first of equal ones), as the compiled play takes it."""
+        weights, biases, shapes = self.packed
+        room = max(len(observation), int(shapes[:, 1].max()))
+        return int(kernel.act(np.asarray(observation, dtype=np.float64), np.asarray(mask, dtype=np.bool_), weights,
+                              biases, shapes, np.empty(room), np.empty(room)))
 
     def to_bytes(self) -> bytes:
         arrays: dict[str, np.ndarray] = {"format": np.array(POLICY_FORMAT), "fields": np.array(self.fields),
@@ -174,13 +180,9 @@ def load_policy(params: EnvParams, network: LearnedPolicy | None = None) -> Lear
 
 
 def play(episode: Episode, policy: LearnedPolicy, sample: int) -> Episode:
-    """Run ``episode``'s ``sample``-th draw to its end, every decision ``policy``'s."""
-    episode.reset(sample)
-    while not episode.done:
-        mask = episode.mask()
-        allowed = np.flatnonzero(mask)
-        # a decision with one possible action is no decision: the network could only take it
-        episode.step(int(allowed[0]) if len(allowed) == 1 else policy.act(episode.observe(), mask))
+    """Run ``episode``'s ``sample``-th draw to its end, every decision ``policy``'s (a decision with one possible
+    action is no decision: the network could only take it), inside the compiled loop."""
+    episode.play(sample, *policy.packed)
     return episode
 
 

@@ -57,6 +57,38 @@ def test_a_policy_ranking_as_greedy_plays_greedy_to_the_bit(tmp_path, schedule, 
         assert validate_schedule(run) == []
 
 
+@pytest.mark.parametrize("schedule, jitter", [("zb-h1", 0.2), ("1f1b", 0.0), ("interleaved-1f1b", 0.3)])
+def test_the_compiled_play_takes_the_decisions_of_a_step_by_step_episode(schedule, jitter):
+    params = EnvParams(n=8, num_gpus=4, schedule=schedule, compute_jitter=jitter, comm_jitter=jitter, seed=2,
+                       memory_limit=3.0)
+    fields, actions = Episode.layout(params)
+    rng = np.random.default_rng(7)  # a network that reads what it sees: random weights, two tanh layers
+    layers = ((rng.normal(size=(len(fields), 16)), rng.normal(size=16)),
+              (rng.normal(size=(16, 16)) / 4, rng.normal(size=16)), (rng.normal(size=(16, len(actions))),
+                                                                      rng.normal(size=len(actions))))
+    network = LearnedPolicy(layers, fields, actions, {"made": "at random"})
+    for sample in (0, 1):
+        stepped, decisions = Episode(params, DEFAULT_POLICY), 0
+        stepped.reset(sample)
+        while not stepped.done:
+            mask = stepped.mask()
+            allowed = np.flatnonzero(mask)
+            decisions += len(allowed) > 1
+            stepped.step(int(allowed[0]) if len(allowed) == 1 else network.act(stepped.observe(), mask))
+        played = Episode(params, DEFAULT_POLICY)
+        played.play(sample, *network.packed)
+        assert decisions > 10 and played.done and played.segment_count == stepped.segment_count
+        assert (played.figures() == stepped.figures()).all()
+        for a, b in zip(played.state[:3], stepped.state[:3]):
+            assert np.array_equal(a, b, equal_nan=True)
+    # the compiled network is the network: its logits are numpy's up to the order of the sums
+    observation, mask = rng.uniform(size=len(fields)), np.ones(len(actions), dtype=bool)
+    h = observation.astype(np.float32).astype(np.float64)
+    for k, (weight, bias) in enumerate(layers):
+        h = h @ weight + bias if k == len(layers) - 1 else np.tanh(h @ weight + bias)
+    assert network.act(observation, mask) == int(np.argmax(h))
+
+
 def test_a_different_preference_gives_a_different_valid_run(tmp_path):
     base = EnvParams(n=8, num_gpus=4, schedule="zb-h1", compute_jitter=0.2)
     forward_first = replace(base, dispatch=f"learned:{written(ranked(base, [2.0, 3.0, 1.0, 0.0]), tmp_path / 'f.npz')}")

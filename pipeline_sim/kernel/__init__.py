@@ -12,7 +12,8 @@ would give it; a task's remaining work is brought up to date only when its rate 
 One compiled loop in rooms of its own: ``state`` (the constants and the rows of the
 state arrays), ``events`` (rate changes, the heap of projected ends), ``allocation``
 (sending sets and rates), ``next_task`` (which compute task a free GPU starts: its static order or a
-dispatch rule), ``bound`` (the lower bound of section 12.2), ``observation`` (what a deciding GPU sees),
+dispatch rule), ``bound`` (the lower bound of section 12.2), ``observation`` (what a deciding GPU sees), ``play``
+(a learned dispatcher's decisions, its network evaluated in the loop),
 ``loop`` (readiness chains and the loop itself) and ``figures`` (what a sweep keeps).
 
 The functions take the task graph as arrays (``engine.GraphArrays``) and never ask
@@ -32,6 +33,7 @@ from .figures import figures
 from .loop import begin, decision, prepare, simulate, simulate_policies
 from .next_task import choices
 from .observation import observe
+from .play import act, play
 from .state import (
     BUSY,
     DONE,
@@ -50,5 +52,5 @@ from .state import (
 )
 
 __all__ = ["BUSY", "DONE", "END", "EXTERNAL", "NEXT", "RANK", "READY", "RUNNING", "SHARED_LAYER", "START", "STUCK",
-           "THROTTLED", "THROTTLED_TIME", "ZERO_LAYER", "begin", "choices", "decision", "figures", "layered_rates",
-           "lower_bound", "observe", "path_times", "prepare", "simulate", "simulate_policies"]
+           "THROTTLED", "THROTTLED_TIME", "ZERO_LAYER", "act", "begin", "choices", "decision", "figures",
+           "layered_rates", "lower_bound", "observe", "path_times", "play", "prepare", "simulate", "simulate_policies"]
