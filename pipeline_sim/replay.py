@@ -1,0 +1,174 @@
+"""A measured iteration through the simulator: replayed on its own lengths, or predicted under another schedule.
+
+Both run the one engine (``engine.simulate``) with every task's length given (``engine.given_lengths``): compute
+tasks take their measured durations, transfers the fitted ``CommFit`` time of their bytes, gradient syncs none (a
+traced run without data parallelism has none), and compute is never slowed by transfers (impacts 0: on CPU ranks
+gloo's threads take their own cycles, which the measured durations already hold).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from statistics import median
+from typing import Mapping
+
+import numpy as np
+
+from .engine import simulate
+from .measured import CommFit, Iteration, MeasuredRun, Span, TraceError
+from .model import EnvParams, Policy, Schedule, TaskKind
+from .schedules import SCHEDULES, get_schedule
+from .taskgraph import GraphTask, build_task_graph
+
+_TRANSFER_SENDS = {TaskKind.FWD_PROP: "F", TaskKind.GRAD_PROP: "B"}
+
+
+def environment(schedule: str, ranks: int, n: int, chunks: int, comm: CommFit, size: float,
+                forward: float, backward: float) -> EnvParams:
+    """The environment of a traced run: ``forward`` and ``backward``, a GPU's mean work per micro-batch in ms (its
+    table of lengths, given per task, replaces them; they set the engine's time unit); no syncs, no impacts."""
+    chunks = chunks if "chunks" in get_schedule(schedule).parameters else 2  # the parameter's default when unread
+    return EnvParams(n=n, num_gpus=ranks, schedule=schedule, chunks=chunks, fwd_len=forward, bwd_len=backward,
+                     prop_len=comm.time(size), sync_base_len=0.0, fwd_impact=0.0, bwd_impact=0.0)
+
+
+def _sizes(iteration: Iteration) -> dict[tuple[str, int, int], int]:
+    return {(send.kind, send.stage, send.mb): send.size for send in iteration.sends}
+
+
+def _lengths(params: EnvParams, compute: Mapping[tuple[int, str, int], float], comm: CommFit,
+             sizes: Mapping[tuple[str, int, int], int], size: float) -> list[float]:
+    """Per task of ``params``' graph: a compute task the sum of its parts' ``compute[stage, letter, mb]``, a
+    transfer the fitted time of its bytes (``size`` when its send was not traced), anything else 0."""
+    def length(task: GraphTask) -> float:
+        if task.parts:
+            return sum(compute[part.stage, part.kind.code, part.mb] for part in task.parts)
+        letter = _TRANSFER_SENDS.get(task.kind)
+        return comm.time(sizes.get((letter, task.stage, task.index), size)) if letter else 0.0
+    return [length(task) for task in build_task_graph(params).tasks]
+
+
+def effective_lengths(iteration: Iteration) -> dict[tuple[int, str, int], float]:
+    """Per compute action ``(stage, letter, mb)``, the time its rank spent on it: from the end of the rank's previous
+    action (the Python between actions, and the OS's preemptions under CPU contention, belong to the work that
+    follows them), except where the action sat waiting for a transfer posted after that end: then its own
+    duration, and the wait is left to the simulated transfer."""
+    posted = {(send.kind, send.stage, send.mb): send.time for send in iteration.sends}
+    lengths: dict[tuple[int, str, int], float] = {}
+    previous: dict[int, float] = {}
+    for task in iteration.tasks:  # in order of start
+        source = ("F", task.stage - 1, task.mb) if task.kind == "F" else ("B", task.stage + 1, task.mb)
+        before = previous.get(task.rank)
+        waited = source in posted and (before is None or posted[source] > before) and task.kind in "FBI"
+        begin = task.start if before is None or waited else before
+        lengths[task.stage, task.kind, task.mb] = task.end - begin
+        previous[task.rank] = task.end
+    return lengths
+
+
+def run_environment(run: MeasuredRun, iteration: Iteration, comm: CommFit) -> EnvParams:
+    """``environment`` of iteration ``iteration`` of ``run``, as it ran."""
+    v = run.stages // run.ranks
+    spec = get_schedule(run.schedule)
+    if spec.v(v) * run.ranks != run.stages:
+        raise TraceError(f"{run.stages} stages on {run.ranks} ranks do not fit schedule {run.schedule} "
+                         f"({spec.v(v)} chunks per rank)")
+    size = median(send.size for send in iteration.sends) if iteration.sends else 0.0
+    lengths = effective_lengths(iteration)
+    per_rank = lambda kinds: sum(t for (_, kind, _), t in lengths.items() if kind in kinds) / run.ranks  # noqa: E731
+    return environment(run.schedule, run.ranks, run.microbatches, v, comm, size,
+                       per_rank("F") / run.microbatches, per_rank("BIW") / run.microbatches)
+
+
+@dataclass(frozen=True)
+class Replay:
+    """One measured iteration and its replay: both as ``Schedule`` (the measured one's transfers drawn from their
+    post for their fitted time), the iteration's relative error, and per compute task its start error relative to
+    its measured start (the first task, at 0, left out)."""
+
+    measured: Schedule
+    simulated: Schedule
+    iteration_error: float
+    start_errors: np.ndarray
+
+
+def replay(run: MeasuredRun, k: int, comm: CommFit) -> Replay:
+    """Iteration ``k`` of ``run`` simulated on its measured lengths in the order each rank ran its tasks."""
+    iteration = run.iterations[k]
+    params = run_environment(run, iteration, comm)
+    spans = {(t.stage, t.kind, t.mb): t for t in iteration.tasks}
+    size = median(send.size for send in iteration.sends) if iteration.sends else 0.0
+    lengths = _lengths(params, effective_lengths(iteration), comm, _sizes(iteration), size)
+    graph = build_task_graph(params)
+    first = lambda task: spans[task.parts[0].stage, task.parts[0].kind.code, task.parts[0].mb]  # noqa: E731
+    order = [[_text(graph.tasks[i]) for i in sorted(own, key=lambda i: first(graph.tasks[i]).start)]
+             for own in graph.orders]
+    simulated = simulate(params, Policy(), order=order, lengths=lengths)
+    measured = _measured_schedule(simulated, spans, iteration, comm)
+    starts = [(task.start, measured.tasks[i].start) for i, task in enumerate(simulated.tasks)
+              if task.parts and measured.tasks[i].start > 0.0]
+    errors = np.array([abs(sim - real) / real for sim, real in starts])
+    return Replay(measured, simulated, simulated.completion_time / measured.completion_time - 1.0, errors)
+
+
+def _text(task: GraphTask) -> str:
+    return str(task.parts[0]) if len(task.parts) == 1 else f"({task.parts[0]};{task.parts[1]})"
+
+
+def _measured_schedule(simulated: Schedule, spans: Mapping[tuple[int, str, int], Span], iteration: Iteration,
+                       comm: CommFit) -> Schedule:
+    """``simulated`` with every task where it ran: compute from its first part's start to its last part's end, a
+    transfer from its send's post for its fitted time (zero-length tasks at 0)."""
+    origin = iteration.start
+    sends = {(send.kind, send.stage, send.mb): send for send in iteration.sends}
+    tasks = []
+    for task in simulated.tasks:
+        if task.parts:
+            parts = [spans[part.stage, part.kind.code, part.mb] for part in task.parts]
+            start, end = parts[0].start - origin, parts[-1].end - origin
+            tasks.append(replace(task, ready=start, start=start, end=end, throttled=False, throttled_time=0.0,
+                                 segments=[(start, end, 1.0)]))
+            continue
+        send = sends.get((_TRANSFER_SENDS.get(task.kind, ""), task.stage, task.index))
+        start = send.time - origin if send else 0.0
+        end = start + (comm.time(send.size) if send else 0.0)
+        tasks.append(replace(task, ready=start, start=start, end=end, throttled=False, throttled_time=0.0,
+                             segments=[(start, end, 1.0)] if end > start else []))
+    return replace(simulated, tasks=tasks, completion_time=iteration.time)
+
+
+def predict(source: MeasuredRun, k: int, comm: CommFit, schedule: str, *, chunks: int = 2,
+            w_fraction: float = 0.5) -> Schedule:
+    """The iteration of ``schedule`` (its own static order; ``chunks`` per rank if it reads them) on the lengths
+    measured in iteration ``k`` of ``source``: each rank's mean forward and backward per micro-batch
+    (``effective_lengths``), split evenly over the chunks the target puts on it; a split backward's weight half
+    the share measured, or ``w_fraction`` of it when ``source`` split none."""
+    iteration = source.iterations[k]
+    spec = get_schedule(schedule)
+    chunks = spec.v(chunks)
+    size = median(send.size for send in iteration.sends) if iteration.sends else 0.0
+
+    measured = effective_lengths(iteration)
+    rank_of = {(t.stage, t.kind, t.mb): t.rank for t in iteration.tasks}
+
+    def mean(rank: int, kinds: str) -> float:
+        return sum(t for key, t in measured.items() if rank_of[key] == rank and key[1] in kinds) / source.microbatches
+
+    base = run_environment(source, iteration, comm)
+    params = replace(base, schedule=schedule, chunks=max(2, chunks))
+    placement = spec.placement
+    compute: dict[tuple[int, str, int], float] = {}
+    for stage in range(source.ranks * chunks):
+        rank = placement(stage, source.ranks, chunks)
+        forward, backward = mean(rank, "F") / chunks, mean(rank, "BIW") / chunks
+        weight = mean(rank, "W") / mean(rank, "BIW") if mean(rank, "W") else w_fraction
+        for mb in range(source.microbatches):
+            compute[stage, "F", mb] = forward
+            compute[stage, "B", mb] = backward
+            compute[stage, "I", mb] = backward * (1.0 - weight)
+            compute[stage, "W", mb] = backward * weight
+    return simulate(params, Policy(), lengths=_lengths(params, compute, comm, {}, size))
+
+
+#: The schedules a measured run can be predicted under: every schedule PyTorch also runs.
+PREDICTABLE = tuple(SCHEDULES)
