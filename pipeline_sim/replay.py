@@ -48,19 +48,23 @@ def _lengths(params: EnvParams, compute: Mapping[tuple[int, str, int], float], c
     return [length(task) for task in build_task_graph(params).tasks]
 
 
-def effective_lengths(iteration: Iteration) -> dict[tuple[int, str, int], float]:
+def effective_lengths(iteration: Iteration, comm: CommFit) -> dict[tuple[int, str, int], float]:
     """Per compute action ``(stage, letter, mb)``, the time its rank spent on it: from the end of the rank's previous
     action (the Python between actions, and the OS's preemptions under CPU contention, belong to the work that
-    follows them), except where the action sat waiting for a transfer posted after that end: then its own
-    duration, and the wait is left to the simulated transfer."""
-    posted = {(send.kind, send.stage, send.mb): send.time for send in iteration.sends}
+    follows them) or, if later, from when its input would arrive by ``comm``; but where the action sat waiting for
+    a transfer posted after that end, its own duration: that wait is the simulated transfer's to reproduce."""
+    posted = {(send.kind, send.stage, send.mb): send for send in iteration.sends}
     lengths: dict[tuple[int, str, int], float] = {}
     previous: dict[int, float] = {}
     for task in iteration.tasks:  # in order of start
-        source = ("F", task.stage - 1, task.mb) if task.kind == "F" else ("B", task.stage + 1, task.mb)
+        send = posted.get(("F", task.stage - 1, task.mb) if task.kind == "F" else ("B", task.stage + 1, task.mb))
         before = previous.get(task.rank)
-        waited = source in posted and (before is None or posted[source] > before) and task.kind in "FBI"
-        begin = task.start if before is None or waited else before
+        if send is None or task.kind == "W":
+            begin = task.start if before is None else before
+        elif before is None or send.time > before:
+            begin = task.start
+        else:
+            begin = min(task.start, max(before, send.time + comm.time(send.size)))
         lengths[task.stage, task.kind, task.mb] = task.end - begin
         previous[task.rank] = task.end
     return lengths
@@ -74,7 +78,7 @@ def run_environment(run: MeasuredRun, iteration: Iteration, comm: CommFit) -> En
         raise TraceError(f"{run.stages} stages on {run.ranks} ranks do not fit schedule {run.schedule} "
                          f"({spec.v(v)} chunks per rank)")
     size = median(send.size for send in iteration.sends) if iteration.sends else 0.0
-    lengths = effective_lengths(iteration)
+    lengths = effective_lengths(iteration, comm)
     per_rank = lambda kinds: sum(t for (_, kind, _), t in lengths.items() if kind in kinds) / run.ranks  # noqa: E731
     return environment(run.schedule, run.ranks, run.microbatches, v, comm, size,
                        per_rank("F") / run.microbatches, per_rank("BIW") / run.microbatches)
@@ -98,7 +102,7 @@ def replay(run: MeasuredRun, k: int, comm: CommFit) -> Replay:
     params = run_environment(run, iteration, comm)
     spans = {(t.stage, t.kind, t.mb): t for t in iteration.tasks}
     size = median(send.size for send in iteration.sends) if iteration.sends else 0.0
-    lengths = _lengths(params, effective_lengths(iteration), comm, _sizes(iteration), size)
+    lengths = _lengths(params, effective_lengths(iteration, comm), comm, _sizes(iteration), size)
     graph = build_task_graph(params)
     first = lambda task: spans[task.parts[0].stage, task.parts[0].kind.code, task.parts[0].mb]  # noqa: E731
     order = [[_text(graph.tasks[i]) for i in sorted(own, key=lambda i: first(graph.tasks[i]).start)]
@@ -148,7 +152,7 @@ def predict(source: MeasuredRun, k: int, comm: CommFit, schedule: str, *, chunks
     chunks = spec.v(chunks)
     size = median(send.size for send in iteration.sends) if iteration.sends else 0.0
 
-    measured = effective_lengths(iteration)
+    measured = effective_lengths(iteration, comm)
     rank_of = {(t.stage, t.kind, t.mb): t.rank for t in iteration.tasks}
 
     def mean(rank: int, kinds: str) -> float:

@@ -89,7 +89,7 @@ def study(folder: Path) -> list[ScheduleFigures]:
                 predictions.append((predicted, median(it.time for it in run.iterations)))
             durations: dict[tuple[int, str, int], list[float]] = {}
             for iteration in run.iterations:
-                for key, length in effective_lengths(iteration).items():
+                for key, length in effective_lengths(iteration, comm).items():
                     durations.setdefault(key, []).append(length)
             cvs.extend(_cv(values) for values in durations.values())
         task_cv = float(np.median(cvs))
