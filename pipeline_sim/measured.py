@@ -7,7 +7,8 @@ A trace is one file per rank, plain or gzipped, as ``torch.profiler`` exports it
 - complete events (``"ph": "X"``) named ``pipeline:<stage><F|B|I|W><micro-batch>``, each a compute action (``B`` a
   whole backward, ``I`` and ``W`` its input- and weight-gradient halves); ``pipeline:send <stage><F|B><mb>
   <bytes>``, when a stage's output (``F``) or input gradient (``B``) is posted to its neighbour; and
-  ``pipeline:iteration <k>``, one per iteration, enclosing the rest;
+  ``pipeline:iteration <k>``, one per iteration, enclosing the rest; and, where present, the profiler's own
+  ``c10d::send`` ranges, the time a rank spent posting sends;
 - ``pipelineRun.schedule``, the schedule's name, unless the caller names it.
 
 Timestamps are microseconds of one clock shared by the ranks of a host (of a cluster: clocks in step, as
@@ -67,6 +68,7 @@ class Send:
 class Iteration:
     tasks: tuple[Span, ...]
     sends: tuple[Send, ...]
+    send_posting: float = 0.0  # ms all ranks spent inside c10d::send (held there until the receiver is ready?)
 
     @property
     def start(self) -> float:
@@ -113,9 +115,10 @@ def _rank_of(trace: dict, path: Path) -> tuple[int, int]:
     return rank, world
 
 
-def _events(trace: dict, rank: int, path: Path) -> tuple[dict[int, list[Span]], dict[int, list[Send]]]:
-    """Per iteration number, this rank's compute actions and sends."""
-    windows, actions, sends = [], [], []
+def _events(trace: dict, rank: int, path: Path) -> tuple[dict[int, list[Span]], dict[int, list[Send]],
+                                                          dict[int, float]]:
+    """Per iteration number, this rank's compute actions, its sends and its time posting them."""
+    windows, actions, sends, posting = [], [], [], []
     for event in trace["traceEvents"]:
         if not isinstance(event, dict) or event.get("ph") != "X":
             continue
@@ -130,6 +133,8 @@ def _events(trace: dict, rank: int, path: Path) -> tuple[dict[int, list[Span]], 
             actions.append(Span(rank, int(match[1]), match[2], int(match[3]), start, end))
         elif match := _SEND.match(name):
             sends.append(Send(rank, int(match[1]), match[2], int(match[3]), start, int(match[4])))
+        elif name == "c10d::send":
+            posting.append((start, end))
     if not windows:
         raise TraceError(f"{path}: no pipeline:iteration ranges: not a trace recorded by pipeline-sim-trace record "
                          "(name each iteration pipeline:iteration <k> with torch.profiler.record_function)")
@@ -145,7 +150,8 @@ def _events(trace: dict, rank: int, path: Path) -> tuple[dict[int, list[Span]], 
                 target[k].append(item)  # type: ignore[arg-type]
     for _, _, k in windows:
         by_iteration.setdefault(k, [])
-    return by_iteration, sent
+    posted = {k: sum(end - start for start, end in posting if lo <= start <= hi) for lo, hi, k in windows}
+    return by_iteration, sent, posted
 
 
 def read_run(paths: Sequence[Path], schedule: str | None = None) -> MeasuredRun:
@@ -158,7 +164,7 @@ def read_run(paths: Sequence[Path], schedule: str | None = None) -> MeasuredRun:
              for file in (sorted([*path.glob("*.json"), *path.glob("*.json.gz")]) if path.is_dir() else [path])]
     if not files:
         raise TraceError(f"{', '.join(map(str, paths))}: no trace files (*.json or *.json.gz)")
-    ranks: dict[int, tuple[Path, dict[int, list[Span]], dict[int, list[Send]]]] = {}
+    ranks: dict[int, tuple[Path, dict[int, list[Span]], dict[int, list[Send]], dict[int, float]]] = {}
     worlds, names = set(), set()
     for path in files:
         trace = _load(path)
@@ -178,20 +184,21 @@ def read_run(paths: Sequence[Path], schedule: str | None = None) -> MeasuredRun:
     schedule = schedule or next(iter(names)) if len(names) == 1 else schedule
     if not schedule:
         raise TraceError(f"{files[0]}: no pipelineRun.schedule in the trace: name the schedule it ran")
-    numbers = sorted(set().union(*(set(actions) for _, actions, _ in ranks.values())))
-    for rank, (path, actions, _) in sorted(ranks.items()):
+    numbers = sorted(set().union(*(set(actions) for _, actions, _, _ in ranks.values())))
+    for rank, (path, actions, _, _) in sorted(ranks.items()):
         lacking = [k for k in numbers if k not in actions]
         if lacking:
             raise TraceError(f"{path}: rank {rank} lacks iteration {lacking[0]} that other ranks traced")
-    iterations = [_iteration([task for _, actions, _ in ranks.values() for task in actions[k]],
-                             [send for _, _, sent in ranks.values() for send in sent[k]], k, files)
+    iterations = [_iteration([task for _, actions, _, _ in ranks.values() for task in actions[k]],
+                             [send for _, _, sent, _ in ranks.values() for send in sent[k]], k, files,
+                             sum(posted[k] for _, _, _, posted in ranks.values()))
                   for k in numbers]
     stages = 1 + max(task.stage for task in iterations[0].tasks)
     microbatches = 1 + max(task.mb for task in iterations[0].tasks)
     return MeasuredRun(schedule, world, stages, microbatches, tuple(iterations))
 
 
-def _iteration(tasks: list[Span], sends: list[Send], k: int, files: Sequence[Path]) -> Iteration:
+def _iteration(tasks: list[Span], sends: list[Send], k: int, files: Sequence[Path], posting: float) -> Iteration:
     if not tasks:
         raise TraceError(f"{files[0]}: iteration {k} holds no compute action")
     stages = 1 + max(task.stage for task in tasks)
@@ -206,7 +213,8 @@ def _iteration(tasks: list[Span], sends: list[Send], k: int, files: Sequence[Pat
         more = f" and {len(lacking) - 4} more" if len(lacking) > 4 else ""
         raise TraceError(f"{', '.join(map(str, files))}: iteration {k} lacks compute actions "
                          f"{', '.join(lacking[:4])}{more} (a trace cut short, or a rank's file missing)")
-    return Iteration(tuple(sorted(tasks, key=lambda t: (t.start, t.rank))), tuple(sorted(sends, key=lambda s: s.time)))
+    return Iteration(tuple(sorted(tasks, key=lambda t: (t.start, t.rank))), tuple(sorted(sends, key=lambda s: s.time)),
+                     posting)
 
 
 @dataclass(frozen=True)

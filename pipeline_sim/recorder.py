@@ -4,8 +4,9 @@ One process per rank over gloo (NCCL on GPUs), each single-threaded, runs a stac
 one of PyTorch's schedules and writes its rank's Chrome/Kineto trace. Every compute action and every posted send is a
 ``record_function`` range named as the simulator names tasks (``pipeline:1F3``: stage 1's forward of micro-batch 3;
 ``pipeline:send 1F3 262144``: its output sent, in bytes), and every iteration one ``pipeline:iteration k`` range, so
-that ``measured.read_run`` finds them whatever else the trace holds. Only those events are kept (an unfiltered
-trace of a big model runs to gigabytes); the file stays a Kineto trace that Perfetto opens.
+that ``measured.read_run`` finds them whatever else the trace holds. Only those events are kept, with the profiler's
+``c10d::send`` ranges (an unfiltered trace of a big model runs to gigabytes); the file stays a Kineto trace that
+Perfetto opens.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 import torch.distributed as dist
@@ -98,8 +99,14 @@ def _instrument(stage: Any) -> None:
     stage.get_bwd_send_ops = _send_marker(stage.get_bwd_send_ops, s, "B")
 
 
+#: The profiler's own ranges kept beside ours: how long posting a send took (gloo may hold the sender there until the
+#: receiver has posted its receive, which no simulated transfer does).
+KEPT = ("c10d::send",)
+
+
 def _kept(event: dict) -> bool:
-    return event.get("ph") == "M" or str(event.get("name", "")).startswith(PREFIX)
+    name = str(event.get("name", ""))
+    return event.get("ph") == "M" or name.startswith(PREFIX) or name in KEPT
 
 
 def _rank_main(rank: int, spec: RunSpec, out: str) -> None:
@@ -109,9 +116,9 @@ def _rank_main(rank: int, spec: RunSpec, out: str) -> None:
     try:
         placement = get_schedule(spec.schedule).placement
         v = spec.stages // spec.ranks
-        device = torch.device("cpu")
+        device = torch.device("cuda", rank) if spec.backend == "nccl" else torch.device("cpu")
         own = [s for s in range(spec.stages) if placement(s, spec.ranks, v) == rank]
-        stages = [PipelineStage(_stage_module(spec, s), s, spec.stages, device) for s in own]
+        stages = [PipelineStage(_stage_module(spec, s).to(device), s, spec.stages, device) for s in own]
         for stage in stages:
             _instrument(stage)
         cls = TORCH_SCHEDULES[spec.schedule]
@@ -119,8 +126,8 @@ def _rank_main(rank: int, spec: RunSpec, out: str) -> None:
         runner = cls(stages[0], spec.microbatches, loss_fn=loss) if len(stages) == 1 and cls in (
             ScheduleGPipe, Schedule1F1B) else cls(stages, spec.microbatches, loss_fn=loss)
         generator = torch.Generator().manual_seed(0)
-        x = torch.randn(spec.batch * spec.microbatches, spec.width, generator=generator)
-        y = torch.randn(spec.batch * spec.microbatches, spec.width, generator=generator)
+        x = torch.randn(spec.batch * spec.microbatches, spec.width, generator=generator).to(device)
+        y = torch.randn(spec.batch * spec.microbatches, spec.width, generator=generator).to(device)
         first, last = 0 in own, spec.stages - 1 in own
 
         def step() -> None:
@@ -159,13 +166,11 @@ def record(spec: RunSpec, out: Path) -> list[Path]:
     return [out / f"rank{rank}.json.gz" for rank in range(spec.ranks)]
 
 
-def record_rounds(specs: list[RunSpec], out: Path, rounds: int) -> list[Path]:
+def record_rounds(specs: list[RunSpec], out: Path, rounds: int) -> Iterator[Path]:
     """Each of ``specs`` ``rounds`` times, in turn (a round runs every spec once, so that a slow spell of the host
-    falls on all schedules alike), into ``out/<schedule>/run<r>/``; the folders written."""
-    folders = []
+    falls on all schedules alike), into ``out/<schedule>/run<r>/``; each folder as it is written."""
     for r in range(rounds):
         for spec in specs:
             folder = out / spec.schedule / f"run{r}"
             record(spec, folder)
-            folders.append(folder)
-    return folders
+            yield folder

@@ -39,6 +39,7 @@ class ScheduleFigures:
     prediction_error: float | None  # median over rounds of (predicted / measured - 1), signed
     task_cv: float  # median over tasks of the coefficient of variation of a task's duration across iterations
     jitter_spread: float  # the simulated iteration's coefficient of variation at compute_jitter = task_cv
+    send_posting: float  # median share of the ranks' time spent inside c10d::send
 
 
 def _runs(folder: Path) -> dict[str, list[MeasuredRun]]:
@@ -74,6 +75,7 @@ def study(folder: Path) -> list[ScheduleFigures]:
         times: list[float] = []
         predictions: list[tuple[float, float]] = []
         cvs: list[float] = []
+        posting: list[float] = []
         for r, run in enumerate(runs[schedule]):
             comm = fit_comm(run.iterations)
             for k, iteration in enumerate(run.iterations):
@@ -81,6 +83,7 @@ def study(folder: Path) -> list[ScheduleFigures]:
                 errors.append(result.iteration_error)
                 starts.extend(result.start_errors.tolist())
                 times.append(iteration.time)
+                posting.append(iteration.send_posting / (run.ranks * iteration.time))
             if r < len(sources):
                 source = sources[r]
                 source_comm = fit_comm(source.iterations)
@@ -98,5 +101,5 @@ def study(folder: Path) -> list[ScheduleFigures]:
             float(np.median(np.abs(errors))), float(np.max(np.abs(errors))), float(np.median(starts)),
             float(np.max(starts)), float(np.median([p for p, _ in predictions])) if predictions else None,
             float(np.median([p / m - 1.0 for p, m in predictions])) if predictions else None,
-            task_cv, jitter_spread(runs[schedule][0], task_cv)))
+            task_cv, jitter_spread(runs[schedule][0], task_cv), float(np.median(posting))))
     return figures

@@ -199,7 +199,7 @@ def test_study_command_tabulates_every_schedule(tmp_path):
     result = run_here("pipeline_trace.py", "study", "runs", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     rows = [line for line in result.stdout.splitlines() if line.startswith("| 1f1b") or line.startswith("| gpipe")]
-    assert len(rows) == 2 and all(row.count("|") == 11 for row in rows)
+    assert len(rows) == 2 and all(row.count("|") == 12 for row in rows)
 
 
 @pytest.mark.parametrize("args, fragments", [

@@ -72,9 +72,10 @@ def _record(args) -> int:
     for spec in specs:
         if spec.layers % spec.stages:
             raise UserError(f"--layers {spec.layers}: must be a multiple of {spec.schedule}'s {spec.stages} stages")
+    total = len(specs) * args.rounds
     print(f"recording {len(specs)} schedule(s) x {args.rounds} round(s) into {args.out}", file=sys.stderr)
-    for folder in record_rounds(specs, args.out, args.rounds):
-        print(folder)
+    for done, folder in enumerate(record_rounds(specs, args.out, args.rounds), 1):
+        print(f"[{done}/{total}] {folder}", flush=True)
     return 0
 
 
@@ -130,14 +131,15 @@ def _study(args) -> int:
     from ..tracestudy import SOURCE, study
 
     print("| schedule | runs x iterations | measured (ms) | spread (CV) | replay error median (worst) | task start "
-          f"error median (worst) | predicted from {SOURCE} (ms) | prediction error | task CV | jitter model's CV |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          f"error median (worst) | predicted from {SOURCE} (ms) | prediction error | task CV | jitter model's CV | "
+          "time posting sends |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for f in study(args.folder):
         predicted = "" if f.predicted_ms is None else f"{f.predicted_ms:.1f}"
         error = "" if f.prediction_error is None else f"{f.prediction_error:+.1%}"
         print(f"| {f.schedule} | {f.runs} x {f.iterations // f.runs} | {f.measured_ms:.1f} | {f.spread:.1%} | "
               f"{f.replay_error:.1%} ({f.replay_worst:.1%}) | {f.start_median:.1%} ({f.start_worst:.0%}) | "
-              f"{predicted} | {error} | {f.task_cv:.1%} | {f.jitter_spread:.1%} |")
+              f"{predicted} | {error} | {f.task_cv:.1%} | {f.jitter_spread:.1%} | {f.send_posting:.1%} |")
     return 0
 
 
