@@ -16,7 +16,7 @@ import numpy as np
 
 from .engine import simulate
 from .measured import CommFit, Iteration, MeasuredRun, Span, TraceError
-from .model import EnvParams, Policy, Schedule, TaskKind
+from .model import EnvParams, Policy, Schedule, Task, TaskKind
 from .schedules import SCHEDULES, get_schedule
 from .taskgraph import GraphTask, build_task_graph
 
@@ -136,9 +136,24 @@ def _measured_schedule(simulated: Schedule, spans: Mapping[tuple[int, str, int],
         send = sends.get((_TRANSFER_SENDS.get(task.kind, ""), task.stage, task.index))
         start = send.time - origin if send else 0.0
         end = start + (comm.time(send.size) if send else 0.0)
-        tasks.append(replace(task, ready=start, start=start, end=end, throttled=False, throttled_time=0.0,
-                             segments=[(start, end, 1.0)] if end > start else []))
-    return replace(simulated, tasks=tasks, completion_time=iteration.time)
+        tasks.append(replace(task, ready=start, start=start, end=end, throttled=False, throttled_time=0.0))
+    return replace(simulated, tasks=_shared(tasks), completion_time=iteration.time)
+
+
+def _shared(tasks: list[Task]) -> list[Task]:
+    """``tasks`` with each transfer's segments at an equal share of its port with the transfers beside it."""
+    spans = [(task.gpu, task.start, task.end) for task in tasks if not task.parts and task.end > task.start]
+    result = []
+    for task in tasks:
+        if task.parts or task.end <= task.start:
+            result.append(task)
+            continue
+        cuts = sorted({task.start, task.end, *(t for gpu, a, b in spans if gpu == task.gpu
+                                               for t in (a, b) if task.start < t < task.end)})
+        segments = [(a, b, 1.0 / sum(1 for gpu, s, e in spans if gpu == task.gpu and s < b and e > a))
+                    for a, b in zip(cuts, cuts[1:])]
+        result.append(replace(task, segments=segments))
+    return result
 
 
 def predict(source: MeasuredRun, k: int, comm: CommFit, schedule: str, *, chunks: int = 2,

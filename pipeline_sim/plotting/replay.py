@@ -25,7 +25,9 @@ def replay_figure(result: Replay, *, title: str) -> Figure:
     end = max(result.measured.completion_time, result.simulated.completion_time) * 1.02
     top.set_xlim(0, end)
     fig.suptitle(f"{title}: replay error {result.iteration_error:+.1%}; task start error median "
-                 f"{median(result.start_errors):.1%}, worst {max(result.start_errors):.0%} (transfers of the measured "
-                 "run drawn from their post for their fitted time)", fontsize=10)
+                 f"{median(result.start_errors):.1%}, worst {max(result.start_errors):.0%}\n"
+                 "measured: each action as it ran, each transfer from its post for its fitted time; simulated: an "
+                 "action's length counts its rank's time since the previous one unless it waited for a transfer",
+                 fontsize=10)
     fig.tight_layout()
     return fig
