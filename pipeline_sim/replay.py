@@ -159,33 +159,34 @@ def _shared(tasks: list[Task]) -> list[Task]:
 def predict(source: MeasuredRun, k: int, comm: CommFit, schedule: str, *, chunks: int = 2,
             w_fraction: float = 0.5) -> Schedule:
     """The iteration of ``schedule`` (its own static order; ``chunks`` per rank if it reads them) on the lengths
-    measured in iteration ``k`` of ``source``: each rank's mean forward and backward per micro-batch
-    (``effective_lengths``), split evenly over the chunks the target puts on it; a split backward's weight half
-    the share measured, or ``w_fraction`` of it when ``source`` split none."""
+    measured in iteration ``k`` of ``source``. An action costs its share of its rank's compute plus the runtime's
+    time per action: each rank's mean forward and backward per micro-batch as they ran, split evenly over the
+    chunks the target puts on it (a split backward's weight half the share measured, or ``w_fraction`` when
+    ``source`` split none), plus the rank's mean time between actions that ``effective_lengths`` counts."""
     iteration = source.iterations[k]
     spec = get_schedule(schedule)
     chunks = spec.v(chunks)
     size = median(send.size for send in iteration.sends) if iteration.sends else 0.0
-
-    measured = effective_lengths(iteration, comm)
-    rank_of = {(t.stage, t.kind, t.mb): t.rank for t in iteration.tasks}
+    effective = effective_lengths(iteration, comm)
 
     def mean(rank: int, kinds: str) -> float:
-        return sum(t for key, t in measured.items() if rank_of[key] == rank and key[1] in kinds) / source.microbatches
+        return sum(t.end - t.start for t in iteration.tasks if t.rank == rank and t.kind in kinds) / source.microbatches
 
-    base = run_environment(source, iteration, comm)
-    params = replace(base, schedule=schedule, chunks=max(2, chunks))
-    placement = spec.placement
+    def overhead(rank: int) -> float:
+        own = [effective[t.stage, t.kind, t.mb] - (t.end - t.start) for t in iteration.tasks if t.rank == rank]
+        return sum(own) / len(own)
+
+    params = replace(run_environment(source, iteration, comm), schedule=schedule, chunks=max(2, chunks))
     compute: dict[tuple[int, str, int], float] = {}
     for stage in range(source.ranks * chunks):
-        rank = placement(stage, source.ranks, chunks)
-        forward, backward = mean(rank, "F") / chunks, mean(rank, "BIW") / chunks
+        rank = spec.placement(stage, source.ranks, chunks)
+        forward, backward, extra = mean(rank, "F") / chunks, mean(rank, "BIW") / chunks, overhead(rank)
         weight = mean(rank, "W") / mean(rank, "BIW") if mean(rank, "W") else w_fraction
         for mb in range(source.microbatches):
-            compute[stage, "F", mb] = forward
-            compute[stage, "B", mb] = backward
-            compute[stage, "I", mb] = backward * (1.0 - weight)
-            compute[stage, "W", mb] = backward * weight
+            compute[stage, "F", mb] = forward + extra
+            compute[stage, "B", mb] = backward + extra
+            compute[stage, "I", mb] = backward * (1.0 - weight) + extra
+            compute[stage, "W", mb] = backward * weight + extra
     return simulate(params, Policy(), lengths=_lengths(params, compute, comm, {}, size))
 
 
