@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from pathlib import Path
 from statistics import median
 from typing import Sequence
 
-from ..schedules import SCHEDULES
+from ..schedules import SCHEDULES, get_schedule
 from .common import Parser, UserError, positive_int, run_command, script_name, use_display
 
 #: The schedules PyTorch runs that the simulator also has (``recorder.TORCH_SCHEDULES``; said here without torch).
@@ -62,20 +63,27 @@ def build_parser(prog: str) -> Parser:
 
 
 def _record(args) -> int:
-    try:
-        from ..recorder import RunSpec, record_rounds
-    except ImportError:
-        raise UserError("record needs torch: pip install \"pipeline-sim[trace]\" (requirements-trace.txt)") from None
+    if importlib.util.find_spec("torch") is None:
+        raise UserError("record needs torch: pip install \"pipeline-sim[trace]\" (requirements-trace.txt)")
+    from torch.multiprocessing.spawn import ProcessException
+
+    from ..recorder import RunSpec, record_rounds
+
     specs = [RunSpec(name, ranks=args.ranks, microbatches=args.microbatches, batch=args.batch, width=args.width,
                      layers=args.layers, iterations=args.iterations, backend=args.backend, port=args.port)
              for name in args.schedule]
     for spec in specs:
+        get_schedule(spec.schedule).check(spec.microbatches, spec.ranks)
         if spec.layers % spec.stages:
             raise UserError(f"--layers {spec.layers}: must be a multiple of {spec.schedule}'s {spec.stages} stages")
     total = len(specs) * args.rounds
     print(f"recording {len(specs)} schedule(s) x {args.rounds} round(s) into {args.out}", file=sys.stderr)
-    for done, folder in enumerate(record_rounds(specs, args.out, args.rounds), 1):
-        print(f"[{done}/{total}] {folder}", flush=True)
+    try:
+        for done, folder in enumerate(record_rounds(specs, args.out, args.rounds), 1):
+            print(f"[{done}/{total}] {folder}", flush=True)
+    except ProcessException as error:  # a rank failed: PyTorch's own message, on its last line, says why
+        lines = [line for line in str(error).splitlines() if line.strip()]
+        raise UserError(f"a rank failed: {lines[-1].strip() if lines else error}") from None
     return 0
 
 
