@@ -157,12 +157,13 @@ def _shared(tasks: list[Task]) -> list[Task]:
 
 
 def predict(source: MeasuredRun, k: int, comm: CommFit, schedule: str, *, chunks: int = 2,
-            w_fraction: float = 0.5) -> Schedule:
-    """The iteration of ``schedule`` (its own static order; ``chunks`` per rank if it reads them) on the lengths
-    measured in iteration ``k`` of ``source``. An action costs its share of its rank's compute plus the runtime's
-    time per action: each rank's mean forward and backward per micro-batch as they ran, split evenly over the
-    chunks the target puts on it (a split backward's weight half the share measured, or ``w_fraction`` when
-    ``source`` split none), plus the rank's mean time between actions that ``effective_lengths`` counts."""
+            w_fraction: float = 0.5, microbatches: int | None = None) -> Schedule:
+    """The iteration of ``schedule`` (its own static order; ``chunks`` per rank if it reads them) over
+    ``microbatches`` (default: the source's) on the lengths measured in iteration ``k`` of ``source``. An action
+    costs its share of its rank's compute plus the runtime's time per action: each rank's mean forward and backward
+    per micro-batch as they ran, split evenly over the chunks the target puts on it (a split backward's weight half
+    the share measured, or ``w_fraction`` when ``source`` split none), plus the rank's mean time between actions
+    that ``effective_lengths`` counts."""
     iteration = source.iterations[k]
     spec = get_schedule(schedule)
     chunks = spec.v(chunks)
@@ -176,13 +177,14 @@ def predict(source: MeasuredRun, k: int, comm: CommFit, schedule: str, *, chunks
         own = [effective[t.stage, t.kind, t.mb] - (t.end - t.start) for t in iteration.tasks if t.rank == rank]
         return sum(own) / len(own)
 
-    params = replace(run_environment(source, iteration, comm), schedule=schedule, chunks=max(2, chunks))
+    n = source.microbatches if microbatches is None else microbatches
+    params = replace(run_environment(source, iteration, comm), schedule=schedule, chunks=max(2, chunks), n=n)
     compute: dict[tuple[int, str, int], float] = {}
     for stage in range(source.ranks * chunks):
         rank = spec.placement(stage, source.ranks, chunks)
         forward, backward, extra = mean(rank, "F") / chunks, mean(rank, "BIW") / chunks, overhead(rank)
         weight = mean(rank, "W") / mean(rank, "BIW") if mean(rank, "W") else w_fraction
-        for mb in range(source.microbatches):
+        for mb in range(n):
             compute[stage, "F", mb] = forward + extra
             compute[stage, "B", mb] = backward + extra
             compute[stage, "I", mb] = backward * (1.0 - weight) + extra

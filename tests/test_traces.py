@@ -123,6 +123,16 @@ def test_a_prediction_runs_the_target_schedules_own_order():
         assert predicted.completion_time > 0.0
 
 
+def test_a_prediction_for_more_micro_batches_adds_their_work():
+    """1F1B on 2 ranks: each further micro-batch adds a forward and a backward to the busier rank's steady state."""
+    source = read_run([TRACES / "1f1b" / "run0"])
+    comm = fit_comm(source.iterations)
+    eight, sixteen = (predict(source, 0, comm, "1f1b", microbatches=n) for n in (8, 16))
+    assert sixteen.params.n == 16 and len(sixteen.tasks) > len(eight.tasks)
+    per_rank = [sum(t.length for t in sixteen.tasks if t.parts and t.gpu == g and t.index >= 8) for g in range(2)]
+    assert sixteen.completion_time - eight.completion_time >= max(per_rank) * (1 - 1e-9)
+
+
 # -- refusals --------------------------------------------------------------------------------------------------
 
 

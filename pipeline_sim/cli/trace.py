@@ -54,7 +54,9 @@ def build_parser(prog: str) -> Parser:
     predict.add_argument("source", type=Path, help="the folder of the traced run to predict from")
     predict.add_argument("--schedule", nargs="+", default=list(RECORDABLE), choices=list(SCHEDULES),
                          help="schedules to predict (default: all that PyTorch runs)")
-    predict.add_argument("--measured", type=Path, nargs="*", default=[], help="run folders to compare with")
+    predict.add_argument("--microbatches", type=positive_int, help="micro-batches (default: the source's)")
+    predict.add_argument("--measured", type=Path, nargs="*", default=[],
+                         help="run folders to compare with (those of the same micro-batch count)")
 
     study = commands.add_parser("study", help="replay, predict and spread over a folder of recorded rounds",
                                 description="Every figure of the README's table, from OUT of 'record --rounds'.")
@@ -122,11 +124,14 @@ def _predict(args) -> int:
     source = read_run([args.source])
     comm = fit_comm(source.iterations)
     measured: dict[str, list[float]] = {}
+    n = args.microbatches or source.microbatches
     for folder in args.measured:
         run = read_run([folder])
-        measured.setdefault(run.schedule, []).extend(it.time for it in run.iterations)
+        if run.microbatches == n:
+            measured.setdefault(run.schedule, []).extend(it.time for it in run.iterations)
     for schedule in args.schedule:
-        time = median(predict(source, k, comm, schedule).completion_time for k in range(len(source.iterations)))
+        time = median(predict(source, k, comm, schedule, microbatches=n).completion_time
+                      for k in range(len(source.iterations)))
         line = f"{schedule:>17}: predicted {time:8.2f} ms"
         if schedule in measured:
             real = median(measured[schedule])
