@@ -1,9 +1,9 @@
 """A measured iteration through the simulator: replayed on its own lengths, or predicted under another schedule.
 
 Both run the one engine (``engine.simulate``) with every task's length given (``engine.given_lengths``): compute
-tasks take their measured durations, transfers the fitted ``CommFit`` time of their bytes, gradient syncs none (a
-traced run without data parallelism has none), and compute is never slowed by transfers (impacts 0: on CPU ranks
-gloo's threads take their own cycles, which the measured durations already hold).
+tasks the time their rank spent on them (``effective_lengths``), transfers the fitted ``CommFit`` time of their
+bytes, gradient syncs none (a traced run without data parallelism has none), and compute is never slowed by
+transfers (impacts 0: on CPU ranks gloo's threads take their own cycles, which the measured durations already hold).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Mapping
 
 import numpy as np
 
-from .engine import simulate
+from .engine import simulate, texts_of
 from .measured import CommFit, Iteration, MeasuredRun, Span, TraceError
 from .model import EnvParams, Policy, Schedule, Task, TaskKind
 from .schedules import SCHEDULES, get_schedule
@@ -105,18 +105,13 @@ def replay(run: MeasuredRun, k: int, comm: CommFit) -> Replay:
     lengths = _lengths(params, effective_lengths(iteration, comm), comm, _sizes(iteration), size)
     graph = build_task_graph(params)
     first = lambda task: spans[task.parts[0].stage, task.parts[0].kind.code, task.parts[0].mb]  # noqa: E731
-    order = [[_text(graph.tasks[i]) for i in sorted(own, key=lambda i: first(graph.tasks[i]).start)]
-             for own in graph.orders]
+    order = [texts_of(graph, sorted(own, key=lambda i: first(graph.tasks[i]).start)) for own in graph.orders]
     simulated = simulate(params, Policy(), order=order, lengths=lengths)
     measured = _measured_schedule(simulated, spans, iteration, comm)
     starts = [(task.start, measured.tasks[i].start) for i, task in enumerate(simulated.tasks)
               if task.parts and measured.tasks[i].start > 0.0]
     errors = np.array([abs(sim - real) / real for sim, real in starts])
     return Replay(measured, simulated, simulated.completion_time / measured.completion_time - 1.0, errors)
-
-
-def _text(task: GraphTask) -> str:
-    return str(task.parts[0]) if len(task.parts) == 1 else f"({task.parts[0]};{task.parts[1]})"
 
 
 def _measured_schedule(simulated: Schedule, spans: Mapping[tuple[int, str, int], Span], iteration: Iteration,

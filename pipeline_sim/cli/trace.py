@@ -8,7 +8,11 @@ from pathlib import Path
 from statistics import median
 from typing import Sequence
 
+from ..files import atomic_output
+from ..measured import fit_comm, read_run
+from ..replay import predict, replay
 from ..schedules import SCHEDULES, get_schedule
+from ..tracestudy import SOURCE, study
 from .common import Parser, UserError, positive_int, run_command, script_name, use_display
 
 #: The schedules PyTorch runs that the simulator also has (``recorder.TORCH_SCHEDULES``; said here without torch).
@@ -90,9 +94,6 @@ def _record(args) -> int:
 
 
 def _replay(args) -> int:
-    from ..measured import fit_comm, read_run
-    from ..replay import replay
-
     run = read_run(args.run, args.schedule)
     comm = fit_comm(run.iterations)
     print(f"{run.schedule}: {run.ranks} ranks, {run.stages} stages, {run.microbatches} micro-batches, "
@@ -107,7 +108,6 @@ def _replay(args) -> int:
         if not 0 <= args.iteration < len(results):
             raise UserError(f"--iteration {args.iteration}: must be from 0 to {len(results) - 1}")
         use_display(True)
-        from ..files import atomic_output
         from ..plotting.replay import replay_figure
 
         figure = replay_figure(results[args.iteration], title=f"{run.schedule}, iteration {args.iteration}")
@@ -118,9 +118,6 @@ def _replay(args) -> int:
 
 
 def _predict(args) -> int:
-    from ..measured import fit_comm, read_run
-    from ..replay import predict
-
     source = read_run([args.source])
     comm = fit_comm(source.iterations)
     measured: dict[str, list[float]] = {}
@@ -141,8 +138,6 @@ def _predict(args) -> int:
 
 
 def _study(args) -> int:
-    from ..tracestudy import SOURCE, study
-
     print("| schedule | runs x iterations | measured (ms) | spread (CV) | replay error median (worst) | task start "
           f"error median (worst) | predicted from {SOURCE} (ms) | prediction error | task CV | jitter model's CV | "
           "time posting sends |")
