@@ -203,6 +203,19 @@ def test_replay_and_predict_commands_write_and_report(tmp_path):
     assert "measured" in gpipe and "%" in gpipe
 
 
+def test_predict_command_compares_another_micro_batch_count_with_runs_of_it(tmp_path):
+    folder = ROOT / "tests" / "data" / "microbatches" / "round0"
+    result = run_here("pipeline_trace.py", "predict", str(folder / "n8" / "1f1b" / "run0"), "--microbatches", "16",
+                      "--schedule", "1f1b", "gpipe", "--measured", str(folder / "n16" / "1f1b" / "run0"),
+                      str(folder / "n16" / "gpipe" / "run0"), str(folder / "n8" / "1f1b" / "run0"), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 2 and all("measured" in line for line in lines)
+    measured = [float(line.split("measured")[1].split("ms")[0]) for line in lines]
+    runs = [read_run([folder / "n16" / name / "run0"]) for name in ("1f1b", "gpipe")]
+    assert measured == [round(float(np.median([it.time for it in run.iterations])), 2) for run in runs]
+
+
 def test_study_command_tabulates_every_schedule(tmp_path):
     for schedule in ("1f1b", "gpipe"):
         shutil.copytree(TRACES / schedule / "run0", tmp_path / "runs" / schedule / "run0")
