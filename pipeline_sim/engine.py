@@ -341,6 +341,24 @@ def given_lengths(params: EnvParams, lengths: Sequence[float]) -> np.ndarray:
     return array
 
 
+def lengths_of_table(params: EnvParams, table: Mapping[str, float]) -> list[float]:
+    """Every task's length, in task order, from ``table``: a length per task text (``"0F3"``, ``"0FP3"``,
+    ``"(0F7;7B3)"``, as ``Task.id`` writes them); ``ParameterError`` naming ``lengths`` for a task it lacks or a text
+    that is no task of ``params``' graph."""
+    graph = build_task_graph(params)
+    texts = texts_of(graph, range(len(graph.tasks)))
+    missing = [text for text in texts if text not in table]
+    if missing:
+        raise ParameterError("lengths", f"{len(table)} tasks", f"lacks {', '.join(missing[:3])}"
+                             + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+                             + f" of {params.schedule} with n = {params.n} on {params.num_gpus} GPUs")
+    unknown = sorted(set(table) - set(texts))
+    if unknown:
+        raise ParameterError("lengths", unknown[0], f"is no task of {params.schedule} with n = {params.n} on "
+                                                    f"{params.num_gpus} GPUs")
+    return [table[text] for text in texts]
+
+
 def simulate(params: EnvParams, policy: Policy, sample: int = 0,
              order: Sequence[Sequence[str]] | None = None, lengths: Sequence[float] | None = None) -> Schedule:
     """Simulate one iteration of ``params`` under ``policy``: the ``sample``-th draw of its noise, if any.

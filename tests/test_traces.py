@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from conftest import ROOT, assert_one_line_error, assert_png_drawn, run_here
 
-from pipeline_sim.engine import simulate
+from pipeline_sim.engine import lengths_of_table, simulate
 from pipeline_sim.measured import TraceError, fit_comm, read_run
 from pipeline_sim.model import EnvParams, ParameterError, Policy
 from pipeline_sim.orders import compute_orders
@@ -131,6 +131,37 @@ def test_a_prediction_for_more_micro_batches_adds_their_work():
     assert sixteen.params.n == 16 and len(sixteen.tasks) > len(eight.tasks)
     per_rank = [sum(t.length for t in sixteen.tasks if t.parts and t.gpu == g and t.index >= 8) for g in range(2)]
     assert sixteen.completion_time - eight.completion_time >= max(per_rank) * (1 - 1e-9)
+
+
+def test_a_table_of_lengths_by_task_text_is_read_whole_or_refused():
+    params = EnvParams(n=4, num_gpus=2, schedule="dualpipe-v", compute_jitter=0.1)
+    run = simulate(params, Policy())
+    table = {str(task.id): task.length for task in run.tasks}
+    assert lengths_of_table(params, table) == [task.length for task in run.tasks]
+    with pytest.raises(ParameterError, match=r"lengths .* lacks \(0F3;3B1\)"):
+        lengths_of_table(params, {text: length for text, length in table.items() if text != "(0F3;3B1)"})
+    with pytest.raises(ParameterError, match="lengths = '9F9': is no task of dualpipe-v"):
+        lengths_of_table(params, {**table, "9F9": 1.0})
+
+
+def test_a_replayed_iteration_draws_in_the_visualizer_from_its_table_of_lengths(tmp_path):
+    result = run_here("pipeline_trace.py", "replay", str(TRACES / "zb-v" / "run0"), "--iteration", "2",
+                      "--lengths-out", "zbv.json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    replayed = float(result.stdout.splitlines()[3].split("simulated ")[1].split(" ms")[0])
+    flags = json.loads((tmp_path / "zbv.json").read_text())["flags"].split()
+    chart = run_here("schedule_visualizer_single_channel.py", *flags, "--lengths", "zbv.json", "--no-show",
+                     "--output", "zbv.png", cwd=tmp_path)
+    assert chart.returncode == 0, chart.stderr
+    assert float(chart.stdout.split("completion time ")[1].split()[0]) == pytest.approx(replayed, abs=0.006)
+    assert_png_drawn(tmp_path / "zbv.png")
+    wrong = run_here("schedule_visualizer_single_channel.py", "--schedule", "1f1b", "--lengths", "zbv.json",
+                     "--no-show", "--output", "x.png", cwd=tmp_path)
+    assert_one_line_error(wrong, "--lengths", "lacks 0B0, 0B1, 0B2 and 45 more of 1f1b")
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    bad = run_here("schedule_visualizer_single_channel.py", "--lengths", "bad.json", "--no-show", "--output", "y.png",
+                   cwd=tmp_path)
+    assert_one_line_error(bad, "--lengths bad.json: not a JSON object whose 'lengths' maps task texts to numbers")
 
 
 # -- refusals --------------------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from statistics import median
@@ -50,7 +51,11 @@ def build_parser(prog: str) -> Parser:
     replay.add_argument("run", type=Path, nargs="+", help="a run's folder or its rank files")
     replay.add_argument("--schedule", choices=list(SCHEDULES), help="the schedule run (default: named in the trace)")
     replay.add_argument("--plot", type=Path, help="draw measured and simulated Gantt charts of --iteration to PNG")
-    replay.add_argument("--iteration", type=int, default=0, help="which traced iteration to draw (default 0)")
+    replay.add_argument("--iteration", type=int, default=0,
+                        help="which traced iteration to draw or write (default 0)")
+    replay.add_argument("--lengths-out", type=Path, metavar="FILE.json",
+                        help="write --iteration's length of every task, and its environment, as JSON: the visualizers "
+                             "read it with --lengths")
 
     predict = commands.add_parser("predict", help="predict other schedules from one trace", description=(
         "Simulate each schedule on the lengths measured in SOURCE (each rank's mean forward and backward); with "
@@ -104,9 +109,21 @@ def _replay(args) -> int:
         print(f"iteration {k}: measured {result.measured.completion_time:.2f} ms, simulated "
               f"{result.simulated.completion_time:.2f} ms ({result.iteration_error:+.1%}); task start error median "
               f"{median(result.start_errors):.1%}, worst {max(result.start_errors):.1%}")
+    if (args.plot or args.lengths_out) and not 0 <= args.iteration < len(results):
+        raise UserError(f"--iteration {args.iteration}: must be from 0 to {len(results) - 1}")
+    if args.lengths_out:
+        simulated = results[args.iteration].simulated
+        params = simulated.params
+        # the environment as replayed; its mean lengths only set the ideal time that a chart's title quotes
+        flags = {"--schedule": params.schedule, "-n": params.n, "--num-gpus": params.num_gpus,
+                 "--chunks": params.chunks, "--fwd-len": f"{params.fwd_len:.6g}", "--bwd-len": f"{params.bwd_len:.6g}",
+                 "--prop-len": f"{params.prop_len:.6g}", "--sync-base-len": 0, "--fwd-impact": 0, "--bwd-impact": 0}
+        table = {"flags": " ".join(f"{flag} {value}" for flag, value in flags.items()),
+                 "lengths": {str(task.id): task.length for task in simulated.tasks}}
+        with atomic_output(args.lengths_out) as temporary:
+            temporary.write_text(json.dumps(table, indent=1))
+        print(f"wrote {args.lengths_out}; the visualizers draw it with {table['flags']} --lengths {args.lengths_out}")
     if args.plot:
-        if not 0 <= args.iteration < len(results):
-            raise UserError(f"--iteration {args.iteration}: must be from 0 to {len(results) - 1}")
         use_display(True)
         from ..plotting.replay import replay_figure
 
