@@ -365,12 +365,13 @@ def simulate(params: EnvParams, policy: Policy, sample: int = 0,
 
     ``order``, per GPU the text of its compute tasks (as ``Schedule.order_text`` gives them), runs instead of the
     schedule's own static order: a dispatcher's choices, say, replayed. ``lengths``, every task's work in task order
-    (``given_lengths``; a measured run's, say), runs instead of the lengths ``params`` and its noise give them (the
-    keys of ``critical-path`` still read ``params``' own: what the dispatcher expects, not what the tasks take).
+    (``given_lengths``; a measured run's, say), runs instead of the lengths ``params`` give them, with ``params``'
+    noise and straggler on top (the keys of ``critical-path`` still read ``params``' own lengths: what the
+    dispatcher expects, not what the tasks take).
     """
     graph = build_task_graph(params, sample)
     arrays = graph_arrays(params)
-    work = task_lengths(params, sample) if lengths is None else given_lengths(params, lengths)
+    work = task_lengths(params, sample, None if lengths is None else given_lengths(params, lengths))
     if lengths is not None:
         graph = graph._replace(tasks=tuple(task._replace(length=length)
                                            for task, length in zip(graph.tasks, work.tolist())))

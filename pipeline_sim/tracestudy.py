@@ -18,7 +18,7 @@ import numpy as np
 from .engine import simulate
 from .measured import MeasuredRun, TraceError, fit_comm, read_run
 from .model import Policy
-from .replay import effective_lengths, predict, replay, run_environment
+from .replay import effective_lengths, predict, replay
 
 #: The schedule whose trace predicts the others.
 SOURCE = "1f1b"
@@ -57,11 +57,13 @@ def _cv(values: list[float]) -> float:
 
 
 def jitter_spread(run: MeasuredRun, cv: float, samples: int = 40) -> float:
-    """The coefficient of variation of the simulated iteration time of ``run``'s environment (its mean lengths)
-    with compute jitter ``cv`` over ``samples`` draws."""
-    iteration = run.iterations[0]
-    params = replace(run_environment(run, iteration, fit_comm(run.iterations)), compute_jitter=cv)
-    return _cv([simulate(params, Policy(), sample).completion_time for sample in range(samples)])
+    """The coefficient of variation of the simulated iteration time of ``run``'s first iteration, on its replayed
+    lengths with compute jitter ``cv`` on top, over ``samples`` draws (under the schedule's static order, which is
+    the order the committed runs ran in)."""
+    replayed = replay(run, 0, fit_comm(run.iterations)).simulated
+    params = replace(replayed.params, compute_jitter=cv)
+    lengths = [task.length for task in replayed.tasks]
+    return _cv([simulate(params, Policy(), sample, lengths=lengths).completion_time for sample in range(samples)])
 
 
 def study(folder: Path) -> list[ScheduleFigures]:

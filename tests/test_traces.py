@@ -3,6 +3,7 @@
 import gzip
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -93,10 +94,12 @@ def test_a_trace_of_a_simulated_iteration_replays_to_itself(schedule_name, tmp_p
             assert task.end - task.start == pytest.approx(task.length, rel=1e-9)  # no impact slows compute
 
 
-def test_given_lengths_equal_to_the_environments_own_change_nothing():
-    params = EnvParams(n=6, num_gpus=3, schedule="zb-v", compute_jitter=0.2, seed=3)
+def test_given_lengths_equal_to_the_environments_own_change_nothing_and_take_its_noise_on_top():
+    params = EnvParams(n=6, num_gpus=3, schedule="zb-v", compute_jitter=0.2, comm_jitter=0.1, slow_gpu=1,
+                       slow_factor=1.5, seed=3)
     own = simulate(params, Policy(), sample=2)
-    given = simulate(params, Policy(), sample=2, lengths=task_lengths(params, 2).tolist())
+    quiet = replace(params, compute_jitter=0.0, comm_jitter=0.0, slow_gpu=-1)
+    given = simulate(params, Policy(), sample=2, lengths=task_lengths(quiet).tolist())
     assert [(t.start, t.end) for t in given.tasks] == [(t.start, t.end) for t in own.tasks]
     assert given.completion_time == own.completion_time and given.lower_bound == own.lower_bound
     with pytest.raises(ParameterError, match="lengths"):
@@ -155,6 +158,11 @@ def test_a_replayed_iteration_draws_in_the_visualizer_from_its_table_of_lengths(
     assert chart.returncode == 0, chart.stderr
     assert float(chart.stdout.split("completion time ")[1].split()[0]) == pytest.approx(replayed, abs=0.006)
     assert_png_drawn(tmp_path / "zbv.png")
+    noisy = run_here("schedule_visualizer_single_channel.py", *flags, "--lengths", "zbv.json", "--compute-jitter",
+                     "0.3", "--sample", "4", "--no-show", "--output", "noisy.png", cwd=tmp_path)
+    assert noisy.returncode == 0, noisy.stderr
+    assert "sample 4 of seed 0" in noisy.stdout
+    assert float(noisy.stdout.split("completion time ")[1].split()[0]) != pytest.approx(replayed, abs=0.5)
     wrong = run_here("schedule_visualizer_single_channel.py", "--schedule", "1f1b", "--lengths", "zbv.json",
                      "--no-show", "--output", "x.png", cwd=tmp_path)
     assert_one_line_error(wrong, "--lengths", "lacks 0B0, 0B1, 0B2 and 45 more of 1f1b")
