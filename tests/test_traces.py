@@ -37,9 +37,9 @@ def test_each_committed_trace_reads_as_the_run_it_was(schedule, folder):
         assert all(send.size == 64 * 512 * 4 for send in iteration.sends)  # a micro-batch's activations, float32
 
 
-@pytest.mark.parametrize("schedule", SCHEDULES)
-def test_pytorch_ran_each_rank_in_the_order_the_simulator_gives_its_schedule(schedule):
-    run = read_run([TRACES / schedule / "run0"])
+@pytest.mark.parametrize("schedule, folder", _runs(), ids=lambda x: x if isinstance(x, str) else x.name)
+def test_pytorch_ran_each_rank_in_the_order_the_simulator_gives_its_schedule(schedule, folder):
+    run = read_run([folder])
     expected = compute_orders(schedule, num_gpus=2, n=8)
     for iteration in run.iterations:
         for rank in range(2):
