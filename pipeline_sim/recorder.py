@@ -27,16 +27,18 @@ from torch.distributed.pipelining import (
     ScheduleDualPipeV,
     ScheduleGPipe,
     ScheduleInterleaved1F1B,
+    ScheduleInterleavedZeroBubble,
     ScheduleZBVZeroBubble,
 )
 from torch.profiler import ProfilerActivity, profile, record_function
 
 from .schedules import get_schedule
 
-#: Our schedule name -> PyTorch's class that runs it.
+#: Our schedule name -> PyTorch's class that runs it (``ScheduleInterleavedZeroBubble`` with one stage per rank runs
+#: ZB-H1's order exactly).
 TORCH_SCHEDULES: dict[str, Any] = {
     "gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, "interleaved-1f1b": ScheduleInterleaved1F1B,
-    "zb-v": ScheduleZBVZeroBubble, "dualpipe-v": ScheduleDualPipeV,
+    "zb-h1": ScheduleInterleavedZeroBubble, "zb-v": ScheduleZBVZeroBubble, "dualpipe-v": ScheduleDualPipeV,
 }
 PREFIX = "pipeline:"
 

@@ -18,18 +18,21 @@ from pipeline_sim.replay import effective_lengths, predict, replay
 from pipeline_sim.taskgraph import task_lengths
 
 TRACES = ROOT / "tests" / "data" / "traces"
-SCHEDULES = ("1f1b", "gpipe", "interleaved-1f1b", "zb-v", "dualpipe-v")
+SCHEDULES = ("1f1b", "gpipe", "interleaved-1f1b", "zb-h1", "zb-v", "dualpipe-v")
 
 
 def _runs():
-    return [(schedule, folder) for schedule in SCHEDULES for folder in sorted((TRACES / schedule).iterdir())]
+    """Every committed run of the two studies (the repeat has no ZB-H1)."""
+    return [(schedule, folder) for root in (TRACES, ROOT / "tests" / "data" / "traces-repeat")
+            for schedule in SCHEDULES if (root / schedule).is_dir() for folder in sorted((root / schedule).iterdir())]
 
 
-@pytest.mark.parametrize("schedule, folder", _runs(), ids=lambda x: x if isinstance(x, str) else x.name)
+@pytest.mark.parametrize("schedule, folder", _runs(), ids=lambda x: x if isinstance(x, str) else
+                         f"{x.parent.parent.name}-{x.name}")
 def test_each_committed_trace_reads_as_the_run_it_was(schedule, folder):
     run = read_run([folder])
     assert (run.schedule, run.ranks, run.microbatches, len(run.iterations)) == (schedule, 2, 8, 3)
-    assert run.stages == (2 if schedule in ("1f1b", "gpipe") else 4)
+    assert run.stages == (2 if schedule in ("1f1b", "gpipe", "zb-h1") else 4)
     for iteration in run.iterations:
         kinds = {task.kind for task in iteration.tasks}
         assert kinds <= set("FBIW") and "F" in kinds
@@ -37,7 +40,8 @@ def test_each_committed_trace_reads_as_the_run_it_was(schedule, folder):
         assert all(send.size == 64 * 512 * 4 for send in iteration.sends)  # a micro-batch's activations, float32
 
 
-@pytest.mark.parametrize("schedule, folder", _runs(), ids=lambda x: x if isinstance(x, str) else x.name)
+@pytest.mark.parametrize("schedule, folder", _runs(), ids=lambda x: x if isinstance(x, str) else
+                         f"{x.parent.parent.name}-{x.name}")
 def test_pytorch_ran_each_rank_in_the_order_the_simulator_gives_its_schedule(schedule, folder):
     run = read_run([folder])
     expected = compute_orders(schedule, num_gpus=2, n=8)

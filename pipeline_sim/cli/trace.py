@@ -17,7 +17,7 @@ from ..tracestudy import SOURCE, study
 from .common import Parser, UserError, positive_int, run_command, script_name, use_display
 
 #: The schedules PyTorch runs that the simulator also has (``recorder.TORCH_SCHEDULES``; said here without torch).
-RECORDABLE = ("1f1b", "gpipe", "interleaved-1f1b", "zb-v", "dualpipe-v")
+RECORDABLE = ("1f1b", "gpipe", "interleaved-1f1b", "zb-h1", "zb-v", "dualpipe-v")
 
 
 def build_parser(prog: str) -> Parser:
