@@ -325,10 +325,12 @@ def in_unit(lengths: np.ndarray, unit: float) -> np.ndarray:
     return scaled
 
 
-def lower_bound(params: EnvParams, sample: int = 0) -> float:
-    """What no dispatcher and no order can beat in the ``sample``-th draw of ``params`` (section 12.2)."""
+def lower_bound(params: EnvParams, sample: int = 0, lengths: np.ndarray | None = None) -> float:
+    """What no dispatcher and no order can beat in the ``sample``-th draw of ``params`` (section 12.2), or on
+    ``lengths``, every task's work given (``given_lengths``)."""
     arrays = graph_arrays(params)
-    return float(kernel.lower_bound(task_lengths(params, sample), arrays.gpu, arrays.comm, arrays.kind_class,
+    lengths = task_lengths(params, sample) if lengths is None else lengths
+    return float(kernel.lower_bound(lengths, arrays.gpu, arrays.comm, arrays.kind_class,
                                     arrays.needs_count, arrays.release_start, arrays.release_task, params.num_gpus))
 
 
@@ -344,19 +346,56 @@ def bound_of_run(bound: float, completion: float, params: EnvParams) -> float:
     return completion if completion < bound <= completion + slack else bound
 
 
+def given_lengths(params: EnvParams, lengths: Sequence[float]) -> np.ndarray:
+    """``lengths``, every task's work in task order (a measured run's, say), as the kernel reads them;
+    ``ParameterError`` naming ``lengths`` unless there is one finite, non-negative value per task of ``params``'
+    graph."""
+    array = np.array(lengths, dtype=np.float64)
+    count = len(graph_arrays(params).gpu)
+    if array.shape != (count,) or not np.all(np.isfinite(array)) or np.any(array < 0.0):
+        raise ParameterError("lengths", f"{array.size} values", f"must be one finite length >= 0 per task: "
+                             f"{count} under {params.schedule} with n = {params.n} on {params.num_gpus} GPUs")
+    array.flags.writeable = False
+    return array
+
+
+def lengths_of_table(params: EnvParams, table: Mapping[str, float]) -> list[float]:
+    """Every task's length, in task order, from ``table``: a length per task text (``"0F3"``, ``"0FP3"``,
+    ``"(0F7;7B3)"``, as ``Task.id`` writes them); ``ParameterError`` naming ``lengths`` for a task it lacks or a text
+    that is no task of ``params``' graph."""
+    graph = build_task_graph(params)
+    texts = texts_of(graph, range(len(graph.tasks)))
+    missing = [text for text in texts if text not in table]
+    if missing:
+        raise ParameterError("lengths", f"{len(table)} tasks", f"lacks {', '.join(missing[:3])}"
+                             + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+                             + f" of {params.schedule} with n = {params.n} on {params.num_gpus} GPUs")
+    unknown = sorted(set(table) - set(texts))
+    if unknown:
+        raise ParameterError("lengths", unknown[0], f"is no task of {params.schedule} with n = {params.n} on "
+                                                    f"{params.num_gpus} GPUs")
+    return [table[text] for text in texts]
+
+
 def simulate(params: EnvParams, policy: Policy, sample: int = 0,
-             order: Sequence[Sequence[str]] | None = None) -> Schedule:
+             order: Sequence[Sequence[str]] | None = None, lengths: Sequence[float] | None = None) -> Schedule:
     """Simulate one iteration of ``params`` under ``policy``: the ``sample``-th draw of its noise, if any.
 
     ``order``, per GPU the text of its compute tasks (as ``Schedule.order_text`` gives them), runs instead of the
-    schedule's own static order: a dispatcher's choices, say, replayed.
+    schedule's own static order: a dispatcher's choices, say, replayed. ``lengths``, every task's work in task order
+    (``given_lengths``; a measured run's, say), runs instead of the lengths ``params`` give them, with ``params``'
+    noise and straggler on top (the keys of ``critical-path`` still read ``params``' own lengths: what the
+    dispatcher expects, not what the tasks take).
     """
     graph = build_task_graph(params, sample)
     arrays = graph_arrays(params)
-    lengths = task_lengths(params, sample)
+    work = task_lengths(params, sample, None if lengths is None else given_lengths(params, lengths))
+    if lengths is not None:
+        graph = graph._replace(tasks=tuple(task._replace(length=length)
+                                           for task, length in zip(graph.tasks, work.tolist())))
     tiers, priorities = policy_arrays((policy,))
     unit = params.time_unit
-    arguments = list(arrays.kernel_arguments(in_unit(lengths, unit), params))
+    arguments = list(arrays.kernel_arguments(in_unit(work, unit), params))
     memory = None
     if order is not None:
         graph = graph._replace(orders=given_order(params, order))
@@ -364,7 +403,7 @@ def simulate(params: EnvParams, policy: Policy, sample: int = 0,
         order_task.flags.writeable = False  # as the graph's own: the kernel is compiled for read-only arrays
         arguments[11] = order_task
         memory = memory_in_force(params, order_peak(params, graph.orders))
-    room = 4 * len(lengths) + 64
+    room = 4 * len(work) + 64
     while True:
         status, F, I, segment_count, seg_task, seg_times, P, _, _ = kernel.simulate(
             *arguments, tiers[0], priorities[0], params.ingress_capacity, room, None, 0.0)
@@ -372,14 +411,16 @@ def simulate(params: EnvParams, policy: Policy, sample: int = 0,
             break
         room = segment_count  # the same run again, with room for every segment
     return schedule_of(params, policy, sample, graph, status, F, I, P, seg_task, seg_times,
-                       memory=memory_in_force(params) if memory is None else memory, given_order=order is not None)
+                       memory=memory_in_force(params) if memory is None else memory, given_order=order is not None,
+                       lengths=None if lengths is None else work)
 
 
 def schedule_of(params: EnvParams, policy: Policy, sample: int, graph: TaskGraph, status: int, F: np.ndarray,
                 I: np.ndarray, P: np.ndarray, seg_task: np.ndarray, seg_times: np.ndarray, *, memory: float,
-                given_order: bool = False) -> Schedule:
+                given_order: bool = False, lengths: np.ndarray | None = None) -> Schedule:
     """The kernel's final arrays of a run (in ``params.time_unit``; ``seg_task`` and ``seg_times`` every segment
-    kept) as a ``Schedule``; ``SimulationStuckError`` naming what waits if the run stuck."""
+    kept) as a ``Schedule``; ``SimulationStuckError`` naming what waits if the run stuck. ``lengths``: the run's
+    lengths, when given rather than ``params``' own (its lower bound is on them)."""
     unit = params.time_unit
     F = F.copy()
     seg_times = seg_times.copy()
@@ -408,7 +449,7 @@ def schedule_of(params: EnvParams, policy: Policy, sample: int, graph: TaskGraph
     return Schedule(params=params, policy=policy, tasks=tasks, completion_time=max(end),
                     spans=tuple(figures[3 + p:3 + 2 * p].tolist()),
                     peak_activations=tuple(figures[3 + 2 * p:].tolist()),
-                    lower_bound=bound_of_run(lower_bound(params, sample), max(end), params),
+                    lower_bound=bound_of_run(lower_bound(params, sample, lengths), max(end), params),
                     memory_limit=memory, orders=orders, given_order=given_order, sample=sample)
 
 

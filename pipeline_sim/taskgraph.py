@@ -114,12 +114,13 @@ def _build(params: EnvParams) -> TaskGraph:
                                                      impact in zip(graph.tasks, lengths, impacts)))
 
 
-def task_lengths(params: EnvParams, sample: int = 0) -> np.ndarray:
-    """Every task's work in the ``sample``-th noise draw of ``params`` (section 8), in task order.
+def task_lengths(params: EnvParams, sample: int = 0, work: np.ndarray | None = None) -> np.ndarray:
+    """Every task's work in the ``sample``-th noise draw of ``params`` (section 8), in task order; ``work``, every
+    task's noise-free work given (a table of lengths), instead of the parameters'.
 
     A task's factor is its own draw (a pair: the mean of its parts'), the straggler's on top.
     """
-    lengths = _work(params)[0]
+    lengths = _work(params)[0] if work is None else work
     if not params.jittered and params.slow_gpu < 0:
         return lengths
     rows, owners, compute, computes, gpus = _draws(params)

@@ -11,7 +11,7 @@ def test_console_commands_mirror_the_scripts():
     commands = project["scripts"]
     assert set(commands) == {"pipeline-sim-run", "pipeline-sim-generate", "pipeline-sim-heatmap",
                              "pipeline-sim-gantt", "pipeline-sim-gantt-dual", "pipeline-sim-plan",
-                             "pipeline-sim-train"}
+                             "pipeline-sim-train", "pipeline-sim-trace"}
     for target in commands.values():
         module, name = target.split(":")
         assert callable(getattr(importlib.import_module(module), name))
@@ -20,9 +20,15 @@ def test_console_commands_mirror_the_scripts():
     assert {dependency.split(">=")[0] for dependency in project["dependencies"]} == runtime
 
 
-def test_the_rl_extra_pins_what_its_requirements_file_installs():
+def _pinned(name: str) -> set[str]:
+    """The packages a requirements file pins, those of the files it includes (``-r``) too."""
+    lines = [line for line in (ROOT / name).read_text().splitlines() if line and not line.startswith("#")]
+    return {pin for line in lines for pin in (_pinned(line[3:]) if line.startswith("-r ") else {line.split("==")[0]})}
+
+
+def test_the_extras_pin_what_their_requirements_files_install():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    pinned = {line.split("==")[0] for line in (ROOT / "requirements-rl.txt").read_text().splitlines()
-              if line and not line.startswith("#")}
-    assert {dependency.split(">=")[0] for dependency in project["optional-dependencies"]["rl"]} == pinned
-    assert "-r requirements-rl.txt" in (ROOT / "requirements-test.txt").read_text().splitlines()
+    for extra in ("rl", "trace"):
+        pinned = _pinned(f"requirements-{extra}.txt")
+        assert {dependency.split(">=")[0] for dependency in project["optional-dependencies"][extra]} == pinned
+        assert f"-r requirements-{extra}.txt" in (ROOT / "requirements-test.txt").read_text().splitlines()

@@ -8,7 +8,16 @@ import sys
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
-from ..engine import SimulationStuckError, given_order, memory_in_force, order_peak, simulate, simulate_figures
+from ..engine import (
+    SimulationStuckError,
+    given_lengths,
+    given_order,
+    lengths_of_table,
+    memory_in_force,
+    order_peak,
+    simulate,
+    simulate_figures,
+)
 from ..files import atomic_output, exclusive_writer, output_target
 from ..inputs import TooLarge, read_at_most
 from ..learned import LearnedPolicy, load_policy, simulate_learned
@@ -45,7 +54,7 @@ from .common import Parser, UserError, preset_or_object, ready_kernel, run_comma
 #: The flag that sets each library parameter, for error messages.
 FLAGS = {
     **{p.name: p.flag for p in PARAMETERS}, "sample": "--sample", "priorities": "--priority",
-    "exclusive_tiers": "--exclusive", "order": "--order",
+    "exclusive_tiers": "--exclusive", "order": "--order", "lengths": "--lengths",
     **{key: "--" + key.replace("_", "-") for key in WORKLOAD_KEYS},
 }
 
@@ -100,6 +109,11 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
         "--order", type=Path, default=None, metavar="FILE",
         help="run this static order instead of the schedule's: per GPU a line 'GPU g: 0F0 0F1 ...', as "
              "--print-order prints it (a dispatcher's choices replayed, say)")
+    groups["dispatch"].add_argument(
+        "--lengths", type=Path, default=None, metavar="FILE",
+        help="every task's length from this JSON table instead of the parameters and their noise: an object "
+             "'lengths' of task texts (0F3, 0FP3, (0F7;7B3)) to lengths, as pipeline_trace.py replay --lengths-out "
+             "writes a measured iteration's")
     parser.add_argument_group("compatibility").add_argument(
         "--sync-solo-w", type=float, default=None, metavar="W",
         help="accepted for compatibility with older command lines; has no effect")
@@ -228,6 +242,20 @@ IMAGE_FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf", ".jpg": "jpg", ".j
                  ".ps": "ps", ".tif": "tif", ".tiff": "tif", ".webp": "webp"}
 
 
+def _read_lengths(path: Path, params: EnvParams) -> list[float]:
+    """The lengths of every task of ``params`` that the table ``path`` holds (``--lengths``)."""
+    try:
+        table = json.loads(read_at_most(path, MAX_ORDER_BYTES).decode())["lengths"]
+        values = {str(text): float(length) for text, length in table.items()}
+    except TooLarge as error:
+        raise UserError(f"--lengths {path}: {error}") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise UserError(f"--lengths {path}: cannot be read ({getattr(error, 'strerror', None) or error})") from None
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise UserError(f"--lengths {path}: not a JSON object whose 'lengths' maps task texts to numbers") from None
+    return lengths_of_table(params, values)
+
+
 def _image_format(path: Path) -> str:
     """The format the output's extension names; an unknown extension is refused."""
     found = IMAGE_FORMATS.get(path.suffix.lower())
@@ -271,6 +299,12 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
             check_size(params)
             texts = None if args.order is None else _read_order(args.order)
             order = None if texts is None else given_order(params, texts)
+            lengths = None if args.lengths is None else _read_lengths(args.lengths, params)
+            if lengths is not None:
+                if workload is not None or params.learned:
+                    raise UserError(f"--lengths {args.lengths}: a table of lengths replaces the parameters' work; it "
+                                    "runs without --model and with a static order or a compiled dispatcher")
+                given_lengths(params, lengths)
             memory_in_force(params, None if order is None else order_peak(params, order))
             network = load_policy(params) if params.learned else None  # read once, played below
         except ParameterError as error:
@@ -289,7 +323,7 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
                 if path is not None and path.exists() and not args.overwrite:
                     raise UserError(f"{path} exists; pass --overwrite to replace it or choose another "
                                     f"{'--output' if path == output else '--trace'}")
-            return draw(args, params, workload, policy, network, texts, output, image_format, layout)
+            return draw(args, params, workload, policy, network, texts, output, image_format, layout, lengths)
 
     return run_command(prog, body)
 
@@ -305,7 +339,7 @@ def default_chart_name(layout: str, params: EnvParams) -> str:
 
 def draw(args: argparse.Namespace, params: EnvParams, workload: Workload | None, policy: Policy,
          network: LearnedPolicy | None, texts: list[list[str]] | None, output: Path, image_format: str,
-         layout: str) -> int:
+         layout: str, lengths: Sequence[float] | None = None) -> int:
     """Simulate the chart's run, draw it into ``output`` (locked by the caller) and report it."""
     ready_kernel(episodes=bool(params.learned))
     auto = ""
@@ -321,7 +355,7 @@ def draw(args: argparse.Namespace, params: EnvParams, workload: Workload | None,
                 f"{len(timed)} splits simulated)")
     try:
         schedule = simulate_learned(params, policy, args.sample, network) if params.learned else \
-            simulate(params, policy, args.sample, texts)
+            simulate(params, policy, args.sample, texts, lengths)
     except SimulationStuckError as error:
         if args.order is None:
             raise

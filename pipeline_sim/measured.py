@@ -1,0 +1,267 @@
+"""Measured pipeline iterations, read from profiler traces (Chrome / Kineto JSON): per task its rank, start and end.
+
+A trace is one file per rank, plain or gzipped, as ``torch.profiler`` exports it. What is read of it:
+
+- the rank: ``distributedInfo.rank`` (written by the profiler when ``torch.distributed`` is initialised), else
+  ``pipelineRun.rank``; the world size from ``distributedInfo.world_size`` or ``pipelineRun.ranks``;
+- complete events (``"ph": "X"``) named ``pipeline:<stage><F|B|I|W><micro-batch>``, each a compute action (``B`` a
+  whole backward, ``I`` and ``W`` its input- and weight-gradient halves); ``pipeline:send <stage><F|B><mb>
+  <bytes>``, when a stage's output (``F``) or input gradient (``B``) is posted to its neighbour; and
+  ``pipeline:iteration <k>``, one per iteration, enclosing the rest; and, where present, the profiler's own
+  ``c10d::send`` ranges, the time a rank spent posting sends;
+- ``pipelineRun.schedule``, the schedule's name, unless the caller names it.
+
+Timestamps are microseconds of one clock shared by the ranks of a host (of a cluster: clocks in step, as
+Kineto's are with NTP). Everything here is in milliseconds.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+_ACTION = re.compile(r"^pipeline:(\d+)([FBIW])(\d+)$")
+_SEND = re.compile(r"^pipeline:send (\d+)([FB])(\d+) (\d+)$")
+_ITERATION = re.compile(r"^pipeline:iteration (\d+)$")
+
+
+class TraceError(ValueError):
+    """A trace that cannot be read as a pipeline run; the message, one line, names the file and what is missing."""
+
+
+@dataclass(frozen=True)
+class Span:
+    """One compute action as it ran: ``kind`` is F, B, I or W; times in ms on the shared clock."""
+
+    rank: int
+    stage: int
+    kind: str
+    mb: int
+    start: float
+    end: float
+
+    @property
+    def text(self) -> str:
+        return f"{self.stage}{self.kind}{self.mb}"
+
+
+@dataclass(frozen=True)
+class Send:
+    """A transfer posted: stage ``stage``'s output (``kind`` F) or input gradient (B) of micro-batch ``mb``."""
+
+    rank: int
+    stage: int
+    kind: str
+    mb: int
+    time: float
+    size: int  # bytes
+
+
+@dataclass(frozen=True)
+class Iteration:
+    tasks: tuple[Span, ...]
+    sends: tuple[Send, ...]
+    send_posting: float = 0.0  # ms all ranks spent inside c10d::send (held there until the receiver is ready?)
+
+    @property
+    def start(self) -> float:
+        """The first compute action's start: the simulated iteration's time 0."""
+        return min(task.start for task in self.tasks)
+
+    @property
+    def time(self) -> float:
+        """From the first compute action's start to the last one's end, over all ranks."""
+        return max(task.end for task in self.tasks) - self.start
+
+
+@dataclass(frozen=True)
+class MeasuredRun:
+    """One traced run: its schedule, ranks, stages and micro-batches, and each traced iteration."""
+
+    schedule: str
+    ranks: int
+    stages: int
+    microbatches: int
+    iterations: tuple[Iteration, ...]
+
+
+def _load(path: Path) -> dict:
+    try:
+        opener = gzip.open if path.suffix == ".gz" else open
+        with opener(path, "rt") as handle:
+            trace = json.load(handle)
+    except FileNotFoundError:
+        raise TraceError(f"{path}: no such file") from None
+    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise TraceError(f"{path}: truncated or not JSON ({str(error).splitlines()[0][:80]})") from None
+    if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
+        raise TraceError(f"{path}: not a Chrome/Kineto trace: it has no traceEvents list")
+    return trace
+
+
+def _rank_of(trace: dict, path: Path) -> tuple[int, int]:
+    info, run = trace.get("distributedInfo") or {}, trace.get("pipelineRun") or {}
+    rank, world = info.get("rank", run.get("rank")), info.get("world_size", run.get("ranks"))
+    if not isinstance(rank, int) or not isinstance(world, int):
+        raise TraceError(f"{path}: no rank: it has neither distributedInfo.rank and world_size (a trace of an "
+                         "initialised torch.distributed) nor pipelineRun.rank and ranks")
+    return rank, world
+
+
+def _events(trace: dict, rank: int, path: Path) -> tuple[dict[int, list[Span]], dict[int, list[Send]],
+                                                          dict[int, float]]:
+    """Per iteration number, this rank's compute actions, its sends and its time posting them."""
+    windows, actions, sends, posting = [], [], [], []
+    for event in trace["traceEvents"]:
+        if not isinstance(event, dict) or event.get("ph") != "X":
+            continue
+        name = str(event.get("name", ""))
+        try:
+            start, end = float(event["ts"]) / 1000.0, (float(event["ts"]) + float(event["dur"])) / 1000.0
+        except (KeyError, TypeError, ValueError):
+            raise TraceError(f"{path}: event {name!r} lacks a numeric ts or dur") from None
+        if match := _ITERATION.match(name):
+            windows.append((start, end, int(match[1])))
+        elif match := _ACTION.match(name):
+            actions.append(Span(rank, int(match[1]), match[2], int(match[3]), start, end))
+        elif match := _SEND.match(name):
+            sends.append(Send(rank, int(match[1]), match[2], int(match[3]), start, int(match[4])))
+        elif name == "c10d::send":
+            posting.append((start, end))
+    if not windows:
+        raise TraceError(f"{path}: no pipeline:iteration ranges: not a trace recorded by pipeline-sim-trace record "
+                         "(name each iteration pipeline:iteration <k> with torch.profiler.record_function)")
+    if not actions:
+        raise TraceError(f"{path}: no pipeline:<stage><F|B|I|W><micro-batch> ranges: no compute action is named")
+    by_iteration: dict[int, list[Span]] = defaultdict(list)
+    sent: dict[int, list[Send]] = defaultdict(list)
+    for items, target in ((actions, by_iteration), (sends, sent)):
+        for item in items:
+            time = item.start if isinstance(item, Span) else item.time
+            k = next((k for lo, hi, k in windows if lo <= time <= hi), None)
+            if k is not None:
+                target[k].append(item)  # type: ignore[arg-type]
+    for _, _, k in windows:
+        by_iteration.setdefault(k, [])
+    posted = {k: sum(end - start for start, end in posting if lo <= start <= hi) for lo, hi, k in windows}
+    return by_iteration, sent, posted
+
+
+def read_run(paths: Sequence[Path], schedule: str | None = None) -> MeasuredRun:
+    """The run traced in ``paths`` (one file per rank, any order; a folder: its ``*.json`` and ``*.json.gz``).
+
+    ``TraceError`` names the file and what is missing: a rank, an iteration on some rank, or a compute action
+    that the other actions of the run imply (every stage runs F and B, or I and W, for every micro-batch).
+    """
+    files = [file for path in map(Path, paths)
+             for file in (sorted([*path.glob("*.json"), *path.glob("*.json.gz")]) if path.is_dir() else [path])]
+    if not files:
+        raise TraceError(f"{', '.join(map(str, paths))}: no trace files (*.json or *.json.gz)")
+    ranks: dict[int, tuple[Path, dict[int, list[Span]], dict[int, list[Send]], dict[int, float]]] = {}
+    worlds, names = set(), set()
+    for path in files:
+        trace = _load(path)
+        rank, world = _rank_of(trace, path)
+        if rank in ranks:
+            raise TraceError(f"{path}: rank {rank} again (also in {ranks[rank][0]})")
+        worlds.add(world)
+        names.add((trace.get("pipelineRun") or {}).get("schedule"))
+        ranks[rank] = (path, *_events(trace, rank, path))
+    if len(worlds) != 1:
+        raise TraceError(f"{files[0]}: the files disagree on the number of ranks ({sorted(worlds)})")
+    world = worlds.pop()
+    missing = [r for r in range(world) if r not in ranks]
+    if missing:
+        raise TraceError(f"{', '.join(map(str, paths))}: missing rank{'s' if len(missing) > 1 else ''} "
+                         f"{', '.join(map(str, missing))} of {world}: pass one trace file per rank")
+    schedule = schedule or next(iter(names)) if len(names) == 1 else schedule
+    if not schedule:
+        raise TraceError(f"{files[0]}: no pipelineRun.schedule in the trace: name the schedule it ran")
+    numbers = sorted(set().union(*(set(actions) for _, actions, _, _ in ranks.values())))
+    for rank, (path, actions, _, _) in sorted(ranks.items()):
+        lacking = [k for k in numbers if k not in actions]
+        if lacking:
+            raise TraceError(f"{path}: rank {rank} lacks iteration {lacking[0]} that other ranks traced")
+    iterations = [_iteration([task for _, actions, _, _ in ranks.values() for task in actions[k]],
+                             [send for _, _, sent, _ in ranks.values() for send in sent[k]], k, files,
+                             sum(posted[k] for _, _, _, posted in ranks.values()))
+                  for k in numbers]
+    stages = 1 + max(task.stage for task in iterations[0].tasks)
+    microbatches = 1 + max(task.mb for task in iterations[0].tasks)
+    return MeasuredRun(schedule, world, stages, microbatches, tuple(iterations))
+
+
+def _iteration(tasks: list[Span], sends: list[Send], k: int, files: Sequence[Path], posting: float) -> Iteration:
+    if not tasks:
+        raise TraceError(f"{files[0]}: iteration {k} holds no compute action")
+    stages = 1 + max(task.stage for task in tasks)
+    n = 1 + max(task.mb for task in tasks)
+    seen = {(task.stage, task.kind, task.mb) for task in tasks}
+    lacking = []
+    for stage in range(stages):
+        for mb in range(n):
+            wanted = ["F", *(["B"] if (stage, "I", mb) not in seen and (stage, "W", mb) not in seen else ["I", "W"])]
+            lacking += [f"{stage}{kind}{mb}" for kind in wanted if (stage, kind, mb) not in seen]
+    if lacking:
+        more = f" and {len(lacking) - 4} more" if len(lacking) > 4 else ""
+        raise TraceError(f"{', '.join(map(str, files))}: iteration {k} lacks compute actions "
+                         f"{', '.join(lacking[:4])}{more} (a trace cut short, or a rank's file missing)")
+    return Iteration(tuple(sorted(tasks, key=lambda t: (t.start, t.rank))), tuple(sorted(sends, key=lambda s: s.time)),
+                     posting)
+
+
+@dataclass(frozen=True)
+class CommFit:
+    """Transfer time as ``latency + bytes / bandwidth``, fitted to the transfers a receiver sat waiting for.
+
+    A transfer's measured time runs from its send's post to the start of the compute action that consumes it, for
+    those where the receiving rank was idle from before the post until that start (otherwise the receiver, not the
+    transfer, set the start). With one message size, ``latency`` is 0 and the bandwidth is bytes over the median
+    time; with several, a least-squares line through the per-size medians.
+    """
+
+    latency: float  # ms
+    bandwidth: float  # bytes per ms
+    samples: int
+
+    def time(self, size: float) -> float:
+        return self.latency + size / self.bandwidth
+
+
+def waited_transfers(iteration: Iteration) -> list[tuple[int, float]]:
+    """Per transfer that a receiver sat waiting for: its bytes and its time (ms), as ``CommFit`` explains."""
+    consumer = {(task.stage, task.kind, task.mb): task for task in iteration.tasks}
+    by_rank: dict[int, list[Span]] = defaultdict(list)
+    for span in iteration.tasks:
+        by_rank[span.rank].append(span)
+    result = []
+    for send in iteration.sends:
+        stage = send.stage + 1 if send.kind == "F" else send.stage - 1
+        kinds = ("F",) if send.kind == "F" else ("B", "I")
+        task = next((consumer[stage, kind, send.mb] for kind in kinds if (stage, kind, send.mb) in consumer), None)
+        if task is None or task.rank == send.rank or task.start < send.time:
+            continue
+        before = [t.end for t in by_rank[task.rank] if t.end <= task.start]
+        if not before or max(before) <= send.time:
+            result.append((send.size, task.start - send.time))
+    return result
+
+
+def fit_comm(iterations: Iterable[Iteration]) -> CommFit:
+    """``CommFit`` over every waited-for transfer of ``iterations``; ``TraceError`` when there is none."""
+    samples = [sample for iteration in iterations for sample in waited_transfers(iteration)]
+    if not samples:
+        raise TraceError("no transfer was waited for: nothing to fit communication to (no pipeline:send ranges?)")
+    sizes = sorted({size for size, _ in samples})
+    medians = [float(np.median([t for size, t in samples if size == s])) for s in sizes]
+    if len(sizes) == 1:
+        return CommFit(0.0, sizes[0] / medians[0], len(samples))
+    slope, latency = np.polyfit(np.array(sizes, dtype=float), np.array(medians), 1)
+    return CommFit(max(0.0, float(latency)), 1.0 / max(float(slope), 1e-12), len(samples))

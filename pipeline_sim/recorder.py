@@ -1,0 +1,178 @@
+"""Real pipeline runs with ``torch.distributed.pipelining``, traced by ``torch.profiler`` (needs the ``[trace]`` extra).
+
+One process per rank over gloo (NCCL on GPUs), each single-threaded, runs a stack of MLP blocks as a pipeline under
+one of PyTorch's schedules and writes its rank's Chrome/Kineto trace. Every compute action and every posted send is a
+``record_function`` range named as the simulator names tasks (``pipeline:1F3``: stage 1's forward of micro-batch 3;
+``pipeline:send 1F3 262144``: its output sent, in bytes), and every iteration one ``pipeline:iteration k`` range, so
+that ``measured.read_run`` finds them whatever else the trace holds. Only those events are kept, with the profiler's
+``c10d::send`` ranges (an unfiltered trace of a big model runs to gigabytes); the file stays a Kineto trace that
+Perfetto opens.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.distributed.pipelining import (
+    PipelineStage,
+    Schedule1F1B,
+    ScheduleDualPipeV,
+    ScheduleGPipe,
+    ScheduleInterleaved1F1B,
+    ScheduleInterleavedZeroBubble,
+    ScheduleZBVZeroBubble,
+)
+from torch.profiler import ProfilerActivity, profile, record_function
+
+from .schedules import get_schedule
+
+#: Our schedule name -> PyTorch's class that runs it (``ScheduleInterleavedZeroBubble`` with one stage per rank runs
+#: ZB-H1's order exactly).
+TORCH_SCHEDULES: dict[str, Any] = {
+    "gpipe": ScheduleGPipe, "1f1b": Schedule1F1B, "interleaved-1f1b": ScheduleInterleaved1F1B,
+    "zb-h1": ScheduleInterleavedZeroBubble, "zb-v": ScheduleZBVZeroBubble, "dualpipe-v": ScheduleDualPipeV,
+}
+PREFIX = "pipeline:"
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """What one traced run is: the schedule, its ranks and stages, the model and how many iterations."""
+
+    schedule: str
+    ranks: int = 2
+    chunks: int = 2  # stages per rank of a schedule that reads ``chunks`` (interleaved-1f1b)
+    microbatches: int = 8
+    batch: int = 64  # rows per micro-batch
+    width: int = 512  # the hidden size
+    layers: int = 8  # Linear + ReLU layers of the whole model, split evenly over its stages
+    warmup: int = 2  # untraced iterations first
+    iterations: int = 3
+    backend: str = "gloo"
+    port: int = 29517
+
+    @property
+    def stages(self) -> int:
+        return self.ranks * get_schedule(self.schedule).v(self.chunks)
+
+
+def _stage_module(spec: RunSpec, stage: int) -> torch.nn.Module:
+    torch.manual_seed(stage)  # the same weights on every run
+    per_stage = spec.layers // spec.stages
+    return torch.nn.Sequential(*(module for _ in range(per_stage)
+                                 for module in (torch.nn.Linear(spec.width, spec.width), torch.nn.ReLU())))
+
+
+def _named(method: Any, name: Any) -> Any:
+    """``method`` run inside a ``record_function`` range named by ``name(*args, **kwargs)``."""
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with record_function(PREFIX + name(*args, **kwargs)):
+            return method(*args, **kwargs)
+    return run
+
+
+def _send_marker(method: Any, stage: int, kind: str) -> Any:
+    """``get_*_send_ops`` that marks, as a range of its own, when the send is posted and how many bytes it carries."""
+    def run(mb: int) -> Any:
+        ops = method(mb)
+        size = sum(op.tensor.numel() * op.tensor.element_size() for op in ops)
+        if ops:
+            with record_function(f"{PREFIX}send {stage}{kind}{mb} {size}"):
+                pass
+        return ops
+    return run
+
+
+def _instrument(stage: Any) -> None:
+    s = stage.stage_index
+    stage.forward_one_chunk = _named(stage.forward_one_chunk, lambda mb, *a, **k: f"{s}F{mb}")
+    stage.backward_one_chunk = _named(stage.backward_one_chunk,
+                                      lambda mb, *a, full_backward=True, **k: f"{s}{'B' if full_backward else 'I'}{mb}")
+    stage.backward_weight_one_chunk = _named(stage.backward_weight_one_chunk, lambda mb, *a, **k: f"{s}W{mb}")
+    stage.get_fwd_send_ops = _send_marker(stage.get_fwd_send_ops, s, "F")
+    stage.get_bwd_send_ops = _send_marker(stage.get_bwd_send_ops, s, "B")
+
+
+#: The profiler's own ranges kept beside ours: how long posting a send took (gloo may hold the sender there until the
+#: receiver has posted its receive, which no simulated transfer does).
+KEPT = ("c10d::send",)
+
+
+def _kept(event: dict) -> bool:
+    name = str(event.get("name", ""))
+    return event.get("ph") == "M" or name.startswith(PREFIX) or name in KEPT
+
+
+def _rank_main(rank: int, spec: RunSpec, out: str) -> None:
+    torch.set_num_threads(1)
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(spec.port)
+    dist.init_process_group(spec.backend, rank=rank, world_size=spec.ranks)
+    try:
+        placement = get_schedule(spec.schedule).placement
+        v = spec.stages // spec.ranks
+        device = torch.device("cuda", rank) if spec.backend == "nccl" else torch.device("cpu")
+        own = [s for s in range(spec.stages) if placement(s, spec.ranks, v) == rank]
+        stages = [PipelineStage(_stage_module(spec, s).to(device), s, spec.stages, device) for s in own]
+        for stage in stages:
+            _instrument(stage)
+        cls = TORCH_SCHEDULES[spec.schedule]
+        loss = torch.nn.MSELoss()
+        runner = cls(stages[0], spec.microbatches, loss_fn=loss) if len(stages) == 1 and cls in (
+            ScheduleGPipe, Schedule1F1B) else cls(stages, spec.microbatches, loss_fn=loss)
+        generator = torch.Generator().manual_seed(0)
+        x = torch.randn(spec.batch * spec.microbatches, spec.width, generator=generator).to(device)
+        y = torch.randn(spec.batch * spec.microbatches, spec.width, generator=generator).to(device)
+        first, last = 0 in own, spec.stages - 1 in own
+
+        def step() -> None:
+            args = (x,) if first else ()
+            runner.step(*args, target=y if last else None, losses=[] if last else None)
+
+        for _ in range(spec.warmup):
+            step()
+        dist.barrier()
+        load = os.getloadavg()[0]  # other work on the host stretches every length: said beside the trace
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for k in range(spec.iterations):
+                dist.barrier()
+                with record_function(f"{PREFIX}iteration {k}"):
+                    step()
+        raw = Path(out) / f".rank{rank}.json"
+        prof.export_chrome_trace(str(raw))
+        trace = json.loads(raw.read_text())
+        raw.unlink()
+        trace["traceEvents"] = [event for event in trace["traceEvents"] if _kept(event)]
+        trace["pipelineRun"] = {**asdict(spec), "rank": rank, "stages": spec.stages, "load_average": load}
+        final = Path(out) / f"rank{rank}.json.gz"
+        partial = final.with_suffix(".partial")
+        with gzip.open(partial, "wt") as handle:
+            json.dump(trace, handle)
+        partial.replace(final)
+    finally:
+        dist.destroy_process_group()
+
+
+def record(spec: RunSpec, out: Path) -> list[Path]:
+    """Run ``spec`` for real on ``spec.ranks`` processes and write ``out/rank<r>.json.gz``; the paths written."""
+    out.mkdir(parents=True, exist_ok=True)
+    # forked, the ranks share the imported torch instead of importing it again (seconds each on a busy host)
+    mp.start_processes(_rank_main, args=(spec, str(out)), nprocs=spec.ranks, join=True, start_method="fork")
+    return [out / f"rank{rank}.json.gz" for rank in range(spec.ranks)]
+
+
+def record_rounds(specs: list[RunSpec], out: Path, rounds: int) -> Iterator[Path]:
+    """Each of ``specs`` ``rounds`` times, in turn (a round runs every spec once, so that a slow spell of the host
+    falls on all schedules alike), into ``out/<schedule>/run<r>/``; each folder as it is written."""
+    for r in range(rounds):
+        for spec in specs:
+            folder = out / spec.schedule / f"run{r}"
+            record(spec, folder)
+            yield folder

@@ -1,0 +1,191 @@
+"""A measured iteration through the simulator: replayed on its own lengths, or predicted under another schedule.
+
+Both run the one engine (``engine.simulate``) with every task's length given (``engine.given_lengths``): compute
+tasks the time their rank spent on them (``effective_lengths``), transfers the fitted ``CommFit`` time of their
+bytes, gradient syncs none (a traced run without data parallelism has none), and compute is never slowed by
+transfers (impacts 0: on CPU ranks gloo's threads take their own cycles, which the measured durations already hold).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from statistics import median
+from typing import Mapping
+
+import numpy as np
+
+from .engine import simulate, texts_of
+from .measured import CommFit, Iteration, MeasuredRun, Span, TraceError
+from .model import EnvParams, Policy, Schedule, Task, TaskKind
+from .schedules import SCHEDULES, get_schedule
+from .taskgraph import GraphTask, build_task_graph
+
+_TRANSFER_SENDS = {TaskKind.FWD_PROP: "F", TaskKind.GRAD_PROP: "B"}
+
+
+def environment(schedule: str, ranks: int, n: int, chunks: int, comm: CommFit, size: float,
+                forward: float, backward: float) -> EnvParams:
+    """The environment of a traced run: ``forward`` and ``backward``, a GPU's mean work per micro-batch in ms (its
+    table of lengths, given per task, replaces them; they set the engine's time unit); no syncs, no impacts."""
+    chunks = chunks if "chunks" in get_schedule(schedule).parameters else 2  # the parameter's default when unread
+    return EnvParams(n=n, num_gpus=ranks, schedule=schedule, chunks=chunks, fwd_len=forward, bwd_len=backward,
+                     prop_len=comm.time(size), sync_base_len=0.0, fwd_impact=0.0, bwd_impact=0.0)
+
+
+def _sizes(iteration: Iteration) -> dict[tuple[str, int, int], int]:
+    return {(send.kind, send.stage, send.mb): send.size for send in iteration.sends}
+
+
+def _lengths(params: EnvParams, compute: Mapping[tuple[int, str, int], float], comm: CommFit,
+             sizes: Mapping[tuple[str, int, int], int], size: float) -> list[float]:
+    """Per task of ``params``' graph: a compute task the sum of its parts' ``compute[stage, letter, mb]``, a
+    transfer the fitted time of its bytes (``size`` when its send was not traced), anything else 0."""
+    def length(task: GraphTask) -> float:
+        if task.parts:
+            return sum(compute[part.stage, part.kind.code, part.mb] for part in task.parts)
+        letter = _TRANSFER_SENDS.get(task.kind)
+        return comm.time(sizes.get((letter, task.stage, task.index), size)) if letter else 0.0
+    return [length(task) for task in build_task_graph(params).tasks]
+
+
+def effective_lengths(iteration: Iteration, comm: CommFit) -> dict[tuple[int, str, int], float]:
+    """Per compute action ``(stage, letter, mb)``, the time its rank spent on it: from the end of the rank's previous
+    action (the Python between actions, and the OS's preemptions under CPU contention, belong to the work that
+    follows them) or, if later, from when its input would arrive by ``comm``; but where the action sat waiting for
+    a transfer posted after that end, its own duration: that wait is the simulated transfer's to reproduce."""
+    posted = {(send.kind, send.stage, send.mb): send for send in iteration.sends}
+    lengths: dict[tuple[int, str, int], float] = {}
+    previous: dict[int, float] = {}
+    for task in iteration.tasks:  # in order of start
+        send = posted.get(("F", task.stage - 1, task.mb) if task.kind == "F" else ("B", task.stage + 1, task.mb))
+        before = previous.get(task.rank)
+        if send is None or task.kind == "W":
+            begin = task.start if before is None else before
+        elif before is None or send.time > before:
+            begin = task.start
+        else:
+            begin = min(task.start, max(before, send.time + comm.time(send.size)))
+        lengths[task.stage, task.kind, task.mb] = task.end - begin
+        previous[task.rank] = task.end
+    return lengths
+
+
+def run_environment(run: MeasuredRun, iteration: Iteration, comm: CommFit) -> EnvParams:
+    """``environment`` of iteration ``iteration`` of ``run``, as it ran."""
+    v = run.stages // run.ranks
+    spec = get_schedule(run.schedule)
+    if spec.v(v) * run.ranks != run.stages:
+        raise TraceError(f"{run.stages} stages on {run.ranks} ranks do not fit schedule {run.schedule} "
+                         f"({spec.v(v)} chunks per rank)")
+    size = median(send.size for send in iteration.sends) if iteration.sends else 0.0
+    lengths = effective_lengths(iteration, comm)
+    per_rank = lambda kinds: sum(t for (_, kind, _), t in lengths.items() if kind in kinds) / run.ranks  # noqa: E731
+    return environment(run.schedule, run.ranks, run.microbatches, v, comm, size,
+                       per_rank("F") / run.microbatches, per_rank("BIW") / run.microbatches)
+
+
+@dataclass(frozen=True)
+class Replay:
+    """One measured iteration and its replay: both as ``Schedule`` (the measured one's transfers drawn from their
+    post for their fitted time), the iteration's relative error, and per compute task its start error relative to
+    its measured start (the first task, at 0, left out)."""
+
+    measured: Schedule
+    simulated: Schedule
+    iteration_error: float
+    start_errors: np.ndarray
+
+
+def replay(run: MeasuredRun, k: int, comm: CommFit) -> Replay:
+    """Iteration ``k`` of ``run`` simulated on its measured lengths in the order each rank ran its tasks."""
+    iteration = run.iterations[k]
+    params = run_environment(run, iteration, comm)
+    spans = {(t.stage, t.kind, t.mb): t for t in iteration.tasks}
+    size = median(send.size for send in iteration.sends) if iteration.sends else 0.0
+    lengths = _lengths(params, effective_lengths(iteration, comm), comm, _sizes(iteration), size)
+    graph = build_task_graph(params)
+    first = lambda task: spans[task.parts[0].stage, task.parts[0].kind.code, task.parts[0].mb]  # noqa: E731
+    order = [texts_of(graph, sorted(own, key=lambda i: first(graph.tasks[i]).start)) for own in graph.orders]
+    simulated = simulate(params, Policy(), order=order, lengths=lengths)
+    measured = _measured_schedule(simulated, spans, iteration, comm)
+    starts = [(task.start, measured.tasks[i].start) for i, task in enumerate(simulated.tasks)
+              if task.parts and measured.tasks[i].start > 0.0]
+    errors = np.array([abs(sim - real) / real for sim, real in starts])
+    return Replay(measured, simulated, simulated.completion_time / measured.completion_time - 1.0, errors)
+
+
+def _measured_schedule(simulated: Schedule, spans: Mapping[tuple[int, str, int], Span], iteration: Iteration,
+                       comm: CommFit) -> Schedule:
+    """``simulated`` with every task where it ran: compute from its first part's start to its last part's end, a
+    transfer from its send's post for its fitted time (zero-length tasks at 0)."""
+    origin = iteration.start
+    sends = {(send.kind, send.stage, send.mb): send for send in iteration.sends}
+    tasks = []
+    for task in simulated.tasks:
+        if task.parts:
+            parts = [spans[part.stage, part.kind.code, part.mb] for part in task.parts]
+            start, end = parts[0].start - origin, parts[-1].end - origin
+            tasks.append(replace(task, ready=start, start=start, end=end, throttled=False, throttled_time=0.0,
+                                 segments=[(start, end, 1.0)]))
+            continue
+        send = sends.get((_TRANSFER_SENDS.get(task.kind, ""), task.stage, task.index))
+        start = send.time - origin if send else 0.0
+        end = start + (comm.time(send.size) if send else 0.0)
+        tasks.append(replace(task, ready=start, start=start, end=end, throttled=False, throttled_time=0.0))
+    return replace(simulated, tasks=_shared(tasks), completion_time=iteration.time)
+
+
+def _shared(tasks: list[Task]) -> list[Task]:
+    """``tasks`` with each transfer's segments at an equal share of its port with the transfers beside it."""
+    spans = [(task.gpu, task.start, task.end) for task in tasks if not task.parts and task.end > task.start]
+    result = []
+    for task in tasks:
+        if task.parts or task.end <= task.start:
+            result.append(task)
+            continue
+        cuts = sorted({task.start, task.end, *(t for gpu, a, b in spans if gpu == task.gpu
+                                               for t in (a, b) if task.start < t < task.end)})
+        segments = [(a, b, 1.0 / sum(1 for gpu, s, e in spans if gpu == task.gpu and s < b and e > a))
+                    for a, b in zip(cuts, cuts[1:])]
+        result.append(replace(task, segments=segments))
+    return result
+
+
+def predict(source: MeasuredRun, k: int, comm: CommFit, schedule: str, *, chunks: int = 2,
+            w_fraction: float = 0.5, microbatches: int | None = None) -> Schedule:
+    """The iteration of ``schedule`` (its own static order; ``chunks`` per rank if it reads them) over
+    ``microbatches`` (default: the source's) on the lengths measured in iteration ``k`` of ``source``. An action
+    costs its share of its rank's compute plus the runtime's time per action: each rank's mean forward and backward
+    per micro-batch as they ran, split evenly over the chunks the target puts on it (a split backward's weight half
+    the share measured, or ``w_fraction`` when ``source`` split none), plus the rank's mean time between actions
+    that ``effective_lengths`` counts."""
+    iteration = source.iterations[k]
+    spec = get_schedule(schedule)
+    chunks = spec.v(chunks)
+    size = median(send.size for send in iteration.sends) if iteration.sends else 0.0
+    effective = effective_lengths(iteration, comm)
+
+    def mean(rank: int, kinds: str) -> float:
+        return sum(t.end - t.start for t in iteration.tasks if t.rank == rank and t.kind in kinds) / source.microbatches
+
+    def overhead(rank: int) -> float:
+        own = [effective[t.stage, t.kind, t.mb] - (t.end - t.start) for t in iteration.tasks if t.rank == rank]
+        return sum(own) / len(own)
+
+    n = source.microbatches if microbatches is None else microbatches
+    params = replace(run_environment(source, iteration, comm), schedule=schedule, chunks=max(2, chunks), n=n)
+    compute: dict[tuple[int, str, int], float] = {}
+    for stage in range(source.ranks * chunks):
+        rank = spec.placement(stage, source.ranks, chunks)
+        forward, backward, extra = mean(rank, "F") / chunks, mean(rank, "BIW") / chunks, overhead(rank)
+        weight = mean(rank, "W") / mean(rank, "BIW") if mean(rank, "W") else w_fraction
+        for mb in range(n):
+            compute[stage, "F", mb] = forward + extra
+            compute[stage, "B", mb] = backward + extra
+            compute[stage, "I", mb] = backward * (1.0 - weight) + extra
+            compute[stage, "W", mb] = backward * weight + extra
+    return simulate(params, Policy(), lengths=_lengths(params, compute, comm, {}, size))
+
+
+#: The schedules a measured run can be predicted under: every schedule PyTorch also runs.
+PREDICTABLE = tuple(SCHEDULES)

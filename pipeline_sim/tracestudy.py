@@ -1,0 +1,107 @@
+"""How well the simulator follows real runs: replay, cross-schedule prediction and spread over a folder of traces.
+
+The folder holds ``<schedule>/run<r>/`` (what ``pipeline-sim-trace record`` writes): round r ran every schedule
+once, one after another, so that round r's runs saw the host alike. For each schedule it reports the replay errors
+(``replay.replay``, every iteration of every run), the measured iteration's own spread, the iteration time
+predicted from the 1F1B run of the same round (``replay.predict``) against the measured one, and whether the
+jitter model (docs/model.md section 8) at the measured per-task spread gives the measured spread of the iteration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from statistics import median
+
+import numpy as np
+
+from .engine import simulate
+from .measured import MeasuredRun, TraceError, fit_comm, read_run
+from .model import Policy
+from .replay import effective_lengths, predict, replay
+
+#: The schedule whose trace predicts the others.
+SOURCE = "1f1b"
+
+
+@dataclass(frozen=True)
+class ScheduleFigures:
+    schedule: str
+    runs: int
+    iterations: int
+    measured_ms: float  # median iteration time
+    spread: float  # the iterations' coefficient of variation (all runs)
+    replay_error: float  # median |relative error| of the iteration time over all replays
+    replay_worst: float
+    start_median: float  # per-task start error relative to the measured start, median over all tasks of all replays
+    start_worst: float
+    predicted_ms: float | None  # median over rounds of the prediction from that round's 1F1B run
+    prediction_error: float | None  # median over rounds of (predicted / measured - 1), signed
+    task_cv: float  # median over tasks of the coefficient of variation of a task's duration across iterations
+    jitter_spread: float  # the simulated iteration's coefficient of variation at compute_jitter = task_cv
+    send_posting: float  # median share of the ranks' time spent inside c10d::send
+
+
+def _runs(folder: Path) -> dict[str, list[MeasuredRun]]:
+    runs: dict[str, list[MeasuredRun]] = {}
+    for schedule_folder in sorted(p for p in folder.iterdir() if p.is_dir()):
+        for run_folder in sorted(p for p in schedule_folder.iterdir() if p.is_dir()):
+            runs.setdefault(schedule_folder.name, []).append(read_run([run_folder]))
+    if not runs:
+        raise TraceError(f"{folder}: no <schedule>/run<r>/ folders of traces")
+    return runs
+
+
+def _cv(values: list[float]) -> float:
+    return float(np.std(values) / np.mean(values)) if len(values) > 1 and np.mean(values) > 0 else 0.0
+
+
+def jitter_spread(run: MeasuredRun, cv: float, samples: int = 40) -> float:
+    """The coefficient of variation of the simulated iteration time of ``run``'s first iteration, on its replayed
+    lengths with compute jitter ``cv`` on top, over ``samples`` draws (under the schedule's static order, which is
+    the order the committed runs ran in)."""
+    replayed = replay(run, 0, fit_comm(run.iterations)).simulated
+    params = replace(replayed.params, compute_jitter=cv)
+    lengths = [task.length for task in replayed.tasks]
+    return _cv([simulate(params, Policy(), sample, lengths=lengths).completion_time for sample in range(samples)])
+
+
+def study(folder: Path) -> list[ScheduleFigures]:
+    """``ScheduleFigures`` of every schedule under ``folder``, ``SOURCE`` first."""
+    runs = _runs(folder)
+    sources = runs.get(SOURCE, [])
+    figures = []
+    for schedule in sorted(runs, key=lambda name: (name != SOURCE, name)):
+        errors: list[float] = []
+        starts: list[float] = []
+        times: list[float] = []
+        predictions: list[tuple[float, float]] = []
+        cvs: list[float] = []
+        posting: list[float] = []
+        for r, run in enumerate(runs[schedule]):
+            comm = fit_comm(run.iterations)
+            for k, iteration in enumerate(run.iterations):
+                result = replay(run, k, comm)
+                errors.append(result.iteration_error)
+                starts.extend(result.start_errors.tolist())
+                times.append(iteration.time)
+                posting.append(iteration.send_posting / (run.ranks * iteration.time))
+            if r < len(sources):
+                source = sources[r]
+                source_comm = fit_comm(source.iterations)
+                predicted = median(predict(source, k, source_comm, schedule).completion_time
+                                   for k in range(len(source.iterations)))
+                predictions.append((predicted, median(it.time for it in run.iterations)))
+            durations: dict[tuple[int, str, int], list[float]] = {}
+            for iteration in run.iterations:
+                for key, length in effective_lengths(iteration, comm).items():
+                    durations.setdefault(key, []).append(length)
+            cvs.extend(_cv(values) for values in durations.values())
+        task_cv = float(np.median(cvs))
+        figures.append(ScheduleFigures(
+            schedule, len(runs[schedule]), len(times), float(np.median(times)), _cv(times),
+            float(np.median(np.abs(errors))), float(np.max(np.abs(errors))), float(np.median(starts)),
+            float(np.max(starts)), float(np.median([p for p, _ in predictions])) if predictions else None,
+            float(np.median([p / m - 1.0 for p, m in predictions])) if predictions else None,
+            task_cv, jitter_spread(runs[schedule][0], task_cv), float(np.median(posting))))
+    return figures

@@ -1,0 +1,6 @@
+"""Record real PyTorch pipeline runs, replay their traces, predict other schedules from them; see `--help`."""
+
+from pipeline_sim.cli.trace import main
+
+if __name__ == "__main__":
+    raise SystemExit(main())

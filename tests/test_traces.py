@@ -1,0 +1,292 @@
+"""Traces of real pipeline runs: reading them, replaying them through the engine, predicting from them."""
+
+import gzip
+import json
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import ROOT, assert_one_line_error, assert_png_drawn, run_here
+
+from pipeline_sim.engine import lengths_of_table, simulate
+from pipeline_sim.measured import TraceError, fit_comm, read_run
+from pipeline_sim.model import EnvParams, ParameterError, Policy
+from pipeline_sim.orders import compute_orders
+from pipeline_sim.replay import effective_lengths, predict, replay
+from pipeline_sim.taskgraph import task_lengths
+
+TRACES = ROOT / "tests" / "data" / "traces"
+SCHEDULES = ("1f1b", "gpipe", "interleaved-1f1b", "zb-h1", "zb-v", "dualpipe-v")
+
+
+def _runs():
+    """Every committed run of the two studies (the repeat has no ZB-H1)."""
+    return [(schedule, folder) for root in (TRACES, ROOT / "tests" / "data" / "traces-repeat")
+            for schedule in SCHEDULES if (root / schedule).is_dir() for folder in sorted((root / schedule).iterdir())]
+
+
+@pytest.mark.parametrize("schedule, folder", _runs(), ids=lambda x: x if isinstance(x, str) else
+                         f"{x.parent.parent.name}-{x.name}")
+def test_each_committed_trace_reads_as_the_run_it_was(schedule, folder):
+    run = read_run([folder])
+    assert (run.schedule, run.ranks, run.microbatches, len(run.iterations)) == (schedule, 2, 8, 3)
+    assert run.stages == (2 if schedule in ("1f1b", "gpipe", "zb-h1") else 4)
+    for iteration in run.iterations:
+        kinds = {task.kind for task in iteration.tasks}
+        assert kinds <= set("FBIW") and "F" in kinds
+        assert all(task.end > task.start for task in iteration.tasks)
+        assert all(send.size == 64 * 512 * 4 for send in iteration.sends)  # a micro-batch's activations, float32
+
+
+@pytest.mark.parametrize("schedule, folder", _runs(), ids=lambda x: x if isinstance(x, str) else
+                         f"{x.parent.parent.name}-{x.name}")
+def test_pytorch_ran_each_rank_in_the_order_the_simulator_gives_its_schedule(schedule, folder):
+    run = read_run([folder])
+    expected = compute_orders(schedule, num_gpus=2, n=8)
+    for iteration in run.iterations:
+        for rank in range(2):
+            ran = [task.text for task in iteration.tasks if task.rank == rank]
+            flat = [part for text in expected[rank] for part in text.strip("()").split(";")]
+            assert ran == flat
+
+
+def test_the_transfer_fit_reads_the_waited_for_transfers():
+    run = read_run([TRACES / "1f1b" / "run0"])
+    comm = fit_comm(run.iterations)
+    assert comm.samples >= 3 and comm.latency == 0.0  # one message size: a time per message, no line
+    assert 0.01 < comm.time(64 * 512 * 4) < 10.0  # ms, on one host
+
+
+def _trace_of(schedule, rank: int) -> dict:
+    """A rank's trace, as the recorder writes it, of a simulated iteration (ms -> us)."""
+    events = [{"ph": "X", "name": "pipeline:iteration 0", "ts": 0.0, "dur": schedule.completion_time * 1000}]
+    for task in schedule.tasks:
+        if task.gpu != rank:
+            continue
+        if task.parts:
+            events.append({"ph": "X", "name": f"pipeline:{task.parts[0]}", "ts": task.start * 1000,
+                           "dur": (task.end - task.start) * 1000})
+        elif task.kind in ("fwd_prop", "grad_prop"):
+            letter = "F" if task.kind == "fwd_prop" else "B"
+            events.append({"ph": "X", "name": f"pipeline:send {task.stage}{letter}{task.index} 4096",
+                           "ts": task.start * 1000, "dur": 1.0})
+    return {"traceEvents": events, "distributedInfo": {"rank": rank, "world_size": 2},
+            "pipelineRun": {"schedule": schedule.params.schedule}}
+
+
+@pytest.mark.parametrize("schedule_name", ["gpipe", "1f1b", "zb-v"])
+def test_a_trace_of_a_simulated_iteration_replays_to_itself(schedule_name, tmp_path):
+    """Uneven lengths, transfers on free ports: read back, fitted and replayed, every task starts where it did."""
+    params = EnvParams(n=4, num_gpus=2, schedule=schedule_name, fwd_len=3.0, bwd_len=5.0, prop_len=0.75,
+                       sync_base_len=0.0, fwd_impact=0.0, bwd_impact=0.0, compute_jitter=0.3, seed=7)
+    original = simulate(params, Policy())
+    for rank in range(2):
+        (tmp_path / f"rank{rank}.json").write_text(json.dumps(_trace_of(original, rank)))
+    run = read_run([tmp_path])
+    comm = fit_comm(run.iterations)
+    assert comm.time(4096) == pytest.approx(0.75, rel=1e-9)
+    result = replay(run, 0, comm)
+    assert result.iteration_error == pytest.approx(0.0, abs=1e-9)
+    assert np.max(result.start_errors) < 1e-9
+    given = effective_lengths(run.iterations[0], comm)
+    for task in result.simulated.tasks:
+        if task.parts:
+            part = task.parts[0]
+            assert task.length == pytest.approx(given[part.stage, part.kind.code, part.mb], rel=1e-12)
+            assert task.end - task.start == pytest.approx(task.length, rel=1e-9)  # no impact slows compute
+
+
+def test_given_lengths_equal_to_the_environments_own_change_nothing_and_take_its_noise_on_top():
+    params = EnvParams(n=6, num_gpus=3, schedule="zb-v", compute_jitter=0.2, comm_jitter=0.1, slow_gpu=1,
+                       slow_factor=1.5, seed=3)
+    own = simulate(params, Policy(), sample=2)
+    quiet = replace(params, compute_jitter=0.0, comm_jitter=0.0, slow_gpu=-1)
+    given = simulate(params, Policy(), sample=2, lengths=task_lengths(quiet).tolist())
+    assert [(t.start, t.end) for t in given.tasks] == [(t.start, t.end) for t in own.tasks]
+    assert given.completion_time == own.completion_time and given.lower_bound == own.lower_bound
+    with pytest.raises(ParameterError, match="lengths"):
+        simulate(params, Policy(), lengths=[1.0, 2.0])
+    with pytest.raises(ParameterError, match="lengths"):
+        simulate(params, Policy(), lengths=[-1.0] * len(own.tasks))
+
+
+def test_replay_of_every_committed_run_stays_within_five_percent():
+    errors = []
+    for _, folder in _runs():
+        run = read_run([folder])
+        comm = fit_comm(run.iterations)
+        errors += [replay(run, k, comm).iteration_error for k in range(len(run.iterations))]
+    assert np.median(np.abs(errors)) < 0.05
+
+
+def test_a_prediction_runs_the_target_schedules_own_order():
+    source = read_run([TRACES / "1f1b" / "run0"])
+    comm = fit_comm(source.iterations)
+    for schedule in SCHEDULES:
+        predicted = predict(source, 0, comm, schedule)
+        assert predicted.params.schedule == schedule and not predicted.given_order
+        assert predicted.completion_time > 0.0
+
+
+def test_a_prediction_for_more_micro_batches_adds_their_work():
+    """1F1B on 2 ranks: each further micro-batch adds a forward and a backward to the busier rank's steady state."""
+    source = read_run([TRACES / "1f1b" / "run0"])
+    comm = fit_comm(source.iterations)
+    eight, sixteen = (predict(source, 0, comm, "1f1b", microbatches=n) for n in (8, 16))
+    assert sixteen.params.n == 16 and len(sixteen.tasks) > len(eight.tasks)
+    per_rank = [sum(t.length for t in sixteen.tasks if t.parts and t.gpu == g and t.index >= 8) for g in range(2)]
+    assert sixteen.completion_time - eight.completion_time >= max(per_rank) * (1 - 1e-9)
+
+
+def test_a_table_of_lengths_by_task_text_is_read_whole_or_refused():
+    params = EnvParams(n=4, num_gpus=2, schedule="dualpipe-v", compute_jitter=0.1)
+    run = simulate(params, Policy())
+    table = {str(task.id): task.length for task in run.tasks}
+    assert lengths_of_table(params, table) == [task.length for task in run.tasks]
+    with pytest.raises(ParameterError, match=r"lengths .* lacks \(0F3;3B1\)"):
+        lengths_of_table(params, {text: length for text, length in table.items() if text != "(0F3;3B1)"})
+    with pytest.raises(ParameterError, match="lengths = '9F9': is no task of dualpipe-v"):
+        lengths_of_table(params, {**table, "9F9": 1.0})
+
+
+def test_a_replayed_iteration_draws_in_the_visualizer_from_its_table_of_lengths(tmp_path):
+    result = run_here("pipeline_trace.py", "replay", str(TRACES / "zb-v" / "run0"), "--iteration", "2",
+                      "--lengths-out", "zbv.json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    replayed = float(result.stdout.splitlines()[3].split("simulated ")[1].split(" ms")[0])
+    flags = json.loads((tmp_path / "zbv.json").read_text())["flags"].split()
+    chart = run_here("schedule_visualizer_single_channel.py", *flags, "--lengths", "zbv.json", "--no-show",
+                     "--output", "zbv.png", cwd=tmp_path)
+    assert chart.returncode == 0, chart.stderr
+    assert float(chart.stdout.split("completion time ")[1].split()[0]) == pytest.approx(replayed, abs=0.006)
+    assert_png_drawn(tmp_path / "zbv.png")
+    noisy = run_here("schedule_visualizer_single_channel.py", *flags, "--lengths", "zbv.json", "--compute-jitter",
+                     "0.3", "--sample", "4", "--no-show", "--output", "noisy.png", cwd=tmp_path)
+    assert noisy.returncode == 0, noisy.stderr
+    assert "sample 4 of seed 0" in noisy.stdout
+    assert float(noisy.stdout.split("completion time ")[1].split()[0]) != pytest.approx(replayed, abs=0.5)
+    wrong = run_here("schedule_visualizer_single_channel.py", "--schedule", "1f1b", "--lengths", "zbv.json",
+                     "--no-show", "--output", "x.png", cwd=tmp_path)
+    assert_one_line_error(wrong, "--lengths", "lacks 0B0, 0B1, 0B2 and 45 more of 1f1b")
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    bad = run_here("schedule_visualizer_single_channel.py", "--lengths", "bad.json", "--no-show", "--output", "y.png",
+                   cwd=tmp_path)
+    assert_one_line_error(bad, "--lengths bad.json: not a JSON object whose 'lengths' maps task texts to numbers")
+    endless = run_here("schedule_visualizer_single_channel.py", "--lengths", "/dev/zero", "--no-show", "--output",
+                       "z.png", cwd=tmp_path)
+    assert_one_line_error(endless, "--lengths /dev/zero")
+
+
+# -- refusals --------------------------------------------------------------------------------------------------
+
+
+def _copy(tmp_path: Path, schedule: str = "1f1b") -> Path:
+    folder = tmp_path / schedule
+    shutil.copytree(TRACES / schedule / "run0", folder)
+    return folder
+
+
+def _edit(path: Path, change) -> None:
+    trace = json.loads(gzip.decompress(path.read_bytes()))
+    change(trace)
+    path.write_bytes(gzip.compress(json.dumps(trace).encode()))
+
+
+def test_a_foreign_json_is_refused(tmp_path):
+    (tmp_path / "rank0.json").write_text(json.dumps({"results": [1, 2]}))
+    with pytest.raises(TraceError, match="not a Chrome/Kineto trace: it has no traceEvents"):
+        read_run([tmp_path])
+
+
+def test_a_truncated_file_is_refused(tmp_path):
+    folder = _copy(tmp_path)
+    data = (folder / "rank1.json.gz").read_bytes()
+    (folder / "rank1.json.gz").write_bytes(data[:len(data) // 2])
+    with pytest.raises(TraceError, match=r"rank1\.json\.gz: truncated or not JSON"):
+        read_run([folder])
+
+
+def test_a_missing_rank_is_refused(tmp_path):
+    folder = _copy(tmp_path)
+    (folder / "rank1.json.gz").unlink()
+    with pytest.raises(TraceError, match="missing rank 1 of 2"):
+        read_run([folder])
+
+
+def test_missing_actions_are_named(tmp_path):
+    folder = _copy(tmp_path)
+    _edit(folder / "rank1.json.gz",
+          lambda trace: trace.update(traceEvents=[e for e in trace["traceEvents"] if e.get("name") != "pipeline:1B3"]))
+    with pytest.raises(TraceError, match="iteration 0 lacks compute actions 1B3"):
+        read_run([folder])
+
+
+def test_a_trace_without_pipeline_ranges_is_refused(tmp_path):
+    folder = _copy(tmp_path)
+    _edit(folder / "rank0.json.gz", lambda trace: trace.update(traceEvents=[{"ph": "X", "name": "aten::mm", "ts": 1,
+                                                                             "dur": 2}]))
+    with pytest.raises(TraceError, match="no pipeline:iteration ranges"):
+        read_run([folder])
+
+
+# -- the command -----------------------------------------------------------------------------------------------
+
+
+def test_replay_and_predict_commands_write_and_report(tmp_path):
+    result = run_here("pipeline_trace.py", "replay", str(TRACES / "zb-v" / "run0"), "--plot", "replay.png",
+                      "--iteration", "1", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("zb-v: 2 ranks, 4 stages, 8 micro-batches, 3 iterations")
+    assert sum(line.startswith("iteration ") for line in lines) == 3
+    assert_png_drawn(tmp_path / "replay.png", min_width=1200, min_height=500)
+    result = run_here("pipeline_trace.py", "predict", str(TRACES / "1f1b" / "run0"), "--measured",
+                      str(TRACES / "gpipe" / "run0"), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    gpipe = next(line for line in result.stdout.splitlines() if line.strip().startswith("gpipe:"))
+    assert "measured" in gpipe and "%" in gpipe
+
+
+def test_predict_command_compares_another_micro_batch_count_with_runs_of_it(tmp_path):
+    folder = ROOT / "tests" / "data" / "microbatches" / "round0"
+    result = run_here("pipeline_trace.py", "predict", str(folder / "n8" / "1f1b" / "run0"), "--microbatches", "16",
+                      "--schedule", "1f1b", "gpipe", "--measured", str(folder / "n16" / "1f1b" / "run0"),
+                      str(folder / "n16" / "gpipe" / "run0"), str(folder / "n8" / "1f1b" / "run0"), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == 2 and all("measured" in line for line in lines)
+    measured = [float(line.split("measured")[1].split("ms")[0]) for line in lines]
+    runs = [read_run([folder / "n16" / name / "run0"]) for name in ("1f1b", "gpipe")]
+    assert measured == [round(float(np.median([it.time for it in run.iterations])), 2) for run in runs]
+
+
+def test_study_command_tabulates_every_schedule(tmp_path):
+    for schedule in ("1f1b", "gpipe"):
+        shutil.copytree(TRACES / schedule / "run0", tmp_path / "runs" / schedule / "run0")
+    result = run_here("pipeline_trace.py", "study", "runs", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    rows = [line for line in result.stdout.splitlines() if line.startswith("| 1f1b") or line.startswith("| gpipe")]
+    assert len(rows) == 2 and all(row.count("|") == 12 for row in rows)
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["replay", "nowhere"], ["nowhere: no such file"]),
+    (["replay", str(TRACES / "1f1b" / "run0"), "--iteration", "9", "--plot", "x.png"], ["--iteration 9"]),
+    (["predict", str(TRACES / "1f1b" / "run0"), "--schedule", "zb-h2"], ["invalid choice: 'zb-h2'"]),
+])
+def test_command_mistakes_get_one_line(args, fragments, tmp_path):
+    assert_one_line_error(run_here("pipeline_trace.py", *args, cwd=tmp_path), *fragments)
+
+
+def test_fresh_traces_of_a_real_run(tmp_path):
+    """A real run under torch, as small as it gets: two ranks, two micro-batches, one traced iteration."""
+    pytest.importorskip("torch")
+    result = run_here("pipeline_trace.py", "record", "--out", "fresh", "--schedule", "1f1b", "--microbatches", "2",
+                      "--iterations", "1", "--batch", "4", "--width", "32", "--layers", "2", "--port", "29533",
+                      cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    run = read_run([tmp_path / "fresh" / "1f1b" / "run0"])
+    assert (run.schedule, run.ranks, run.stages, run.microbatches) == ("1f1b", 2, 2, 2)
+    assert replay(run, 0, fit_comm(run.iterations)).simulated.completion_time > 0.0
