@@ -10,12 +10,14 @@ from typing import Callable, Mapping, Sequence
 
 from ..engine import SimulationStuckError, given_order, memory_in_force, order_peak, simulate, simulate_figures
 from ..files import atomic_output, exclusive_writer, output_target
+from ..hindsight import simulate_hindsight
 from ..inputs import TooLarge, read_at_most
 from ..learned import LearnedPolicy, load_policy, simulate_learned
 from ..metrics import schedule_metrics
 from ..model import (
     COMM_KINDS,
     DEFAULT_POLICY,
+    HINDSIGHT,
     PARAMETER,
     PARAMETERS,
     SAMPLES,
@@ -321,6 +323,7 @@ def draw(args: argparse.Namespace, params: EnvParams, workload: Workload | None,
                 f"{len(timed)} splits simulated)")
     try:
         schedule = simulate_learned(params, policy, args.sample, network) if params.learned else \
+            simulate_hindsight(params, policy, args.sample) if params.dispatch == HINDSIGHT else \
             simulate(params, policy, args.sample, texts)
     except SimulationStuckError as error:
         if args.order is None:
