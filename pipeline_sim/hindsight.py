@@ -72,14 +72,21 @@ def solver_available() -> bool:
     return True
 
 
+def check_hindsight(params: EnvParams) -> None:
+    """``ParameterError`` naming ``dispatch`` where hindsight cannot run ``params``: a schedule whose static order
+    cannot replay its order, or an environment small enough for the solver without the ``[solver]`` extra."""
+    static = static_params(params)
+    if len(graph_arrays(static).gpu) <= SOLVED_TASKS and not solver_available():
+        raise ParameterError("dispatch", params.dispatch, "needs the [solver] extra: pip install -r "
+                             "requirements-solver.txt")
+
+
 @lru_cache(maxsize=256)
 def hindsight(params: EnvParams, sample: int = 0) -> Hindsight:
     """The hindsight order of ``params``' ``sample``-th draw within its memory limit in force (section 12.1)."""
+    check_hindsight(params)
     static = static_params(params)
     if len(graph_arrays(static).gpu) <= SOLVED_TASKS:
-        if not solver_available():
-            raise ParameterError("dispatch", params.dispatch, "needs the [solver] extra: pip install -r "
-                                 "requirements-solver.txt")
         found = solve(static, sample, memory_in_force(params))
         if found is not None:
             return found
