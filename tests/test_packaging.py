@@ -3,6 +3,7 @@
 import importlib
 import tomllib
 
+import pytest
 from conftest import ROOT
 
 
@@ -20,9 +21,10 @@ def test_console_commands_mirror_the_scripts():
     assert {dependency.split(">=")[0] for dependency in project["dependencies"]} == runtime
 
 
-def test_the_rl_extra_pins_what_its_requirements_file_installs():
+@pytest.mark.parametrize("extra", ["rl", "solver"])
+def test_an_extra_pins_what_its_requirements_file_installs(extra):
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    pinned = {line.split("==")[0] for line in (ROOT / "requirements-rl.txt").read_text().splitlines()
+    pinned = {line.split("==")[0] for line in (ROOT / f"requirements-{extra}.txt").read_text().splitlines()
               if line and not line.startswith("#")}
-    assert {dependency.split(">=")[0] for dependency in project["optional-dependencies"]["rl"]} == pinned
-    assert "-r requirements-rl.txt" in (ROOT / "requirements-test.txt").read_text().splitlines()
+    assert {dependency.split(">=")[0] for dependency in project["optional-dependencies"][extra]} == pinned
+    assert f"-r requirements-{extra}.txt" in (ROOT / "requirements-test.txt").read_text().splitlines()
