@@ -144,8 +144,8 @@ def solve(static: EnvParams, sample: int, limit: float) -> Hindsight | None:
     model.add_max_equality(makespan, end)
     model.minimize(makespan)
     if fits:
-        for i, task in enumerate(run.tasks):
-            model.add_hint(start[i], int(round(task.start * scale)))
+        for i, begun in enumerate(run.tasks):
+            model.add_hint(start[i], int(round(begun.start * scale)))
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     solver.parameters.max_deterministic_time = WORK_LIMIT
