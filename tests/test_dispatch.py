@@ -175,6 +175,9 @@ def test_the_bounds_never_exceed_a_completion_time():
                                     ingress_capacity=rng.choice([0.5, 1.0, 2.0]), comm_jitter=rng.choice([0.0, 0.2]))
         if params.dispatch != "static" and rng.random() < 0.5:
             params = replace(params, memory_limit=float(rng.randint(2, 4)))  # a V schedule's room is 2 chunks of 1/2
+        elif rng.random() < 0.3:  # rooms of their own per stage: the smallest bounds the jobs in flight
+            params = replace(params, stage_weights=tuple(rng.choice([0.5, 1.0, 1.5])
+                                                         for _ in range(params.v * params.num_gpus)))
         sample = rng.randrange(4)
         figures = simulate_figures(params, policies, sample)
         times = figures[:, 0]
