@@ -4,6 +4,7 @@
     python benchmarks/bench.py --quick      # smaller samples, no first compile, a 100,000-simulation memory sweep
     python benchmarks/bench.py --large      # the memory sweep at 5,003,350 simulations (about 80 more minutes)
     python benchmarks/bench.py --json out.json
+    python benchmarks/bench.py --hindsight  # only dispatch = hindsight's seconds per draw
 
 Measures: simulations per second on one core (default environment, all 121 policies
 of the sweep: shared, exclusive and priority-0 layers), compiled and as plain Python
@@ -471,6 +472,24 @@ def _print_doubling(rows: list[dict]) -> None:
               f"{row['graph_us_per_task']:>14.2f} {row['kernel_us_per_task']:>15.2f}", flush=True)
 
 
+def hindsight_per_draw(draws: int = 5) -> dict | None:
+    """``dispatch = hindsight`` on n = 8, 4 GPUs, ZB-H1 at 30% jitter: seconds per draw to solve and replay its
+    order (one core), and how many draws the solver proved optimal; None without the [solver] extra."""
+    from pipeline_sim.hindsight import hindsight, simulate_hindsight, solver_available
+
+    if not solver_available():
+        return None
+    params = EnvParams(n=8, num_gpus=4, schedule="zb-h1", compute_jitter=0.3, comm_jitter=0.3, dispatch="hindsight")
+    seconds, statuses = [], []
+    for sample in range(draws):
+        started = time.perf_counter()
+        simulate_hindsight(params, Policy(), sample)
+        seconds.append(time.perf_counter() - started)
+        statuses.append(hindsight(params, sample).status)
+    return {"draws": draws, "median_seconds": statistics.median(seconds), "max_seconds": max(seconds),
+            "optimal": statuses.count("optimal")}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller samples, 100,067-simulation memory sweep")
@@ -481,6 +500,7 @@ def main() -> int:
     parser.add_argument("--chart", action="store_true", help="only the visualizer's 64-stage, 512-micro-batch chart")
     parser.add_argument("--doubling", action="store_true",
                         help="only the cost per task of graph construction and kernel, doubling tasks to a million")
+    parser.add_argument("--hindsight", action="store_true", help="only dispatch = hindsight's seconds per draw")
     args = parser.parse_args()
     cores = os.cpu_count() or 1
 
@@ -488,6 +508,15 @@ def main() -> int:
     if args.doubling:
         _print_doubling(doubling())
         return 0
+    solved = None
+    if args.hindsight or not (args.planner or args.chart):
+        solved = hindsight_per_draw()
+        if solved is not None:
+            print(f"hindsight, n = 8, 4 GPUs, ZB-H1, 30% jitter: {solved['median_seconds']:.1f} s per draw (median "
+                  f"of {solved['draws']}, at most {solved['max_seconds']:.1f} s), {solved['optimal']} proven optimal",
+                  flush=True)
+        if args.hindsight:
+            return 0
     if not args.planner:
         chart = large_chart()
         print(f"visualizer, ZB-H1 on 64 GPUs, 512 micro-batches, chart included: {chart['seconds']:.1f} s "
@@ -582,7 +611,7 @@ def main() -> int:
         "single_core": single, "pure_python_sims_per_second": pure,
         "kernel_over_pure_python": single["sims_per_second"] / pure, "api_sims_per_second": api,
         "example_pipeline": pipeline, "heatmap_cpu_seconds": heatmap, "first_compile_seconds": compile_seconds,
-        "schedules": schedules, "dispatch": dispatch, "decisions": decisions, "scaling": rows,
+        "schedules": schedules, "dispatch": dispatch, "decisions": decisions, "scaling": rows, "hindsight": solved,
         "first_of_structure": structures, "doubling": grown,
         "scaling_ratio": largest / smallest,
         "sweep": {"simulations": 2178, "serial_seconds": serial, "parallel_seconds": parallel, "workers": cores,

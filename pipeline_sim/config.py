@@ -28,9 +28,10 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from .engine import memory_in_force
+from .hindsight import check_hindsight
 from .inputs import TooLarge, read_at_most
 from .learned import LearnedPolicy, load_policy, read_policy
-from .model import LIST_KEYS, PARAMETER, PARAMETERS, SCHEDULE_PARAMETERS, EnvParams, ParameterError
+from .model import HINDSIGHT, LIST_KEYS, PARAMETER, PARAMETERS, SCHEDULE_PARAMETERS, EnvParams, ParameterError
 from .parameters import OPTIONAL_GROUPS
 from .schedules import SCHEDULES, get_schedule
 from .taskgraph import estimated_tasks
@@ -344,6 +345,8 @@ class EnvironmentGrid:
                 params, _ = self._environment(combo)
                 if params.memory_limit != 0.0:  # a limit that cannot run the iteration (docs/model.md 12.1)
                     memory_in_force(params)
+                if params.dispatch == HINDSIGHT:  # a schedule whose static order cannot replay it, or no solver
+                    check_hindsight(params)
                 if params.learned:  # a policy file that is missing, or not made for this environment
                     if params.dispatch not in networks:
                         try:

@@ -22,6 +22,7 @@ from . import compile_cache
 from .model import (
     COMM_KINDS,
     DISPATCHERS,
+    HINDSIGHT,
     ROOM_UNIT,
     SAMPLES,
     EnvParams,
@@ -307,6 +308,10 @@ def dispatch_arguments(params: EnvParams) -> tuple[np.ndarray, int, int]:
     key.flags.writeable = False
     if params.dispatch == "static":
         return key, DISPATCHERS.index("static"), 0
+    if params.dispatch == HINDSIGHT:
+        raise ParameterError("dispatch", params.dispatch, "a hindsight order is solved and replayed by "
+                             "pipeline_sim.hindsight (simulate_hindsight, hindsight_figures), not compiled into the "
+                             "kernel")
     if params.learned:
         raise ParameterError("dispatch", params.dispatch, "a learned policy is played by pipeline_sim.learned "
                              "(simulate_learned, figures), not compiled into the kernel")
@@ -332,6 +337,61 @@ def lower_bound(params: EnvParams, sample: int = 0, lengths: np.ndarray | None =
     lengths = task_lengths(params, sample) if lengths is None else lengths
     return float(kernel.lower_bound(lengths, arrays.gpu, arrays.comm, arrays.kind_class,
                                     arrays.needs_count, arrays.release_start, arrays.release_task, params.num_gpus))
+
+
+class _Jobs(NamedTuple):
+    """Per micro-batch and stage (a job of section 12.2's memory term): its forward, its input-gradient task (B or
+    I) and the task whose end gives its activations back (B or W); per task whether it belongs to one micro-batch's
+    chain of forwards, backwards and pipeline transfers."""
+
+    rise: np.ndarray
+    back: np.ndarray
+    fall: np.ndarray
+    chain: np.ndarray
+
+
+_CHAIN_KINDS = (TaskKind.FORWARD, TaskKind.BACKWARD, TaskKind.BACKWARD_INPUT, TaskKind.BACKWARD_WEIGHT,
+                TaskKind.FWD_PROP, TaskKind.GRAD_PROP)
+
+
+@per_structure
+def _memory_jobs(params: EnvParams) -> _Jobs:
+    tasks = task_structure(params).tasks
+    where = {(t.kind, t.stage, t.index): i for i, t in enumerate(tasks) if t.kind in _CHAIN_KINDS}
+    rise, back, fall = [], [], []
+    if not any(t.kind is TaskKind.OVERLAP_F_B for t in tasks):  # a pair holds two micro-batches: no jobs then
+        for (kind, stage, mb), i in where.items():
+            if kind is TaskKind.FORWARD:
+                gradient = where.get((TaskKind.BACKWARD_INPUT, stage, mb), where.get((TaskKind.BACKWARD, stage, mb)))
+                assert gradient is not None
+                rise.append(i)
+                back.append(gradient)
+                fall.append(where.get((TaskKind.BACKWARD_WEIGHT, stage, mb), gradient))
+    ints = lambda values: np.array(values, dtype=np.int64)  # noqa: E731
+    jobs = _Jobs(ints(rise), ints(back), ints(fall), np.array([t.kind in _CHAIN_KINDS for t in tasks]))
+    for array in jobs:
+        array.flags.writeable = False
+    return jobs
+
+
+def memory_bound(params: EnvParams, sample: int = 0, limit: float | None = None) -> float:
+    """What no order keeping within ``limit`` activations per GPU (section 7's unit; None: the limit in force,
+    ``memory_in_force``) can beat in the ``sample``-th draw of ``params``: the larger of ``lower_bound`` and the
+    memory term of section 12.2."""
+    return bound_of_lengths(params, task_lengths(params, sample), limit)
+
+
+def bound_of_lengths(params: EnvParams, lengths: np.ndarray, limit: float | None = None) -> float:
+    """``memory_bound`` for tasks of ``lengths`` (of ``params``' task graph, in task order)."""
+    arrays = graph_arrays(params)
+    jobs = _memory_jobs(params)
+    units = math.floor((memory_in_force(params) if limit is None else limit) * activation_units(params) + 1e-6)
+    free = kernel.lower_bound(lengths, arrays.gpu, arrays.comm, arrays.kind_class, arrays.needs_count,
+                              arrays.release_start, arrays.release_task, params.num_gpus)
+    held = kernel.memory_bound(lengths, arrays.needs_count, arrays.release_start, arrays.release_task, arrays.gpu,
+                               arrays.index, jobs.chain, jobs.rise, jobs.back, jobs.fall,
+                               arrays.rises[jobs.rise].astype(np.float64), units, params.num_gpus)
+    return max(free, held)
 
 
 def bound_of_run(bound: float, completion: float, params: EnvParams) -> float:
@@ -453,13 +513,19 @@ def schedule_of(params: EnvParams, policy: Policy, sample: int, graph: TaskGraph
                     memory_limit=memory, orders=orders, given_order=given_order, sample=sample)
 
 
-def simulate_figures(params: EnvParams, policies: Sequence[Policy], sample: int = 0) -> np.ndarray:
-    """The figures of ``kernel.figures`` for every policy of ``policies`` in draw ``sample``, one row each."""
+def simulate_figures(params: EnvParams, policies: Sequence[Policy], sample: int = 0,
+                     orders: Sequence[Sequence[int]] | None = None) -> np.ndarray:
+    """The figures of ``kernel.figures`` for every policy of ``policies`` in draw ``sample``, one row each;
+    ``orders``, per GPU its compute tasks (indices into the task graph, as ``given_order`` reads them), run instead
+    of the schedule's static order."""
     arrays = graph_arrays(params)
     tiers, priorities = policy_arrays(tuple(policies))
     unit = params.time_unit
-    out = kernel.simulate_policies(*arrays.kernel_arguments(in_unit(task_lengths(params, sample), unit), params),
-                                   arrays.rises, activation_units(params), tiers, priorities, params.ingress_capacity)
+    arguments = list(arrays.kernel_arguments(in_unit(task_lengths(params, sample), unit), params))
+    if orders is not None:
+        arguments[11] = _rows(orders)[1]
+    out = kernel.simulate_policies(*arguments, arrays.rises, activation_units(params), tiers, priorities,
+                                   params.ingress_capacity)
     p = params.num_gpus
     out[:, :2] *= unit  # the times among the figures: completion, throttled time, each GPU's busy time and span
     out[:, 3:3 + 2 * p] *= unit

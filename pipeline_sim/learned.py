@@ -23,8 +23,9 @@ import numpy as np
 from . import kernel
 from .engine import schedule_of, simulate_figures
 from .episode import Episode
+from .hindsight import hindsight_figures
 from .inputs import TooLarge, read_at_most
-from .model import EnvParams, ParameterError, Policy, Schedule
+from .model import HINDSIGHT, EnvParams, ParameterError, Policy, Schedule
 from .taskgraph import build_task_graph
 
 #: The file's layout; a file of another format is refused by name.
@@ -188,8 +189,11 @@ def play(episode: Episode, policy: LearnedPolicy, sample: int) -> Episode:
 
 def figures_of(params: EnvParams, policies: Sequence[Policy], sample: int = 0,
                network: LearnedPolicy | None = None) -> np.ndarray:
-    """``engine.simulate_figures``, a learned dispatcher's included: for it one played episode per policy, by
+    """``engine.simulate_figures``, a learned dispatcher's and hindsight's included: for hindsight its replayed
+    order (``hindsight.hindsight_figures``); for a learned one one played episode per policy, by
     ``network`` when given (``load_policy``)."""
+    if params.dispatch == HINDSIGHT:
+        return hindsight_figures(params, policies, sample)
     if params.learned is None:
         return simulate_figures(params, policies, sample)
     learned = load_policy(params, network)

@@ -220,6 +220,8 @@ def room_units(weight: float) -> int:
 #: Who chooses the compute task a free GPU starts (docs/model.md section 12): the schedule's static order, or a rule
 #: applied at run time. The kernel numbers the rules in this order.
 DISPATCHERS = ("static", "greedy", "critical-path", "zb-adaptive")
+#: Besides them: the best order with hindsight of a draw's lengths (section 12.6), replayed as a given static order.
+HINDSIGHT = "hindsight"
 
 
 #: The per-stage lists of an environment (section 6.6), each one factor per stage or empty.
@@ -290,7 +292,7 @@ class EnvParams:
     cp_len: float = parameter(0.0, Lengths(zero=True), "work of the attention exchange of context parallelism in one "
                               "forward of 1/p of the model (a backward's is twice, a stage's times its weight); 0: "
                               "none", short="cp", label="cp exchange", group="strategies")
-    dispatch: str = parameter("static", Dispatchers(DISPATCHERS, case_insensitive=True),
+    dispatch: str = parameter("static", Dispatchers((*DISPATCHERS, HINDSIGHT), case_insensitive=True),
                               "who chooses a free GPU's next compute task: the schedule's order, a rule at run "
                               "time (case-insensitive), or a learned policy's file", short="", label="",
                               group="dispatch", metavar="RULE")
@@ -318,7 +320,7 @@ class EnvParams:
         spec = get_schedule(self.schedule)
         spec.check(self.n, self.num_gpus)
         object.__setattr__(self, "schedule", spec.name)
-        object.__setattr__(self, "dispatch", Dispatchers(DISPATCHERS).normal(self.dispatch))
+        object.__setattr__(self, "dispatch", Dispatchers((*DISPATCHERS, HINDSIGHT)).normal(self.dispatch))
         if self.dispatch != "static" and "fb_overlap" in spec.parameters and self.fb_overlap > 0:
             raise ParameterError("dispatch", self.dispatch, f"{spec.name} with fb_overlap > 0 overlaps a forward and a "
                                  "backward as one task, which has no run-time form: use dispatch static, or "

@@ -30,11 +30,12 @@ import numpy as np
 
 from .cluster import DaskCluster
 from .config import BOOLEAN_KEYS, INTEGER_KEYS, OBJECT_KEYS, STRING_KEYS, ConfigError, EnvironmentGrid
-from .engine import bound_of_run, lower_bound
+from .engine import bound_of_run, lower_bound, memory_bound
 from .files import OutputError, check_locks, exclusive_writer, file_digest, hold, output_target
+from .hindsight import proven_share
 from .learned import LearnedPolicy, figures_of
 from .metrics import ScheduleMetrics, ideal_time, metric_columns
-from .model import COMM_KINDS, LIST_KEYS, PARAMETER, EnvParams, ParameterError, Policy
+from .model import COMM_KINDS, HINDSIGHT, LIST_KEYS, PARAMETER, EnvParams, ParameterError, Policy
 from .parallel import ordered_map
 from .parameters import OPTIONAL_GROUPS, Weights
 from .parquet import Parts, PartWriter, merge_parts, require_pyarrow, schema, verified_parts
@@ -53,7 +54,7 @@ POLICY_COLUMNS = ("policy", *(f"prio_{kind}" for kind in COMM_KINDS), *(f"tier_{
 STATISTICS = ("completion_std", "completion_min", "completion_p50", "completion_p95", "completion_p99",
               "completion_max")
 #: What a run reports of section 12: columns of a grid that names a dispatch parameter (``model.DISPATCH_KEYS``).
-BOUND_COLUMNS = ("lower_bound", "bound_gap")
+BOUND_COLUMNS = ("lower_bound", "bound_gap", "memory_bound", "memory_gap", "hindsight_optimal")
 _METRIC_COLUMNS = ("completion_time", *STATISTICS, *ScheduleMetrics.SCALARS[1:])
 
 
@@ -306,9 +307,10 @@ def simulate_chunk(chunk: Chunk) -> tuple[str, str, int]:
                    for run in runs]
         if chunk.dispatch:  # the bound depends on the draw, not on the policy
             for sample in range(draws):
-                bound = lower_bound(params, sample)
+                bound, held = lower_bound(params, sample), memory_bound(params, sample)
                 for values in scalars[sample]:
                     values["lower_bound"] = bound_of_run(bound, float(values["completion_time"]), params)
+                    values["memory_bound"] = bound_of_run(held, float(values["completion_time"]), params)
         runs_of.append(runs)
         scalars_of.append(scalars)
     mean_times = np.array([[math.fsum(run["completion_time"][i] for run in runs) / draws
@@ -327,7 +329,9 @@ def simulate_chunk(chunk: Chunk) -> tuple[str, str, int]:
         summary = summarise([scalars[sample][i] for sample in range(draws)])
         cells: list[object] = [summary[name] for name in _METRIC_COLUMNS]
         if chunk.dispatch:  # the gap of the mean completion time over the mean bound
-            cells += [summary["lower_bound"], float(summary["completion_time"]) / float(summary["lower_bound"]) - 1.0]
+            cells += [summary["lower_bound"], float(summary["completion_time"]) / float(summary["lower_bound"]) - 1.0,
+                      summary["memory_bound"], float(summary["completion_time"]) / float(summary["memory_bound"]) - 1.0,
+                      proven_share(params, draws) if params.dispatch == HINDSIGHT else None]
         if workload is not None:  # activation peaks follow the orders alone: any sample's will do
             cells += workload_report(workload, params, float(summary["completion_time"]),
                                      runs[0]["gpu_peak_activations"][i]).columns().values()

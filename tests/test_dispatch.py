@@ -11,10 +11,11 @@ from reference_dispatch import run as reference_run
 
 from pipeline_sim import EnvParams, ParameterError, Policy, calculate_full_pipeline_schedule, simulate
 from pipeline_sim.config import EnvironmentGrid
-from pipeline_sim.engine import dispatch_arguments, lower_bound, simulate_figures
+from pipeline_sim.engine import dispatch_arguments, lower_bound, memory_bound, memory_in_force, simulate_figures
 from pipeline_sim.model import DISPATCHERS
 from pipeline_sim.orders import format_orders, parse_orders
 from pipeline_sim.schedules import SCHEDULES
+from pipeline_sim.sweep import BOUND_COLUMNS
 from pipeline_sim.validate import validate_schedule
 
 RULES = DISPATCHERS[1:]
@@ -162,20 +163,31 @@ def test_the_validator_accepts_dispatched_runs_within_their_limit():
         assert max(schedule.peak_activations) <= schedule.memory_limit + 1e-12
 
 
-def test_the_bound_never_exceeds_a_completion_time():
-    """Thousands of runs: every schedule and dispatcher, policies, contention, noise."""
+def test_the_bounds_never_exceed_a_completion_time():
+    """Thousands of runs: every schedule and dispatcher, memory limits, policies, contention, noise; the
+    memory-aware bound (section 12.2) at each run's limit in force, never below the plain bound."""
     rng = random.Random(11)
     policies = [Policy(), Policy(priorities={"fwd_prop": 0.1, "grad_prop": 0.1, "grad_sync": 1.0}),
                 Policy(exclusive_tiers={"grad_sync": "a"}), Policy(exclusive_tiers={"fwd_prop": "a", "grad_prop": "b"})]
-    runs = 0
+    runs = tightened = 0
     for _ in range(400):
         params = random_environment(rng, prop_len=rng.choice([0.0, 0.3, 1.0]), sync_base_len=rng.choice([0.0, 2.0]),
                                     ingress_capacity=rng.choice([0.5, 1.0, 2.0]), comm_jitter=rng.choice([0.0, 0.2]))
+        if params.dispatch != "static" and rng.random() < 0.5:
+            params = replace(params, memory_limit=float(rng.randint(2, 4)))  # a V schedule's room is 2 chunks of 1/2
+        elif rng.random() < 0.3:  # rooms of their own per stage: the smallest bounds the jobs in flight
+            params = replace(params, stage_weights=tuple(rng.choice([0.5, 1.0, 1.5])
+                                                         for _ in range(params.v * params.num_gpus)))
         sample = rng.randrange(4)
-        times = simulate_figures(params, policies, sample)[:, 0]
-        assert (lower_bound(params, sample) <= times * (1 + 1e-12)).all(), params
+        figures = simulate_figures(params, policies, sample)
+        times = figures[:, 0]
+        plain, held = lower_bound(params, sample), memory_bound(params, sample)
+        assert plain <= held and (held <= times * (1 + 1e-9)).all(), params
+        peaks = figures[:, 3 + 2 * params.num_gpus:]
+        assert (peaks <= memory_in_force(params) + 1e-12).all(), params
         runs += len(times)
-    assert runs >= 1600
+        tightened += held > plain
+    assert runs >= 1600 and tightened >= 40
 
 
 def free(**values):
@@ -263,10 +275,12 @@ def test_a_dispatch_sweep_end_to_end(tmp_path):
         rows = list(csv.DictReader(handle))
     assert len(rows) == 8 * 37  # 37 policies at step 0.5
     header = list(rows[0])
-    assert header.index("dispatch") == header.index("fb_overlap") + 1 and header[-2:] == ["lower_bound", "bound_gap"]
+    assert header.index("dispatch") == header.index("fb_overlap") + 1 and tuple(header[-5:]) == BOUND_COLUMNS
     for row in rows:
-        assert float(row["lower_bound"]) <= float(row["completion_min"]) * (1 + 1e-12)
+        assert float(row["lower_bound"]) <= float(row["memory_bound"]) <= float(row["completion_min"]) * (1 + 1e-12)
         assert float(row["bound_gap"]) == pytest.approx(float(row["completion_time"]) / float(row["lower_bound"]) - 1)
+        assert float(row["memory_gap"]) == pytest.approx(float(row["completion_time"]) / float(row["memory_bound"]) - 1)
+        assert row["hindsight_optimal"] == ""  # a column of hindsight's rows only
     plain = tmp_path / "plain.json"
     plain.write_text(json.dumps({"n": 6, "num_gpus": 3, "schedule": "zb-h1", "compute_jitter": [0.0, 0.2],
                                  "samples": 4}))

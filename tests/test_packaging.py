@@ -28,7 +28,7 @@ def _pinned(name: str) -> set[str]:
 
 def test_the_extras_pin_what_their_requirements_files_install():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    for extra in ("rl", "trace"):
+    for extra in ("rl", "trace", "solver"):
         pinned = _pinned(f"requirements-{extra}.txt")
         assert {dependency.split(">=")[0] for dependency in project["optional-dependencies"][extra]} == pinned
         assert f"-r requirements-{extra}.txt" in (ROOT / "requirements-test.txt").read_text().splitlines()

@@ -10,7 +10,7 @@ from pipeline_sim.config import ConfigError, EnvironmentGrid
 from pipeline_sim.model import DEFAULT_POLICY, PARAMETERS, EnvParams, ParameterError
 from pipeline_sim.parameters import OPTIONAL_GROUPS, Integers, Interval, Lengths, Names, Weights
 from pipeline_sim.results import env_slug, env_title
-from pipeline_sim.sweep import sweep_columns
+from pipeline_sim.sweep import BOUND_COLUMNS, sweep_columns
 from pipeline_sim.workload import DERIVED_KEYS
 
 
@@ -42,8 +42,7 @@ def test_the_table_is_the_dataclass():
                                                                                      "bwd_weights", "optimizer_len",
                                                                                      "zero", "gather_len", "cp_len",
                                                                                      "dispatch",
-                                                                                     "memory_limit", "lower_bound",
-                                                                                     "bound_gap"))
+                                                                                     "memory_limit", *BOUND_COLUMNS))
 
 
 def test_the_api_signature_follows_the_table():

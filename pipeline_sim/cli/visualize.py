@@ -10,21 +10,25 @@ from typing import Callable, Mapping, Sequence
 
 from ..engine import (
     SimulationStuckError,
+    bound_of_run,
     given_lengths,
     given_order,
     lengths_of_table,
+    memory_bound,
     memory_in_force,
     order_peak,
     simulate,
     simulate_figures,
 )
 from ..files import atomic_output, exclusive_writer, output_target
+from ..hindsight import simulate_hindsight
 from ..inputs import TooLarge, read_at_most
 from ..learned import LearnedPolicy, load_policy, simulate_learned
 from ..metrics import schedule_metrics
 from ..model import (
     COMM_KINDS,
     DEFAULT_POLICY,
+    HINDSIGHT,
     PARAMETER,
     PARAMETERS,
     SAMPLES,
@@ -355,6 +359,7 @@ def draw(args: argparse.Namespace, params: EnvParams, workload: Workload | None,
                 f"{len(timed)} splits simulated)")
     try:
         schedule = simulate_learned(params, policy, args.sample, network) if params.learned else \
+            simulate_hindsight(params, policy, args.sample) if params.dispatch == HINDSIGHT else \
             simulate(params, policy, args.sample, texts, lengths)
     except SimulationStuckError as error:
         if args.order is None:
@@ -395,8 +400,12 @@ def draw(args: argparse.Namespace, params: EnvParams, workload: Workload | None,
         fig.savefig(temporary, dpi=130, format=image_format)
     peak = metrics.peak_activations
     unit = " s" if workload is not None else ""
+    held = bound_of_run(memory_bound(schedule.params, args.sample, schedule.memory_limit), schedule.completion_time,
+                        schedule.params)
+    within = "" if held <= schedule.lower_bound else \
+        f"; within the memory limit {held:.6g}{unit}: {schedule.completion_time / held - 1:.1%} above it"
     print(f"{name}: completion time {schedule.completion_time:.6g}{unit} (ideal {ideal:.6g}{unit}, lower bound "
-          f"{schedule.lower_bound:.6g}{unit}: {schedule.bound_gap:.1%} above it), peak activations {peak:g} "
+          f"{schedule.lower_bound:.6g}{unit}: {schedule.bound_gap:.1%} above it{within}), peak activations {peak:g} "
           f"micro-batches; chart: {output}")
     if report is not None and workload is not None:
         label = workload.label(params.num_gpus, params.n, params.zero) + \

@@ -28,7 +28,7 @@ GPU other than through ``grad_sync`` traffic, and the receiving side of ``grad_s
 """
 
 from .allocation import layered_rates
-from .bound import lower_bound, path_times
+from .bound import lower_bound, memory_bound, path_times
 from .figures import figures
 from .loop import begin, decision, prepare, simulate, simulate_policies
 from .next_task import choices
@@ -53,4 +53,5 @@ from .state import (
 
 __all__ = ["BUSY", "DONE", "END", "EXTERNAL", "NEXT", "RANK", "READY", "RUNNING", "SHARED_LAYER", "START", "STUCK",
            "THROTTLED", "THROTTLED_TIME", "ZERO_LAYER", "act", "begin", "choices", "decision", "figures",
-           "layered_rates", "lower_bound", "observe", "path_times", "play", "prepare", "simulate", "simulate_policies"]
+           "layered_rates", "lower_bound", "memory_bound", "observe", "path_times", "play", "prepare", "simulate",
+           "simulate_policies"]

@@ -9,11 +9,9 @@ from .state import STEP_CLASS
 
 
 @compiled
-def path_times(length: np.ndarray, needs_count: np.ndarray, release_start: np.ndarray,
-               release_task: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per task, ``head``: the earliest it can start (the longest chain of needs before it), and ``tail``: the
-    least time that must follow its end (the longest chain of tasks depending on it); transfers at full speed."""
-    n = len(length)
+def topological(needs_count: np.ndarray, release_start: np.ndarray, release_task: np.ndarray) -> np.ndarray:
+    """The tasks breadth first over the dependency graph: each after every task it needs."""
+    n = len(needs_count)
     waiting = needs_count.copy()
     order = np.empty(n, dtype=np.int64)
     count = 0
@@ -21,20 +19,35 @@ def path_times(length: np.ndarray, needs_count: np.ndarray, release_start: np.nd
         if waiting[i] == 0:
             order[count] = i
             count += 1
-    head = np.zeros(n)
     k = 0
-    while k < count:  # breadth first over the dependency graph: a topological order
+    while k < count:
         i = order[k]
         k += 1
+        for j in range(release_start[i], release_start[i + 1]):
+            dependent = release_task[j]
+            waiting[dependent] -= 1
+            if waiting[dependent] == 0:
+                order[count] = dependent
+                count += 1
+    return order[:count]
+
+
+@compiled
+def path_times(length: np.ndarray, needs_count: np.ndarray, release_start: np.ndarray,
+               release_task: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per task, ``head``: the earliest it can start (the longest chain of needs before it), and ``tail``: the
+    least time that must follow its end (the longest chain of tasks depending on it); transfers at full speed."""
+    n = len(length)
+    order = topological(needs_count, release_start, release_task)
+    count = len(order)
+    head = np.zeros(n)
+    for k in range(count):
+        i = order[k]
         done = head[i] + length[i]
         for j in range(release_start[i], release_start[i + 1]):
             dependent = release_task[j]
             if done > head[dependent]:
                 head[dependent] = done
-            waiting[dependent] -= 1
-            if waiting[dependent] == 0:
-                order[count] = dependent
-                count += 1
     tail = np.zeros(n)
     for k in range(count - 1, -1, -1):
         i = order[k]
@@ -70,4 +83,111 @@ def lower_bound(length: np.ndarray, gpu: np.ndarray, comm: np.ndarray, kind_clas
     for g in range(num_gpus):
         if work[g] > 0.0 and first[g] + work[g] + last[g] > bound:
             bound = first[g] + work[g] + last[g]
+    return bound
+
+
+@compiled
+def memory_bound(length: np.ndarray, needs_count: np.ndarray, release_start: np.ndarray, release_task: np.ndarray,
+                 gpu: np.ndarray, index: np.ndarray, chain: np.ndarray, job_rise: np.ndarray, job_back: np.ndarray,
+                 job_fall: np.ndarray, room: np.ndarray, limit: int, num_gpus: int) -> float:
+    """The memory term of section 12.2: per GPU, the latest start its forwards can be held to when at most
+    ``limit // room`` of its micro-batch stages are in flight, plus what must follow the last of them.
+
+    A job is one micro-batch on one stage: it holds ``room`` units from its forward's start (``job_rise``) until its
+    backward or weight-gradient work ends (``job_fall``); ``job_back`` is its input-gradient task (B or I). Its hold
+    and the offset of its backward work are longest paths through the tasks of its own micro-batch (``chain`` marks
+    the per-micro-batch tasks, ``index`` their micro-batch): a path through fewer tasks is shorter, so still a bound.
+    """
+    head, tail = path_times(length, needs_count, release_start, release_task)
+    tasks = len(length)
+    order = topological(needs_count, release_start, release_task)  # each micro-batch's tasks in this order
+    batches = 0
+    for i in range(tasks):
+        if chain[i] and index[i] + 1 > batches:
+            batches = index[i] + 1
+    batch_start = np.zeros(batches + 1, dtype=np.int64)
+    for i in range(tasks):
+        if chain[i]:
+            batch_start[index[i] + 1] += 1
+    for m in range(batches):
+        batch_start[m + 1] += batch_start[m]
+    filled = batch_start[:-1].copy()
+    batch_task = np.empty(batch_start[batches], dtype=np.int64)
+    position = np.full(tasks, -1, dtype=np.int64)
+    for k in range(len(order)):
+        i = order[k]
+        if chain[i]:
+            position[i] = filled[index[i]]
+            batch_task[filled[index[i]]] = i
+            filled[index[i]] += 1
+    jobs = len(job_rise)
+    hold = np.zeros(jobs)
+    offset = np.zeros(jobs)
+    reach = np.full(tasks, -np.inf)
+    for j in range(jobs):
+        rise = job_rise[j]
+        m = index[rise]
+        reach[rise] = 0.0
+        for k in range(position[rise], batch_start[m + 1]):
+            i = batch_task[k]
+            if reach[i] == -np.inf:
+                continue
+            done = reach[i] + length[i]
+            for e in range(release_start[i], release_start[i + 1]):
+                dependent = release_task[e]
+                if chain[dependent] and index[dependent] == m and done > reach[dependent]:
+                    reach[dependent] = done
+        offset[j] = reach[job_back[j]]
+        hold[j] = reach[job_fall[j]] + length[job_fall[j]]
+        for k in range(batch_start[m], batch_start[m + 1]):
+            reach[batch_task[k]] = -np.inf
+    bound = 0.0
+    for g in range(num_gpus):
+        count = 0
+        smallest_room = np.inf
+        for j in range(jobs):
+            if gpu[job_rise[j]] == g:
+                count += 1
+                smallest_room = min(smallest_room, room[j])
+        if count == 0 or smallest_room <= 0:
+            continue
+        slots = int(limit // smallest_room)
+        if slots < 1 or count <= slots:
+            continue
+        release = np.empty(count)
+        forwards = np.empty(count)
+        backs = np.empty(count)
+        holds = np.empty(count)
+        hold_min = offset_min = finish = np.inf
+        c = 0
+        for j in range(jobs):
+            if gpu[job_rise[j]] == g:
+                release[c] = head[job_rise[j]]
+                forwards[c] = length[job_rise[j]]
+                backs[c] = length[job_fall[j]] + (length[job_back[j]] if job_back[j] != job_fall[j] else 0.0)
+                holds[c] = hold[j]
+                c += 1
+                hold_min = min(hold_min, hold[j])
+                offset_min = min(offset_min, offset[j])
+                finish = min(finish, hold[j] + tail[job_fall[j]])
+        release.sort()
+        # the least work of any k forwards, of any k jobs' backward work
+        forward_work = np.zeros(count + 1)
+        back_work = np.zeros(count + 1)
+        forward_work[1:] = np.cumsum(np.sort(forwards))
+        back_work[1:] = np.cumsum(np.sort(backs))
+        hold_work = np.zeros(count + 1)
+        hold_work[1:] = np.cumsum(np.sort(holds))
+        start = np.empty(count)  # a lower bound on the k-th earliest forward start of a job on GPU g
+        start[0] = release[0]
+        for k in range(1, count):
+            # one compute task at a time; the k-th start waits for k + 1 - slots holds to end, at most slots at a
+            # time since the first start; and no backward work of a job starts before the first start plus the least
+            # offset, while at most slots jobs start before then: from that instant the GPU runs k + 1 - slots jobs'
+            # backward work and k - slots forwards
+            start[k] = max(release[k], start[0] + forward_work[k])
+            if k >= slots:
+                start[k] = max(start[k], start[k - slots] + hold_min, start[0] + hold_work[k + 1 - slots] / slots,
+                               start[0] + offset_min + back_work[k + 1 - slots] + forward_work[k - slots])
+        bound = max(bound, start[count - 1] + finish)
     return bound

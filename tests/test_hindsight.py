@@ -1,0 +1,90 @@
+"""The memory-aware bound (docs/model.md section 12.2) and dispatch = hindsight (section 12.6)."""
+
+import csv
+import json
+
+import pytest
+from conftest import run_script
+
+from pipeline_sim import EnvParams, Policy, simulate
+from pipeline_sim import hindsight as hindsight_module
+from pipeline_sim.engine import build_task_graph, lower_bound, memory_bound, texts_of
+from pipeline_sim.hindsight import simulate_hindsight, solve, solver_available, static_params
+
+needs_solver = pytest.mark.skipif(not solver_available(), reason="the [solver] extra (OR-Tools) is not installed")
+
+
+def test_worked_example_13_the_memory_limit_lifts_the_bound_of_zb_h1():
+    """n = 8, 4 GPUs, ZB-H1 at its default lengths and communication, the dispatchers' default limit of 4: the
+    plain bound is 32, the memory term 41 (GPU 0's last forward cannot start before 24)."""
+    params = EnvParams(n=8, num_gpus=4, schedule="zb-h1", dispatch="greedy")
+    assert lower_bound(params) == 32.0 and memory_bound(params) == 41.0
+    assert memory_bound(params, limit=8.0) == 32.0  # room for every micro-batch: no memory term
+    assert memory_bound(EnvParams(n=8, num_gpus=4, schedule="zb-h1")) == 41.0  # static: its own peak, 4
+
+
+def test_worked_example_8_the_bound_of_one_micro_batch_at_a_time_is_its_run():
+    params = EnvParams(num_gpus=3, n=3, prop_len=0.0, sync_base_len=0.0, dispatch="greedy", memory_limit=1.0)
+    assert lower_bound(params) == 15.0
+    assert memory_bound(params) == simulate(params, Policy()).completion_time == 27.0
+
+
+SMALL = [EnvParams(schedule=schedule, n=n, num_gpus=p, prop_len=prop, sync_base_len=2 * prop, dispatch="greedy",
+                   memory_limit=float(limit))
+         for schedule in ("1f1b", "zb-h1") for n, p in ((4, 2), (4, 3)) for limit in (1, 2)
+         for prop in (0.0, 1.0)]
+
+
+@needs_solver
+def test_the_memory_bound_is_within_5_percent_of_proven_optima_and_never_above_them():
+    """Without noise the bound meets every optimum the solver proves; with 20% jitter it stays below them."""
+    proven = 0
+    for params in SMALL:
+        found = solve(static_params(params), 0, params.memory_limit)
+        assert found is not None
+        bound = memory_bound(params)
+        assert bound <= found.relaxed * (1 + 1e-3)  # the solver's whole steps round each task by half a step
+        if found.status == "optimal":
+            proven += 1
+            assert bound >= 0.95 * found.relaxed, params
+    assert proven >= len(SMALL) - 2
+    for params in SMALL[:4]:
+        noisy = EnvParams(**{**params.as_dict(), "compute_jitter": 0.2, "comm_jitter": 0.2})
+        for sample in range(1):
+            found = solve(static_params(noisy), sample, noisy.memory_limit)
+            assert found is not None and memory_bound(noisy, sample) <= found.relaxed * (1 + 1e-3)
+
+
+@needs_solver
+def test_a_hindsight_order_is_a_given_order_replayed_by_the_kernel(monkeypatch):
+    """On free links the replay of the solved order takes no longer than the relaxation says and no less than
+    the solver proved; it keeps the limit and is never slower than the static order."""
+    monkeypatch.setattr(hindsight_module, "WORK_LIMIT", 0.3)
+    params = EnvParams(n=6, num_gpus=3, schedule="zb-h1", prop_len=0.0, sync_base_len=0.0, compute_jitter=0.2,
+                       dispatch="hindsight", seed=7)
+    for sample in range(2):
+        found = hindsight_module.hindsight(params, sample)
+        static = static_params(params)
+        graph = build_task_graph(static)
+        replay = simulate(static, Policy(), sample, [texts_of(graph, tasks) for tasks in found.order])
+        assert found.relaxed_bound * (1 - 2e-3) <= replay.completion_time <= found.relaxed * (1 + 2e-3)
+        assert max(replay.peak_activations) <= 3.0 and replay.given_order
+        assert found.relaxed_bound >= memory_bound(params, sample) * (1 - 2e-3)
+        run = simulate_hindsight(params, Policy(), sample)
+        assert run.completion_time <= min(replay.completion_time, simulate(static, Policy(), sample).completion_time)
+    still = EnvParams(**{**params.as_dict(), "compute_jitter": 0.0})
+    assert hindsight_module.hindsight(still, 0).status == "optimal"
+
+
+@needs_solver
+def test_a_hindsight_sweep_reports_its_proof(tmp_path):
+    config = tmp_path / "h.json"
+    config.write_text(json.dumps({"n": 4, "num_gpus": 2, "schedule": "zb-h1", "dispatch": ["static", "hindsight"]}))
+    result = run_script("data_generator.py", "-c", str(config), "--step", "1.0", "-o", "h.csv", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    with open(tmp_path / "h.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 2 * 31
+    for static, solved in zip(rows[:31], rows[31:]):
+        assert static["hindsight_optimal"] == "" and solved["hindsight_optimal"] == "1.0"
+        assert float(solved["memory_bound"]) <= float(solved["completion_time"]) <= float(static["completion_time"])
