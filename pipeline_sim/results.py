@@ -516,7 +516,8 @@ def schedule_summary(params: EnvParams, rows: pd.DataFrame) -> dict[str, Any]:
     ``worst_policy``, ``worst_time``, ``ideal_time``, ``peak_activations``, ``max_span``, the best
     policy's spread over samples ``best_min``, ``best_p50``, ``best_p95``, ``best_max`` (NaN in a
     CSV without them), ``samples`` and ``lower_bound`` (NaN in a CSV without it); in a workload sweep
-    also the best policy's ``peak_memory_gb``, ``gpu_memory_gb``, ``memory_fits``, ``tokens_per_second`` and ``mfu``."""
+    also the best policy's ``peak_memory_gb``, ``gpu_memory_gb``, ``memory_fits``, ``tokens_per_second`` and ``mfu``;
+    in a dispatch sweep its ``memory_bound``."""
     best, worst = best_rows(rows).iloc[0], rows.loc[rows["completion_time"].idxmax()]
     default = rows.loc[rows["policy"] == DEFAULT_POLICY_LABEL, "completion_time"]
     return {
@@ -530,7 +531,7 @@ def schedule_summary(params: EnvParams, rows: pd.DataFrame) -> dict[str, Any]:
         **{f"best_{stat}": float(best.get(f"completion_{stat}", math.nan)) for stat in ("min", "p50", "p95", "max")},
         "samples": int(best.get("samples", 1)),
         "lower_bound": float(best.get("lower_bound", math.nan)),
-        **{name: best[name] for name in REPORT_SUMMARY if name in best}}
+        **{name: best[name] for name in (*REPORT_SUMMARY, "memory_bound") if name in best}}
 
 
 def schedule_groups(summaries: Iterable[tuple[EnvParams, Workload | None, dict[str, Any]]]
@@ -644,10 +645,10 @@ def dispatch_families(summaries: Iterable[tuple[EnvParams, Workload | None, dict
     Yields one environment of the group (its title), its workload, the jitter that varies (a
     ``JITTER_KEYS`` name, or ``jitter`` when all of them vary together, equal in every
     environment) and one row per (way, level): ``way`` (``schedule_name``), its ``schedule``
-    and ``dispatch``, ``static``, ``level``, ``mean``, ``p95`` and ``bound`` of the best
-    policy, and each of the three relative to the reference at that level (``mean_vs``, ``p95_vs``, ``bound_vs``: the
-    reference's own statistic, its mean for the bound). The reference, ``reference``, is
-    the static order of least mean at the lowest level. Only groups of two or more ways, two or
+    and ``dispatch``, ``static``, ``level``, ``mean``, ``p95``, ``bound`` and ``memory_bound`` (NaN in a CSV
+    without it) of the best policy, and each relative to the reference at that level (``mean_vs``, ``p95_vs``,
+    ``bound_vs``, ``memory_bound_vs``: the reference's own statistic, its mean for the bounds). The reference,
+    ``reference``, is the static order of least mean at the lowest level. Only groups of two or more ways, two or
     more levels each, a static order and a dispatcher among them are yielded.
     """
     groups: dict[tuple, list[tuple[EnvParams, Workload | None, dict[str, Any]]]] = {}
@@ -665,7 +666,8 @@ def dispatch_families(summaries: Iterable[tuple[EnvParams, Workload | None, dict
                     "static": params.dispatch == "static",
                     "level": getattr(params, varying[0]), "mean": summary["best_time"],
                     "p95": summary["best_p95"] if not math.isnan(summary["best_p95"]) else summary["best_time"],
-                    "bound": summary["lower_bound"]} for params, _, summary in members]
+                    "bound": summary["lower_bound"], "memory_bound": float(summary.get("memory_bound", math.nan))}
+                   for params, _, summary in members]
         frame = pd.DataFrame(records)
         if frame["way"].nunique() < 2 or frame["level"].nunique() < 2 or frame["static"].all() or \
                 not frame["static"].any() or \
@@ -679,5 +681,6 @@ def dispatch_families(summaries: Iterable[tuple[EnvParams, Workload | None, dict
         frame = frame.assign(mean_vs=frame["mean"] / frame["level"].map(base["mean"]) - 1.0,
                              p95_vs=frame["p95"] / frame["level"].map(base["p95"]) - 1.0,
                              bound_vs=frame["bound"] / frame["level"].map(base["mean"]) - 1.0,
+                             memory_bound_vs=frame["memory_bound"] / frame["level"].map(base["mean"]) - 1.0,
                              reference=reference)
         yield members[0][0], members[0][1], key, frame.sort_values(["way", "level"], kind="stable")

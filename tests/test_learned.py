@@ -152,9 +152,9 @@ def test_a_sweep_and_the_visualizer_read_a_policy_file(tmp_path):
 def test_the_dispatch_figure_reads_every_way_against_the_best_static_order():
     from pipeline_sim.results import dispatch_families, schedule_summary
 
-    def summary(params: EnvParams, mean: float, p95: float, bound: float) -> tuple:
+    def summary(params: EnvParams, mean: float, p95: float, bound: float, held: float | None = None) -> tuple:
         rows = pd.DataFrame([{"policy": "F=G=S", "completion_time": mean, "completion_p95": p95,
-                              "lower_bound": bound}])
+                              "lower_bound": bound, **({} if held is None else {"memory_bound": held})}])
         return params, None, schedule_summary(params, rows)
 
     members = []
@@ -173,6 +173,25 @@ def test_the_dispatch_figure_reads_every_way_against_the_best_static_order():
     assert greedy.loc[0.2, "mean_vs"] == pytest.approx(10.0 / 12.0 - 1)
     assert greedy.loc[0.2, "p95_vs"] == pytest.approx(11.0 / 14.0 - 1)
     assert greedy.loc[0.2, "bound_vs"] == pytest.approx(8.0 / 12.0 - 1)
+    assert rows["memory_bound_vs"].isna().all()  # a sweep without the memory-aware bound
+    # with it (a dispatch sweep), the reference's memory-aware bound is drawn beneath the ways and the title reads
+    # the fastest against it
+    held = [summary(EnvParams(schedule="zb-h1", dispatch=d, compute_jitter=j, comm_jitter=j), mean, mean, 8.0, 9.5)
+            for d, mean in (("static", 12.0), ("greedy", 11.0)) for j in (0.0, 0.2)]
+    (family,) = list(dispatch_families(held))
+    frame = family[3]
+    assert frame.set_index(["dispatch", "level"]).loc[("static", 0.2), "memory_bound_vs"] == pytest.approx(9.5 / 12 - 1)
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from pipeline_sim.plotting.dispatch import plot_dispatch
+    fig = plt.figure()
+    ax = plot_dispatch(fig, frame, family[2], title="t")["dispatch"]
+    labels = [text.get_text() for text in ax.get_legend().get_texts()]
+    assert any(label.startswith("memory-aware bound of zb-h1") for label in labels)
+    assert f"{11.0 / 9.5 - 1:.1%} above its memory-aware bound" in fig.texts[0].get_text().replace("\n", " ")
+    plt.close(fig)
     # jitters that vary apart (a product) make no such figure: its axis would be two-dimensional
     apart = [summary(EnvParams(schedule=s, dispatch=d, compute_jitter=c, comm_jitter=m), 10.0, 10.0, 8.0)
              for s, d in (("zb-h1", "static"), ("zb-h1", "greedy")) for c in (0.0, 0.1) for m in (0.0, 0.1)]
