@@ -32,7 +32,7 @@ from .hindsight import check_hindsight
 from .inputs import TooLarge, read_at_most
 from .learned import LearnedPolicy, load_policy, read_policy
 from .model import HINDSIGHT, LIST_KEYS, PARAMETER, PARAMETERS, SCHEDULE_PARAMETERS, EnvParams, ParameterError
-from .parameters import OPTIONAL_GROUPS
+from .parameters import OPTIONAL_GROUPS, Names
 from .schedules import SCHEDULES, get_schedule
 from .taskgraph import estimated_tasks
 from .workload import (
@@ -110,14 +110,22 @@ def _expand_range(key: str, spec: Mapping[str, object]) -> list[int | float]:
     return [int(v) if key in INTEGER_KEYS else float(v) for v in values]
 
 
+def _name(key: str, name: Any) -> str:
+    """``name`` of parameter ``key`` as an environment stores it, checked (even where a default environment would
+    ignore the parameter)."""
+    domain = PARAMETER[key].domain
+    domain.check(key, name)
+    assert isinstance(domain, Names)  # Dispatchers is one
+    return domain.normal(name)
+
+
 def _names(key: str, raw: Any) -> list[Any]:
     where = f"config key {key!r}"
     names = raw if isinstance(raw, list) else [raw]
     if not names:
         raise ConfigError(f"{where}: empty list; give at least one name")
     try:
-        values = [get_schedule(name).name if key == "schedule" else EnvParams(**{key: name}).as_dict()[key]
-                  for name in names]
+        values = [get_schedule(name).name if key == "schedule" else _name(key, name) for name in names]
     except ParameterError as error:
         raise ConfigError(f"{where}: {error}") from None
     if len(set(values)) != len(values):
@@ -228,7 +236,8 @@ class EnvironmentGrid:
         """The optional groups (``OPTIONAL_GROUPS``) the grid names a parameter of, and the optional workload keys
         (``workload.OPTIONAL_WORKLOAD_KEYS``) it gives: its rows carry their columns."""
         return frozenset(p.group for p in PARAMETERS if p.group in OPTIONAL_GROUPS and p.name in self.given) | \
-            frozenset(key for key in OPTIONAL_WORKLOAD_KEYS if key in self.given)
+            frozenset(key for key in OPTIONAL_WORKLOAD_KEYS if key in self.given) | \
+            frozenset(("strategies",) if "expert_parallel" in self.given else ())  # its all-to-all's columns
 
     @property
     def has_dispatch(self) -> bool:

@@ -48,7 +48,7 @@ from .taskgraph import (
 
 compile_cache.ensure_writable()  # before the kernel's functions look for a place to keep their machine code
 from . import kernel  # noqa: E402
-from .kernel.state import END_TOLERANCE  # noqa: E402
+from .kernel.state import END_TOLERANCE, HOLD_CLASS  # noqa: E402
 
 compile_cache.tolerate_damage(kernel)
 _COMM_NUMBER = {kind: number for number, kind in enumerate(COMM_KINDS)}
@@ -132,10 +132,11 @@ def _skeleton(params: EnvParams) -> _Skeleton:
     empty = np.zeros(0)
     arrays = GraphArrays(
         ints([t.gpu for t in tasks]), ints([-1 if t.receiver is None else t.receiver for t in tasks]),
-        ints([_COMM_NUMBER[t.kind.priority_class] if not t.kind.is_compute else -1 for t in tasks]),
+        ints([_COMM_NUMBER[params.priority_class(t.kind)] if not t.kind.is_compute else -1 for t in tasks]),
         ints([t.stage for t in tasks]), ints([t.index for t in tasks]), empty,
         ints([len(needs) for needs in graph.needs]), *_rows(_release_lists(graph)), *_rows(graph.orders),
-        *_rows(graph.peers), ints([_KIND_CLASS.get(t.kind, -1) for t in tasks]), empty, empty, empty)
+        *_rows(graph.peers), ints([HOLD_CLASS if i in graph.holds else _KIND_CLASS.get(t.kind, -1)
+                                   for i, t in enumerate(tasks)]), empty, empty, empty)
     for array in arrays:
         array.flags.writeable = False
     first_forward = np.array([t.kind is TaskKind.FORWARD and graph.stage_chunk[t.stage] == 0 for t in tasks])
@@ -612,7 +613,8 @@ def calculate_full_pipeline_schedule(
         ingress_capacity: float = 1.0, schedule: str = "1f1b", chunks: int = 2, w_fraction: float = 0.5,
         fb_overlap: float = 0.0, stage_weights: Sequence[float] = (), sync_weights: Sequence[float] = (),
         bwd_weights: Sequence[float] = (), optimizer_len: float = 0.0, zero: int = 0, gather_len: float = 0.0,
-        cp_len: float = 0.0, dispatch: str = "static",
+        cp_len: float = 0.0, a2a_len: float = 0.0, a2a_weights: Sequence[float] = (), a2a_class: str = "pipeline",
+        dispatch: str = "static",
         memory_limit: float = 0.0, compute_jitter: float = 0.0, comm_jitter: float = 0.0,
         jitter_dist: str = "lognormal", slow_gpu: int = -1, slow_factor: float = 1.0, seed: int = 0, sample: int = 0,
         priorities: Mapping[str, float] | None = None, exclusive_tiers: Mapping[str, str] | None = None,
@@ -629,7 +631,9 @@ def calculate_full_pipeline_schedule(
     ``bwd_weights`` its backward alone, the same way; ``optimizer_len`` (0: none) is the work of each GPU's
     optimizer step after its last ``grad_sync`` (section 6.7). ``zero`` (1 to 3) shards data parallelism with
     all-gathers of ``gather_len`` work; ``cp_len`` (0: none) is the attention exchange of context parallelism
-    (section 15). ``priorities`` maps a transfer kind (``fwd_prop``,
+    (section 15). ``a2a_len`` (0: none) is the all-to-all of expert parallelism, ``a2a_weights`` each stage's share
+    of it and ``a2a_class`` whose priority it takes (``pipeline`` or ``grad_sync``; section 16). ``priorities``
+    maps a transfer kind (``fwd_prop``,
     ``grad_prop``, ``grad_sync``) to a shared priority in [0, 1] (missing kinds get 1.0);
     ``exclusive_tiers`` maps a kind to a tier letter, ``'a'`` highest, which overrides its
     shared priority. ``compute_jitter`` and ``comm_jitter`` are the coefficients of

@@ -47,6 +47,8 @@ class TaskKind(StrEnum):
     BWD_GATHER = "bwd_gather"
     KV_EXCHANGE = "kv_exchange"
     KV_GRAD_EXCHANGE = "kv_grad_exchange"
+    A2A = "a2a"
+    A2A_GRAD = "a2a_grad"
 
     @property
     def code(self) -> str:
@@ -77,18 +79,26 @@ _KIND_CODE = {
     TaskKind.BWD_GATHER: "BG",
     TaskKind.KV_EXCHANGE: "KV",
     TaskKind.KV_GRAD_EXCHANGE: "KG",
+    TaskKind.A2A: "AA",
+    TaskKind.A2A_GRAD: "AG",
 }
 _CODE_KIND = {code: kind for kind, code in _KIND_CODE.items()}
 
 #: The communication kinds, in the order that breaks exclusive-tier ties.
 COMM_KINDS: tuple[TaskKind, ...] = (TaskKind.FWD_PROP, TaskKind.GRAD_PROP, TaskKind.GRAD_SYNC)
 #: Every kind of transfer: the three a policy names, then the traffic of sharded data parallelism and of context
-#: parallelism (docs/model.md section 15), each of which takes the priority and tier of one of the three.
+#: parallelism (docs/model.md section 15) and the all-to-all of expert parallelism (section 16), each of which takes
+#: the priority and tier of one of the three.
 PRIORITY_CLASS: dict[TaskKind, TaskKind] = {
     **{kind: kind for kind in COMM_KINDS},
     TaskKind.PARAM_GATHER: TaskKind.GRAD_SYNC, TaskKind.FWD_GATHER: TaskKind.GRAD_SYNC,
     TaskKind.BWD_GATHER: TaskKind.GRAD_SYNC, TaskKind.KV_EXCHANGE: TaskKind.FWD_PROP,
-    TaskKind.KV_GRAD_EXCHANGE: TaskKind.GRAD_PROP}
+    TaskKind.KV_GRAD_EXCHANGE: TaskKind.GRAD_PROP, TaskKind.A2A: TaskKind.FWD_PROP,
+    TaskKind.A2A_GRAD: TaskKind.GRAD_PROP}
+#: The all-to-all of expert parallelism (section 16), whose class ``a2a_class`` may move to the data-parallel one.
+A2A_KINDS = (TaskKind.A2A, TaskKind.A2A_GRAD)
+#: The classes ``a2a_class`` names: the pipeline's (each all-to-all as above) or the data-parallel one.
+A2A_CLASSES = ("pipeline", "grad_sync")
 TRANSFER_KINDS: tuple[TaskKind, ...] = tuple(PRIORITY_CLASS)
 #: The kinds of work a GPU's compute channel runs.
 COMPUTE_KINDS: tuple[TaskKind, ...] = (TaskKind.FORWARD, TaskKind.BACKWARD, TaskKind.BACKWARD_INPUT,
@@ -225,7 +235,7 @@ HINDSIGHT = "hindsight"
 
 
 #: The per-stage lists of an environment (section 6.6), each one factor per stage or empty.
-STAGE_LISTS = ("stage_weights", "sync_weights", "bwd_weights")
+STAGE_LISTS = ("stage_weights", "sync_weights", "bwd_weights", "a2a_weights")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -292,6 +302,17 @@ class EnvParams:
     cp_len: float = parameter(0.0, Lengths(zero=True), "work of the attention exchange of context parallelism in one "
                               "forward of 1/p of the model (a backward's is twice, a stage's times its weight); 0: "
                               "none", short="cp", label="cp exchange", group="strategies")
+    a2a_len: float = parameter(0.0, Lengths(zero=True), "work of the all-to-all of expert parallelism (every MoE "
+                               "layer's dispatch and combine) in one forward of 1/p of the model; a backward's the "
+                               "same, a stage's times its a2a weight; 0: none", short="a2a", label="all-to-all",
+                               group="strategies")
+    a2a_weights: tuple[float, ...] = parameter((), Weights(low=0.0), "one factor per stage (v x GPUs of them) on its "
+                                               "all-to-all: its share of the MoE layers, 0 for dense stages",
+                                               short="aw", label="a2a weights", group="strategies",
+                                               metavar="W,W,...")
+    a2a_class: str = parameter("pipeline", Names(A2A_CLASSES), "whose priority and tier the all-to-all takes: the "
+                               "pipeline transfers' (a forward's fwd_prop's, a backward's grad_prop's) or grad_sync's",
+                               short="", label="a2a class", group="strategies", metavar="CLASS")
     dispatch: str = parameter("static", Dispatchers((*DISPATCHERS, HINDSIGHT), case_insensitive=True),
                               "who chooses a free GPU's next compute task: the schedule's order, a rule at run "
                               "time (case-insensitive), or a learned policy's file", short="", label="",
@@ -351,10 +372,12 @@ class EnvParams:
 
     def ignored(self) -> tuple[str, ...]:
         """The parameters this environment does not read: the schedule parameters its schedule does not, the
-        memory limit under the static order (which cannot adapt to one) and the gathers' work without zero."""
+        memory limit under the static order (which cannot adapt to one), the gathers' work without zero and the
+        all-to-all's weights and class without an all-to-all."""
         used = get_schedule(self.schedule).parameters
         return tuple(name for name in SCHEDULE_PARAMETERS if name not in used) + \
-            (("memory_limit",) if self.dispatch == "static" else ()) + (("gather_len",) if self.zero == 0 else ())
+            (("memory_limit",) if self.dispatch == "static" else ()) + (("gather_len",) if self.zero == 0 else ()) + \
+            (("a2a_weights", "a2a_class") if self.a2a_len == 0.0 else ())
 
     def relevant(self) -> tuple[str, ...]:
         """The parameters that make this simulation what it is, in table order: all but those its schedule
@@ -365,6 +388,16 @@ class EnvParams:
             ({"straggler"} if self.slow_gpu >= 0 else set())
         given = {p.name for p in PARAMETERS if p.group in OPTIONAL_GROUPS and getattr(self, p.name) != p.default}
         return tuple(p.name for p in PARAMETERS if (p.group in groups and p.name not in ignored) or p.name in given)
+
+    def priority_class(self, kind: TaskKind) -> TaskKind:
+        """The kind of ``COMM_KINDS`` whose priority and tier a transfer of ``kind`` takes here (sections 15, 16)."""
+        if kind in A2A_KINDS and self.a2a_class == "grad_sync":
+            return TaskKind.GRAD_SYNC
+        return PRIORITY_CLASS[kind]
+
+    def a2a_weight(self, stage: int) -> float:
+        """The factor on stage ``stage``'s all-to-all (section 16)."""
+        return self.a2a_weights[stage] if self.a2a_weights else 1.0
 
     def stage_weight(self, stage: int) -> float:
         """The factor on stage ``stage``'s work and activations (section 6.6)."""
@@ -422,7 +455,8 @@ class EnvParams:
         ``UNIT_FLOOR``, the largest power of two not above the shortest, so that the engine's absolute tolerances
         stay a billionth of the shortest work. Dividing by it and multiplying back are exact."""
         shortest = min(length for length in (self.fwd_len, self.bwd_len, self.prop_len, self.sync_base_len,
-                                             self.optimizer_len, self.gather_len, self.cp_len) if length > 0.0)
+                                             self.optimizer_len, self.gather_len, self.cp_len, self.a2a_len)
+                       if length > 0.0)
         return 1.0 if shortest >= UNIT_FLOOR else math.ldexp(1.0, math.frexp(shortest)[1] - 1)
 
 
@@ -437,7 +471,7 @@ DISPATCH_KEYS = tuple(p.name for p in PARAMETERS if p.group == "dispatch")
 #: The parameters whose value is one number per stage (``Weights``): a JSON grid gives a list per value.
 LIST_KEYS = tuple(p.name for p in PARAMETERS if p.type is tuple)
 #: The parameters some environments ignore (``EnvParams.ignored``): their cells may be empty.
-IGNORABLE = (*SCHEDULE_PARAMETERS, "memory_limit", "gather_len")
+IGNORABLE = (*SCHEDULE_PARAMETERS, "memory_limit", "gather_len", "a2a_weights", "a2a_class")
 
 
 #: Which draw of an environment's noise a simulation is (docs/model.md section 8): 64 bits of the generator's state.

@@ -24,7 +24,7 @@ JITTER_DISTRIBUTIONS = ("lognormal", "normal")
 #: A kind's number in the identity of its draws; fixed forever, whatever the order of TaskKind.
 KIND_NUMBERS = {"forward": 1, "backward": 2, "backward_input": 3, "backward_weight": 4, "fwd_prop": 5,
                 "grad_prop": 6, "grad_sync": 7, "optimizer_step": 8, "param_gather": 9, "fwd_gather": 10,
-                "bwd_gather": 11, "kv_exchange": 12, "kv_grad_exchange": 13}
+                "bwd_gather": 11, "kv_exchange": 12, "kv_grad_exchange": 13, "a2a": 14, "a2a_grad": 15}
 
 _GAMMA = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)

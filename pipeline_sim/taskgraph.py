@@ -14,7 +14,7 @@ from typing import Callable, NamedTuple, TypeVar
 
 import numpy as np
 
-from .model import TRANSFER_KINDS, Action, EnvParams, Pair, ParameterError, TaskKind, sync_points
+from .model import A2A_KINDS, TRANSFER_KINDS, Action, EnvParams, Pair, ParameterError, TaskKind, sync_points
 from .noise import KIND_NUMBERS, standard_normals, work_factors
 from .orders import build_orders
 from .schedules import get_schedule
@@ -48,7 +48,8 @@ class TaskGraph(NamedTuple):
     task ``i``, transfers first. ``peers[g]`` are the GPUs that ``g`` exchanges transfers
     with; ``stage_gpu[s]`` is where stage ``s`` lives and ``stage_chunk[s]`` which of its
     GPU's chunks it is (0 for the first). ``issued_by`` maps each transfer that a compute task's start issues
-    (section 15) to that task, or to -1 when it is issued at time 0; such a transfer has no ``needs``.
+    (section 15) to that task, or to -1 when it is issued at time 0; such a transfer has no ``needs``. ``holds`` are
+    the transfers that hold their GPU's compute until they end (the all-to-alls a task's end issues, section 16).
     """
 
     params: EnvParams
@@ -60,6 +61,7 @@ class TaskGraph(NamedTuple):
     stage_gpu: tuple[int, ...]
     stage_chunk: tuple[int, ...]
     issued_by: dict[int, int]
+    holds: frozenset[int] = frozenset()
 
 
 class ScheduleError(ValueError):
@@ -78,7 +80,8 @@ def estimated_tasks(params: EnvParams) -> int:
     """
     stages = params.num_gpus * params.v
     syncs = stages * (params.n // params.sync_freq + 1)
-    per_microbatch = 5 + (2 if params.zero == 3 and params.gather_len > 0 else 0) + (2 if params.cp_len > 0 else 0)
+    per_microbatch = 5 + (2 if params.zero == 3 and params.gather_len > 0 else 0) + (2 if params.cp_len > 0 else 0) \
+        + (2 if params.a2a_len > 0 else 0)
     per_gpu = (params.optimizer_len > 0) + (params.zero in (1, 2) and params.gather_len > 0)
     return params.n * stages * per_microbatch + syncs + params.num_gpus * per_gpu
 
@@ -143,9 +146,10 @@ def task_impacts(params: EnvParams) -> np.ndarray:
 #: The blocks of ``_work``'s table of lengths, in order: one row per stage of each kind here (a zero 3 gather before a
 #: backward is as long as the one before a forward), one row per GPU of each of ``_PER_GPU``, and the pipeline
 #: transfers' one row.
-_PER_STAGE = (_F, _B, _I, _W, TaskKind.GRAD_SYNC, TaskKind.FWD_GATHER, TaskKind.KV_EXCHANGE, TaskKind.KV_GRAD_EXCHANGE)
+_PER_STAGE = (_F, _B, _I, _W, TaskKind.GRAD_SYNC, TaskKind.FWD_GATHER, TaskKind.KV_EXCHANGE, TaskKind.KV_GRAD_EXCHANGE,
+              TaskKind.A2A)
 _PER_GPU = (_O, TaskKind.PARAM_GATHER)
-_SAME_ROWS = {TaskKind.BWD_GATHER: TaskKind.FWD_GATHER}
+_SAME_ROWS = {TaskKind.BWD_GATHER: TaskKind.FWD_GATHER, TaskKind.A2A_GRAD: TaskKind.A2A}
 
 
 class _WorkIndex(NamedTuple):
@@ -176,6 +180,7 @@ def _work(params: EnvParams) -> tuple[np.ndarray, np.ndarray]:
     table = np.concatenate([forwards, backwards, backwards * (1.0 - params.w_fraction), backwards * params.w_fraction,
                             params.sync_base_len / v * syncs, params.gather_len / v * syncs, exchanges,
                             2.0 * exchanges,  # the keys' and values' gradients travel back with them
+                            params.a2a_len / v * np.array(params.a2a_weights or (1.0,) * stages),
                             params.step_lengths(), params.gather_lengths(), (params.prop_len,)])
     lengths = table[index.row]
     impact = np.array((0.0, params.fwd_impact, params.bwd_impact))[index.impact]
@@ -188,10 +193,12 @@ def _work(params: EnvParams) -> tuple[np.ndarray, np.ndarray]:
 
 def structure_key(params: EnvParams) -> tuple:
     """What a graph's structure depends on: the schedule, p, v, n, the sync frequency, whether pairs are split,
-    whether the GPUs step an optimizer, and which gathers and exchanges there are. Environments of one key differ
+    whether the GPUs step an optimizer, which gathers, exchanges and all-to-alls there are and the all-to-all's class
+    (which the transfers' priority classes read). Environments of one key differ
     only in their tasks' work and impact (layouts of one schedule, p, v and n share one: the planner's do)."""
     return (params.schedule, params.num_gpus, params.v, params.n, params.sync_freq, params.dispatch != "static",
-            params.optimizer_len > 0, params.zero if params.gather_len > 0 else 0, params.cp_len > 0)
+            params.optimizer_len > 0, params.zero if params.gather_len > 0 else 0, params.cp_len > 0,
+            params.a2a_class if params.a2a_len > 0 else "")
 
 
 _T = TypeVar("_T")
@@ -330,6 +337,10 @@ def _structure_of(params: EnvParams) -> TaskGraph:
                 for m in range(n):
                     where[kind, s, m] = len(tasks)
                     tasks.append(GraphTask(kind, gpu, s, m, 0.0))
+            for kind in A2A_KINDS if params.a2a_len > 0 else ():  # expert parallelism's all-to-all (section 16)
+                for m in range(n):
+                    where[kind, s, m] = len(tasks)
+                    tasks.append(GraphTask(kind, gpu, s, m, 0.0))
         finals = [*order, *(where[TaskKind.GRAD_SYNC, s, k] for s in mine for k in range(len(syncs)))]
         if params.optimizer_len > 0:  # the GPU's last task (section 6.7)
             step_needs.append(finals)
@@ -405,8 +416,21 @@ def _structure_of(params: EnvParams) -> TaskGraph:
     # the attention exchange of the work that starts; what reads that work's results waits for its exchange too
     issued_by: dict[int, int] = {}
     exchanges: dict[int, list[int]] = {}
+    holds: set[int] = set()
     issued = [(kind, s, m, i) for kind in ISSUED_KINDS for s in range(stages) for m in range(n)
               if (i := where.get((kind, s, m), -1)) >= 0] if per_use or params.cp_len > 0 else []
+    # the all-to-all of a task: issued by its end, holding its GPU, or beside it by an overlapped pair's start
+    for kind in A2A_KINDS if params.a2a_len > 0 else ():
+        for s in range(stages):
+            for m in range(n):
+                i = where[kind, s, m]
+                issuer = the_part((_F, s, m)) if kind is TaskKind.A2A else input_gradient(s, m)
+                if tasks[issuer].kind is TaskKind.OVERLAP_F_B:
+                    issued_by[i] = issuer
+                else:
+                    needs[i] = [issuer]
+                    holds.add(i)
+                exchanges.setdefault(issuer, []).append(i)
     for kind, s, m, i in issued:
         if kind is TaskKind.FWD_GATHER:
             issued_by[i] = the_part((_F, s, m - 1)) if m > 0 else -1
@@ -417,7 +441,7 @@ def _structure_of(params: EnvParams) -> TaskGraph:
             exchanges.setdefault(issued_by[i], []).append(i)
     if exchanges:
         for i, task in enumerate(tasks):
-            if i not in issued_by:
+            if i not in issued_by and task.kind not in A2A_KINDS:
                 needs[i] = list(dict.fromkeys([*needs[i], *(x for j in needs[i] for x in exchanges.get(j, ()))]))
 
     # each task's releases list transfers first, in TRANSFER_KINDS order, then compute tasks; by index within a kind
@@ -435,4 +459,5 @@ def _structure_of(params: EnvParams) -> TaskGraph:
             peers[task.gpu].add(task.receiver)
             peers[task.receiver].add(task.gpu)
     return TaskGraph(params, tuple(tasks), tuple(map(tuple, needs)), tuple(map(tuple, releases)),
-                     tuple(gpu_orders), tuple(tuple(sorted(g)) for g in peers), stage_gpu, stage_chunk, issued_by)
+                     tuple(gpu_orders), tuple(tuple(sorted(g)) for g in peers), stage_gpu, stage_chunk, issued_by,
+                     frozenset(holds))

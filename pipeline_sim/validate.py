@@ -87,12 +87,16 @@ def check_dependencies(schedule: Schedule, graph: TaskGraph, tol: float) -> list
 
 
 def check_order(schedule: Schedule, graph: TaskGraph, tol: float) -> list[str]:
-    """Each GPU runs exactly its order, one task at a time, each as soon as its predecessor and needs allow.
+    """Each GPU runs exactly its order, one task at a time, each as soon as its predecessor, its needs and the
+    all-to-alls holding the GPU (docs/model.md section 16) allow.
 
     Under a dispatcher, or with an order given, the order is the one that ran, which must hold exactly the GPU's
     tasks (section 12.1)."""
     errors = []
     orders = graph.orders
+    holds: dict[int, list[int]] = defaultdict(list)  # a compute task: the all-to-alls its end issues
+    for h in graph.holds:
+        holds[graph.needs[h][0]].append(h)
     if schedule.params.dispatch != "static" or schedule.given_order:
         orders = schedule.orders
         errors += [f"GPU {gpu}: the dispatcher's order does not hold exactly its tasks"
@@ -109,15 +113,18 @@ def check_order(schedule: Schedule, graph: TaskGraph, tol: float) -> list[str]:
             errors.append(f"GPU {gpu}: runs {[str(t.id) for t in ran][first:first + 3]} where its order has "
                           f"{expected[first:first + 3]}")
             continue
-        previous_end = 0.0
+        previous_end = held = 0.0
         for i in order:
             task = schedule.tasks[i]
-            ready = max([previous_end] + [schedule.tasks[j].end for j in graph.needs[i]])
+            ready = max([previous_end, held] + [schedule.tasks[j].end for j in graph.needs[i]])
             if task.start < previous_end - tol:
                 errors.append(f"{task.id}: started at {task.start}, before its predecessor ended at {previous_end}")
+            elif task.start < held - tol:
+                errors.append(f"{task.id}: started at {task.start}, while an all-to-all held its GPU until {held}")
             elif task.start > ready + tol:
                 errors.append(f"{task.id}: started at {task.start}, although it could start at {ready}")
             previous_end = task.end
+            held = max([held, *(schedule.tasks[h].end for h in holds.get(i, ()))])
     return errors
 
 

@@ -41,7 +41,8 @@ def test_the_table_is_the_dataclass():
     assert sweep_columns(workload=False)[0] == tuple(c for c in columns if c not in ("stage_weights", "sync_weights",
                                                                                      "bwd_weights", "optimizer_len",
                                                                                      "zero", "gather_len", "cp_len",
-                                                                                     "dispatch",
+                                                                                     "a2a_len", "a2a_weights",
+                                                                                     "a2a_class", "dispatch",
                                                                                      "memory_limit", *BOUND_COLUMNS))
 
 

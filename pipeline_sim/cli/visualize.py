@@ -44,6 +44,7 @@ from ..taskgraph import build_task_graph, check_size
 from ..trace import chrome_trace
 from ..workload import (
     DERIVED_KEYS,
+    MODEL_PRESETS,
     RECOMPUTE_MODES,
     WORKLOAD_KEYS,
     Workload,
@@ -96,8 +97,8 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
     groups = {"environment": parser.add_argument_group("environment (see docs/model.md)"),
               "stages": parser.add_argument_group("uneven stages (see docs/model.md section 6.6)"),
               "optimizer": parser.add_argument_group("the optimizer step (see docs/model.md section 6.7)"),
-              "strategies": parser.add_argument_group("sharded data parallelism and context parallelism (see "
-                                                      "docs/model.md section 15)"),
+              "strategies": parser.add_argument_group("sharded data parallelism, context parallelism and the "
+                                                      "all-to-all of experts (see docs/model.md sections 15, 16)"),
               "schedule": parser.add_argument_group("schedule (see docs/model.md section 6)"),
               "dispatch": parser.add_argument_group("run-time dispatch (see docs/model.md section 12)")}
     groups["jitter"] = groups["straggler"] = noise = parser.add_argument_group(
@@ -126,8 +127,9 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
         "workload (see docs/model.md section 11): with --model, n, the lengths and sync_freq come from a model on "
         "a cluster, and times are seconds")
     work.add_argument("--model", default=None, metavar="NAME|JSON",
-                      help="a preset (gpt3-175b, llama2-7b, llama2-70b, llama3-8b, llama3-70b, llama3-405b) or a JSON "
-                           "object with layers, hidden, heads, ffn_hidden, vocab[, kv_heads, gated_mlp, seq_len]")
+                      help=f"a preset ({', '.join(MODEL_PRESETS)}) or a JSON object with layers, hidden, heads, "
+                           "ffn_hidden, vocab[, kv_heads, gated_mlp, seq_len; experts, expert_ffn_hidden, top_k, "
+                           "shared_experts, dense_layers for a mixture of experts]")
     work.add_argument("--gpu", default=None, metavar="NAME|JSON",
                       help="a100-40gb, a100-80gb (default), h100-80gb, h200-141gb, or a JSON object with tflops, "
                            "memory_gb[, memory_bandwidth, nvlink_bandwidth] (GB/s; memory_bandwidth is needed by "
@@ -146,7 +148,14 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
             ("dtype_bytes", int, "bytes per activation and gradient value (default 2)"),
             ("bytes_per_param", float, "static bytes per parameter (default 16: weights, gradients, Adam)"),
             ("p2p_bandwidth", float, "pipeline bandwidth per GPU, GB/s (default 50)"),
-            ("dp_bandwidth", float, "data-parallel bandwidth per GPU, GB/s (default 50)")):
+            ("dp_bandwidth", float, "data-parallel bandwidth per GPU, GB/s (default 50)"),
+            ("expert_parallel", int, "expert-parallel degree of a model with experts: its experts split over this "
+                                     "many GPUs of data parallelism, the all-to-all on the ports (default 1)"),
+            ("expert_imbalance", float, "the busiest expert GPU's tokens over the mean, stretching expert compute "
+                                        "and the all-to-all (default 1)"),
+            ("ep_bandwidth", float, "all-to-all bandwidth per GPU, GB/s (default: --dp-bandwidth)"),
+            ("route_nodes", int, "node-limited routing: at most this many copies of a token cross the network "
+                                 "(default: top_k)")):
         work.add_argument("--" + key.replace("_", "-"), type=kind, default=None, help=text)
     work.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=None,
                       help="sequence parallelism (default: on when --tensor-parallel > 1)")

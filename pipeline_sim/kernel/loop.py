@@ -39,6 +39,8 @@ from .state import (
     GPU_INTS,
     HEAP_SIZE,
     HELD,
+    HOLD_CLASS,
+    HOLDING,
     IMPACT,
     INDEX,
     KEY,
@@ -125,6 +127,8 @@ def _settle(now: float, rule: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, 
                     F[END, dependent] = now
                     C[DONE_COUNT] += 1
                     push(K, C, RELEASE, dependent)
+                    if I[KIND_CLASS, dependent] == HOLD_CLASS:
+                        _release_hold(I[GPU, dependent], P, K, C)
                     continue
                 if I[TIER, dependent] >= 0:
                     F[KEY, dependent] = ready_key(now)
@@ -137,6 +141,9 @@ def _settle(now: float, rule: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, 
                 push(K, C, TRY_START, I[GPU, dependent])
         else:
             s = K[1, top]
+            if P[HOLDING, s] > 0:  # an all-to-all holds the GPU (section 16): it starts nothing
+                C[STACK] = top
+                continue
             if rule != STATIC:
                 C[STACK] = top
                 if P[BUSY, s] < 0:
@@ -173,7 +180,7 @@ def _decide(now: float, rule: int, memory: int, F: np.ndarray, I: np.ndarray, P:
         if s < 0:
             return
         P[DECIDE, s] = 0
-        if P[BUSY, s] >= 0:
+        if P[BUSY, s] >= 0 or P[HOLDING, s] > 0:
             continue
         task = dispatch(s, rule, memory, F, I, P, order_start, order_task)
         if task < 0:
@@ -185,8 +192,17 @@ def _decide(now: float, rule: int, memory: int, F: np.ndarray, I: np.ndarray, P:
 
 
 @inner
+def _release_hold(s: int, P: np.ndarray, K: np.ndarray, C: np.ndarray) -> None:
+    """A transfer holding GPU s has ended: once none holds it, it tries its next compute (before the releases)."""
+    P[HOLDING, s] -= 1
+    if P[HOLDING, s] == 0:
+        push(K, C, TRY_START, s)
+
+
+@inner
 def _finish(i: int, now: float, F: np.ndarray, I: np.ndarray, P: np.ndarray, Q: np.ndarray, K: np.ndarray,
-            HT: np.ndarray, HI: np.ndarray, SI: np.ndarray, SF: np.ndarray, C: np.ndarray) -> None:
+            HT: np.ndarray, HI: np.ndarray, SI: np.ndarray, SF: np.ndarray, C: np.ndarray,
+            release_start: np.ndarray, release_task: np.ndarray) -> None:
     """End task i now and stack what follows: the next compute of its GPU, then its releases."""
     set_rate(i, 0.0, False, now, F, I, HT, HI, SI, SF, C)
     F[REMAINING, i] = 0.0
@@ -197,8 +213,13 @@ def _finish(i: int, now: float, F: np.ndarray, I: np.ndarray, P: np.ndarray, Q: 
     if I[COMM, i] < 0:
         P[BUSY, s] = -1
         P[HELD, s] -= I[FALLS, i]
+        for k in range(release_start[i], release_start[i + 1]):  # the all-to-alls its end issues hold the GPU
+            if I[KIND_CLASS, release_task[k]] == HOLD_CLASS:
+                P[HOLDING, s] += 1
         push(K, C, TRY_START, s)  # the next compute starts before the releases
     else:
+        if I[KIND_CLASS, i] == HOLD_CLASS:
+            _release_hold(s, P, K, C)
         last = P[READY_COUNT, s] - 1
         j = 0
         while Q[READY_QUEUE, s, j] != i:
@@ -343,7 +364,7 @@ def simulate(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np
                 ending[count] = i
                 count += 1
         for k in range(count):
-            _finish(ending[k], now, F, I, P, Q, K, HT, HI, SI, SF, C)
+            _finish(ending[k], now, F, I, P, Q, K, HT, HI, SI, SF, C, release_start, release_task)
             _settle(now, rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
         if rule == EXTERNAL:
             wake(P)

@@ -10,6 +10,7 @@ from .state import (
     DECIDE,
     DISPATCH_KEY,
     HELD,
+    HOLDING,
     INDEX,
     KIND_CLASS,
     NEXT,
@@ -109,7 +110,7 @@ def choices(s: int, memory: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, or
                                                             and I[STAGE, task] < I[STAGE, best]):
             out[action] = task
     for g in range(P.shape[1]):
-        if P[BUSY, g] >= 0 or P[READY_COUNT, g] > 0 or (
+        if P[BUSY, g] >= 0 or P[HOLDING, g] > 0 or P[READY_COUNT, g] > 0 or (
                 g > s and P[DECIDE, g] == 1 and _can_start(g, memory, F, I, P, order_start, order_task)):
             out[len(out) - 1] = 0
     return count
@@ -135,7 +136,7 @@ def next_decider(memory: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, order
     for s in range(P.shape[1]):
         if P[DECIDE, s] == 0:
             continue
-        if P[BUSY, s] < 0 and _can_start(s, memory, F, I, P, order_start, order_task):
+        if P[BUSY, s] < 0 and P[HOLDING, s] == 0 and _can_start(s, memory, F, I, P, order_start, order_task):
             return s
         P[DECIDE, s] = 0
     return -1

@@ -28,6 +28,9 @@ EXTERNAL = 4
 #: A compute task's class as dispatchers rank it: backward work (B or I) first, then F, then W; an optimizer step,
 #: a GPU's last task, is never chosen: it starts itself.
 BACKWARD_CLASS, FORWARD_CLASS, WEIGHT_CLASS, STEP_CLASS = range(4)
+#: A transfer's class when it holds its GPU's compute until it ends (an all-to-all, docs/model.md section 16); any
+#: other transfer's, and a pair's, is -1.
+HOLD_CLASS = -2
 
 
 # The loop's state lives in a few 2D arrays, one row per quantity, so that helpers take a
@@ -43,8 +46,8 @@ GPU, RECEIVER, COMM, STAGE, INDEX, WAITING, LIVE, THROTTLED_NOW, THROTTLED, TIER
 TASK_INTS = 15
 # per GPU, integers (P; a list fills a row from the left, its length in C or in a count row):
 NEXT, BUSY, READY_COUNT, SENDING_COUNT, DIRTY_COMM, DIRTY_COMPUTE, DIRTY_COMM_LIST, DIRTY_COMPUTE_LIST, SEED, \
-    GROUPED, GROUP, GROUP_END, HELD, DECIDE, TAKEN, WAITED = range(16)
-GPU_INTS = 16
+    GROUPED, GROUP, GROUP_END, HELD, DECIDE, TAKEN, WAITED, HOLDING = range(17)
+GPU_INTS = 17
 # per GPU, floats (PF):
 SYNC_RATE, INFLOW = range(2)
 # queues Q[READY_QUEUE, g] and Q[SENDING_SET, g]: task numbers in ready order

@@ -33,6 +33,8 @@ KIND_COLORS = {
     TaskKind.BWD_GATHER: "#1B5670",
     TaskKind.KV_EXCHANGE: "#A6C85C",
     TaskKind.KV_GRAD_EXCHANGE: "#E8B04A",
+    TaskKind.A2A: "#D45FA0",  # expert parallelism's all-to-all: magenta, apart from every other traffic
+    TaskKind.A2A_GRAD: "#8E2C6A",
 }
 LEGEND_NAMES = {TaskKind.BACKWARD_INPUT: "backward_input (I)", TaskKind.BACKWARD_WEIGHT: "backward_weight (W)",
                 TaskKind.OPTIMIZER_STEP: "optimizer_step (O)"}
@@ -54,7 +56,7 @@ LAYOUTS = {
     "single_channel": (("compute", COMPUTE_KINDS), ("comm", TRANSFER_KINDS)),
     "dual_channel": (("compute", COMPUTE_KINDS),
                      ("pipeline", (TaskKind.FWD_PROP, TaskKind.GRAD_PROP, TaskKind.KV_EXCHANGE,
-                                   TaskKind.KV_GRAD_EXCHANGE)),
+                                   TaskKind.KV_GRAD_EXCHANGE, TaskKind.A2A, TaskKind.A2A_GRAD)),
                      ("sync", (TaskKind.GRAD_SYNC, TaskKind.PARAM_GATHER, TaskKind.FWD_GATHER, TaskKind.BWD_GATHER))),
 }
 

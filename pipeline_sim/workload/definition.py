@@ -48,6 +48,10 @@ class Workload:
     dropout: bool = True
     shard_group: int | None = None
     context_parallel: int = 1
+    expert_parallel: int = 1
+    expert_imbalance: float = 1.0
+    ep_bandwidth: float | None = None
+    route_nodes: int | None = None
 
     def __post_init__(self) -> None:
         model = _preset("model", self.model, MODEL_PRESETS, ModelShape)
@@ -115,6 +119,7 @@ class Workload:
                 raise ParameterError("recompute_per_stage", shares, "needs recompute none or selective (full "
                                                                     "already recomputes every layer)")
             object.__setattr__(self, "recompute_per_stage", tuple(float(x) for x in shares))
+        self._check_experts(model)
         if self.tp_bandwidth is None and self.device.nvlink_bandwidth is not None:
             # a ring all-reduce sends each byte one way round the ring: one direction of NVLink, half its figure
             object.__setattr__(self, "tp_bandwidth", self.device.nvlink_bandwidth / 2)
@@ -132,6 +137,26 @@ class Workload:
         if self.elementwise and self.device.memory_bandwidth is None:
             raise ParameterError("elementwise", True, f"needs the gpu's memory_bandwidth (GB/s), which "
                                                       f"{self.device.name} does not state")
+
+    def _check_experts(self, model: ModelShape) -> None:
+        """The keys of expert parallelism (docs/model.md section 16)."""
+        e = self.expert_parallel
+        Integers(1).check("expert_parallel", e)
+        # a clash with another key is named by that key: a grid judges it per combination
+        if e > 1 and not model.experts:
+            raise ParameterError("model", model.name, f"has no experts to split over expert_parallel = {e} GPUs")
+        if model.experts % e:
+            raise ParameterError("model.experts", model.experts, f"of {model.name} cannot be split evenly over "
+                                                                 f"expert_parallel = {e} GPUs")
+        if self.data_parallel % e:
+            raise ParameterError("data_parallel", self.data_parallel, f"must be a multiple of expert_parallel = {e}: "
+                                 f"the experts are split over GPUs of the data-parallel group")
+        Interval(1.0, 1e3, high_closed=True).check("expert_imbalance", self.expert_imbalance)
+        if self.ep_bandwidth is None:
+            object.__setattr__(self, "ep_bandwidth", self.dp_bandwidth)
+        Interval(0.0, low_open=True).check("ep_bandwidth", self.ep_bandwidth)
+        if self.route_nodes is not None:
+            Integers(1).check("route_nodes", self.route_nodes)
 
     @property
     def shape(self) -> ModelShape:
@@ -190,6 +215,7 @@ class Workload:
         batch = self.global_batch_size if self.global_batch_size is not None else \
             "?" if n is None else n * self.micro_batch_size * self.data_parallel
         context = f", context {self.context_parallel}" if self.context_parallel > 1 else ""
+        context += f", expert {self.expert_parallel}" if self.expert_parallel > 1 else ""
         sharding = "" if not zero else f", zero {zero}" + \
             (f" in groups of {self.sharding}" if self.sharding != self.data_parallel else "")
         return (f"{self.shape.name} on {total} x {self.device.name} (tensor {self.tensor_parallel}{context}, "
@@ -199,7 +225,8 @@ class Workload:
 WORKLOAD_KEYS = tuple(f.name for f in fields(Workload))
 #: Workload keys a sweep's CSV carries only when its grid gives them (so that older grids write what they always did).
 OPTIONAL_WORKLOAD_KEYS = ("recompute_per_stage", "optimizer_step", "elementwise", "flash_attention", "dropout",
-                          "shard_group", "context_parallel")
+                          "shard_group", "context_parallel", "expert_parallel", "expert_imbalance", "ep_bandwidth",
+                          "route_nodes")
 
 
 def workload_columns(given: Collection[str] = ()) -> tuple[str, ...]:
@@ -207,4 +234,4 @@ def workload_columns(given: Collection[str] = ()) -> tuple[str, ...]:
     return tuple(key for key in WORKLOAD_KEYS if key not in OPTIONAL_WORKLOAD_KEYS or key in given)
 #: Workload keys that stay empty when nothing gives them and nothing needs them (a custom GPU without NVLink, no
 #: tensor parallelism; a batch a grid gives as n).
-UNKNOWABLE_KEYS = ("tp_bandwidth", "global_batch_size")
+UNKNOWABLE_KEYS = ("tp_bandwidth", "global_batch_size", "route_nodes")

@@ -14,10 +14,11 @@ from .flops import (
     ELEMENTWISE_BACKWARD,
     elementwise_forward,
     embedding_forward_seconds,
+    layer_flops,
     layer_forward_flops,
     logits_forward_flops,
 )
-from .memory import gpu_params, recompute_shares, stage_params
+from .memory import gpu_params, recompute_shares, stage_param_split, stage_params
 from .partition import auto_splits, stage_layers
 
 if TYPE_CHECKING:
@@ -35,7 +36,8 @@ def derived_parameters(workload: Workload, *, num_gpus: int, schedule: str = "1f
     v = get_schedule(schedule).v(chunks)
     stages = num_gpus * v
     layers = stage_layers(workload, stages)
-    layer = layer_forward_flops(shape, s) * b / t / speed
+    imbalance = workload.expert_imbalance
+    layer = layer_forward_flops(shape, s, imbalance) * b / t / speed
     work = elementwise_forward(workload)
     elementwise, loss = work.layer, work.loss
     logits = logits_forward_flops(shape, s) * b / t / speed + loss
@@ -47,9 +49,15 @@ def derived_parameters(workload: Workload, *, num_gpus: int, schedule: str = "1f
     ends = [(embedding if workload.embedding_on_first and stage == 0 else 0.0) +
             (logits if workload.head_on_last and stage == stages - 1 else 0.0) for stage in range(stages)]
     spread = (0.0 if workload.embedding_on_first else embedding) + (0.0 if workload.head_on_last else logits)
-    stage_forward = [count * (layer + comm + elementwise) + extra + spread / stages
-                     for count, extra in zip(layers, ends)]
-    if len(set(stage_forward)) == 1 and embedding == 0.0:  # equal stages: a GPU's share as always computed
+    if shape.plain:
+        stage_forward = [count * (layer + comm + elementwise) + extra + spread / stages
+                         for count, extra in zip(layers, ends)]
+    else:  # layers of their own sizes (dense and MoE layers, section 16)
+        firsts = [sum(layers[:stage]) for stage in range(stages)]
+        stage_forward = [math.fsum(layer_flops(shape, s, k, imbalance) for k in range(first, first + count)) * b / t
+                         / speed + count * (comm + elementwise) + extra + spread / stages
+                         for first, count, extra in zip(firsts, layers, ends)]
+    if shape.plain and len(set(stage_forward)) == 1 and embedding == 0.0:  # equal stages: as always computed
         fwd = (shape.layers * layer_forward_flops(shape, s) + logits_forward_flops(shape, s)) / num_gpus * b / t \
             / speed + shape.layers / num_gpus * comm + (shape.layers * elementwise + loss) / num_gpus
         weights: tuple[float, ...] = ()
@@ -74,7 +82,9 @@ def derived_parameters(workload: Workload, *, num_gpus: int, schedule: str = "1f
         if workload.optimizer_step else 0.0  # seconds per parameter
     if zero:
         step /= workload.shards
-    if len(set(held)) == 1 or (d == 1 and not step):  # equal stages, or nothing per stage: the fullest GPU's
+    if not shape.plain:
+        sync, optimizer, gather, sync_weights = _expert_syncs(workload, zero, stages, v, share, gather_share, step)
+    elif len(set(held)) == 1 or (d == 1 and not step):  # equal stages, or nothing per stage: the fullest GPU's
         fullest = max(gpu_params(workload, num_gpus, schedule, chunks))
         sync, optimizer, gather = share * fullest, step * fullest, gather_share * fullest
     else:  # each stage syncs (and steps) its own parameters; the lengths are the mean stage's, v of them
@@ -87,11 +97,57 @@ def derived_parameters(workload: Workload, *, num_gpus: int, schedule: str = "1f
     assert shape.kv_heads is not None
     kv_block = 2.0 * s * b * shape.kv_heads * (shape.hidden / shape.heads) * workload.dtype_bytes / t
     exchange = (c - 1) * kv_block * shape.layers / num_gpus / (workload.p2p_bandwidth * 1e9)
+    a2a, a2a_weights = all_to_all(workload, stages, num_gpus)
     return {"n": workload.micro_batches(n), "fwd_len": fwd, "bwd_len": bwd,
             "prop_len": message / (workload.p2p_bandwidth * 1e9), "sync_base_len": sync, "w_fraction": 0.5,
             "stage_weights": weights, "sync_weights": sync_weights,
             "bwd_weights": backward_weights(workload, stages), "optimizer_len": optimizer, "gather_len": gather,
-            "cp_len": exchange}
+            "cp_len": exchange, "a2a_len": a2a, "a2a_weights": a2a_weights}
+
+
+def all_to_all(workload: Workload, stages: int, num_gpus: int) -> tuple[float, tuple[float, ...]]:
+    """``a2a_len`` and ``a2a_weights`` (docs/model.md section 16): per MoE layer and micro-batch a dispatch and a
+    combine, each sending ``tokens x copies x h x dtype_bytes x (e - 1) / e`` from a GPU at ``ep_bandwidth``, the
+    busiest GPU's (``expert_imbalance``) setting the pace. ``copies`` is ``top_k``, or at most ``route_nodes`` when
+    routing is node-limited (a token crosses to a node once and is forwarded there over NVLink)."""
+    shape, e = workload.shape, workload.expert_parallel
+    if e == 1:
+        return 0.0, ()
+    assert workload.seq_len is not None and workload.ep_bandwidth is not None
+    tokens = workload.seq_len * workload.rank_batch / (workload.tensor_parallel if workload.sequence_parallel else 1)
+    copies = shape.top_k if workload.route_nodes is None else min(shape.top_k, workload.route_nodes)
+    per_layer = 2.0 * tokens * copies * shape.hidden * workload.dtype_bytes * (e - 1) / e \
+        * workload.expert_imbalance / (workload.ep_bandwidth * 1e9)
+    layers, first, counts = stage_layers(workload, stages), 0, []
+    for count in layers:
+        counts.append(sum(shape.is_moe(k) for k in range(first, first + count)))
+        first += count
+    mean = sum(counts) / stages
+    weights = () if len(set(counts)) == 1 else tuple(count / mean for count in counts)
+    return per_layer * sum(counts) / num_gpus, weights
+
+
+def _expert_syncs(workload: Workload, zero: int, stages: int, v: int, share: float, gather_share: float,
+                  step: float) -> tuple[float, float, float, tuple[float, ...]]:
+    """``sync_base_len``, ``optimizer_len``, ``gather_len`` and ``sync_weights`` of a model with experts (section
+    16): replicated parameters synced, stepped and gathered as section 15 says, routed experts over the GPUs that hold
+    the same experts (``data_parallel / expert_parallel`` of them, times c). The weights follow the syncs."""
+    e = workload.expert_parallel
+    experts = replace(workload, data_parallel=workload.data_parallel // e, shard_group=None, expert_parallel=1,
+                      global_batch_size=None)
+    expert_share, expert_gather = sharded_collectives(experts, zero)
+    expert_step = step * workload.shards / max(1, workload.shards // e) if zero else step
+    split = stage_param_split(workload, stages)
+    embedding = workload.shape.vocab * workload.shape.hidden / workload.tensor_parallel
+    for stage in (0, stages - 1):
+        split[stage] = (split[stage][0] + embedding, split[stage][1])
+    syncs = [share * replicated + expert_share * expert for replicated, expert in split]
+    totals = [replicated + expert for replicated, expert in split]
+    basis = syncs if any(syncs) else totals
+    mean = math.fsum(basis) / stages
+    return (math.fsum(syncs) / stages * v, math.fsum(step * r + expert_step * x for r, x in split) / stages * v,
+            math.fsum(gather_share * r + expert_gather * x for r, x in split) / stages * v,
+            tuple(value / mean for value in basis))
 
 
 def backward_weights(workload: Workload, stages: int) -> tuple[float, ...]:
@@ -115,7 +171,8 @@ def backward_weights(workload: Workload, stages: int) -> tuple[float, ...]:
 
 #: The environment parameters a workload sets; ``sync_freq`` defaults to ``n`` unless given.
 DERIVED_KEYS = ("n", "fwd_len", "bwd_len", "prop_len", "sync_base_len", "w_fraction", "stage_weights",
-                "sync_weights", "bwd_weights", "optimizer_len", "gather_len", "cp_len", "sync_freq")
+                "sync_weights", "bwd_weights", "optimizer_len", "gather_len", "cp_len", "a2a_len", "a2a_weights",
+                "sync_freq")
 
 
 def workload_environment(workload: Workload, **env: Any) -> EnvParams:
@@ -149,13 +206,15 @@ def workload_environment(workload: Workload, **env: Any) -> EnvParams:
             ("optimizer_len", "bytes_per_param", workload.bytes_per_param, "for the optimizer step of v mean stages "
                                                                            "(optimizer_step)"),
             ("gather_len", "dp_bandwidth", workload.dp_bandwidth, "for each all-gather of parameters (zero)"),
-            ("cp_len", "p2p_bandwidth", workload.p2p_bandwidth, "for each attention exchange (context_parallel)")):
+            ("cp_len", "p2p_bandwidth", workload.p2p_bandwidth, "for each attention exchange (context_parallel)"),
+            ("a2a_len", "ep_bandwidth", workload.ep_bandwidth, "for each all-to-all (expert_parallel)")):
         try:  # a derived length out of its domain is said in terms of what the user gave
             PARAMETER[key].domain.check(key, derived[key])
         except ParameterError:
             raise ParameterError(given, value, f"gives {key} = {derived[key]:.3g} s {what}, outside "
                                                f"{PARAMETER[key].allowed} s") from None
-    return replace(base, **derived, sync_freq=sync_freq)
+    # what the base ignored for want of a derived length (the all-to-all's class) is read again beside it
+    return replace(base, **derived, sync_freq=sync_freq, **{key: env[key] for key in ("a2a_class",) if key in env})
 
 
 def with_layers(workload: Workload, params: EnvParams, layers: tuple[int, ...]) -> tuple[Workload, EnvParams]:

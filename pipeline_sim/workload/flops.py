@@ -12,12 +12,41 @@ if TYPE_CHECKING:
     from .definition import Workload
 
 
-def layer_forward_flops(shape: ModelShape, seq_len: int) -> float:
-    """One transformer layer's forward FLOPs for one sequence: 4 s h^2 (1 + g/a + s/h) + 4 s h f'."""
+def layer_forward_flops(shape: ModelShape, seq_len: int, imbalance: float = 1.0) -> float:
+    """One transformer layer's forward FLOPs for one sequence: 4 s h^2 (1 + g/a + s/h) + 4 s h f'; of a model with
+    experts or attention of its own kind (``ModelShape.plain`` false), the mean of its layers' (``layer_flops``)."""
+    if not shape.plain:
+        return sum(layer_flops(shape, seq_len, layer, imbalance) for layer in range(shape.layers)) / shape.layers
     s, h = seq_len, shape.hidden
     ffn = shape.ffn_hidden * (1.5 if shape.gated_mlp else 1.0)
     assert shape.kv_heads is not None
     return 4.0 * s * h * h * (1.0 + shape.kv_heads / shape.heads + s / h) + 4.0 * s * h * ffn
+
+
+def _attention_params(shape: ModelShape) -> float:
+    """A layer's attention projections: ``attention_params``, or 2 h^2 (1 + g/a)."""
+    assert shape.kv_heads is not None
+    h = shape.hidden
+    return float(shape.attention_params) or 2.0 * h * h * (1.0 + shape.kv_heads / shape.heads)
+
+
+def _mlp_params(shape: ModelShape, width: int) -> float:
+    """One MLP (a dense layer's, or one expert) of ``width``: 2 h f, gated 3 h f."""
+    return 2.0 * shape.hidden * width * (1.5 if shape.gated_mlp else 1.0)
+
+
+def layer_flops(shape: ModelShape, seq_len: int, layer: int, imbalance: float = 1.0) -> float:
+    """Layer ``layer``'s forward FLOPs for one sequence, counted by its active parameters (docs/model.md section
+    16): 2 s per projection parameter, 2 s^2 a (d_qk + d_v) for the scores, and in a MoE layer ``top_k`` routed
+    experts (times ``imbalance``, the busiest GPU's load over the mean), the shared experts and the router's 2 s h E.
+    """
+    s, h = seq_len, shape.hidden
+    qk, value = shape.qk_head_dim or h / shape.heads, shape.v_head_dim or h / shape.heads
+    attention = 2.0 * s * _attention_params(shape) + 2.0 * s * s * shape.heads * (qk + value)
+    if not shape.is_moe(layer):
+        return attention + 2.0 * s * _mlp_params(shape, shape.ffn_hidden)
+    experts = shape.top_k * imbalance + shape.shared_experts
+    return attention + 2.0 * s * (experts * _mlp_params(shape, shape.expert_ffn_hidden) + h * shape.experts)
 
 
 def logits_forward_flops(shape: ModelShape, seq_len: int) -> float:
@@ -33,11 +62,25 @@ def iteration_flops(workload: Workload, global_batch: int) -> float:
 
 
 def layer_params(shape: ModelShape) -> float:
-    """Parameters of one layer: attention 2 h^2 (1 + g/a), MLP 2 h f', two norms 2 h (biases left out)."""
+    """Parameters of one layer: attention 2 h^2 (1 + g/a), MLP 2 h f', two norms 2 h (biases left out); of a model
+    with experts, the mean layer's on one GPU of no expert parallelism (``held_params``)."""
+    if not shape.plain:
+        return sum(sum(held_params(shape, 1, layer)) for layer in range(shape.layers)) / shape.layers
     h = shape.hidden
     ffn = shape.ffn_hidden * (1.5 if shape.gated_mlp else 1.0)
     assert shape.kv_heads is not None
     return 2.0 * h * h * (1.0 + shape.kv_heads / shape.heads) + 2.0 * h * ffn + 2.0 * h
+
+
+def held_params(shape: ModelShape, expert_parallel: int, layer: int) -> tuple[float, float]:
+    """The parameters of layer ``layer`` a GPU holds (before tensor parallelism), as (replicated, expert): the
+    attention, norms, router and shared experts, and ``experts / expert_parallel`` routed experts (section 16)."""
+    replicated = _attention_params(shape) + 2.0 * shape.hidden
+    if not shape.is_moe(layer):
+        return replicated + _mlp_params(shape, shape.ffn_hidden), 0.0
+    expert = _mlp_params(shape, shape.expert_ffn_hidden)
+    return (replicated + shape.hidden * shape.experts + shape.shared_experts * expert,
+            shape.experts / expert_parallel * expert)
 
 
 def embedding_forward_seconds(workload: Workload) -> float:

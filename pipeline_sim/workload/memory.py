@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from ..model import EnvParams, ParameterError
 from ..schedules import get_schedule
-from .flops import layer_params
+from .flops import held_params, layer_params
 from .partition import stage_layers
 
 if TYPE_CHECKING:
@@ -44,7 +44,11 @@ def gpu_params(workload: Workload, num_gpus: int, schedule: str = "1f1b", chunks
     v = spec.v(chunks)
     stages = num_gpus * v
     layers = stage_layers(workload, stages)
-    if workload.layers_per_stage == "balanced" and shape.layers % stages == 0:
+    if not shape.plain:
+        held = [0.0] * num_gpus
+        for stage, split in enumerate(stage_param_split(workload, stages)):
+            held[spec.placement(stage, num_gpus, v)] += sum(split)
+    elif workload.layers_per_stage == "balanced" and shape.layers % stages == 0:
         held = [shape.layers / num_gpus * layer_params(shape) / t] * num_gpus  # the even split, as it always was
     else:
         held = [0.0] * num_gpus
@@ -60,9 +64,33 @@ def stage_params(workload: Workload, stages: int) -> list[float]:
     """Parameters of each stage (per tensor-parallel rank): its layers, the input embedding on the first stage and the
     output layer on the last (both where gradients are synced, whatever ``embedding_on_first`` says of the work)."""
     shape, t = workload.shape, workload.tensor_parallel
-    held = [count * layer_params(shape) / t for count in stage_layers(workload, stages)]
+    held = [sum(split) for split in stage_param_split(workload, stages)] if not shape.plain else \
+        [count * layer_params(shape) / t for count in stage_layers(workload, stages)]
     for stage in (0, stages - 1):
         held[stage] += shape.vocab * shape.hidden / t
+    return held
+
+
+def stage_param_split(workload: Workload, stages: int) -> list[tuple[float, float]]:
+    """Each stage's layer parameters a GPU holds (per tensor-parallel rank), as (replicated, expert): the routed
+    experts split over ``expert_parallel`` GPUs (docs/model.md section 16); no embedding."""
+    shape, t, e = workload.shape, workload.tensor_parallel, workload.expert_parallel
+    split, first = [], 0
+    for count in stage_layers(workload, stages):
+        parts = [held_params(shape, e, layer) for layer in range(first, first + count)]
+        split.append((sum(part[0] for part in parts) / t, sum(part[1] for part in parts) / t))
+        first += count
+    return split
+
+
+def gpu_expert_params(workload: Workload, num_gpus: int, schedule: str = "1f1b", chunks: int = 2) -> list[float]:
+    """Of ``gpu_params``, the routed experts' (all 0 without experts)."""
+    spec = get_schedule(schedule)
+    v = spec.v(chunks)
+    held = [0.0] * num_gpus
+    if workload.shape.experts:
+        for stage, (_, expert) in enumerate(stage_param_split(workload, num_gpus * v)):
+            held[spec.placement(stage, num_gpus, v)] += expert
     return held
 
 
@@ -94,6 +122,10 @@ def gpu_memory_gb(workload: Workload, params: EnvParams,
     per_param, working = static_memory(workload, params.zero, params.sync_freq)
     static = [held * per_param + working for held in gpu_params(workload, params.num_gpus, params.schedule,
                                                                  params.chunks)]
+    if workload.shape.experts:  # experts are sharded over their own data-parallel group (section 16)
+        extra = static_memory(workload, params.zero, params.sync_freq, expert=True)[0] - per_param
+        static = [value + held * extra for value, held in zip(static, gpu_expert_params(
+            workload, params.num_gpus, params.schedule, params.chunks))]
     if workload.recompute_per_stage is None:
         return tuple((held + peak * per_microbatch) / 1e9 for held, peak in zip(static, gpu_peak_activations))
     # a GPU's activations scaled by the largest factor of its stages (exact with one stage a GPU)
@@ -106,7 +138,7 @@ def gpu_memory_gb(workload: Workload, params: EnvParams,
                  for held, peak, factor in zip(static, gpu_peak_activations, factors))
 
 
-def static_memory(workload: Workload, zero: int, sync_freq: int) -> tuple[float, float]:
+def static_memory(workload: Workload, zero: int, sync_freq: int, expert: bool = False) -> tuple[float, float]:
     """Bytes a GPU keeps per parameter it holds, and the bytes of zero 3's gathered working set (docs/model.md
     section 15; Rajbhandari et al. 2020, "ZeRO", section 5).
 
@@ -115,16 +147,21 @@ def static_memory(workload: Workload, zero: int, sync_freq: int) -> tuple[float,
     micro-batch's are reduce-scattered, ``sync_freq`` 1; accumulated over several, a whole gradient is kept), and
     zero 3 everything. A zero-3 GPU also holds, unsharded, the weights of the layer it computes and of the one it
     prefetches and the gradients of one layer before they are reduce-scattered: three of its largest units (a layer,
-    or the embedding) at ``dtype_bytes``.
+    or the embedding) at ``dtype_bytes``. A routed ``expert`` parameter is sharded over the GPUs holding the same
+    experts, S / ``expert_parallel`` of them (section 16).
     """
     total = workload.bytes_per_param
     if not zero:
         return total, 0.0
     shards, value = workload.shards, float(workload.dtype_bytes)
+    if expert:
+        shards = max(1, shards // workload.expert_parallel)
     if zero == 1 or (zero == 2 and sync_freq > 1):
         return 2 * value + (total - 2 * value) / shards, 0.0
     if zero == 2:
         return value + (total - value) / shards, 0.0
     shape = workload.shape
-    unit = max(layer_params(shape), shape.vocab * shape.hidden) / workload.tensor_parallel
+    layer = layer_params(shape) if shape.plain else \
+        max(sum(held_params(shape, workload.expert_parallel, k)) for k in range(shape.layers))
+    unit = max(layer, shape.vocab * shape.hidden) / workload.tensor_parallel
     return total / shards, 3.0 * unit * value

@@ -26,11 +26,36 @@ class ModelShape:
     gated_mlp: bool = False
     seq_len: int = 2048
     dropout: bool = True  # trained with dropout (GPT-3, Megatron-LM's models) or without it (the Llama models)
+    # a mixture of experts (docs/model.md section 16): ``experts`` routed experts of ``expert_ffn_hidden``, ``top_k``
+    # of them per token, ``shared_experts`` always on, the first ``dense_layers`` layers dense (``ffn_hidden``)
+    experts: int = 0
+    expert_ffn_hidden: int = 0
+    top_k: int = 0
+    shared_experts: int = 0
+    dense_layers: int = 0
+    # attention other than section 11's: its parameters per layer (multi-head latent attention's projections), and
+    # the widths of a head's queries and keys and of its values (0: hidden / heads)
+    attention_params: int = 0
+    qk_head_dim: int = 0
+    v_head_dim: int = 0
     name: str = ""
 
     def __post_init__(self) -> None:
         for key in ("layers", "hidden", "heads", "ffn_hidden", "vocab", "seq_len"):
             Integers(1).check(f"model.{key}", getattr(self, key))
+        for key in _OPTIONAL_FIELDS:
+            Integers(0).check(f"model.{key}", getattr(self, key))
+        if self.experts:
+            for key in ("expert_ffn_hidden", "top_k"):
+                Integers(1).check(f"model.{key}", getattr(self, key))
+            if self.top_k > self.experts:
+                raise ParameterError("model.top_k", self.top_k, f"must be at most experts = {self.experts}")
+            if self.dense_layers >= self.layers:
+                raise ParameterError("model.dense_layers", self.dense_layers, f"must leave a MoE layer of the "
+                                                                              f"{self.layers}")
+        elif any(getattr(self, key) for key in ("expert_ffn_hidden", "top_k", "shared_experts", "dense_layers")):
+            raise ParameterError("model.experts", self.experts, "must be at least 1 for expert_ffn_hidden, top_k, "
+                                                                "shared_experts or dense_layers to mean anything")
         kv_heads = self.heads if self.kv_heads is None else self.kv_heads
         object.__setattr__(self, "kv_heads", kv_heads)
         Integers(1).check("model.kv_heads", kv_heads)
@@ -47,7 +72,22 @@ class ModelShape:
         """Every field, for a custom model: ``layers=2 hidden=64 heads=4 kv_heads=4 ffn_hidden=256 vocab=1000``."""
         text = " ".join(f"{key}={getattr(self, key)}" for key in ("layers", "hidden", "heads", "kv_heads",
                                                                   "ffn_hidden", "vocab", "seq_len"))
+        text += "".join(f" {key}={getattr(self, key)}" for key in _OPTIONAL_FIELDS if getattr(self, key))
         return text + (" gated" if self.gated_mlp else "") + ("" if self.dropout else " no-dropout")
+
+    @property
+    def plain(self) -> bool:
+        """Whether every layer is section 11's dense layer: no experts, no attention of its own kind."""
+        return not any(getattr(self, key) for key in _OPTIONAL_FIELDS)
+
+    def is_moe(self, layer: int) -> bool:
+        """Whether layer ``layer`` (from 0) routes its tokens to experts."""
+        return self.experts > 0 and layer >= self.dense_layers
+
+
+#: The fields of a mixture of experts and of other attention, 0 when a model has none.
+_OPTIONAL_FIELDS = ("experts", "expert_ffn_hidden", "top_k", "shared_experts", "dense_layers", "attention_params",
+                    "qk_head_dim", "v_head_dim")
 
 
 MODEL_PRESETS: dict[str, ModelShape] = {shape.name: shape for shape in (
@@ -62,6 +102,17 @@ MODEL_PRESETS: dict[str, ModelShape] = {shape.name: shape for shape in (
                gated_mlp=True, seq_len=8192, dropout=False),
     ModelShape(name="llama3-405b", layers=126, hidden=16384, heads=128, kv_heads=8, ffn_hidden=53248, vocab=128256,
                gated_mlp=True, seq_len=8192, dropout=False),
+    # mixtures of experts (section 16), from each model's published config.json
+    ModelShape(name="mixtral-8x7b", layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336, vocab=32000,
+               gated_mlp=True, seq_len=4096, dropout=False, experts=8, expert_ffn_hidden=14336, top_k=2),
+    # multi-head latent attention counted by its projections: q 7168 x 1536 and 1536 x 128 x 192, kv 7168 x 576 and
+    # 512 x 128 x 256, out 128 x 128 x 7168 (187,105,280 parameters); scores on 192-wide queries and keys
+    ModelShape(name="deepseek-v3", layers=61, hidden=7168, heads=128, ffn_hidden=18432, vocab=129280,
+               gated_mlp=True, seq_len=4096, dropout=False, experts=256, expert_ffn_hidden=2048, top_k=8,
+               shared_experts=1, dense_layers=3, attention_params=187_105_280, qk_head_dim=192, v_head_dim=128),
+    ModelShape(name="qwen3-235b-a22b", layers=94, hidden=4096, heads=64, kv_heads=4, ffn_hidden=12288,
+               vocab=151936, gated_mlp=True, seq_len=4096, dropout=False, experts=128, expert_ffn_hidden=1536,
+               top_k=8, attention_params=71_303_168, qk_head_dim=128, v_head_dim=128),  # 64 heads of 128 > hidden
 )}
 
 

@@ -1,0 +1,198 @@
+"""Mixtures of experts (docs/model.md section 16): the worked examples by hand, one MoE layer's bytes by hand, the
+presets' published sizes, invariants over random environments of every schedule and dispatcher, the tools, and
+nothing changed without experts."""
+
+import random
+from dataclasses import replace
+
+import pytest
+from conftest import assert_one_line_error, run_here, sweep_csv
+
+from pipeline_sim import calculate_full_pipeline_schedule
+from pipeline_sim.engine import simulate
+from pipeline_sim.model import DEFAULT_POLICY, EnvParams, ParameterError, Policy, TaskKind
+from pipeline_sim.schedules import SCHEDULES
+from pipeline_sim.validate import validate_schedule
+from pipeline_sim.workload import MODEL_PRESETS, Workload, gpu_memory_gb, iteration_flops, workload_environment
+from pipeline_sim.workload.flops import held_params, layer_flops
+
+FREE = dict(fwd_impact=0, bwd_impact=0, sync_base_len=0)
+K = TaskKind
+
+
+def spans(schedule, kind):
+    return {(t.gpu, t.index): (t.start, t.end) for t in schedule.tasks if t.kind == kind}
+
+
+def test_an_all_to_all_after_each_task_by_hand():
+    run = calculate_full_pipeline_schedule(num_gpus=2, n=1, fwd_len=1, bwd_len=2, prop_len=1, a2a_len=1, **FREE)
+    assert spans(run, K.A2A) == {(0, 0): (1.0, 2.0), (1, 0): (4.0, 5.0)}
+    assert spans(run, K.A2A_GRAD) == {(1, 0): (7.0, 8.0), (0, 0): (11.0, 12.0)}
+    assert spans(run, K.FWD_PROP) == {(0, 0): (2.0, 3.0)} and spans(run, K.GRAD_PROP) == {(1, 0): (8.0, 9.0)}
+    assert spans(run, K.BACKWARD) == {(1, 0): (5.0, 7.0), (0, 0): (9.0, 11.0)}
+    assert run.completion_time == 12.0
+    assert calculate_full_pipeline_schedule(num_gpus=2, n=1, fwd_len=1, bwd_len=2, prop_len=1,
+                                            **FREE).completion_time == 8.0
+
+
+def test_the_hold_and_the_port_by_hand():
+    example = dict(num_gpus=2, n=2, fwd_len=1, bwd_len=2, prop_len=2, a2a_len=1, **FREE)
+    run = calculate_full_pipeline_schedule(**example)
+    assert spans(run, K.FORWARD) == {(0, 0): (0.0, 1.0), (0, 1): (2.0, 3.0), (1, 0): (5.0, 6.0), (1, 1): (10.0, 11.0)}
+    assert spans(run, K.A2A)[0, 1] == (3.0, 5.0) and spans(run, K.FWD_PROP)[0, 0] == (2.0, 5.0)
+    assert spans(run, K.GRAD_PROP)[1, 0] == (10.0, 13.0) and spans(run, K.A2A)[1, 1] == (11.0, 13.0)
+    assert spans(run, K.BACKWARD) == {(1, 0): (7.0, 9.0), (1, 1): (13.0, 15.0), (0, 0): (13.0, 15.0),
+                                      (0, 1): (18.0, 20.0)}
+    assert run.completion_time == 21.0
+    first = calculate_full_pipeline_schedule(**example, a2a_class="grad_sync",
+                                             exclusive_tiers={"fwd_prop": "a", "grad_prop": "a"})
+    assert spans(first, K.FWD_PROP)[0, 0] == (2.0, 4.0) and spans(first, K.A2A)[0, 1] == (4.0, 5.0)
+    assert spans(first, K.GRAD_PROP)[1, 0] == (9.0, 11.0) and spans(first, K.A2A)[1, 1] == (11.0, 12.0)
+    assert first.completion_time == 20.0
+
+
+def test_an_overlapped_pair_hides_its_all_to_all():
+    example = dict(schedule="dualpipe-v", num_gpus=2, n=4, fwd_len=1, bwd_len=2, prop_len=0, **FREE)
+    run = calculate_full_pipeline_schedule(**example, a2a_len=1)
+    pair = next(t for t in run.tasks if str(t.id) == "(0F3;3B1)")
+    assert (pair.start, pair.end) == (6.5, 8.0)
+    beside = [t for t in run.tasks if t.kind in (K.A2A, K.A2A_GRAD) and t.start == pair.start and t.gpu == 0]
+    assert sorted(str(t.id) for t in beside) == ["0AA3", "3AG1"] and all(t.end == 7.5 for t in beside)
+    assert run.completion_time == 18.5
+    assert calculate_full_pipeline_schedule(**example).completion_time == 13.0
+    assert calculate_full_pipeline_schedule(**example, a2a_len=1, dispatch="greedy").completion_time == 22.0
+
+
+def test_one_moe_layer_by_hand():
+    mixtral = MODEL_PRESETS["mixtral-8x7b"]
+    w = Workload(model=mixtral, gpu="h100-80gb", data_parallel=8, expert_parallel=8, micro_batch_size=1)
+    env = workload_environment(w, num_gpus=4, n=8)
+    per_layer = 2 * 4096 * 2 * 4096 * 2 * 7 / 8  # dispatch and combine, bytes
+    assert per_layer == 117_440_512
+    assert env.a2a_len == pytest.approx(8 * per_layer / 50e9, rel=1e-12)
+    assert env.a2a_len == pytest.approx(18.79e-3, abs=1e-5) and env.a2a_weights == ()
+    stretched = workload_environment(replace(w, expert_imbalance=1.25), num_gpus=4, n=8)
+    assert stretched.a2a_len == pytest.approx(1.25 * env.a2a_len, rel=1e-12)
+    routed = 2 * 4096 * 2 * 3 * 4096 * 14336
+    assert layer_flops(mixtral, 4096, 5, 1.25) - layer_flops(mixtral, 4096, 5) == pytest.approx(0.25 * routed)
+    assert stretched.fwd_len > env.fwd_len
+    # node-limited routing: at most route_nodes copies cross
+    assert workload_environment(replace(w, route_nodes=1), num_gpus=4, n=8).a2a_len == pytest.approx(env.a2a_len / 2)
+    # no expert parallelism: no all-to-all
+    assert workload_environment(replace(w, expert_parallel=1), num_gpus=4, n=8).a2a_len == 0.0
+
+
+@pytest.mark.parametrize("name, total, active", [("mixtral-8x7b", 46.7, 12.9), ("deepseek-v3", 671.0, 37.6),
+                                                 ("qwen3-235b-a22b", 235.1, 22.2)])
+def test_presets_have_their_published_sizes(name, total, active):
+    shape = MODEL_PRESETS[name]
+    embeddings = 2 * shape.vocab * shape.hidden
+    held = sum(sum(held_params(shape, 1, k)) for k in range(shape.layers)) + embeddings
+    on = sum(held_params(shape, shape.experts, k)[0] + (shape.top_k * 3 * shape.hidden * shape.expert_ffn_hidden
+                                                         if shape.is_moe(k) else 0) for k in range(shape.layers))
+    assert held / 1e9 == pytest.approx(total, abs=0.1) and (on + embeddings) / 1e9 == pytest.approx(active, abs=0.1)
+
+
+def test_deepseek_v3_dense_stages_have_no_all_to_all():
+    w = Workload(model="deepseek-v3", gpu="h100-80gb", data_parallel=128, expert_parallel=64, global_batch_size=1536)
+    env = workload_environment(w, num_gpus=16, zero=1)
+    assert env.a2a_weights[0] == 0.0 and sum(env.a2a_weights) == pytest.approx(16)  # layers 0-2 are dense
+    run = simulate(env, DEFAULT_POLICY)
+    assert {t.end - t.start for t in run.tasks if t.kind == K.A2A and t.stage == 0} == {0.0}
+    assert validate_schedule(run) == []
+    # the experts are held by 64 GPUs: a GPU holds far less than the model over 16 stages
+    memory = gpu_memory_gb(w, env, [1.0] * 16)
+    assert max(memory) < 671e9 * 16 / 16 / 1e9 / 4
+
+
+def test_memory_and_syncs_split_the_experts():
+    w = Workload(model="mixtral-8x7b", gpu="h100-80gb", data_parallel=8, micro_batch_size=1, global_batch_size=64)
+    alone, split = (workload_environment(replace(w, expert_parallel=e), num_gpus=4, zero=1) for e in (1, 8))
+    assert split.sync_base_len < alone.sync_base_len / 4  # each GPU syncs an eighth of the experts
+    held = [gpu_memory_gb(replace(w, expert_parallel=e), env, [0.0] * 4)[0] for e, env in ((1, alone), (8, split))]
+    assert held[1] < held[0] / 2  # experts split 8 ways, where zero 1 over 8 GPUs shards their optimizer state alone
+    assert iteration_flops(w, 64) == iteration_flops(replace(w, expert_parallel=8), 64)  # active FLOPs only
+
+
+def _random_environment(rng: random.Random, seed: int) -> EnvParams | None:
+    schedule = rng.choice(list(SCHEDULES))
+    try:
+        params = EnvParams(schedule=schedule, num_gpus=rng.randint(1, 4), n=rng.randint(1, 8),
+                           sync_freq=rng.randint(1, 3), fwd_len=rng.choice([0.5, 1, 2]), bwd_len=rng.choice([1, 2]),
+                           prop_len=rng.choice([0, 0.5, 1]), sync_base_len=rng.choice([0, 1]),
+                           optimizer_len=rng.choice([0, 1]), cp_len=rng.choice([0, 0, 0.3]),
+                           a2a_len=rng.choice([0.2, 1, 3]), a2a_class=rng.choice(["pipeline", "grad_sync"]),
+                           fb_overlap=rng.choice([0, 0.3]),
+                           dispatch=rng.choice(["static", "static", "greedy", "critical-path", "zb-adaptive"]),
+                           compute_jitter=rng.choice([0, 0.2]), comm_jitter=rng.choice([0, 0.2]),
+                           ingress_capacity=rng.choice([0.5, 1.0]), seed=seed)
+    except ParameterError:  # a schedule's requirement on n or the GPUs, or a pair under a dispatcher
+        return None
+    stages = params.num_gpus * params.v
+    return replace(params, a2a_weights=tuple(rng.choice([0.0, 0.5, 1.0, 2.0]) for _ in range(stages))) \
+        if rng.random() < 0.3 else params
+
+
+def test_invariants_over_random_environments():
+    rng = random.Random(36)
+    checked = 0
+    while checked < 150:
+        params = _random_environment(rng, checked)
+        if params is None:
+            continue
+        checked += 1
+        policy = Policy(priorities={"fwd_prop": rng.random(), "grad_prop": rng.random(), "grad_sync": rng.random()})
+        run = simulate(params, policy, sample=checked % 3)
+        assert validate_schedule(run) == [], params
+        assert run.lower_bound <= run.completion_time * (1 + 1e-9), params
+        without = simulate(replace(params, a2a_len=0.0), policy, sample=checked % 3)
+        assert len(run.tasks) == len(without.tasks) + 2 * params.n * params.num_gpus * params.v
+
+
+def test_defaults_change_nothing():
+    base = EnvParams(num_gpus=3, n=6, schedule="zb-h1", compute_jitter=0.1, comm_jitter=0.1, seed=3)
+    assert replace(base, a2a_class="grad_sync", a2a_weights=(1.0,) * 3) == base  # read only with an all-to-all
+    with pytest.raises(ParameterError, match="a2a_class"):
+        EnvParams(a2a_class="nowhere")
+
+
+def test_bad_expert_keys_get_one_line(tmp_path):
+    result = run_here("schedule_visualizer_single_channel.py", "--model", "mixtral-8x7b", "--data-parallel", "4",
+                      "--expert-parallel", "8", "--no-show", cwd=tmp_path)
+    assert_one_line_error(result, "data_parallel", "expert_parallel = 8", "multiple")
+    result = run_here("schedule_visualizer_single_channel.py", "--model", "llama3-8b", "--data-parallel", "4",
+                      "--expert-parallel", "2", "--no-show", cwd=tmp_path)
+    assert_one_line_error(result, "model", "llama3-8b", "no experts")
+
+
+def test_the_visualizer_draws_the_all_to_all(tmp_path):
+    result = run_here("schedule_visualizer_duel_channel.py", "--model", "mixtral-8x7b", "--gpu", "h100-80gb",
+                      "--pipeline-parallel", "2", "--data-parallel", "8", "--expert-parallel", "8",
+                      "--global-batch-size", "32", "--no-show", "--output", "chart.png", "--trace", "trace.json",
+                      cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "expert 8, pipeline 2, data 8" in result.stdout and "all-to-all" in result.stdout
+    assert (tmp_path / "chart.png").stat().st_size > 10_000
+    text = (tmp_path / "trace.json").read_text()
+    assert "AA0" in text and "AG0" in text
+
+
+def test_a_sweep_over_the_all_to_all_class(tmp_path):
+    header, rows = sweep_csv(tmp_path, "classes", {"n": [2], "num_gpus": [2], "prop_len": [2], "sync_base_len": [0],
+                                                   "a2a_len": [0, 1], "a2a_class": ["pipeline", "grad_sync"]})
+    assert {"a2a_len", "a2a_class"} <= set(header)
+    by = {(row["a2a_len"], row["a2a_class"], row["policy"]): float(row["completion_time"]) for row in rows}
+    policies = {row["policy"] for row in rows}
+    assert {key[1] for key in by if key[0] == "0.0"} == {""}  # not read without an all-to-all: its cell is empty
+    # example 21's ports: the class decides which waits where pipeline messages are exclusive
+    assert any(by["1.0", "pipeline", p] > by["1.0", "grad_sync", p] for p in policies)
+    assert all(by["1.0", c, p] > by["0.0", "", p] for c in ("pipeline", "grad_sync") for p in policies)
+
+
+def test_a_workload_sweep_with_experts(tmp_path):
+    header, rows = sweep_csv(tmp_path, "moe", {"model": ["mixtral-8x7b"], "gpu": ["h100-80gb"], "num_gpus": [2],
+                                               "data_parallel": [8], "global_batch_size": [32],
+                                               "expert_parallel": [1, 8]})
+    assert {"a2a_len", "expert_parallel"} <= set(header)
+    lengths = {row["expert_parallel"]: float(row["a2a_len"]) for row in rows}
+    assert lengths["1"] == 0.0 and lengths["8"] == pytest.approx(16 * 117_440_512 / 50e9)  # 16 layers a GPU
