@@ -189,8 +189,28 @@ ORDERS: dict[str, Callable[[int, int, int], list[Order]]] = {
 
 
 def build_orders(params: EnvParams) -> list[Order]:
-    """Per GPU, the actions of ``params``' schedule in the order it runs them."""
-    return ORDERS[params.schedule](params.num_gpus, params.n, params.v)
+    """Per GPU, the actions of ``params``' schedule in the order it runs them; with ``ep_overlap``, each forward
+    and a neighbouring backward paired (``paired``)."""
+    orders = ORDERS[params.schedule](params.num_gpus, params.n, params.v)
+    return [paired(order) for order in orders] if params.ep_overlap and params.a2a_len > 0 else orders
+
+
+def paired(order: Order) -> Order:
+    """``order`` with each whole backward run beside the forward right after it, of another micro-batch (docs/model.md
+    section 16.1). Pairing a backward with the forward before it would deadlock 1F1B: that forward's successor
+    stage pairs it with the backward this one waits for."""
+    out: Order = []
+    k = 0
+    while k < len(order):
+        first, second = order[k], order[k + 1] if k + 1 < len(order) else None
+        if isinstance(first, Action) and isinstance(second, Action) and first.kind is B and second.kind is F \
+                and first.mb != second.mb:
+            out.append(Pair(second, first))
+            k += 2
+        else:
+            out.append(first)
+            k += 1
+    return out
 
 
 def compute_orders(schedule: str, *, num_gpus: int, n: int, chunks: int = 2) -> list[list[str]]:

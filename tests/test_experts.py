@@ -63,6 +63,22 @@ def test_an_overlapped_pair_hides_its_all_to_all():
     assert calculate_full_pipeline_schedule(**example, a2a_len=1, dispatch="greedy").completion_time == 22.0
 
 
+def test_expert_parallel_overlap_pairs_a_backward_with_the_next_forward():
+    example = dict(num_gpus=2, n=4, fwd_len=1, bwd_len=2, prop_len=0, a2a_len=1, **FREE)
+    assert calculate_full_pipeline_schedule(schedule="interleaved-1f1b", **example).completion_time == 22.5
+    run = calculate_full_pipeline_schedule(schedule="interleaved-1f1b", ep_overlap=1, **example)
+    assert run.completion_time == 17.5 and validate_schedule(run) == []
+    one = calculate_full_pipeline_schedule(schedule="1f1b", ep_overlap=1, **example)
+    assert [[str(one.tasks[i].id) for i in order] for order in one.orders] == [
+        ["0F0", "0F1", "(0F2;0B0)", "(0F3;0B1)", "0B2", "0B3"], ["1F0", "(1F1;1B0)", "(1F2;1B1)", "(1F3;1B2)", "1B3"]]
+    assert one.completion_time == calculate_full_pipeline_schedule(schedule="1f1b", **example).completion_time == 25
+    # read only where it pairs: without an all-to-all, or in a schedule of its own pairs, it is the default
+    assert EnvParams(ep_overlap=1) == EnvParams()
+    assert EnvParams(schedule="zb-h1", a2a_len=1, ep_overlap=1).ep_overlap == 0
+    with pytest.raises(ParameterError, match="dispatch"):
+        EnvParams(a2a_len=1, ep_overlap=1, dispatch="greedy")
+
+
 def test_one_moe_layer_by_hand():
     mixtral = MODEL_PRESETS["mixtral-8x7b"]
     w = Workload(model=mixtral, gpu="h100-80gb", data_parallel=8, expert_parallel=8, micro_batch_size=1)
@@ -122,11 +138,11 @@ def _random_environment(rng: random.Random, seed: int) -> EnvParams | None:
                            prop_len=rng.choice([0, 0.5, 1]), sync_base_len=rng.choice([0, 1]),
                            optimizer_len=rng.choice([0, 1]), cp_len=rng.choice([0, 0, 0.3]),
                            a2a_len=rng.choice([0.2, 1, 3]), a2a_class=rng.choice(["pipeline", "grad_sync"]),
-                           fb_overlap=rng.choice([0, 0.3]),
+                           fb_overlap=rng.choice([0, 0.3]), ep_overlap=rng.choice([0, 1]),
                            dispatch=rng.choice(["static", "static", "greedy", "critical-path", "zb-adaptive"]),
                            compute_jitter=rng.choice([0, 0.2]), comm_jitter=rng.choice([0, 0.2]),
                            ingress_capacity=rng.choice([0.5, 1.0]), seed=seed)
-    except ParameterError:  # a schedule's requirement on n or the GPUs, or a pair under a dispatcher
+    except ParameterError:  # a schedule's requirement on n or the GPUs, or pairs under a dispatcher
         return None
     stages = params.num_gpus * params.v
     return replace(params, a2a_weights=tuple(rng.choice([0.0, 0.5, 1.0, 2.0]) for _ in range(stages))) \
@@ -136,7 +152,7 @@ def _random_environment(rng: random.Random, seed: int) -> EnvParams | None:
 def test_invariants_over_random_environments():
     rng = random.Random(36)
     checked = 0
-    while checked < 150:
+    while checked < 250:
         params = _random_environment(rng, checked)
         if params is None:
             continue
@@ -146,7 +162,9 @@ def test_invariants_over_random_environments():
         assert validate_schedule(run) == [], params
         assert run.lower_bound <= run.completion_time * (1 + 1e-9), params
         without = simulate(replace(params, a2a_len=0.0), policy, sample=checked % 3)
-        assert len(run.tasks) == len(without.tasks) + 2 * params.n * params.num_gpus * params.v
+        pairs = sum(t.kind == K.OVERLAP_F_B for t in run.tasks) - sum(t.kind == K.OVERLAP_F_B for t in without.tasks)
+        assert len(run.tasks) == len(without.tasks) + 2 * params.n * params.num_gpus * params.v - pairs
+        assert pairs == 0 or params.ep_overlap
 
 
 def test_defaults_change_nothing():

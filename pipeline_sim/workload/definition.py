@@ -148,9 +148,10 @@ class Workload:
         if model.experts % e:
             raise ParameterError("model.experts", model.experts, f"of {model.name} cannot be split evenly over "
                                                                  f"expert_parallel = {e} GPUs")
-        if self.data_parallel % e:
-            raise ParameterError("data_parallel", self.data_parallel, f"must be a multiple of expert_parallel = {e}: "
-                                 f"the experts are split over GPUs of the data-parallel group")
+        if (self.data_parallel * self.tensor_parallel) % e:
+            raise ParameterError("data_parallel", self.data_parallel, f"times tensor_parallel = "
+                                 f"{self.tensor_parallel} must be a multiple of expert_parallel = {e}: the experts are "
+                                 f"split over GPUs of the data- and tensor-parallel groups")
         Interval(1.0, 1e3, high_closed=True).check("expert_imbalance", self.expert_imbalance)
         if self.ep_bandwidth is None:
             object.__setattr__(self, "ep_bandwidth", self.dp_bandwidth)

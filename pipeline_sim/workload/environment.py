@@ -131,10 +131,12 @@ def _expert_syncs(workload: Workload, zero: int, stages: int, v: int, share: flo
                   step: float) -> tuple[float, float, float, tuple[float, ...]]:
     """``sync_base_len``, ``optimizer_len``, ``gather_len`` and ``sync_weights`` of a model with experts (section
     16): replicated parameters synced, stepped and gathered as section 15 says, routed experts over the GPUs that hold
-    the same experts (``data_parallel / expert_parallel`` of them, times c). The weights follow the syncs."""
+    the same experts (``data_parallel x tensor_parallel / expert_parallel`` of them, times c). The weights follow the
+    syncs."""
     e = workload.expert_parallel
-    experts = replace(workload, data_parallel=workload.data_parallel // e, shard_group=None, expert_parallel=1,
-                      global_batch_size=None)
+    experts = replace(workload, data_parallel=workload.data_parallel * workload.tensor_parallel // e,
+                      shard_group=None, expert_parallel=1, global_batch_size=None, tensor_parallel=1,
+                      tp_bandwidth=None)
     expert_share, expert_gather = sharded_collectives(experts, zero)
     expert_step = step * workload.shards / max(1, workload.shards // e) if zero else step
     split = stage_param_split(workload, stages)

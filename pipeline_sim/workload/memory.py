@@ -72,13 +72,14 @@ def stage_params(workload: Workload, stages: int) -> list[float]:
 
 
 def stage_param_split(workload: Workload, stages: int) -> list[tuple[float, float]]:
-    """Each stage's layer parameters a GPU holds (per tensor-parallel rank), as (replicated, expert): the routed
-    experts split over ``expert_parallel`` GPUs (docs/model.md section 16); no embedding."""
+    """Each stage's layer parameters a GPU holds, as (replicated, expert): the replicated ones per tensor-parallel
+    rank, the routed experts split over ``expert_parallel`` GPUs and not over tensor ranks (docs/model.md section
+    16); no embedding."""
     shape, t, e = workload.shape, workload.tensor_parallel, workload.expert_parallel
     split, first = [], 0
     for count in stage_layers(workload, stages):
         parts = [held_params(shape, e, layer) for layer in range(first, first + count)]
-        split.append((sum(part[0] for part in parts) / t, sum(part[1] for part in parts) / t))
+        split.append((sum(part[0] for part in parts) / t, sum(part[1] for part in parts)))
         first += count
     return split
 
