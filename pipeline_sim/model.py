@@ -315,7 +315,7 @@ class EnvParams:
                                                metavar="W,W,...")
     a2a_class: str = parameter("pipeline", Names(A2A_CLASSES), "whose priority and tier the all-to-all takes: the "
                                "pipeline transfers' (a forward's fwd_prop's, a backward's grad_prop's) or grad_sync's",
-                               short="", label="a2a class", group="strategies", metavar="CLASS")
+                               short="class", label="a2a class", group="strategies", metavar="CLASS")
     ep_overlap: int = parameter(0, Integers(0, 1), "1: each backward beside the forward of another micro-batch "
                                 "after it in its GPU's order, as one pair whose all-to-alls hide behind each other's "
                                 "compute (1f1b, interleaved-1f1b; Megatron-Core's expert-parallel overlap)",

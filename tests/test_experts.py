@@ -81,12 +81,13 @@ def test_expert_parallel_overlap_pairs_a_backward_with_the_next_forward():
 
 def test_one_moe_layer_by_hand():
     mixtral = MODEL_PRESETS["mixtral-8x7b"]
-    w = Workload(model=mixtral, gpu="h100-80gb", data_parallel=8, expert_parallel=8, micro_batch_size=1)
+    w = Workload(model=mixtral, gpu="h100-80gb", data_parallel=8, expert_parallel=8, micro_batch_size=1, node_gpus=4)
     env = workload_environment(w, num_gpus=4, n=8)
-    per_layer = 2 * 4096 * 2 * 4096 * 2 * 7 / 8  # dispatch and combine, bytes
-    assert per_layer == 117_440_512
-    assert env.a2a_len == pytest.approx(8 * per_layer / 50e9, rel=1e-12)
-    assert env.a2a_len == pytest.approx(18.79e-3, abs=1e-5) and env.a2a_weights == ()
+    copy = 4096 * 4096 * 2  # one copy of a GPU's tokens, bytes
+    across, within = 2 * 2 * copy * 4 / 8, 2 * 2 * copy * 3 / 8  # dispatch and combine, top-2, 4 of 8 peers away
+    assert (across, within) == (67_108_864, 50_331_648)
+    assert env.a2a_len == pytest.approx(8 * max(across / 50e9, within / 450e9), rel=1e-12)
+    assert env.a2a_len == pytest.approx(10.74e-3, abs=1e-5) and env.a2a_weights == ()
     stretched = workload_environment(replace(w, expert_imbalance=1.25), num_gpus=4, n=8)
     assert stretched.a2a_len == pytest.approx(1.25 * env.a2a_len, rel=1e-12)
     routed = 2 * 4096 * 2 * 3 * 4096 * 14336
@@ -94,6 +95,9 @@ def test_one_moe_layer_by_hand():
     assert stretched.fwd_len > env.fwd_len
     # node-limited routing: at most route_nodes copies cross
     assert workload_environment(replace(w, route_nodes=1), num_gpus=4, n=8).a2a_len == pytest.approx(env.a2a_len / 2)
+    # all eight in one node: NVLink alone, 117,440,512 bytes at 450 GB/s a layer
+    one_node = workload_environment(replace(w, node_gpus=8), num_gpus=4, n=8)
+    assert one_node.a2a_len == pytest.approx(8 * 117_440_512 / 450e9, rel=1e-12)
     # no expert parallelism: no all-to-all
     assert workload_environment(replace(w, expert_parallel=1), num_gpus=4, n=8).a2a_len == 0.0
 
@@ -202,6 +206,7 @@ def test_a_sweep_over_the_all_to_all_class(tmp_path):
     by = {(row["a2a_len"], row["a2a_class"], row["policy"]): float(row["completion_time"]) for row in rows}
     policies = {row["policy"] for row in rows}
     assert {key[1] for key in by if key[0] == "0.0"} == {""}  # not read without an all-to-all: its cell is empty
+    assert sum(row["a2a_len"] == "0.0" for row in rows) == len(policies)  # and that environment is swept once
     # example 21's ports: the class decides which waits where pipeline messages are exclusive
     assert any(by["1.0", "pipeline", p] > by["1.0", "grad_sync", p] for p in policies)
     assert all(by["1.0", c, p] > by["0.0", "", p] for c in ("pipeline", "grad_sync") for p in policies)
@@ -213,4 +218,4 @@ def test_a_workload_sweep_with_experts(tmp_path):
                                                "expert_parallel": [1, 8]})
     assert {"a2a_len", "expert_parallel"} <= set(header)
     lengths = {row["expert_parallel"]: float(row["a2a_len"]) for row in rows}
-    assert lengths["1"] == 0.0 and lengths["8"] == pytest.approx(16 * 117_440_512 / 50e9)  # 16 layers a GPU
+    assert lengths["1"] == 0.0 and lengths["8"] == pytest.approx(16 * 117_440_512 / 450e9)  # 16 layers, in a node
