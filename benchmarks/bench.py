@@ -461,7 +461,7 @@ def planner_405b(workers: int) -> dict:
                     dropout=False)
     started = time.perf_counter()
     result = plan(base, 8192, workers=workers)
-    meta = result.layout_ranks().get((8, 1, 16, 64))  # Dubey et al. 2024, table 4
+    meta = result.layout_ranks().get((8, 1, 16, 64, 1))  # Dubey et al. 2024, table 4
     return {"workers": workers, "seconds": time.perf_counter() - started, "enumerated": result.enumerated,
             "simulated": len(result.tried), "best": result.ranked[0].layout.describe(), "meta_layout_rank": meta}
 

@@ -219,3 +219,23 @@ def test_a_workload_sweep_with_experts(tmp_path):
     assert {"a2a_len", "expert_parallel"} <= set(header)
     lengths = {row["expert_parallel"]: float(row["a2a_len"]) for row in rows}
     assert lengths["1"] == 0.0 and lengths["8"] == pytest.approx(16 * 117_440_512 / 450e9)  # 16 layers, in a node
+
+
+def test_the_planner_searches_expert_parallelism(tmp_path):
+    from conftest import run_script
+    result = run_script("plan.py", "--model", "mixtral-8x7b", "--gpu", "h100-80gb", "--gpus", "32",
+                        "--global-batch-size", "64", "--tensor-parallel", "1", "--pipeline-parallel", "4",
+                        "--micro-batch-size", "1", "--zero", "1", "--recompute", "none", "--node-gpus", "4", "--schedule", "1f1b,dualpipe-v",
+                        "-o", "plan.csv", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "4 GPUs a node" in result.stdout.splitlines()[0]
+    with open(tmp_path / "plan.csv", newline="") as handle:
+        rows = list(__import__("csv").DictReader(handle))
+    searched = {row["expert_parallel"] for row in rows}
+    assert searched == {"1", "2", "4", "8"}  # the divisors of 8 experts that divide d x t = 8
+    assert {row["schedule"] for row in rows} == {"1f1b", "dualpipe-v"}  # a pin may name it: experts are here
+    listed = [line for line in result.stdout.splitlines() if line[:3].strip().isdigit()]
+    assert any(" e 8," in line or " e 4," in line or " e 2," in line for line in listed)
+    # each expert degree is a layout of its own
+    ranks = {(row["expert_parallel"], row["layout_rank"]) for row in rows if row["rank"]}
+    assert len({rank for _, rank in ranks}) == len({e for e, _ in ranks})
