@@ -225,7 +225,8 @@ def test_the_planner_searches_expert_parallelism(tmp_path):
     from conftest import run_script
     result = run_script("plan.py", "--model", "mixtral-8x7b", "--gpu", "h100-80gb", "--gpus", "32",
                         "--global-batch-size", "64", "--tensor-parallel", "1", "--pipeline-parallel", "4",
-                        "--micro-batch-size", "1", "--zero", "1", "--recompute", "none", "--node-gpus", "4", "--schedule", "1f1b,dualpipe-v",
+                        "--micro-batch-size", "1", "--zero", "1", "--recompute", "none", "--node-gpus", "4",
+                        "--schedule", "1f1b,dualpipe-v",
                         "-o", "plan.csv", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "4 GPUs a node" in result.stdout.splitlines()[0]
