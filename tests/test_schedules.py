@@ -222,8 +222,10 @@ def test_bad_schedule_parameters(kwargs, fragment):
 def test_names_are_case_insensitive_and_ignored_parameters_normalised():
     params = EnvParams(schedule="ZB-H1", chunks=5, fb_overlap=0.3)
     assert params.schedule == "zb-h1" and params.chunks == 2 and params.fb_overlap == 0.0
-    # the static order ignores a memory limit, and the gathers' work is read only with zero
-    assert params.ignored() == ("chunks", "fb_overlap", "memory_limit", "gather_len")
+    # the static order ignores a memory limit, the gathers' work is read only with zero, and the all-to-all's
+    # weights, class and overlap only with an all-to-all
+    assert params.ignored() == ("chunks", "fb_overlap", "memory_limit", "gather_len", "a2a_weights", "a2a_class",
+                                "ep_overlap")
     assert EnvParams(schedule="interleaved-1f1b", chunks=3).v == 3 and EnvParams(schedule="zb-v").v == 2
 
 
