@@ -330,3 +330,20 @@ def test_the_dispatch_figure_names_a_way_hidden_under_another():
     assert _hidden_note(family, way["1f1b greedy"], [way["1f1b"]]) == " (drawn under 1f1b)"
     assert _hidden_note(family, way["zb-h1 greedy"], [way["1f1b"]]) == ""
     assert _hidden_note(family, way["1f1b greedy"], []) == ""
+
+
+def test_the_dispatch_figure_reads_each_ways_share_of_the_headroom_to_hindsight():
+    """(reference - way) / (reference - hindsight) at the highest level where hindsight is faster, mean / p95."""
+    import pandas as pd
+
+    from pipeline_sim.plotting.dispatch import _shares
+
+    def rows(dispatch, means, p95s):
+        return [{"way": f"zb-h1 {dispatch}", "schedule": "zb-h1", "dispatch": dispatch, "level": level,
+                 "mean_vs": mean, "p95_vs": p95} for level, mean, p95 in zip((0.0, 0.2, 0.3), means, p95s)]
+
+    family = pd.DataFrame(rows("static", (0, 0, 0), (0, 0, 0)) + rows("hindsight", (0, -0.04, -0.05), (0, -0.02, 0.0))
+                          + rows("lookahead", (0, -0.03, -0.02), (0, 0.0, 0.01)))
+    shares, level = _shares(family, "zb-h1 static")
+    assert level == 0.3 and shares == {"zb-h1 lookahead": "\n  captures 40% / n/a of the headroom"}
+    assert _shares(family[family["dispatch"] != "hindsight"], "zb-h1 static")[0] == {}

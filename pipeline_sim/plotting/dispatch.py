@@ -41,7 +41,7 @@ def plot_dispatch(fig: Figure, family: pd.DataFrame, key: str, *, title: str) ->
     order = family.drop_duplicates("way").sort_values(["schedule", "dispatch"], key=lambda column: column.map(
         lambda value: (value != home, value) if column.name == "schedule" else (dispatchers.index(value), value)))
     ways = [way for _, way in order.iterrows()]
-    shares = _shares(family, reference)
+    shares, level = _shares(family, reference)
     for i, way in enumerate(ways):
         rows = family[family["way"] == way["way"]]
         bold = way["schedule"] == home
@@ -69,8 +69,9 @@ def plot_dispatch(fig: Figure, family: pd.DataFrame, key: str, *, title: str) ->
     ax.set_ylabel(f"time against {reference}, best policy of each (lower is better)")
     ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     ax.grid(linestyle=":", linewidth=0.6)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False, title="schedule and dispatch",
-              title_fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False,
+              title="schedule and dispatch" + (f"; its share of the headroom\nto hindsight at {level:.0%} (mean / p95)"
+                                               if shares else ""), title_fontsize=8)
     top = family[family["level"] == levels[-1]].nsmallest(2, "mean_vs")
     first = top.iloc[0]
     floor = max(first["bound"], first["memory_bound"]) if held else first["bound"]
@@ -83,15 +84,15 @@ def plot_dispatch(fig: Figure, family: pd.DataFrame, key: str, *, title: str) ->
     return {"dispatch": ax}
 
 
-def _shares(family: pd.DataFrame, reference: str) -> dict[str, str]:
+def _shares(family: pd.DataFrame, reference: str) -> tuple[dict[str, str], float]:
     """Where the reference's schedule has a hindsight way: for each other way, the share of the reference's headroom
     to hindsight it captures at the highest level where hindsight is faster, of the mean and of the p95:
-    ``(reference - way) / (reference - hindsight)``; a statistic without headroom is left out."""
+    ``(reference - way) / (reference - hindsight)`` (a statistic without headroom reads n/a); and that level."""
     home = family.loc[family["way"] == reference, "schedule"].iloc[0]
     best = family[(family["schedule"] == home) & (family["dispatch"] == HINDSIGHT)]
     room = best[(best["mean_vs"] < 0) | (best["p95_vs"] < 0)]
     if room.empty:
-        return {}
+        return {}, math.nan
     level = room["level"].max()
     target = room[room["level"] == level].iloc[0]
     at = family[family["level"] == level].set_index("way")
@@ -99,10 +100,10 @@ def _shares(family: pd.DataFrame, reference: str) -> dict[str, str]:
     for way, row in at.iterrows():
         if way in (reference, target["way"]):
             continue
-        parts = [f"{row[column] / target[column]:.0%} of the {name}" for column, name in
-                 (("mean_vs", "mean"), ("p95_vs", "p95")) if target[column] < 0]
-        shares[str(way)] = f"\n  captures {' and '.join(parts)} headroom at {level:.0%}"
-    return shares
+        parts = [f"{row[column] / target[column]:.0%}" if target[column] < 0 else "n/a"
+                 for column in ("mean_vs", "p95_vs")]
+        shares[str(way)] = f"\n  captures {' / '.join(parts)} of the headroom"
+    return shares, level
 
 
 def _hidden_note(family: pd.DataFrame, way: pd.Series, later: list[pd.Series]) -> str:
