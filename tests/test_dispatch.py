@@ -266,14 +266,15 @@ def test_a_dispatch_sweep_end_to_end(tmp_path):
     """run_full_pipeline.py on a grid that names the dispatchers: their columns, the bound, the static rows as a
     grid without them writes them, and a comparison figure per noise level with every dispatcher on it."""
     config = tmp_path / "dispatch.json"
-    config.write_text(json.dumps({"n": 6, "num_gpus": 3, "schedule": "zb-h1", "dispatch": list(DISPATCHERS),
+    config.write_text(json.dumps({"n": 6, "num_gpus": 3, "schedule": "zb-h1", "dispatch": [*DISPATCHERS, "lookahead"],
                                   "compute_jitter": [0.0, 0.2], "samples": 4}))
     result = run_script("run_full_pipeline.py", "-c", str(config), "--priority-step", "0.5", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     [path] = (tmp_path / "outputs" / "data").glob("dispatch_*.csv")
     with open(path, newline="") as handle:
         rows = list(csv.DictReader(handle))
-    assert len(rows) == 8 * 37  # 37 policies at step 0.5
+    assert len(rows) == 10 * 37  # 37 policies at step 0.5
+    assert {row["dispatch"] for row in rows} == {*DISPATCHERS, "lookahead"}
     header = list(rows[0])
     assert header.index("dispatch") == header.index("fb_overlap") + 1 and tuple(header[-5:]) == BOUND_COLUMNS
     for row in rows:
