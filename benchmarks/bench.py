@@ -6,6 +6,7 @@
     python benchmarks/bench.py --json out.json
     python benchmarks/bench.py --hindsight  # only dispatch = hindsight's seconds per draw
     python benchmarks/bench.py --moe        # only a DeepSeek-V3 iteration at its published layout
+    python benchmarks/bench.py --lookahead  # only dispatch = lookahead's time per iteration
 
 Measures: simulations per second on one core (default environment, all 121 policies
 of the sweep: shared, exclusive and priority-0 layers), compiled and as plain Python
@@ -508,6 +509,33 @@ def hindsight_per_draw(draws: int = 5) -> dict | None:
             "optimal": statuses.count("optimal")}
 
 
+def lookahead_cost(rounds: int = 5, draws: int = 4) -> list[dict]:
+    """``dispatch = lookahead`` on ZB-H1 at 30% jitter, default policy: milliseconds per iteration and the copies it
+    runs to the end per iteration, against one static run of the same draws; runs alternate (static, look-ahead,
+    ...) and each side keeps its median over ``rounds`` rounds of ``draws`` draws."""
+    from pipeline_sim.episode import Episode
+    from pipeline_sim.model import DEFAULT_POLICY
+
+    rows = []
+    for n, gpus in ((8, 4), (12, 8)):
+        params = EnvParams(n=n, num_gpus=gpus, schedule="zb-h1", compute_jitter=0.3, comm_jitter=0.3)
+        episode = Episode(replace(params, dispatch="lookahead"), DEFAULT_POLICY)
+        episode.look_ahead(0)  # loaded
+        static, ahead, copies = [], [], 0
+        for _ in range(rounds):
+            started = time.perf_counter()
+            for sample in range(draws):
+                simulate_figures(params, [DEFAULT_POLICY], sample)
+            static.append((time.perf_counter() - started) / draws)
+            started = time.perf_counter()
+            copies = sum(episode.look_ahead(sample) for sample in range(draws))
+            ahead.append((time.perf_counter() - started) / draws)
+        rows.append({"n": n, "num_gpus": gpus, "tasks": len(graph_arrays(params).gpu),
+                     "ms_per_iteration": 1e3 * statistics.median(ahead), "copies_per_iteration": copies / draws,
+                     "over_static": statistics.median(ahead) / statistics.median(static)})
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="smaller samples, 100,067-simulation memory sweep")
@@ -520,6 +548,7 @@ def main() -> int:
                         help="only the cost per task of graph construction and kernel, doubling tasks to a million")
     parser.add_argument("--hindsight", action="store_true", help="only dispatch = hindsight's seconds per draw")
     parser.add_argument("--moe", action="store_true", help="only a DeepSeek-V3 iteration at its published layout")
+    parser.add_argument("--lookahead", action="store_true", help="only dispatch = lookahead's time per iteration")
     args = parser.parse_args()
     cores = os.cpu_count() or 1
 
@@ -532,6 +561,13 @@ def main() -> int:
         print(f"DeepSeek-V3 on 2,048 H800 (DualPipeV, p 16, e 64, n 120; {moe['tasks']:,} tasks): first simulation "
               f"{moe['first_seconds']:.2f} s, repeat {moe['repeat_seconds']:.2f} s on one core; iteration "
               f"{moe['iteration_seconds']:.2f} s", flush=True)
+        return 0
+    ahead = lookahead_cost() if args.lookahead or not (args.planner or args.chart or args.hindsight or args.moe) else []
+    for row in ahead:
+        print(f"look-ahead, ZB-H1, n = {row['n']}, {row['num_gpus']} GPUs ({row['tasks']} tasks), 30% jitter: "
+              f"{row['ms_per_iteration']:.1f} ms per iteration, {row['copies_per_iteration']:.0f} copies run to the "
+              f"end, {row['over_static']:.0f}x a static run (medians of alternating runs, one core)", flush=True)
+    if args.lookahead:
         return 0
     solved = None
     if args.hindsight or not (args.planner or args.chart):
@@ -637,6 +673,7 @@ def main() -> int:
         "kernel_over_pure_python": single["sims_per_second"] / pure, "api_sims_per_second": api,
         "example_pipeline": pipeline, "heatmap_cpu_seconds": heatmap, "first_compile_seconds": compile_seconds,
         "schedules": schedules, "dispatch": dispatch, "decisions": decisions, "scaling": rows, "hindsight": solved,
+        "lookahead": ahead,
         "first_of_structure": structures, "doubling": grown,
         "scaling_ratio": largest / smallest,
         "sweep": {"simulations": 2178, "serial_seconds": serial, "parallel_seconds": parallel, "workers": cores,

@@ -2,6 +2,7 @@
 
     python benchmarks/headroom.py               # 20 draws per environment, about 15 minutes on 2 cores
     python benchmarks/headroom.py --draws 5
+    python benchmarks/headroom.py --unseen --draws 10         # about 40 minutes on 2 cores
     python benchmarks/headroom.py --held-out --learned outputs/learned/learned.npz --draws 10
 
 n = 8 on 4 GPUs, ZB-H1, at the default transfer policy (F0.5 G0.3 S0.2), on the default communication and on
@@ -10,8 +11,10 @@ Per scheduler: mean and p95 of the iteration time against static ZB-H1's, and th
 hindsight it captures, of the mean and of the p95: (static - it) / (static - hindsight). ``means`` is the
 hindsight order of the noise-free lengths, run on every draw: a static order solved on expected lengths.
 ``--held-out`` measures instead environments configs/learned.json never trains on: n = 12, 6 GPUs, 50% jitter,
-free links (one change each from n = 8, 4 GPUs, 30% jitter, the default communication); ``--learned FILE`` adds a
-learned dispatcher. Needs the [solver] extra. Prints a table; ``--json`` also writes it.
+free links (one change each from n = 8, 4 GPUs, 30% jitter, the default communication); ``--unseen`` those the
+look-ahead was never tried on while it was designed: n = 12 on 6 and 8 GPUs, at 20, 30 and 50% jitter, on the
+default communication and on free links; ``--learned FILE`` adds a learned dispatcher. Needs the [solver] extra.
+Prints a table; ``--json`` also writes it.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from pipeline_sim.hindsight import hindsight, static_params  # noqa: E402
 from pipeline_sim.learned import figures_of  # noqa: E402
 from pipeline_sim.model import DEFAULT_POLICY, EnvParams  # noqa: E402
 
-RULES = ("greedy", "critical-path", "zb-adaptive")
+RULES = ("greedy", "critical-path", "zb-adaptive", "lookahead")
 #: The environments of the study: (name, changes from n = 8, 4 GPUs, ZB-H1 at the default communication).
 STUDY = [(f"{links} {jitter:.0%}", {**({"prop_len": 0.0, "sync_base_len": 0.0} if links == "free" else {}),
                                     "compute_jitter": jitter, "comm_jitter": jitter})
@@ -42,6 +45,11 @@ HELD_OUT = [("n = 12, 30%", {"n": 12, "compute_jitter": 0.3, "comm_jitter": 0.3}
             ("6 GPUs, 30%", {"num_gpus": 6, "compute_jitter": 0.3, "comm_jitter": 0.3}),
             ("50% jitter", {"compute_jitter": 0.5, "comm_jitter": 0.5}),
             ("free, 30%", {"prop_len": 0.0, "sync_base_len": 0.0, "compute_jitter": 0.3, "comm_jitter": 0.3})]
+UNSEEN = [(f"{gpus} GPUs {links} {jitter:.0%}", {"n": 12, "num_gpus": gpus, "compute_jitter": jitter,
+                                                 "comm_jitter": jitter,
+                                                 **({"prop_len": 0.0, "sync_base_len": 0.0} if links == "free"
+                                                    else {})})
+          for gpus in (6, 8) for links in ("contended", "free") for jitter in (0.2, 0.3, 0.5)]
 
 
 def draw(case: tuple[str, dict, int, tuple[str, ...]]) -> dict:
@@ -63,16 +71,17 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--held-out", action="store_true", help="the environments learned.json never trains on")
+    parser.add_argument("--unseen", action="store_true", help="n = 12 on 6 and 8 GPUs, 20 to 50%% jitter, both links")
     parser.add_argument("--learned", help="a learned dispatcher's policy file, measured beside the rules")
     args = parser.parse_args()
     extra = (f"learned:{args.learned}",) if args.learned else ()
     ways = ("static", *RULES, *extra, "means", "hindsight")
-    environments = HELD_OUT if args.held_out else STUDY
+    environments = UNSEEN if args.unseen else HELD_OUT if args.held_out else STUDY
     cases = [(name, changes, sample, extra) for name, changes in environments
              for sample in range(1 if not changes.get("compute_jitter") else args.draws)]
     with ProcessPoolExecutor(args.workers) as pool:
         rows = list(pool.map(draw, cases))
-    print("environment    static mean/p95  " + "  ".join(f"{w.split('/')[-1]:>26}" for w in ways[1:])
+    print("environment           static mean/p95  " + "  ".join(f"{w.split('/')[-1]:>26}" for w in ways[1:])
           + "  proven  bound")
     for name, _ in environments:
         group = [r for r in rows if r["environment"] == name]
@@ -86,7 +95,7 @@ def main() -> int:
             cells.append(f"{mean / static[0] - 1:+.1%}/{p95 / static[1] - 1:+.1%} ({share[0]:.0%}/{share[1]:.0%})")
         proven = sum(r["proven"] for r in group)
         bound = np.mean([r["bound"] for r in group])
-        print(f"{name:<13} {static[0]:>7.2f}/{static[1]:<7.2f}  " + "  ".join(f"{c:>26}" for c in cells)
+        print(f"{name:<20} {static[0]:>7.2f}/{static[1]:<7.2f}  " + "  ".join(f"{c:>26}" for c in cells)
               + f"  {proven:>3}/{len(group):<3} {bound:6.2f}", flush=True)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))

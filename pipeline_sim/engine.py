@@ -23,6 +23,7 @@ from .model import (
     COMM_KINDS,
     DISPATCHERS,
     HINDSIGHT,
+    LOOKAHEAD,
     ROOM_UNIT,
     SAMPLES,
     EnvParams,
@@ -313,6 +314,9 @@ def dispatch_arguments(params: EnvParams) -> tuple[np.ndarray, int, int]:
         raise ParameterError("dispatch", params.dispatch, "a hindsight order is solved and replayed by "
                              "pipeline_sim.hindsight (simulate_hindsight, hindsight_figures), not compiled into the "
                              "kernel")
+    if params.dispatch == LOOKAHEAD:
+        raise ParameterError("dispatch", params.dispatch, "the look-ahead is played by pipeline_sim.lookahead "
+                             "(simulate_lookahead, lookahead_figures), not compiled into the kernel's rules")
     if params.learned:
         raise ParameterError("dispatch", params.dispatch, "a learned policy is played by pipeline_sim.learned "
                              "(simulate_learned, figures), not compiled into the kernel")
@@ -452,8 +456,7 @@ def simulate(params: EnvParams, policy: Policy, sample: int = 0,
     arrays = graph_arrays(params)
     work = task_lengths(params, sample, None if lengths is None else given_lengths(params, lengths))
     if lengths is not None:
-        graph = graph._replace(tasks=tuple(task._replace(length=length)
-                                           for task, length in zip(graph.tasks, work.tolist())))
+        graph = with_lengths(graph, work)
     tiers, priorities = policy_arrays((policy,))
     unit = params.time_unit
     arguments = list(arrays.kernel_arguments(in_unit(work, unit), params))
@@ -474,6 +477,12 @@ def simulate(params: EnvParams, policy: Policy, sample: int = 0,
     return schedule_of(params, policy, sample, graph, status, F, I, P, seg_task, seg_times,
                        memory=memory_in_force(params) if memory is None else memory, given_order=order is not None,
                        lengths=None if lengths is None else work)
+
+
+def with_lengths(graph: TaskGraph, lengths: np.ndarray) -> TaskGraph:
+    """``graph`` with every task's length ``lengths``' (in task order)."""
+    return graph._replace(tasks=tuple(task._replace(length=length) for task, length in zip(graph.tasks,
+                                                                                          lengths.tolist())))
 
 
 def schedule_of(params: EnvParams, policy: Policy, sample: int, graph: TaskGraph, status: int, F: np.ndarray,

@@ -7,6 +7,7 @@ This is what a learned scheduler trains on; it is the same loop as every other r
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Callable
 
 import numpy as np
 
@@ -19,10 +20,12 @@ from .engine import (
     lower_bound,
     memory_in_force,
     policy_arrays,
+    schedule_of,
+    with_lengths,
 )
 from .kernel.observation import GPU_WIDTH
 from .kernel.state import DONE_COUNT
-from .model import EnvParams, ParameterError, Policy
+from .model import EnvParams, ParameterError, Policy, Schedule
 from .taskgraph import TaskGraph, build_task_graph, check_size, task_lengths, task_structure
 
 _EXTERNAL = kernel.EXTERNAL
@@ -107,9 +110,9 @@ class Episode:
         actions = action_names(params.v)
         return observation_fields(len(actions)), actions
 
-    def _draw(self, sample: int) -> None:
+    def _draw(self, sample: int, lengths: np.ndarray | None = None) -> None:
         self.sample = sample
-        self.lengths = in_unit(task_lengths(self.params, sample), self.unit)
+        self.lengths = in_unit(task_lengths(self.params, sample, lengths), self.unit)
         self._bound = max(self._task_time, self.bound() / self.unit)
 
     def reset(self, sample: int = 0) -> None:
@@ -140,6 +143,23 @@ class Episode:
         self.gpu = -1
         if self.status != kernel.DONE:
             raise RuntimeError("the episode is stuck: every GPU waited with nothing under way")
+
+    def look_ahead(self, sample: int, lengths: np.ndarray | None = None) -> int:
+        """The ``sample``-th draw run to its end inside the compiled loop, every decision the look-ahead's
+        (docs/model.md section 12.7); returns how many copies it ran to the end. ``lengths``, every task's work
+        (``engine.given_lengths``), runs instead of the parameters' own, their noise on top; the look-ahead still
+        expects the parameters' own."""
+        self._draw(sample, lengths)
+        s = self._structure
+        expected = in_unit(task_lengths(replace(self.params, compute_jitter=0.0, comm_jitter=0.0)), self.unit)
+        self.status, self.clock, segments, self._state, rollouts = kernel.look_ahead(
+            self.lengths, *s[:17], *s[18:23], expected, self.actions)
+        self.segment_count = int(segments)
+        self._fresh = False
+        self.gpu = -1
+        if self.status != kernel.DONE:
+            raise RuntimeError("the look-ahead's run is stuck")
+        return int(rollouts)
 
     def _run(self) -> None:
         result = kernel.simulate(self.lengths, *self._structure, self._state, self.clock)
@@ -257,6 +277,28 @@ class Episode:
         return self._state
 
 
+def episode_schedule(params: EnvParams, policy: Policy, sample: int, run: Callable[[Episode], object],
+                     lengths: np.ndarray | None = None) -> Schedule:
+    """The episode of ``params``' draw ``sample`` under ``policy`` that ``run`` takes to its end, as
+    ``engine.simulate`` gives a run: every segment kept (the same decisions again, with more room, when the first
+    room fell short); ``lengths``, the noise-free work ``run`` gave the tasks instead of the parameters'."""
+    room = 4 * len(graph_arrays(replace(params, dispatch="greedy")).gpu) + 64
+    episode = Episode(params, policy, segment_room=room, allow_large=True)
+    run(episode)
+    if episode.segment_count > room:
+        episode = Episode(params, policy, segment_room=episode.segment_count, allow_large=True)
+        run(episode)
+    F, I, P = episode.state[:3]
+    seg_task, seg_times = episode.state[10:12]
+    kept = episode.segment_count
+    graph = build_task_graph(params, sample)
+    work = None
+    if lengths is not None:
+        work = task_lengths(params, sample, lengths)
+        graph = with_lengths(graph, work)
+    return schedule_of(params, policy, sample, graph, episode.status, F, I, P, seg_task[:kept],
+                       seg_times[:, :kept], memory=episode.memory_limit, lengths=work)
+
 
 def compile_episode() -> None:
     """Compile the kernel's step-by-step entry points and the observation, or load them from the cache (a damaged
@@ -268,3 +310,4 @@ def compile_episode() -> None:
     width = len(episode.fields)  # the compiled play, by a network of one layer of zeros
     episode.play(0, np.zeros(width * episode.actions), np.zeros(episode.actions),
                  np.array([[width, episode.actions]], dtype=np.int64))
+    episode.look_ahead(0)

@@ -21,12 +21,12 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from . import kernel
-from .engine import schedule_of, simulate_figures
-from .episode import Episode
+from .engine import simulate_figures
+from .episode import Episode, episode_schedule
 from .hindsight import hindsight_figures
 from .inputs import TooLarge, read_at_most
-from .model import HINDSIGHT, EnvParams, ParameterError, Policy, Schedule
-from .taskgraph import build_task_graph
+from .lookahead import lookahead_figures
+from .model import HINDSIGHT, LOOKAHEAD, EnvParams, ParameterError, Policy, Schedule
 
 #: The file's layout; a file of another format is refused by name.
 POLICY_FORMAT = 1
@@ -189,11 +189,14 @@ def play(episode: Episode, policy: LearnedPolicy, sample: int) -> Episode:
 
 def figures_of(params: EnvParams, policies: Sequence[Policy], sample: int = 0,
                network: LearnedPolicy | None = None) -> np.ndarray:
-    """``engine.simulate_figures``, a learned dispatcher's and hindsight's included: for hindsight its replayed
-    order (``hindsight.hindsight_figures``); for a learned one one played episode per policy, by
+    """``engine.simulate_figures``, a learned dispatcher's, hindsight's and the look-ahead's included: for hindsight
+    its replayed order (``hindsight.hindsight_figures``); for the look-ahead its episode per policy
+    (``lookahead.lookahead_figures``); for a learned one one played episode per policy, by
     ``network`` when given (``load_policy``)."""
     if params.dispatch == HINDSIGHT:
         return hindsight_figures(params, policies, sample)
+    if params.dispatch == LOOKAHEAD:
+        return lookahead_figures(params, policies, sample)
     if params.learned is None:
         return simulate_figures(params, policies, sample)
     learned = load_policy(params, network)
@@ -206,13 +209,4 @@ def simulate_learned(params: EnvParams, policy: Policy, sample: int = 0,
     """``engine.simulate`` for a learned dispatcher: the played episode as a ``Schedule`` (by ``network`` when
     given, ``load_policy``)."""
     learned = load_policy(params, network)
-    room = 4 * len(Episode(params, policy, allow_large=True).arrays.gpu) + 64
-    episode = play(Episode(params, policy, segment_room=room, allow_large=True), learned, sample)
-    if episode.segment_count > room:  # the same decisions again, with room for every segment
-        episode = play(Episode(params, policy, segment_room=episode.segment_count, allow_large=True), learned,
-                       sample)
-    F, I, P = episode.state[:3]
-    seg_task, seg_times = episode.state[10:12]
-    kept = episode.segment_count
-    return schedule_of(params, policy, sample, build_task_graph(params, sample), episode.status, F, I, P,
-                       seg_task[:kept], seg_times[:, :kept], memory=episode.memory_limit)
+    return episode_schedule(params, policy, sample, lambda episode: play(episode, learned, sample))

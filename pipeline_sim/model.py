@@ -235,6 +235,8 @@ def room_units(weight: float) -> int:
 DISPATCHERS = ("static", "greedy", "critical-path", "zb-adaptive")
 #: Besides them: the best order with hindsight of a draw's lengths (section 12.6), replayed as a given static order.
 HINDSIGHT = "hindsight"
+#: And a rule that tries each candidate forward on expected lengths (section 12.7), run as an episode's decisions.
+LOOKAHEAD = "lookahead"
 
 
 #: The per-stage lists of an environment (section 6.6), each one factor per stage or empty.
@@ -320,7 +322,7 @@ class EnvParams:
                                 "after it in its GPU's order, as one pair whose all-to-alls hide behind each other's "
                                 "compute (1f1b, interleaved-1f1b; Megatron-Core's expert-parallel overlap)",
                                 short="epo", label="ep overlap", group="strategies", metavar="0|1")
-    dispatch: str = parameter("static", Dispatchers((*DISPATCHERS, HINDSIGHT), case_insensitive=True),
+    dispatch: str = parameter("static", Dispatchers((*DISPATCHERS, HINDSIGHT, LOOKAHEAD), case_insensitive=True),
                               "who chooses a free GPU's next compute task: the schedule's order, a rule at run "
                               "time (case-insensitive), or a learned policy's file", short="", label="",
                               group="dispatch", metavar="RULE")
@@ -357,6 +359,11 @@ class EnvParams:
             raise ParameterError("dispatch", self.dispatch, f"{spec.name} with fb_overlap > 0 overlaps a forward and a "
                                  "backward as one task, which has no run-time form: use dispatch static, or "
                                  "fb_overlap 0")
+        if self.dispatch == LOOKAHEAD and spec.v(self.chunks) > 1:
+            raise ParameterError("dispatch", self.dispatch, f"{spec.name} runs {spec.v(self.chunks)} chunks per GPU, "
+                                 "and a dispatcher takes a micro-batch's room on all of them at once, so the static "
+                                 "order the look-ahead continues cannot run within the limit; use a schedule of one "
+                                 "chunk (gpipe, 1f1b, zb-h1)")
         stages = self.num_gpus * spec.v(self.chunks)
         for name in STAGE_LISTS:
             object.__setattr__(self, name, tuple(float(w) for w in getattr(self, name)))
@@ -445,6 +452,12 @@ class EnvParams:
         """The policy file of a learned dispatcher (``dispatch = learned:<file>``), or None."""
         prefix = Dispatchers.PREFIX
         return self.dispatch[len(prefix):] if self.dispatch.startswith(prefix) else None
+
+    @property
+    def may_wait(self) -> bool:
+        """Whether the dispatcher's decisions may leave a free GPU waiting while a task could start: those of an
+        episode (sections 12.4, 12.5 and 12.7), which start a task only at an event."""
+        return self.learned is not None or self.dispatch == LOOKAHEAD
 
     @property
     def dispatched(self) -> bool:

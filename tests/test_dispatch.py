@@ -266,14 +266,15 @@ def test_a_dispatch_sweep_end_to_end(tmp_path):
     """run_full_pipeline.py on a grid that names the dispatchers: their columns, the bound, the static rows as a
     grid without them writes them, and a comparison figure per noise level with every dispatcher on it."""
     config = tmp_path / "dispatch.json"
-    config.write_text(json.dumps({"n": 6, "num_gpus": 3, "schedule": "zb-h1", "dispatch": list(DISPATCHERS),
+    config.write_text(json.dumps({"n": 6, "num_gpus": 3, "schedule": "zb-h1", "dispatch": [*DISPATCHERS, "lookahead"],
                                   "compute_jitter": [0.0, 0.2], "samples": 4}))
     result = run_script("run_full_pipeline.py", "-c", str(config), "--priority-step", "0.5", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     [path] = (tmp_path / "outputs" / "data").glob("dispatch_*.csv")
     with open(path, newline="") as handle:
         rows = list(csv.DictReader(handle))
-    assert len(rows) == 8 * 37  # 37 policies at step 0.5
+    assert len(rows) == 10 * 37  # 37 policies at step 0.5
+    assert {row["dispatch"] for row in rows} == {*DISPATCHERS, "lookahead"}
     header = list(rows[0])
     assert header.index("dispatch") == header.index("fb_overlap") + 1 and tuple(header[-5:]) == BOUND_COLUMNS
     for row in rows:
@@ -330,3 +331,20 @@ def test_the_dispatch_figure_names_a_way_hidden_under_another():
     assert _hidden_note(family, way["1f1b greedy"], [way["1f1b"]]) == " (drawn under 1f1b)"
     assert _hidden_note(family, way["zb-h1 greedy"], [way["1f1b"]]) == ""
     assert _hidden_note(family, way["1f1b greedy"], []) == ""
+
+
+def test_the_dispatch_figure_reads_each_ways_share_of_the_headroom_to_hindsight():
+    """(reference - way) / (reference - hindsight) at the highest level where hindsight is faster, mean / p95."""
+    import pandas as pd
+
+    from pipeline_sim.plotting.dispatch import _shares
+
+    def rows(dispatch, means, p95s):
+        return [{"way": f"zb-h1 {dispatch}", "schedule": "zb-h1", "dispatch": dispatch, "level": level,
+                 "mean_vs": mean, "p95_vs": p95} for level, mean, p95 in zip((0.0, 0.2, 0.3), means, p95s)]
+
+    family = pd.DataFrame(rows("static", (0, 0, 0), (0, 0, 0)) + rows("hindsight", (0, -0.04, -0.05), (0, -0.02, 0.0))
+                          + rows("lookahead", (0, -0.03, -0.02), (0, 0.0, 0.01)))
+    shares, level = _shares(family, "zb-h1 static")
+    assert level == 0.3 and shares == {"zb-h1 lookahead": "\n  captures 40% / n/a of the headroom"}
+    assert _shares(family[family["dispatch"] != "hindsight"], "zb-h1 static")[0] == {}

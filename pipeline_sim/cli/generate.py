@@ -13,6 +13,7 @@ from typing import Callable, Generator, Sequence
 from ..cluster import ClusterError, ClusterLost, TaskKilled, connected
 from ..config import EnvironmentGrid
 from ..files import LockLost, exclusive_writer, output_folder, output_target
+from ..model import LOOKAHEAD
 from ..scenarios import DEFAULT_STEP
 from ..sweep import FORMATS, SIMULATORS, SweepPlan, finished, partial_paths, resumable, run_sweep, useful_workers
 from .common import (
@@ -152,7 +153,9 @@ def _announce(plan: SweepPlan, progress: Generator[int, None, None], output: Pat
     elif resume:
         print("nothing to resume for this config; starting a new sweep", flush=True)
     if done < plan.num_simulations:
-        ready_kernel(episodes=bool(plan.grid.networks()))
+        ready_kernel(episodes=bool(plan.grid.networks()) or any(
+            name == "dispatch" and any(str(v).strip().lower() == LOOKAHEAD for v in values)
+            for name, values in plan.grid.values))
     _follow(progress, plan, done, partial)
 
 

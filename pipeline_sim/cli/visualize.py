@@ -24,11 +24,13 @@ from ..files import atomic_output, exclusive_writer, output_target
 from ..hindsight import simulate_hindsight
 from ..inputs import TooLarge, read_at_most
 from ..learned import LearnedPolicy, load_policy, simulate_learned
+from ..lookahead import simulate_lookahead
 from ..metrics import schedule_metrics
 from ..model import (
     COMM_KINDS,
     DEFAULT_POLICY,
     HINDSIGHT,
+    LOOKAHEAD,
     PARAMETER,
     PARAMETERS,
     SAMPLES,
@@ -315,7 +317,7 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
             order = None if texts is None else given_order(params, texts)
             lengths = None if args.lengths is None else _read_lengths(args.lengths, params)
             if lengths is not None:
-                if workload is not None or params.learned:
+                if workload is not None or params.learned or params.dispatch == LOOKAHEAD:
                     raise UserError(f"--lengths {args.lengths}: a table of lengths replaces the parameters' work; it "
                                     "runs without --model and with a static order or a compiled dispatcher")
                 given_lengths(params, lengths)
@@ -355,7 +357,7 @@ def draw(args: argparse.Namespace, params: EnvParams, workload: Workload | None,
          network: LearnedPolicy | None, texts: list[list[str]] | None, output: Path, image_format: str,
          layout: str, lengths: Sequence[float] | None = None) -> int:
     """Simulate the chart's run, draw it into ``output`` (locked by the caller) and report it."""
-    ready_kernel(episodes=bool(params.learned))
+    ready_kernel(episodes=bool(params.learned) or params.dispatch == LOOKAHEAD)
     auto = ""
     if workload is not None and workload.layers_per_stage == "auto":
         # every candidate split under this policy and draw; the first is balanced, which auto is measured against
@@ -370,6 +372,7 @@ def draw(args: argparse.Namespace, params: EnvParams, workload: Workload | None,
     try:
         schedule = simulate_learned(params, policy, args.sample, network) if params.learned else \
             simulate_hindsight(params, policy, args.sample) if params.dispatch == HINDSIGHT else \
+            simulate_lookahead(params, policy, args.sample) if params.dispatch == LOOKAHEAD else \
             simulate(params, policy, args.sample, texts, lengths)
     except SimulationStuckError as error:
         if args.order is None:

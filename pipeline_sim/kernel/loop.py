@@ -154,7 +154,7 @@ def _settle(now: float, rule: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, 
                     else:
                         P[DECIDE, s] = 1
                 continue
-            task = take_next(s, I, P, order_start, order_task) if P[BUSY, s] < 0 else -1
+            task = take_next(s, F, I, P, order_start, order_task) if P[BUSY, s] < 0 else -1
             if task < 0:
                 C[STACK] = top
                 continue
@@ -290,9 +290,17 @@ def begin(rule: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, Q: np.ndarray,
     first task."""
     push(K, C, RELEASE, 2 * F.shape[1])
     _settle(0.0, rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
+    try_all(0.0, rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
+
+
+@inner
+def try_all(now: float, rule: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, Q: np.ndarray, K: np.ndarray,
+            C: np.ndarray, release_start: np.ndarray, release_task: np.ndarray, order_start: np.ndarray,
+            order_task: np.ndarray) -> None:
+    """Every GPU in turn tries to start its next task now."""
     for s in range(P.shape[1]):
         push(K, C, TRY_START, s)
-        _settle(0.0, rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
+        _settle(now, rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
 
 
 @compiled

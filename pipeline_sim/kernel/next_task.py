@@ -26,11 +26,17 @@ from .state import (
 
 
 @inner
-def take_next(s: int, I: np.ndarray, P: np.ndarray, order_start: np.ndarray, order_task: np.ndarray) -> int:
+def take_next(s: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, order_start: np.ndarray,
+              order_task: np.ndarray) -> int:
     """The compute task GPU s starts now under its static order, taken off the order, or -1 when it must wait:
-    the GPU's next listed task, once every need is met."""
+    the GPU's next listed task not yet taken, once every need is met. (Only the look-ahead's trials, section
+    12.7, take tasks out of the order before the static order continues it.)"""
     position = P[NEXT, s]
-    if position >= order_start[s + 1] - order_start[s]:
+    count = order_start[s + 1] - order_start[s]
+    while position < count and not np.isnan(F[READY, order_task[order_start[s] + position]]):
+        position += 1
+    P[NEXT, s] = position
+    if position >= count:
         return -1
     task = order_task[order_start[s] + position]
     if I[WAITING, task] > 0:

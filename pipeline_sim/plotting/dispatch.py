@@ -13,6 +13,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import PercentFormatter
 
+from ..model import HINDSIGHT
 from . import fitted
 
 #: One colour per dispatcher, the static order first; a schedule other than the reference's is drawn faded.
@@ -29,7 +30,8 @@ def figure_size() -> tuple[float, float]:
 def plot_dispatch(fig: Figure, family: pd.DataFrame, key: str, *, title: str) -> dict:
     """Mean (solid, circles) and p95 (dashed, triangles) of each way's best policy against the jitter, relative to
     the reference; one colour per dispatcher, the reference's schedule bold and the others faded; the reference's
-    lower bound dotted, and its memory-aware bound dash-dotted where a dispatch sweep gives one above it. The title
+    lower bound dotted, and its memory-aware bound dash-dotted where a dispatch sweep gives one above it; with
+    hindsight among the ways, each other way's share of the reference's headroom to it in the legend. The title
     names the two fastest ways at the highest level and how far above the higher bound the fastest stays."""
     ax = fig.add_axes((0.08, 0.11, 0.6, 0.72))
     reference = family["reference"].iloc[0]
@@ -39,13 +41,15 @@ def plot_dispatch(fig: Figure, family: pd.DataFrame, key: str, *, title: str) ->
     order = family.drop_duplicates("way").sort_values(["schedule", "dispatch"], key=lambda column: column.map(
         lambda value: (value != home, value) if column.name == "schedule" else (dispatchers.index(value), value)))
     ways = [way for _, way in order.iterrows()]
+    shares, level = _shares(family, reference)
     for i, way in enumerate(ways):
         rows = family[family["way"] == way["way"]]
         bold = way["schedule"] == home
         style = {"color": colour[way["dispatch"]], "alpha": 1.0 if bold else 0.45}
         note = _hidden_note(family, way, ways[i + 1:])
         ax.plot(rows["level"], rows["mean_vs"], marker="o", linewidth=2.4 if bold else 1.4, markersize=6,
-                label=way["way"] + (" (reference)" if way["way"] == reference else "") + note, **style)
+                label=way["way"] + (" (reference)" if way["way"] == reference else "") + note
+                + shares.get(way["way"], ""), **style)
         ax.plot(rows["level"], rows["p95_vs"], marker="^", linewidth=1.2 if bold else 0.8, markersize=4,
                 linestyle="--", **style)
     bound = family[family["way"] == reference]
@@ -65,8 +69,9 @@ def plot_dispatch(fig: Figure, family: pd.DataFrame, key: str, *, title: str) ->
     ax.set_ylabel(f"time against {reference}, best policy of each (lower is better)")
     ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     ax.grid(linestyle=":", linewidth=0.6)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False, title="schedule and dispatch",
-              title_fontsize=8)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False,
+              title="schedule and dispatch" + (f"; its share of the headroom\nto hindsight at {level:.0%} (mean / p95)"
+                                               if shares else ""), title_fontsize=8)
     top = family[family["level"] == levels[-1]].nsmallest(2, "mean_vs")
     first = top.iloc[0]
     floor = max(first["bound"], first["memory_bound"]) if held else first["bound"]
@@ -77,6 +82,28 @@ def plot_dispatch(fig: Figure, family: pd.DataFrame, key: str, *, title: str) ->
                         + f"the fastest is still {gap:.1%} above its "
                         + ("memory-aware bound" if held else "lower bound"), fig, 9.5), fontsize=9.5)
     return {"dispatch": ax}
+
+
+def _shares(family: pd.DataFrame, reference: str) -> tuple[dict[str, str], float]:
+    """Where the reference's schedule has a hindsight way: for each other way, the share of the reference's headroom
+    to hindsight it captures at the highest level where hindsight is faster, of the mean and of the p95:
+    ``(reference - way) / (reference - hindsight)`` (a statistic without headroom reads n/a); and that level."""
+    home = family.loc[family["way"] == reference, "schedule"].iloc[0]
+    best = family[(family["schedule"] == home) & (family["dispatch"] == HINDSIGHT)]
+    room = best[(best["mean_vs"] < 0) | (best["p95_vs"] < 0)]
+    if room.empty:
+        return {}, math.nan
+    level = room["level"].max()
+    target = room[room["level"] == level].iloc[0]
+    at = family[family["level"] == level].set_index("way")
+    shares = {}
+    for way, row in at.iterrows():
+        if way in (reference, target["way"]):
+            continue
+        parts = [f"{row[column] / target[column]:.0%}" if target[column] < 0 else "n/a"
+                 for column in ("mean_vs", "p95_vs")]
+        shares[str(way)] = f"\n  captures {' / '.join(parts)} of the headroom"
+    return shares, level
 
 
 def _hidden_note(family: pd.DataFrame, way: pd.Series, later: list[pd.Series]) -> str:
