@@ -37,7 +37,7 @@ from .model import (
 from .orders import build_orders
 from .schedules import get_schedule
 from .taskgraph import (
-    _NUMBER,
+    KIND_INDEX,
     KINDS,
     TaskGraph,
     build_task_graph,
@@ -146,10 +146,10 @@ def _skeleton(params: EnvParams) -> _Skeleton:
     def part_stages(kinds: tuple[TaskKind, ...]) -> np.ndarray:
         """Per task, the stage of its part of ``kinds``, or -1: a task has one such part at most (a pair has a
         forward and a whole backward)."""
-        numbers = [_NUMBER[kind_of] for kind_of in kinds]
+        numbers = [KIND_INDEX[kind_of] for kind_of in kinds]
         first, second = (np.isin(structure.part_kind[:, column], numbers) for column in (0, 1))
         return np.where(first, structure.part_stage[:, 0], np.where(second, structure.part_stage[:, 1], -1))
-    first_forward = (kind == _NUMBER[TaskKind.FORWARD]) & (structure.stage_chunk[structure.stage] == 0)
+    first_forward = (kind == KIND_INDEX[TaskKind.FORWARD]) & (structure.stage_chunk[structure.stage] == 0)
     return _Skeleton(arrays, first_forward, part_stages((TaskKind.FORWARD,)), part_stages(_FALLS))
 
 
@@ -360,14 +360,14 @@ _CHAIN_KINDS = (TaskKind.FORWARD, TaskKind.BACKWARD, TaskKind.BACKWARD_INPUT, Ta
 def _memory_jobs(params: EnvParams) -> _Jobs:
     structure = graph_structure(params)
     kind = structure.kind
-    rise = np.flatnonzero(kind == _NUMBER[TaskKind.FORWARD])
-    if (kind == _NUMBER[TaskKind.OVERLAP_F_B]).any():  # a pair holds two micro-batches: no jobs then
+    rise = np.flatnonzero(kind == KIND_INDEX[TaskKind.FORWARD])
+    if (kind == KIND_INDEX[TaskKind.OVERLAP_F_B]).any():  # a pair holds two micro-batches: no jobs then
         rise = rise[:0]
     _, whole, split_input, weight = (table[structure.stage[rise], structure.index[rise]]
                                      for table in structure.compute_task)
     back = np.where(split_input >= 0, split_input, whole)
     jobs = _Jobs(rise, back, np.where(weight >= 0, weight, back),
-                 np.isin(kind, [_NUMBER[kind_of] for kind_of in _CHAIN_KINDS]))
+                 np.isin(kind, [KIND_INDEX[kind_of] for kind_of in _CHAIN_KINDS]))
     for array in jobs:
         array.flags.writeable = False
     return jobs

@@ -230,17 +230,17 @@ def _work_index(params: EnvParams) -> _WorkIndex:
     base = np.full(len(KINDS), len(_PER_STAGE) * stages + len(_PER_GPU) * p)  # a transfer's row; a pair's too: its
     by = np.zeros(len(KINDS), dtype=np.int64)  # work is computed apart. By: 0 nothing, 1 the stage, 2 the GPU
     for number, kind in enumerate(_PER_STAGE):
-        base[_NUMBER[kind]], by[_NUMBER[kind]] = number * stages, 1
+        base[KIND_INDEX[kind]], by[KIND_INDEX[kind]] = number * stages, 1
     for number, kind in enumerate(_PER_GPU):
-        base[_NUMBER[kind]], by[_NUMBER[kind]] = len(_PER_STAGE) * stages + number * p, 2
+        base[KIND_INDEX[kind]], by[KIND_INDEX[kind]] = len(_PER_STAGE) * stages + number * p, 2
     for kind, same in _SAME_ROWS.items():
-        base[_NUMBER[kind]], by[_NUMBER[kind]] = base[_NUMBER[same]], by[_NUMBER[same]]
-    kind = structure.kind
-    row = base[kind] + np.choose(by[kind], (0, structure.stage, structure.gpu))
+        base[KIND_INDEX[kind]], by[KIND_INDEX[kind]] = base[KIND_INDEX[same]], by[KIND_INDEX[same]]
+    kinds = structure.kind
+    row = base[kinds] + np.choose(by[kinds], (np.zeros_like(kinds), structure.stage, structure.gpu))
     impact = np.zeros(len(KINDS), dtype=np.int64)
-    impact[_NUMBER[_F]], impact[[_NUMBER[k] for k in (_B, _I, _W)]] = 1, 2
-    pairs = np.flatnonzero(kind == _NUMBER[TaskKind.OVERLAP_F_B])
-    return _WorkIndex(row, impact[kind], pairs, structure.part_stage[pairs, 0], structure.part_stage[pairs, 1])
+    impact[KIND_INDEX[_F]], impact[[KIND_INDEX[k] for k in (_B, _I, _W)]] = 1, 2
+    pairs = np.flatnonzero(kinds == KIND_INDEX[TaskKind.OVERLAP_F_B])
+    return _WorkIndex(row, impact[kinds], pairs, structure.part_stage[pairs, 0], structure.part_stage[pairs, 1])
 
 
 @per_structure
@@ -265,9 +265,9 @@ def _draws(params: EnvParams) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
     return rows, owners, computes[owners], computes, structure.gpu
 
 
-#: Every kind of task, numbered by its place here: the structure's arrays hold these numbers.
+#: Every kind of task, numbered by its place here (``KIND_INDEX``): the structure's arrays hold these numbers.
 KINDS: tuple[TaskKind, ...] = tuple(TaskKind)
-_NUMBER = {kind: number for number, kind in enumerate(KINDS)}
+KIND_INDEX = {kind: number for number, kind in enumerate(KINDS)}
 #: The kinds of work a schedule's orders name, in the order of ``GraphStructure.compute_task``'s first axis.
 _PART_KINDS = (_F, _B, _I, _W)
 #: The transfers of one stage and micro-batch each (a table of stages x micro-batches finds them).
@@ -356,8 +356,9 @@ def _order_parts(orders: list, split: bool) -> tuple[np.ndarray, ...]:
     is the second part of a pair run as one task (``split``: a dispatcher runs each part as a task of its own)."""
     gpus, kinds, stages, mbs, seconds = [], [], [], [], []
     for gpu, order in enumerate(orders):
-        if any(isinstance(action, Pair) for action in order):
-            flat, second = [], []
+        if Pair in set(map(type, order)):
+            flat: list[Action] = []
+            second: list[bool] = []
             for action in order:
                 pair = isinstance(action, Pair)
                 flat.extend(action if pair else (action,))
@@ -369,7 +370,7 @@ def _order_parts(orders: list, split: bool) -> tuple[np.ndarray, ...]:
             continue
         kind, stage, mb = zip(*order)
         gpus.append(np.full(len(order), gpu))
-        kinds.append([_NUMBER[k] for k in kind])
+        kinds.append([KIND_INDEX[k] for k in kind])
         stages.append(stage)
         mbs.append(mb)
         seconds.append(second)
@@ -435,18 +436,18 @@ def _structure_of(params: EnvParams) -> GraphStructure:
                                            (TaskKind.KV_GRAD_EXCHANGE, params.cp_len > 0),
                                            (TaskKind.A2A, params.a2a_len > 0), (TaskKind.A2A_GRAD, params.a2a_len > 0))
                  if wanted]
-    gsync, step, gather = _NUMBER[TaskKind.GRAD_SYNC], _NUMBER[_O], _NUMBER[TaskKind.PARAM_GATHER]
+    gsync, step, gather = KIND_INDEX[TaskKind.GRAD_SYNC], KIND_INDEX[_O], KIND_INDEX[TaskKind.PARAM_GATHER]
     finals: list[tuple[int, int]] = []  # per GPU, the blocks of its compute tasks and of its first sync
     for gpu, own in enumerate(mine):
         finals.append((len(blocks), len(blocks)))
         blocks.append((-1, gpu, 0, computes[gpu], -1))
-        blocks += [(_NUMBER[TaskKind.FWD_PROP], gpu, s, n, int(stage_gpu[s + 1])) for s in own
+        blocks += [(KIND_INDEX[TaskKind.FWD_PROP], gpu, s, n, int(stage_gpu[s + 1])) for s in own
                    if s < stages - 1 and stage_gpu[s + 1] != gpu]
-        blocks += [(_NUMBER[TaskKind.GRAD_PROP], gpu, s, n, int(stage_gpu[s - 1])) for s in own
+        blocks += [(KIND_INDEX[TaskKind.GRAD_PROP], gpu, s, n, int(stage_gpu[s - 1])) for s in own
                    if s > 0 and stage_gpu[s - 1] != gpu]
         finals[-1] = (finals[-1][0], len(blocks))
         blocks += [(gsync, gpu, s, len(syncs), -1) for s in own]
-        blocks += [(_NUMBER[kind], gpu, s, n, -1) for s in own for kind in per_stage]
+        blocks += [(KIND_INDEX[kind], gpu, s, n, -1) for s in own for kind in per_stage]
         blocks += [(step, gpu, own[0], 1, -1)] * optimizer + [(gather, gpu, own[0], 1, -1)] * param_gather
     block_kind, block_gpu, block_stage, block_length, block_receiver = (np.array(column, dtype=np.int64)
                                                                         for column in zip(*blocks))
@@ -461,10 +462,10 @@ def _structure_of(params: EnvParams) -> GraphStructure:
     part_task = compute[np.cumsum(~second) - 1]
     firsts = ~second
     parts = [np.full((count, 2), -1, dtype=np.int64) for _ in range(3)]
-    for column, values in zip(parts, (part_kind, part_stage, part_mb)):
-        column[part_task[firsts], 0] = values[firsts]
-        column[part_task[second], 1] = values[second]
-    kind[compute] = np.where(parts[0][compute, 1] >= 0, _NUMBER[TaskKind.OVERLAP_F_B], parts[0][compute, 0])
+    for part, values in zip(parts, (part_kind, part_stage, part_mb)):
+        part[part_task[firsts], 0] = values[firsts]
+        part[part_task[second], 1] = values[second]
+    kind[compute] = np.where(parts[0][compute, 1] >= 0, KIND_INDEX[TaskKind.OVERLAP_F_B], parts[0][compute, 0])
     stage[compute], index[compute] = parts[1][compute, 0], parts[2][compute, 0]
     steps = np.flatnonzero(kind == step)
     parts[0][steps, 0], parts[1][steps, 0], parts[2][steps, 0] = step, stage[steps], 0
@@ -474,7 +475,7 @@ def _structure_of(params: EnvParams) -> GraphStructure:
     def transfers(kind_of: TaskKind, width: int = n) -> np.ndarray:
         """Per stage and index, the transfer of ``kind_of`` (-1: none)."""
         found = np.full((stages, width), -1, dtype=np.int64)
-        at = np.flatnonzero(kind == _NUMBER[kind_of])
+        at = np.flatnonzero(kind == KIND_INDEX[kind_of])
         found[stage[at], index[at]] = at
         return found
 
@@ -494,12 +495,14 @@ def _structure_of(params: EnvParams) -> GraphStructure:
     # dropped); a transfer's producer; a sync's backward or W
     wants = np.full((count, 4), -1, dtype=np.int64)
     for column in (0, 1):
-        k, s, m = (part[compute, column] for part in parts)
-        s, m = np.maximum(s, 0), np.maximum(m, 0)
-        forward_part, backward_part = k == _NUMBER[_F], np.isin(k, [_NUMBER[_B], _NUMBER[_I]])
-        wants[compute, 2 * column] = np.where(forward_part, arrived[s, m], np.where(
-            backward_part, returning[s, m], np.where(k == _NUMBER[_W], split_input[s, m], -1)))
-        gathers = (tables[TaskKind.FWD_GATHER][s, m], tables[TaskKind.BWD_GATHER][s, m])
+        its_kind = parts[0][compute, column]
+        its_stage, its_mb = (np.maximum(part[compute, column], 0) for part in parts[1:])
+        forward_part = its_kind == KIND_INDEX[_F]
+        backward_part = np.isin(its_kind, [KIND_INDEX[_B], KIND_INDEX[_I]])
+        at_part = (its_stage, its_mb)
+        wants[compute, 2 * column] = np.where(forward_part, arrived[at_part], np.where(
+            backward_part, returning[at_part], np.where(its_kind == KIND_INDEX[_W], split_input[at_part], -1)))
+        gathers = (tables[TaskKind.FWD_GATHER][at_part], tables[TaskKind.BWD_GATHER][at_part])
         wants[compute, 2 * column + 1] = np.where(forward_part, gathers[0], np.where(backward_part, gathers[1], -1))
     for column in (1, 2, 3):
         repeated = (wants[:, column:column + 1] == wants[:, :column]).any(axis=1)
@@ -510,7 +513,7 @@ def _structure_of(params: EnvParams) -> GraphStructure:
         raise ScheduleError(f"{Action(KINDS[parts[0][i, 0]], parts[1][i, 0], parts[2][i, 0])} of {params.schedule} "
                             "would wait for its own task")
     for kind_of, producers in ((TaskKind.FWD_PROP, forward), (TaskKind.GRAD_PROP, gradient)):
-        at = np.flatnonzero(kind == _NUMBER[kind_of])
+        at = np.flatnonzero(kind == KIND_INDEX[kind_of])
         wants[at, 0] = producers[stage[at], index[at]]
     at = np.flatnonzero(kind == gsync)
     point = syncs[index[at]]
@@ -518,7 +521,7 @@ def _structure_of(params: EnvParams) -> GraphStructure:
 
     # the all-to-alls (section 16): issued by their task's end, holding its GPU, or by an overlapped pair's start;
     # the transfers a start issues (section 15); and each issuer's exchanges, which what waits for it waits for too
-    pair = _NUMBER[TaskKind.OVERLAP_F_B]
+    pair = KIND_INDEX[TaskKind.OVERLAP_F_B]
     issued_task, issued_by, holds = [], [], []
     exchanges = np.full((count, 4), -1, dtype=np.int64)
     for column, (kind_of, issuers) in enumerate(((TaskKind.A2A, forward), (TaskKind.A2A_GRAD, gradient))):
@@ -560,7 +563,7 @@ def _structure_of(params: EnvParams) -> GraphStructure:
     consumer = np.repeat(task, counts)
     if (exchanges >= 0).any():  # each need's exchanges appended, in the order of the needs
         extra = exchanges[needs]
-        extra[np.isin(kind[consumer], [_NUMBER[a2a] for a2a in A2A_KINDS])] = -1
+        extra[np.isin(kind[consumer], [KIND_INDEX[a2a] for a2a in A2A_KINDS])] = -1
         more = extra >= 0
         per_need = more.sum(axis=1)
         added = np.bincount(consumer, weights=per_need, minlength=count).astype(np.int64)
@@ -587,7 +590,7 @@ def _structure_of(params: EnvParams) -> GraphStructure:
         peers[r].add(g)
     peer_start, _ = _compressed(np.array([len(row) for row in peers]))
     ints = lambda values: np.array(values, dtype=np.int64)  # noqa: E731
-    return GraphStructure(kind, gpu, stage, index, receiver, *parts, starts, needs, release_start,
+    return GraphStructure(kind, gpu, stage, index, receiver, parts[0], parts[1], parts[2], starts, needs, release_start,
                           consumer[place], order_start, ordered, peer_start,
                           ints([g for row in peers for g in sorted(row)]), stage_gpu, stage_chunk,
                           np.concatenate([ints([]), *issued_task]), np.concatenate([ints([]), *issued_by]),
