@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 from functools import lru_cache, wraps
+from operator import itemgetter
 from typing import Callable, NamedTuple, TypeVar
 
 import numpy as np
@@ -354,29 +355,23 @@ def graph_structure(params: EnvParams) -> GraphStructure:
 def _order_parts(orders: list, split: bool) -> tuple[np.ndarray, ...]:
     """Every part of ``orders``' actions, GPU after GPU: its GPU, kind number, stage and micro-batch, and whether it
     is the second part of a pair run as one task (``split``: a dispatcher runs each part as a task of its own)."""
-    gpus, kinds, stages, mbs, seconds = [], [], [], [], []
+    flat: list[Action] = []
+    gpus: list[int] = []
+    seconds: list[bool] = []
     for gpu, order in enumerate(orders):
         if Pair in set(map(type, order)):
-            flat: list[Action] = []
-            second: list[bool] = []
             for action in order:
                 pair = isinstance(action, Pair)
                 flat.extend(action if pair else (action,))
-                second.extend((False, not split) if pair else (False,))
-            order = flat
+                seconds.extend((False, not split) if pair else (False,))
         else:
-            second = [False] * len(order)
-        if not order:
-            continue
-        kind, stage, mb = zip(*order)
-        gpus.append(np.full(len(order), gpu))
-        kinds.append([KIND_INDEX[k] for k in kind])
-        stages.append(stage)
-        mbs.append(mb)
-        seconds.append(second)
-    return tuple(np.concatenate(arrays).astype(dtype) if arrays else np.zeros(0, dtype=dtype)
-                 for arrays, dtype in ((gpus, np.int64), (kinds, np.int64), (stages, np.int64), (mbs, np.int64),
-                                       (seconds, bool)))
+            flat += order
+            seconds += [False] * len(order)
+        gpus += [gpu] * (len(flat) - len(gpus))
+    column = lambda k: np.fromiter(map(itemgetter(k), flat), np.int64, len(flat))  # noqa: E731
+    return (np.array(gpus, dtype=np.int64), np.fromiter(map(KIND_INDEX.__getitem__, map(itemgetter(0), flat)),
+                                                        np.int64, len(flat)),
+            column(1), column(2), np.array(seconds, dtype=bool))
 
 
 def _compressed(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -498,18 +493,19 @@ def _structure_of(params: EnvParams) -> GraphStructure:
         its_kind = parts[0][compute, column]
         its_stage, its_mb = (np.maximum(part[compute, column], 0) for part in parts[1:])
         forward_part = its_kind == KIND_INDEX[_F]
-        backward_part = np.isin(its_kind, [KIND_INDEX[_B], KIND_INDEX[_I]])
+        backward_part = (its_kind == KIND_INDEX[_B]) | (its_kind == KIND_INDEX[_I])
         at_part = (its_stage, its_mb)
         wants[compute, 2 * column] = np.where(forward_part, arrived[at_part], np.where(
             backward_part, returning[at_part], np.where(its_kind == KIND_INDEX[_W], split_input[at_part], -1)))
         gathers = (tables[TaskKind.FWD_GATHER][at_part], tables[TaskKind.BWD_GATHER][at_part])
         wants[compute, 2 * column + 1] = np.where(forward_part, gathers[0], np.where(backward_part, gathers[1], -1))
-    for column in (1, 2, 3):
-        repeated = (wants[:, column:column + 1] == wants[:, :column]).any(axis=1)
+    paired = compute[parts[0][compute, 1] >= 0]
+    for column in (2, 3):  # a pair's second part's needs that its first has
+        repeated = paired[(wants[paired, column:column + 1] == wants[paired, :column]).any(axis=1)]
         wants[repeated, column] = -1
-    own = (wants == task[:, None]).any(axis=1)
+    own = (wants[compute] == compute[:, None]).any(axis=1)
     if own.any():
-        i = int(np.argmax(own))
+        i = int(compute[np.argmax(own)])
         raise ScheduleError(f"{Action(KINDS[parts[0][i, 0]], parts[1][i, 0], parts[2][i, 0])} of {params.schedule} "
                             "would wait for its own task")
     for kind_of, producers in ((TaskKind.FWD_PROP, forward), (TaskKind.GRAD_PROP, gradient)):
@@ -553,13 +549,12 @@ def _structure_of(params: EnvParams) -> GraphStructure:
                   np.concatenate([np.arange(block_start[first], block_start[first + 1]), np.arange(
                       block_start[syncing], block_start[syncing] + len(mine[gpu[i]]) * len(syncs))])
                   for i in long_rows.tolist() for first, syncing in (finals[gpu[i]],)]
+    needs = wants[listed]  # row by row, each row's in its columns' order
+    if long_lists:  # the steps' and gathers' rows, put in their places
+        needs = np.insert(needs, np.repeat(np.cumsum(counts)[long_rows], [len(values) for values in long_lists]),
+                          np.concatenate(long_lists))
     counts[long_rows] = [len(values) for values in long_lists]
     starts, _ = _compressed(counts)
-    needs = np.empty(starts[-1], dtype=np.int64)
-    needs[(starts[:-1, None] + np.cumsum(listed, axis=1) - 1)[listed]] = wants[listed]
-    if long_lists:
-        needs[np.concatenate([starts[i] + np.arange(len(values)) for i, values in zip(long_rows, long_lists)])] = \
-            np.concatenate(long_lists)
     consumer = np.repeat(task, counts)
     if (exchanges >= 0).any():  # each need's exchanges appended, in the order of the needs
         extra = exchanges[needs]
