@@ -7,7 +7,8 @@ ordered list of actions; ``ORDERS`` finds it by the schedule's name.
 from __future__ import annotations
 
 from collections import deque
-from typing import Callable, Sequence
+from itertools import repeat
+from typing import Callable, Iterable, Sequence
 
 from .model import Action, EnvParams, Pair, ParameterError, TaskKind
 
@@ -17,18 +18,25 @@ F, B, I, W = TaskKind.FORWARD, TaskKind.BACKWARD, TaskKind.BACKWARD_INPUT, TaskK
 Order = list[Action | Pair]
 
 
+def _actions(kinds: Iterable[TaskKind], stages: Iterable[int], mbs: Iterable[int]) -> Order:
+    """``Action(kind, stage, mb)`` for each kind, stage and micro-batch of the three in turn, made without a Python call
+    each (the orders of a large environment hold hundreds of thousands)."""
+    return list(map(tuple.__new__, repeat(Action), zip(kinds, stages, mbs)))
+
+
 def _gpipe(p: int, n: int, v: int) -> list[Order]:
-    return [[*(Action(F, r, m) for m in range(n)), *(Action(B, r, m) for m in range(n))] for r in range(p)]
+    return [_actions(repeat(F), repeat(r), range(n)) + _actions(repeat(B), repeat(r), range(n)) for r in range(p)]
 
 
 def _one_f_one_b(p: int, n: int, v: int) -> list[Order]:
     orders: list[Order] = []
     for r in range(p):
+        forwards, backwards = _actions(repeat(F), repeat(r), range(n)), _actions(repeat(B), repeat(r), range(n))
         warmup = min(p - r - 1, n)
-        order: Order = [Action(F, r, m) for m in range(warmup)]
+        order = forwards[:warmup]
         for k, m in enumerate(range(warmup, n)):
-            order += [Action(F, r, m), Action(B, r, k)]
-        order += [Action(B, r, m) for m in range(n - warmup, n)]
+            order += [forwards[m], backwards[k]]
+        order += backwards[n - warmup:]
         orders.append(order)
     return orders
 
@@ -41,18 +49,15 @@ def _interleaved(p: int, n: int, v: int) -> list[Order]:
         return (k // (p * v)) * p + k % p
 
     orders: list[Order] = []
+    micro_batches = [micro_batch(k) for k in range(total)]
     for r in range(p):
-        def forward(k: int) -> Action:
-            return Action(F, ((k % (p * v)) // p) * p + r, micro_batch(k))
-
-        def backward(k: int) -> Action:
-            return Action(B, (v - 1 - (k % (p * v)) // p) * p + r, micro_batch(k))
-
+        forward = _actions(repeat(F), (((k % (p * v)) // p) * p + r for k in range(total)), micro_batches)
+        backward = _actions(repeat(B), ((v - 1 - (k % (p * v)) // p) * p + r for k in range(total)), micro_batches)
         warmup = min(2 * (p - r - 1) + (v - 1) * p, total)
-        order: Order = [forward(k) for k in range(warmup)]
+        order = forward[:warmup]
         for k in range(total - warmup):
-            order += [forward(k + warmup), backward(k)]
-        order += [backward(k) for k in range(total - warmup, total)]
+            order += [forward[k + warmup], backward[k]]
+        order += backward[total - warmup:]
         orders.append(order)
     return orders
 
@@ -60,17 +65,18 @@ def _interleaved(p: int, n: int, v: int) -> list[Order]:
 def _zb_h1(p: int, n: int, v: int) -> list[Order]:
     orders: list[Order] = []
     for r in range(p):
+        forward, input_grad, weight = (_actions(repeat(kind), repeat(r), range(n)) for kind in (F, I, W))
         warmup = min(p - r - 1, n)
-        order: Order = [Action(F, r, m) for m in range(warmup)]
+        order = forward[:warmup]
         next_w = 0
         for k in range(n):
             if warmup + k < n:
-                order.append(Action(F, r, warmup + k))
-            order.append(Action(I, r, k))
+                order.append(forward[warmup + k])
+            order.append(input_grad[k])
             if k >= r:
-                order.append(Action(W, r, next_w))
+                order.append(weight[next_w])
                 next_w += 1
-        order += [Action(W, r, m) for m in range(next_w, n)]
+        order += weight[next_w:]
         orders.append(order)
     return orders
 
