@@ -23,6 +23,8 @@ from .model import (
     COMM_KINDS,
     DISPATCHERS,
     HINDSIGHT,
+    KIND_INDEX,
+    KINDS,
     ROOM_UNIT,
     SAMPLES,
     EnvParams,
@@ -37,8 +39,6 @@ from .model import (
 from .orders import build_orders
 from .schedules import get_schedule
 from .taskgraph import (
-    KIND_INDEX,
-    KINDS,
     TaskGraph,
     build_task_graph,
     check_size,

@@ -1,21 +1,29 @@
 """Each GPU's compute order under every schedule of ``SCHEDULES`` (docs/model.md section 6.4).
 
 One function per schedule writes, for p GPUs, n micro-batches and v chunks, every GPU's
-ordered list of actions; ``ORDERS`` finds it by the schedule's name.
+ordered list of actions (as arrays, ``COLUMNS``, or as actions, ``ORDERS``), found by the schedule's name.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from itertools import repeat
+from operator import itemgetter
 from typing import Callable, Iterable, Sequence
 
-from .model import Action, EnvParams, Pair, ParameterError, TaskKind
+import numpy as np
+
+from .model import KIND_INDEX, KINDS, Action, EnvParams, Pair, ParameterError, TaskKind
 
 F, B, I, W = TaskKind.FORWARD, TaskKind.BACKWARD, TaskKind.BACKWARD_INPUT, TaskKind.BACKWARD_WEIGHT
 
 #: A GPU's compute actions in the order it runs them.
 Order = list[Action | Pair]
+
+
+#: A GPU's order as three rows, the kind number (``KIND_INDEX``), stage and micro-batch of each action in turn: the
+#: schedules without pairs write their orders so, with numpy, for orders of millions of actions.
+Columns = np.ndarray
 
 
 def _actions(kinds: Iterable[TaskKind], stages: Iterable[int], mbs: Iterable[int]) -> Order:
@@ -24,60 +32,50 @@ def _actions(kinds: Iterable[TaskKind], stages: Iterable[int], mbs: Iterable[int
     return list(map(tuple.__new__, repeat(Action), zip(kinds, stages, mbs)))
 
 
-def _gpipe(p: int, n: int, v: int) -> list[Order]:
-    return [_actions(repeat(F), repeat(r), range(n)) + _actions(repeat(B), repeat(r), range(n)) for r in range(p)]
+def _columns(kind: TaskKind, stages: np.ndarray | int, mbs: np.ndarray) -> Columns:
+    """Actions of ``kind`` on ``stages`` (one, or one each) for the micro-batches ``mbs``."""
+    return np.stack(np.broadcast_arrays(KIND_INDEX[kind], stages, mbs))
 
 
-def _one_f_one_b(p: int, n: int, v: int) -> list[Order]:
-    orders: list[Order] = []
-    for r in range(p):
-        forwards, backwards = _actions(repeat(F), repeat(r), range(n)), _actions(repeat(B), repeat(r), range(n))
-        warmup = min(p - r - 1, n)
-        order = forwards[:warmup]
-        for k, m in enumerate(range(warmup, n)):
-            order += [forwards[m], backwards[k]]
-        order += backwards[n - warmup:]
-        orders.append(order)
-    return orders
+def _one_to_one(forwards: Columns, backwards: Columns, warmup: int) -> Columns:
+    """``warmup`` forwards, then a forward and a backward in turn, then the backwards left."""
+    steady = len(forwards[0]) - warmup
+    alternating = np.empty((3, 2 * steady), dtype=np.int64)
+    alternating[:, 0::2], alternating[:, 1::2] = forwards[:, warmup:], backwards[:, :steady]
+    return np.hstack([forwards[:, :warmup], alternating, backwards[:, steady:]])
 
 
-def _interleaved(p: int, n: int, v: int) -> list[Order]:
-    """Megatron-LM's interleaved 1F1B, micro-batch groups of p (model section 6.4)."""
+def _gpipe(p: int, n: int, v: int) -> list[Columns]:
+    return [np.hstack([_columns(F, r, np.arange(n)), _columns(B, r, np.arange(n))]) for r in range(p)]
+
+
+def _one_f_one_b(p: int, n: int, v: int) -> list[Columns]:
+    return [_one_to_one(_columns(F, r, np.arange(n)), _columns(B, r, np.arange(n)), min(p - r - 1, n))
+            for r in range(p)]
+
+
+def _interleaved(p: int, n: int, v: int) -> list[Columns]:
+    """Megatron-LM's interleaved 1F1B, micro-batch groups of p (model section 6.4): the k-th forward of GPU r runs
+    chunk (k mod pv) div p of micro-batch (k div pv) p + k mod p, its k-th backward the chunks in reverse."""
     total = n * v
+    k = np.arange(total)
+    micro_batch, chunk = (k // (p * v)) * p + k % p, (k % (p * v)) // p
+    return [_one_to_one(_columns(F, chunk * p + r, micro_batch), _columns(B, (v - 1 - chunk) * p + r, micro_batch),
+                        min(2 * (p - r - 1) + (v - 1) * p, total)) for r in range(p)]
 
-    def micro_batch(k: int) -> int:
-        return (k // (p * v)) * p + k % p
 
-    orders: list[Order] = []
-    micro_batches = [micro_batch(k) for k in range(total)]
+def _zb_h1(p: int, n: int, v: int) -> list[Columns]:
+    """GPU r's warm-up forwards, then per step k an I of micro-batch k between the next forward (while any is left)
+    and, from step r on, the next W; then the Ws left. Each action gets its place as a key: the warm-up's below 0,
+    step k's at 3k, 3k + 1 and 3k + 2, the last Ws' after 3n."""
+    m = np.arange(n)
+    orders = []
     for r in range(p):
-        forward = _actions(repeat(F), (((k % (p * v)) // p) * p + r for k in range(total)), micro_batches)
-        backward = _actions(repeat(B), ((v - 1 - (k % (p * v)) // p) * p + r for k in range(total)), micro_batches)
-        warmup = min(2 * (p - r - 1) + (v - 1) * p, total)
-        order = forward[:warmup]
-        for k in range(total - warmup):
-            order += [forward[k + warmup], backward[k]]
-        order += backward[total - warmup:]
-        orders.append(order)
-    return orders
-
-
-def _zb_h1(p: int, n: int, v: int) -> list[Order]:
-    orders: list[Order] = []
-    for r in range(p):
-        forward, input_grad, weight = (_actions(repeat(kind), repeat(r), range(n)) for kind in (F, I, W))
         warmup = min(p - r - 1, n)
-        order = forward[:warmup]
-        next_w = 0
-        for k in range(n):
-            if warmup + k < n:
-                order.append(forward[warmup + k])
-            order.append(input_grad[k])
-            if k >= r:
-                order.append(weight[next_w])
-                next_w += 1
-        order += weight[next_w:]
-        orders.append(order)
+        keys = np.concatenate([np.where(m < warmup, m - warmup, 3 * (m - warmup)), 3 * m + 1,
+                               np.where(m + r < n, 3 * (m + r) + 2, 3 * n + m)])
+        actions = np.hstack([_columns(F, r, m), _columns(I, r, m), _columns(W, r, m)])
+        orders.append(actions[:, np.argsort(keys, kind="stable")])
     return orders
 
 
@@ -187,16 +185,52 @@ def _dualpipe_v(p: int, n: int, v: int) -> list[Order]:
     return orders
 
 
-#: Per schedule name (the keys of ``SCHEDULES``), the function ``(num_gpus, n, v) -> per GPU its order``.
-ORDERS: dict[str, Callable[[int, int, int], list[Order]]] = {
-    "gpipe": _gpipe, "1f1b": _one_f_one_b, "interleaved-1f1b": _interleaved, "zb-h1": _zb_h1, "zb-v": _zb_v,
-    "dualpipe-v": _dualpipe_v,
-}
+#: Per schedule name (the keys of ``SCHEDULES``), the function ``(num_gpus, n, v) -> per GPU its order``: as
+#: ``Columns`` for the schedules in ``COLUMNS``, as actions for the others.
+COLUMNS: dict[str, Callable[[int, int, int], list[Columns]]] = {
+    "gpipe": _gpipe, "1f1b": _one_f_one_b, "interleaved-1f1b": _interleaved, "zb-h1": _zb_h1}
+ORDERS: dict[str, Callable[[int, int, int], list[Order]]] = {"zb-v": _zb_v, "dualpipe-v": _dualpipe_v}
 
 
 def build_orders(params: EnvParams) -> list[Order]:
     """Per GPU, the actions of ``params``' schedule in the order it runs them."""
+    if params.schedule in COLUMNS:
+        return [_actions(map(KINDS.__getitem__, kinds), stages, mbs)
+                for kinds, stages, mbs in (columns.tolist() for columns in COLUMNS[params.schedule](
+                    params.num_gpus, params.n, params.v))]
     return ORDERS[params.schedule](params.num_gpus, params.n, params.v)
+
+
+def order_parts(params: EnvParams) -> tuple[np.ndarray, ...]:
+    """Every part of the actions of ``params``' orders, GPU after GPU: its GPU, kind number (``KIND_INDEX``), stage
+    and micro-batch, and whether it is the second part of a pair run as one task (a dispatcher runs each part of a
+    pair as a task of its own)."""
+    if params.schedule in COLUMNS:
+        orders = COLUMNS[params.schedule](params.num_gpus, params.n, params.v)
+        kinds, stages, mbs = np.hstack(orders) if orders else np.zeros((3, 0), dtype=np.int64)
+        return (np.repeat(np.arange(len(orders)), [len(order[0]) for order in orders]), kinds, stages, mbs,
+                np.zeros(len(kinds), dtype=bool))
+    split = params.dispatch != "static"
+    flat: list[tuple] = []  # every part: an action
+    gpus: list[int] = []
+    seconds: list[bool] = []
+    for gpu, order in enumerate(ORDERS[params.schedule](params.num_gpus, params.n, params.v)):
+        if Pair in set(map(type, order)):
+            for action in order:
+                if isinstance(action, Pair):
+                    flat += action
+                    seconds += (False, not split)
+                else:
+                    flat.append(action)
+                    seconds.append(False)
+        else:
+            flat += order
+            seconds += [False] * len(order)
+        gpus += [gpu] * (len(flat) - len(gpus))
+    column = lambda k: np.fromiter(map(itemgetter(k), flat), np.int64, len(flat))  # noqa: E731
+    return (np.array(gpus, dtype=np.int64), np.fromiter(map(KIND_INDEX.__getitem__, map(itemgetter(0), flat)),
+                                                        np.int64, len(flat)),
+            column(1), column(2), np.array(seconds, dtype=bool))
 
 
 def compute_orders(schedule: str, *, num_gpus: int, n: int, chunks: int = 2) -> list[list[str]]:

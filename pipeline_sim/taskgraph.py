@@ -10,14 +10,23 @@ from __future__ import annotations
 
 import gc
 from functools import lru_cache, wraps
-from operator import itemgetter
 from typing import Callable, NamedTuple, TypeVar
 
 import numpy as np
 
-from .model import A2A_KINDS, TRANSFER_KINDS, Action, EnvParams, Pair, ParameterError, TaskKind, sync_points
+from .model import (
+    A2A_KINDS,
+    KIND_INDEX,
+    KINDS,
+    TRANSFER_KINDS,
+    Action,
+    EnvParams,
+    ParameterError,
+    TaskKind,
+    sync_points,
+)
 from .noise import KIND_NUMBERS, standard_normals, work_factors
-from .orders import build_orders
+from .orders import order_parts
 from .schedules import get_schedule
 
 _F, _B, _I, _W = TaskKind.FORWARD, TaskKind.BACKWARD, TaskKind.BACKWARD_INPUT, TaskKind.BACKWARD_WEIGHT
@@ -266,12 +275,13 @@ def _draws(params: EnvParams) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
     return rows, owners, computes[owners], computes, structure.gpu
 
 
-#: Every kind of task, numbered by its place here (``KIND_INDEX``): the structure's arrays hold these numbers.
-KINDS: tuple[TaskKind, ...] = tuple(TaskKind)
-KIND_INDEX = {kind: number for number, kind in enumerate(KINDS)}
 #: The kinds of work a schedule's orders name, in the order of ``GraphStructure.compute_task``'s first axis.
 _PART_KINDS = (_F, _B, _I, _W)
 #: The transfers of one stage and micro-batch each (a table of stages x micro-batches finds them).
+#: Per kind number, where a task of that kind stands among the tasks one task's end releases: transfers first, in
+#: ``TRANSFER_KINDS`` order, then compute tasks.
+_RELEASE_RANK = np.array([TRANSFER_KINDS.index(kind) if kind in TRANSFER_KINDS else len(TRANSFER_KINDS)
+                          for kind in KINDS])
 _PER_MICROBATCH = (TaskKind.FWD_PROP, TaskKind.GRAD_PROP, TaskKind.FWD_GATHER, TaskKind.BWD_GATHER,
                    TaskKind.KV_EXCHANGE, TaskKind.KV_GRAD_EXCHANGE, TaskKind.A2A, TaskKind.A2A_GRAD)
 
@@ -352,28 +362,6 @@ def graph_structure(params: EnvParams) -> GraphStructure:
     return structure
 
 
-def _order_parts(orders: list, split: bool) -> tuple[np.ndarray, ...]:
-    """Every part of ``orders``' actions, GPU after GPU: its GPU, kind number, stage and micro-batch, and whether it
-    is the second part of a pair run as one task (``split``: a dispatcher runs each part as a task of its own)."""
-    flat: list[Action] = []
-    gpus: list[int] = []
-    seconds: list[bool] = []
-    for gpu, order in enumerate(orders):
-        if Pair in set(map(type, order)):
-            for action in order:
-                pair = isinstance(action, Pair)
-                flat.extend(action if pair else (action,))
-                seconds.extend((False, not split) if pair else (False,))
-        else:
-            flat += order
-            seconds += [False] * len(order)
-        gpus += [gpu] * (len(flat) - len(gpus))
-    column = lambda k: np.fromiter(map(itemgetter(k), flat), np.int64, len(flat))  # noqa: E731
-    return (np.array(gpus, dtype=np.int64), np.fromiter(map(KIND_INDEX.__getitem__, map(itemgetter(0), flat)),
-                                                        np.int64, len(flat)),
-            column(1), column(2), np.array(seconds, dtype=bool))
-
-
 def _compressed(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The starts of compressed rows of ``counts`` entries each, and each entry's place within its row."""
     starts = np.zeros(len(counts) + 1, dtype=np.int64)
@@ -402,7 +390,7 @@ def _structure_of(params: EnvParams) -> GraphStructure:
     param_gather = params.zero in (1, 2) and params.gather_len > 0
 
     # the orders' parts, checked: each on its stage's GPU, each once
-    part_gpu, part_kind, part_stage, part_mb, second = _order_parts(build_orders(params), params.dispatch != "static")
+    part_gpu, part_kind, part_stage, part_mb, second = order_parts(params)
     outside = (part_stage < 0) | (part_stage >= stages) | (part_mb < 0) | (part_mb >= n)
     if outside.any():
         k = int(np.argmax(outside))
@@ -467,11 +455,15 @@ def _structure_of(params: EnvParams) -> GraphStructure:
     table = np.full((len(_PART_KINDS), stages, n), -1, dtype=np.int64)
     table.reshape(-1)[key] = part_task
 
-    def transfers(kind_of: TaskKind, width: int = n) -> np.ndarray:
-        """Per stage and index, the transfer of ``kind_of`` (-1: none)."""
-        found = np.full((stages, width), -1, dtype=np.int64)
-        at = np.flatnonzero(kind == KIND_INDEX[kind_of])
-        found[stage[at], index[at]] = at
+    absent = np.full((stages, n), -1, dtype=np.int64)  # read only: every kind of transfer this graph has none of
+
+    def transfers(kind_of: TaskKind) -> np.ndarray:
+        """Per stage and micro-batch, the transfer of ``kind_of`` (-1: none)."""
+        chosen = block_kind == KIND_INDEX[kind_of]
+        if not chosen.any():
+            return absent
+        found = absent.copy()
+        found[block_stage[chosen]] = block_start[:-1][chosen, None] + np.arange(n)
         return found
 
     forward, whole, split_input, weight = table
@@ -519,7 +511,8 @@ def _structure_of(params: EnvParams) -> GraphStructure:
     # the transfers a start issues (section 15); and each issuer's exchanges, which what waits for it waits for too
     pair = KIND_INDEX[TaskKind.OVERLAP_F_B]
     issued_task, issued_by, holds = [], [], []
-    exchanges = np.full((count, 4), -1, dtype=np.int64)
+    exchanging = params.a2a_len > 0 or params.cp_len > 0
+    exchanges = np.full((count if exchanging else 0, 4), -1, dtype=np.int64)
     for column, (kind_of, issuers) in enumerate(((TaskKind.A2A, forward), (TaskKind.A2A_GRAD, gradient))):
         if params.a2a_len > 0:
             transfer, issuer = tables[kind_of].reshape(-1), issuers.reshape(-1)
@@ -556,7 +549,7 @@ def _structure_of(params: EnvParams) -> GraphStructure:
     counts[long_rows] = [len(values) for values in long_lists]
     starts, _ = _compressed(counts)
     consumer = np.repeat(task, counts)
-    if (exchanges >= 0).any():  # each need's exchanges appended, in the order of the needs
+    if exchanging:  # each need's exchanges appended, in the order of the needs
         extra = exchanges[needs]
         extra[np.isin(kind[consumer], [KIND_INDEX[a2a] for a2a in A2A_KINDS])] = -1
         more = extra >= 0
@@ -571,8 +564,8 @@ def _structure_of(params: EnvParams) -> GraphStructure:
         consumer = np.repeat(task, counts)
 
     # each task's releases: transfers first, in TRANSFER_KINDS order, then compute tasks; by index within a kind
-    rank = np.array([TRANSFER_KINDS.index(k) if k in TRANSFER_KINDS else len(TRANSFER_KINDS) for k in KINDS])
-    place = np.lexsort((consumer, rank[kind[consumer]], needs))
+    rank = _RELEASE_RANK[kind[consumer]]
+    place = np.argsort((needs * (len(TRANSFER_KINDS) + 1) + rank) * count + consumer, kind="stable")
     release_start, _ = _compressed(np.bincount(needs, minlength=count))
 
     # each GPU's order: its compute tasks, its optimizer step last; and the GPUs it exchanges transfers with
