@@ -5,6 +5,7 @@
     python benchmarks/bench.py --large      # the memory sweep at 5,003,350 simulations (about 80 more minutes)
     python benchmarks/bench.py --json out.json
     python benchmarks/bench.py --hindsight  # only dispatch = hindsight's seconds per draw
+    python benchmarks/bench.py --moe        # only a DeepSeek-V3 iteration at its published layout
 
 Measures: simulations per second on one core (default environment, all 121 policies
 of the sweep: shared, exclusive and priority-0 layers), compiled and as plain Python
@@ -487,9 +488,26 @@ def planner_405b(workers: int) -> dict:
                     dropout=False)
     started = time.perf_counter()
     result = plan(base, 8192, workers=workers)
-    meta = result.layout_ranks().get((8, 1, 16, 64))  # Dubey et al. 2024, table 4
+    meta = result.layout_ranks().get((8, 1, 16, 64, 1))  # Dubey et al. 2024, table 4
     return {"workers": workers, "seconds": time.perf_counter() - started, "enumerated": result.enumerated,
             "simulated": len(result.tried), "best": result.ranked[0].layout.describe(), "meta_layout_rank": meta}
+
+
+def deepseek_v3() -> dict:
+    """A DeepSeek-V3 iteration at its published layout (benchmarks/published.py's first mixture-of-experts row: 16
+    DualPipeV stages, 120 micro-batches, the all-to-all of 64-way expert parallelism): seconds of its first
+    simulation (the task graph built) and of a repeat, on one core, and its tasks."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from published import MOE, moe_environment
+
+    _, params = moe_environment(MOE[0])
+    started = time.perf_counter()
+    run = simulate(params, Policy())
+    first = time.perf_counter() - started
+    started = time.perf_counter()
+    simulate(params, Policy())
+    return {"tasks": len(run.tasks), "first_seconds": first, "repeat_seconds": time.perf_counter() - started,
+            "iteration_seconds": run.completion_time}
 
 
 def _print_doubling(rows: list[dict]) -> None:
@@ -560,12 +578,19 @@ def main() -> int:
     parser.add_argument("--doubling", action="store_true",
                         help="only the cost per task of graph construction and kernel, doubling tasks to a million")
     parser.add_argument("--hindsight", action="store_true", help="only dispatch = hindsight's seconds per draw")
+    parser.add_argument("--moe", action="store_true", help="only a DeepSeek-V3 iteration at its published layout")
     args = parser.parse_args()
     cores = os.cpu_count() or 1
 
     compile_kernel()
     if args.doubling:
         construction()
+        return 0
+    if args.moe:
+        moe = deepseek_v3()
+        print(f"DeepSeek-V3 on 2,048 H800 (DualPipeV, p 16, e 64, n 120; {moe['tasks']:,} tasks): first simulation "
+              f"{moe['first_seconds']:.2f} s, repeat {moe['repeat_seconds']:.2f} s on one core; iteration "
+              f"{moe['iteration_seconds']:.2f} s", flush=True)
         return 0
     solved = None
     if args.hindsight or not (args.planner or args.chart):

@@ -208,6 +208,69 @@ def selective_mfu(row: SelectiveRow, efficiency: float = EFFICIENCY) -> float:
     return iteration_flops(workload, row.batch) / (time * row.gpus * workload.device.tflops * 1e12)
 
 
+class MoeRow(NamedTuple):
+    """A mixture of experts' published training throughput with its layout (docs/model.md section 16), sequences
+    of 4,096 tokens, micro-batches of one, the distributed optimizer (zero 1), ``tokens`` per GPU per second."""
+
+    source: str
+    model: str
+    gpu: str
+    gpus: int
+    tensor: int
+    pipeline: int
+    expert: int
+    schedule: str
+    chunks: int
+    batch: int
+    ep_overlap: int
+    route_nodes: int | None
+    tokens: float
+
+
+#: DeepSeek-AI 2024, "DeepSeek-V3 Technical Report", sections 1 and 3.2: 180K H800 GPU hours per trillion tokens
+#: (1e12 / 180,000 / 3,600 tokens per GPU-second), DualPipe, node-limited routing to 4 nodes. NVIDIA Megatron-Bridge
+#: performance summary (releases 25.09, 25.11 and 26.04; token counts force-balanced, dropless; FP8): DeepSeek-V3 and
+#: Qwen3-235B-A22B on H100, DeepSeek-V3's recipe with the expert-parallel overlap. Megatron-LM's MoE README (Core
+#: v0.9): Mixtral 8x7B at 468 TFLOP/s on its reference layout, BF16, by its count of 79.7 GFLOP a token.
+MOE = (
+    MoeRow("DeepSeek-V3 report", "deepseek-v3", "h800-80gb", 2048, 1, 16, 64, "dualpipe-v", 2, 15360, 0, 4,
+           1e12 / 180_000 / 3600),
+    MoeRow("Megatron-Bridge 25.09", "deepseek-v3", "h100-80gb", 1024, 2, 8, 64, "interleaved-1f1b", 4, 8192, 1,
+           None, 1297),
+    MoeRow("Megatron-Bridge 25.11", "qwen3-235b-a22b", "h100-80gb", 256, 2, 8, 32, "interleaved-1f1b", 4, 2048, 0,
+           None, 1575),
+    MoeRow("Megatron-Bridge 26.04", "qwen3-235b-a22b", "h100-80gb", 256, 2, 8, 32, "interleaved-1f1b", 4, 8192, 0,
+           None, 1712),
+    MoeRow("Megatron-LM MoE README", "mixtral-8x7b", "h100-80gb", 64, 1, 4, 8, "interleaved-1f1b", 8, 256, 0, None,
+           468e12 / 79.7e9),
+)
+#: One efficiency for every mixture-of-experts row, calibrated on DeepSeek-V3's own (bisection, 4 digits). FP8
+#: GEMMs are counted at the BF16 peak: the efficiency takes their speed-up in.
+MOE_EFFICIENCY = 0.5914
+#: The all-to-all in the data-parallel class: its kernels take SMs from the compute they overlap, which slows it as a
+#: sync does (docs/model.md section 3.3, impact 0.2; DeepSeek-V3 gives 20 of an H800's 132 SMs to communication).
+A2A_CLASS = "grad_sync"
+
+
+def moe_environment(row: MoeRow, efficiency: float = MOE_EFFICIENCY) -> tuple[Workload, EnvParams]:
+    """A row as a workload: its preset, layout and schedule, data parallel the rest of the GPUs, 50 GB/s of
+    network per GPU (400 Gb/s InfiniBand) for every transfer across nodes, 8 GPUs a node, flash attention, the
+    element-wise kernels and the optimizer step."""
+    data = row.gpus // (row.tensor * row.pipeline)
+    workload = Workload(model=row.model, gpu=row.gpu, compute_efficiency=efficiency, tensor_parallel=row.tensor,
+                        data_parallel=data, expert_parallel=row.expert, global_batch_size=row.batch,
+                        route_nodes=row.route_nodes, optimizer_step=True, elementwise=True, flash_attention=True)
+    return workload, workload_environment(workload, num_gpus=row.pipeline, schedule=row.schedule, chunks=row.chunks,
+                                          zero=1, ep_overlap=row.ep_overlap, a2a_class=A2A_CLASS)
+
+
+def moe_tokens(row: MoeRow, efficiency: float = MOE_EFFICIENCY) -> float:
+    """Our tokens per GPU per second of a row."""
+    workload, params = moe_environment(row, efficiency)
+    assert workload.seq_len is not None
+    return row.batch * workload.seq_len / simulate(params, DEFAULT_POLICY).completion_time / row.gpus
+
+
 def implied_efficiency(row: MegatronRow, steps: int = 14) -> float:
     """The ``compute_efficiency`` at which our throughput of ``row`` meets the published one (bisection on 0.3 to
     0.9, ``steps`` halvings): what one efficiency for every shape leaves out, row by row."""
@@ -242,6 +305,13 @@ def main(argv: list[str] | None = None) -> int:
         ours = selective_mfu(selective)
         lines.append(f"| selective recomputation {selective.name}, t 8 p {selective.pipeline} on {selective.gpus:,} "
                      f"A100: MFU | {selective.mfu:.1%} | {ours:.1%} | {100 * (ours / selective.mfu - 1):+.1f}% |")
+    for moe in MOE:
+        ours = moe_tokens(moe)
+        mark = " (calibration)" if moe is MOE[0] else ""
+        overlap = ", expert-parallel overlap" if moe.ep_overlap else ""
+        lines.append(f"| {moe.model} on {moe.gpus:,} {moe.gpu[:4].upper()}, t {moe.tensor} p {moe.pipeline} e "
+                     f"{moe.expert}, {moe.schedule}{overlap}, batch {moe.batch:,} ({moe.source}){mark}: tokens/s per "
+                     f"GPU | {moe.tokens:,.0f} | {ours:,.0f} | {100 * (ours / moe.tokens - 1):+.1f}% |")
     for zb in ZERO_BUBBLE:
         published = zb.zb_1p / zb.one_f_one_b
         ours = zero_bubble_ratio(zb)

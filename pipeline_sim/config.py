@@ -31,7 +31,16 @@ from .engine import memory_in_force
 from .hindsight import check_hindsight
 from .inputs import TooLarge, read_at_most
 from .learned import LearnedPolicy, load_policy, read_policy
-from .model import HINDSIGHT, LIST_KEYS, PARAMETER, PARAMETERS, SCHEDULE_PARAMETERS, EnvParams, ParameterError
+from .model import (
+    EP_OVERLAP_SCHEDULES,
+    HINDSIGHT,
+    LIST_KEYS,
+    PARAMETER,
+    PARAMETERS,
+    SCHEDULE_PARAMETERS,
+    EnvParams,
+    ParameterError,
+)
 from .parameters import OPTIONAL_GROUPS, Names
 from .schedules import SCHEDULES, get_schedule
 from .taskgraph import estimated_tasks
@@ -328,16 +337,21 @@ class EnvironmentGrid:
 
     def _combinations(self) -> Iterator[dict[str, Any]]:
         """Every combination in grid order, without those that differ only by a parameter their schedule ignores (or
-        by a memory limit under the static order, which ignores it)."""
+        by a memory limit under the static order, or by the all-to-all's parameters without one)."""
         names = [name for name, _ in self.values]
         position = {name: i for i, name in enumerate(names)}
         ignored_by = {spec.name: [position[p] for p in SCHEDULE_PARAMETERS if p not in spec.parameters]
                       for spec in SCHEDULES.values()}
         schedule_at, dispatch_at, memory_at = position["schedule"], position["dispatch"], position["memory_limit"]
+        # the all-to-all's parameters mean nothing without one: no expert parallelism, or no a2a_len
+        a2a_at, none = (position["expert_parallel"], 1) if self.has_workload else (position["a2a_len"], 0)
+        a2a_only = [position[name] for name in ("a2a_weights", "a2a_class", "ep_overlap")]
         for indices in product(*(range(len(values)) for _, values in self.values)):
             combo = [values[i] for (_, values), i in zip(self.values, indices)]
             if any(indices[i] for i in ignored_by[combo[schedule_at]]) or \
-                    (combo[dispatch_at] == "static" and indices[memory_at]):
+                    (combo[dispatch_at] == "static" and indices[memory_at]) or \
+                    (combo[a2a_at] == none and any(indices[i] for i in a2a_only)) or \
+                    (combo[schedule_at] not in EP_OVERLAP_SCHEDULES and indices[position["ep_overlap"]]):
                 continue
             for key, other in self.ties:
                 combo[position[key]] = combo[position[other]]

@@ -612,7 +612,7 @@ def calculate_full_pipeline_schedule(
         fb_overlap: float = 0.0, stage_weights: Sequence[float] = (), sync_weights: Sequence[float] = (),
         bwd_weights: Sequence[float] = (), optimizer_len: float = 0.0, zero: int = 0, gather_len: float = 0.0,
         cp_len: float = 0.0, a2a_len: float = 0.0, a2a_weights: Sequence[float] = (), a2a_class: str = "pipeline",
-        dispatch: str = "static",
+        ep_overlap: int = 0, dispatch: str = "static",
         memory_limit: float = 0.0, compute_jitter: float = 0.0, comm_jitter: float = 0.0,
         jitter_dist: str = "lognormal", slow_gpu: int = -1, slow_factor: float = 1.0, seed: int = 0, sample: int = 0,
         priorities: Mapping[str, float] | None = None, exclusive_tiers: Mapping[str, str] | None = None,
@@ -630,7 +630,8 @@ def calculate_full_pipeline_schedule(
     optimizer step after its last ``grad_sync`` (section 6.7). ``zero`` (1 to 3) shards data parallelism with
     all-gathers of ``gather_len`` work; ``cp_len`` (0: none) is the attention exchange of context parallelism
     (section 15). ``a2a_len`` (0: none) is the all-to-all of expert parallelism, ``a2a_weights`` each stage's share
-    of it and ``a2a_class`` whose priority it takes (``pipeline`` or ``grad_sync``; section 16). ``priorities``
+    of it and ``a2a_class`` whose priority it takes (``pipeline`` or ``grad_sync``); ``ep_overlap`` 1 pairs each
+    forward with a neighbouring backward so that their all-to-alls overlap (section 16). ``priorities``
     maps a transfer kind (``fwd_prop``,
     ``grad_prop``, ``grad_sync``) to a shared priority in [0, 1] (missing kinds get 1.0);
     ``exclusive_tiers`` maps a kind to a tier letter, ``'a'`` highest, which overrides its

@@ -101,6 +101,9 @@ PRIORITY_CLASS: dict[TaskKind, TaskKind] = {
     TaskKind.A2A_GRAD: TaskKind.GRAD_PROP}
 #: The all-to-all of expert parallelism (section 16), whose class ``a2a_class`` may move to the data-parallel one.
 A2A_KINDS = (TaskKind.A2A, TaskKind.A2A_GRAD)
+#: The schedules whose orders ``ep_overlap`` pairs (the others have pairs of their own, no whole backward to pair
+#: or, GPipe, no backward followed by a forward).
+EP_OVERLAP_SCHEDULES = ("1f1b", "interleaved-1f1b")
 #: The classes ``a2a_class`` names: the pipeline's (each all-to-all as above) or the data-parallel one.
 A2A_CLASSES = ("pipeline", "grad_sync")
 TRANSFER_KINDS: tuple[TaskKind, ...] = tuple(PRIORITY_CLASS)
@@ -316,7 +319,11 @@ class EnvParams:
                                                metavar="W,W,...")
     a2a_class: str = parameter("pipeline", Names(A2A_CLASSES), "whose priority and tier the all-to-all takes: the "
                                "pipeline transfers' (a forward's fwd_prop's, a backward's grad_prop's) or grad_sync's",
-                               short="", label="a2a class", group="strategies", metavar="CLASS")
+                               short="class", label="a2a class", group="strategies", metavar="CLASS")
+    ep_overlap: int = parameter(0, Integers(0, 1), "1: each backward beside the forward of another micro-batch "
+                                "after it in its GPU's order, as one pair whose all-to-alls hide behind each other's "
+                                "compute (1f1b, interleaved-1f1b; Megatron-Core's expert-parallel overlap)",
+                                short="epo", label="ep overlap", group="strategies", metavar="0|1")
     dispatch: str = parameter("static", Dispatchers((*DISPATCHERS, HINDSIGHT), case_insensitive=True),
                               "who chooses a free GPU's next compute task: the schedule's order, a rule at run "
                               "time (case-insensitive), or a learned policy's file", short="", label="",
@@ -346,6 +353,10 @@ class EnvParams:
         spec.check(self.n, self.num_gpus)
         object.__setattr__(self, "schedule", spec.name)
         object.__setattr__(self, "dispatch", Dispatchers((*DISPATCHERS, HINDSIGHT)).normal(self.dispatch))
+        if self.dispatch != "static" and self.ep_overlap and self.a2a_len > 0 and spec.name in EP_OVERLAP_SCHEDULES:
+            raise ParameterError("dispatch", self.dispatch, "with ep_overlap 1 pairs a forward and a backward of the "
+                                 "static order, which a dispatcher would run apart: use dispatch static, or "
+                                 "ep_overlap 0")
         if self.dispatch != "static" and "fb_overlap" in spec.parameters and self.fb_overlap > 0:
             raise ParameterError("dispatch", self.dispatch, f"{spec.name} with fb_overlap > 0 overlaps a forward and a "
                                  "backward as one task, which has no run-time form: use dispatch static, or "
@@ -381,7 +392,8 @@ class EnvParams:
         used = get_schedule(self.schedule).parameters
         return tuple(name for name in SCHEDULE_PARAMETERS if name not in used) + \
             (("memory_limit",) if self.dispatch == "static" else ()) + (("gather_len",) if self.zero == 0 else ()) + \
-            (("a2a_weights", "a2a_class") if self.a2a_len == 0.0 else ())
+            (("a2a_weights", "a2a_class", "ep_overlap") if self.a2a_len == 0.0 else ()) + \
+            (("ep_overlap",) if self.a2a_len > 0.0 and self.schedule not in EP_OVERLAP_SCHEDULES else ())
 
     def relevant(self) -> tuple[str, ...]:
         """The parameters that make this simulation what it is, in table order: all but those its schedule
@@ -475,7 +487,7 @@ DISPATCH_KEYS = tuple(p.name for p in PARAMETERS if p.group == "dispatch")
 #: The parameters whose value is one number per stage (``Weights``): a JSON grid gives a list per value.
 LIST_KEYS = tuple(p.name for p in PARAMETERS if p.type is tuple)
 #: The parameters some environments ignore (``EnvParams.ignored``): their cells may be empty.
-IGNORABLE = (*SCHEDULE_PARAMETERS, "memory_limit", "gather_len", "a2a_weights", "a2a_class")
+IGNORABLE = (*SCHEDULE_PARAMETERS, "memory_limit", "gather_len", "a2a_weights", "a2a_class", "ep_overlap")
 
 
 #: Which draw of an environment's noise a simulation is (docs/model.md section 8): 64 bits of the generator's state.

@@ -193,19 +193,45 @@ ORDERS: dict[str, Callable[[int, int, int], list[Order]]] = {"zb-v": _zb_v, "dua
 
 
 def build_orders(params: EnvParams) -> list[Order]:
-    """Per GPU, the actions of ``params``' schedule in the order it runs them."""
+    """Per GPU, the actions of ``params``' schedule in the order it runs them; with ``ep_overlap``, each forward
+    and a neighbouring backward paired (``paired``)."""
     if params.schedule in COLUMNS:
-        return [_actions(map(KINDS.__getitem__, kinds), stages, mbs)
-                for kinds, stages, mbs in (columns.tolist() for columns in COLUMNS[params.schedule](
-                    params.num_gpus, params.n, params.v))]
-    return ORDERS[params.schedule](params.num_gpus, params.n, params.v)
+        orders = [_actions(map(KINDS.__getitem__, kinds), stages, mbs)
+                  for kinds, stages, mbs in (columns.tolist() for columns in COLUMNS[params.schedule](
+                      params.num_gpus, params.n, params.v))]
+    else:
+        orders = ORDERS[params.schedule](params.num_gpus, params.n, params.v)
+    return [paired(order) for order in orders] if _pairing(params) else orders
+
+
+def _pairing(params: EnvParams) -> bool:
+    """Whether ``params``' orders pair forwards and backwards for the all-to-all's overlap (section 16.1)."""
+    return bool(params.ep_overlap) and params.a2a_len > 0
+
+
+def paired(order: Order) -> Order:
+    """``order`` with each whole backward run beside the forward right after it, of another micro-batch (docs/model.md
+    section 16.1). Pairing a backward with the forward before it would deadlock 1F1B: that forward's successor
+    stage pairs it with the backward this one waits for."""
+    out: Order = []
+    k = 0
+    while k < len(order):
+        first, second = order[k], order[k + 1] if k + 1 < len(order) else None
+        if isinstance(first, Action) and isinstance(second, Action) and first.kind is B and second.kind is F \
+                and first.mb != second.mb:
+            out.append(Pair(second, first))
+            k += 2
+        else:
+            out.append(first)
+            k += 1
+    return out
 
 
 def order_parts(params: EnvParams) -> tuple[np.ndarray, ...]:
     """Every part of the actions of ``params``' orders, GPU after GPU: its GPU, kind number (``KIND_INDEX``), stage
     and micro-batch, and whether it is the second part of a pair run as one task (a dispatcher runs each part of a
     pair as a task of its own)."""
-    if params.schedule in COLUMNS:
+    if params.schedule in COLUMNS and not _pairing(params):
         orders = COLUMNS[params.schedule](params.num_gpus, params.n, params.v)
         kinds, stages, mbs = np.hstack(orders) if orders else np.zeros((3, 0), dtype=np.int64)
         return (np.repeat(np.arange(len(orders)), [len(order[0]) for order in orders]), kinds, stages, mbs,
@@ -214,7 +240,7 @@ def order_parts(params: EnvParams) -> tuple[np.ndarray, ...]:
     flat: list[tuple] = []  # every part: an action
     gpus: list[int] = []
     seconds: list[bool] = []
-    for gpu, order in enumerate(ORDERS[params.schedule](params.num_gpus, params.n, params.v)):
+    for gpu, order in enumerate(build_orders(params)):
         if Pair in set(map(type, order)):
             for action in order:
                 if isinstance(action, Pair):

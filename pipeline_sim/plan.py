@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from functools import lru_cache
+from itertools import product
 from typing import Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 import numpy as np
@@ -29,10 +30,9 @@ from .workload import (
     RECOMPUTE_MODES,
     Workload,
     gpu_memory_gb,
-    gpu_params,
     iteration_flops,
     stage_layers,
-    static_memory,
+    static_bytes,
     workload_environment,
 )
 
@@ -44,6 +44,8 @@ MICRO_BATCH_SIZES = (1, 2, 4)
 #: The schedules searched (the one-chunk ones dominate gpipe, and dualpipe-v is left to the sweep: its two-way
 #: traffic needs a policy grid of its own to be judged); interleaved-1f1b with every chunk count of ``chunk_counts``.
 SCHEDULES = ("1f1b", "interleaved-1f1b", "zb-h1", "zb-v")
+#: For a model with experts, dualpipe-v too: its pairs hide the all-to-all (docs/model.md section 16).
+EXPERT_SCHEDULES = (*SCHEDULES, "dualpipe-v")
 ZERO_STAGES = (0, 1, 2, 3)
 #: Context parallelism is for sequences too long for one GPU: each rank keeps at least this many tokens. Below it a
 #: rank's matrix products shrink and its attention exchange is no longer hidden, which one efficiency for every
@@ -65,14 +67,14 @@ PEAK_ROUNDS = 4
 #: both are multiples of p and at least 2 p, as the schedules require.
 SCREEN_ROUNDS = 2
 #: The dimensions a user may pin (``Filters``), by the workload's or the environment's word.
-DIMENSIONS = ("tensor_parallel", "context_parallel", "pipeline_parallel", "data_parallel", "zero",
+DIMENSIONS = ("tensor_parallel", "context_parallel", "expert_parallel", "pipeline_parallel", "data_parallel", "zero",
               "micro_batch_size", "schedule", "chunks", "recompute")
-COLUMNS = ("rank", "layout_rank", "tensor_parallel", "context_parallel", "pipeline_parallel", "data_parallel", "zero",
-           "micro_batch_size", "schedule", "chunks", "recompute", "partition", "layers_per_stage",
-           "iteration_seconds", "tokens_per_second", "tflops_per_gpu", "mfu", "memory_gb", "gpu_memory_gb",
-           "over_gb", "policy", "simulated")
+COLUMNS = ("rank", "layout_rank", "tensor_parallel", "context_parallel", "expert_parallel", "pipeline_parallel",
+           "data_parallel", "zero", "micro_batch_size", "schedule", "chunks", "recompute", "partition",
+           "layers_per_stage", "iteration_seconds", "tokens_per_second", "tflops_per_gpu", "mfu", "memory_gb",
+           "gpu_memory_gb", "over_gb", "policy", "simulated")
 #: The columns of a layout itself (``Layout.row``): what ``--mark`` may name.
-LAYOUT_COLUMNS = COLUMNS[2:13]
+LAYOUT_COLUMNS = COLUMNS[2:14]
 #: What the ``simulated`` column says of a layout that was not simulated.
 OVER_MEMORY, ABOVE_BOUND = "no: over memory", "no: bound above the listed"
 LOWER_ZERO = "no: a lower zero stage was faster"
@@ -112,9 +114,10 @@ class Layout:
         return self.workload.data_parallel
 
     @property
-    def degrees(self) -> tuple[int, int, int, int]:
-        """Tensor, context, pipeline and data-parallel degrees: the layout a user names, whatever runs on it."""
-        return self.tensor, self.context, self.pipeline, self.data
+    def degrees(self) -> tuple[int, int, int, int, int]:
+        """Tensor, context, pipeline, data and expert-parallel degrees: the layout a user names, whatever runs on
+        it (the experts split within data x tensor, so they add no GPU)."""
+        return self.tensor, self.context, self.pipeline, self.data, self.workload.expert_parallel
 
     def describe(self) -> str:
         """``t 8 p 16 d 64, b 1, interleaved-1f1b x4, zero 1, recompute none, balanced`` (``c`` when above 1)."""
@@ -130,14 +133,16 @@ class Layout:
 def describe(workload: Workload, pipeline: int, schedule: str, v: int, zero: int, partition: str) -> str:
     context = f" c {workload.context_parallel}" if workload.context_parallel > 1 else ""
     chunks = f" x{v}" if schedule == "interleaved-1f1b" else ""
-    return (f"t {workload.tensor_parallel}{context} p {pipeline} d {workload.data_parallel}, b "
+    experts = f" e {workload.expert_parallel}" if workload.expert_parallel > 1 else ""
+    return (f"t {workload.tensor_parallel}{context} p {pipeline} d {workload.data_parallel}{experts}, b "
             f"{workload.micro_batch_size}, {schedule}{chunks}, zero {zero}, recompute {workload.recompute}, "
             f"{partition}")
 
 
 def layout_cells(workload: Workload, pipeline: int, schedule: str, v: int, zero: int, partition: str) -> list[object]:
     layers = stage_layers(workload, pipeline * v)
-    return [workload.tensor_parallel, workload.context_parallel, pipeline, workload.data_parallel, zero,
+    return [workload.tensor_parallel, workload.context_parallel, workload.expert_parallel, pipeline,
+            workload.data_parallel, zero,
             workload.micro_batch_size, schedule, v if v > 1 else "", workload.recompute, partition,
             " ".join(map(str, layers))]
 
@@ -197,9 +202,9 @@ class PlanResult:
     pruned_bound: int
     unsimulated: tuple[Unsimulated, ...] = ()
 
-    def layout_ranks(self) -> dict[tuple[int, int, int, int], int]:
+    def layout_ranks(self) -> dict[tuple[int, ...], int]:
         """Each layout's (``Layout.degrees``) rank by its fastest run that fits."""
-        ranks: dict[tuple[int, int, int, int], int] = {}
+        ranks: dict[tuple[int, ...], int] = {}
         for outcome in self.ranked:
             ranks.setdefault(outcome.layout.degrees, len(ranks) + 1)
         return ranks
@@ -221,7 +226,7 @@ class PlanResult:
 
 def _layout_leaders(ranked: Sequence[Outcome]) -> list[Outcome]:
     """The first run of each layout in ``ranked``, for the first ``TOP_LAYOUTS`` layouts."""
-    seen: set[tuple[int, int, int, int]] = set()
+    seen: set[tuple[int, ...]] = set()
     leaders = []
     for outcome in ranked:
         if outcome.layout.degrees not in seen and len(seen) < TOP_LAYOUTS:
@@ -241,7 +246,7 @@ class _Leaders:
 
     def __init__(self) -> None:
         self.runs: list[float] = []
-        self.layouts: dict[tuple[int, int, int, int], float] = {}
+        self.layouts: dict[tuple[int, ...], float] = {}
 
     def record(self, outcomes: list[Outcome | float | None]) -> None:
         for outcome in outcomes:
@@ -341,10 +346,12 @@ def enumerate_layouts(base: Workload, gpus: int, env: dict[str, object] | None =
                 d = gpus // (t * c * p)
                 if not _allowed(filters, "data_parallel", [d]) or p > shape.layers:
                     continue
-                for b in _allowed(filters, "micro_batch_size", MICRO_BATCH_SIZES):
+                experts = [e for e in _divisors(shape.experts) if not (d * t) % e] if shape.experts else [1]
+                for e, b in product(_allowed(filters, "expert_parallel", experts),
+                                    _allowed(filters, "micro_batch_size", MICRO_BATCH_SIZES)):
                     if base.global_batch_size % (b * d):
                         continue
-                    for schedule in _allowed(filters, "schedule", SCHEDULES):
+                    for schedule in _allowed(filters, "schedule", EXPERT_SCHEDULES if shape.experts else SCHEDULES):
                         chunks = _allowed(filters, "chunks", chunk_counts(shape.layers, p)) \
                             if schedule == "interleaved-1f1b" else [get_schedule(schedule).v(2)]
                         for v in chunks:
@@ -353,7 +360,7 @@ def enumerate_layouts(base: Workload, gpus: int, env: dict[str, object] | None =
                             for recompute in _allowed(filters, "recompute", RECOMPUTE_MODES):
                                 if recompute == "selective" and base.flash_attention:
                                     continue  # what selective recomputes, flash attention never keeps: none again
-                                found = _partitions(base, t, c, d, b, recompute, p, schedule, v, env, filters,
+                                found = _partitions(base, t, c, e, d, b, recompute, p, schedule, v, env, filters,
                                                     budget)
                                 enumerated += found[0]
                                 layouts.extend(found[1])
@@ -363,7 +370,7 @@ def enumerate_layouts(base: Workload, gpus: int, env: dict[str, object] | None =
     return Enumeration(layouts, enumerated, least, too_large)
 
 
-def _partitions(base: Workload, t: int, c: int, d: int, b: int, recompute: str, p: int, schedule: str, v: int,
+def _partitions(base: Workload, t: int, c: int, e: int, d: int, b: int, recompute: str, p: int, schedule: str, v: int,
                 env: dict[str, object] | None, filters: Filters | None,
                 budget: float) -> tuple[int, list[Layout], list[Unsimulated], tuple[float, str]]:
     """The layouts of one choice of degrees, micro-batch, schedule and recomputation, over partitions and zero:
@@ -372,19 +379,17 @@ def _partitions(base: Workload, t: int, c: int, d: int, b: int, recompute: str, 
     balanced: tuple[int, ...] | None = None  # the split of the first partition
     zeros = _allowed(filters, "zero", ZERO_STAGES if d > 1 else (0,))
     for partition, split in PARTITIONS.items():
-        workload = replace(base, tensor_parallel=t, context_parallel=c, data_parallel=d, micro_batch_size=b,
-                           recompute=recompute, layers_per_stage=split, sequence_parallel=None)
+        workload = replace(base, tensor_parallel=t, context_parallel=c, expert_parallel=e, data_parallel=d,
+                           micro_batch_size=b, recompute=recompute, layers_per_stage=split, sequence_parallel=None)
         layers = stage_layers(workload, p * v)
         if layers == balanced:
             continue  # the same split twice
         balanced = layers
         # the split itself, so that a worker need not find it again
         workload = replace(workload, layers_per_stage=layers)
-        held = max(gpu_params(workload, p, schedule, v))
         for zero in zeros:
             enumerated += 1
-            per_param, working = static_memory(workload, zero, 1)  # gradients sharded as zero 2 defaults
-            static = (held * per_param + working) / 1e9
+            static = max(static_bytes(workload, p, schedule, v, zero, 1)) / 1e9  # gradients sharded as zero 2 does
             if static > budget:
                 if static < least[0]:
                     least = (static, f"t {t} p {p} d {d}, {schedule}")

@@ -167,7 +167,7 @@ def _check_cells(path: Path, frame: pd.DataFrame) -> None:
             raise _bad_cell(path, frame, prio, bad, f"must be a number (only a kind with an exclusive tier, "
                                                     f"{tier}, has none)")
     for column in (*STRING_KEYS, *OBJECT_KEYS, "policy"):
-        if column in frame.columns and (bad := frame[column].isna()).any():
+        if column in frame.columns and column not in IGNORABLE and (bad := frame[column].isna()).any():
             raise _bad_cell(path, frame, column, bad, "must be a name")
     # Each distinct value against its parameter's domain here, so that the first bad line is named, not the
     # environment it cuts short.
@@ -380,6 +380,10 @@ ENVIRONMENT_KEYS = tuple(p.name for p in PARAMETERS if p.group in ("environment"
 _BESIDE_WORKLOAD = tuple(name for name in ENVIRONMENT_KEYS if name not in DERIVED_KEYS + ("num_gpus",)
                          or name == "sync_freq")
 _BESIDE_SYNC = tuple(name for name in _BESIDE_WORKLOAD if name != "sync_freq")  # a workload's title says sync
+#: Sharded data parallelism, context parallelism and the all-to-all (docs/model.md sections 15 and 16): named in file
+#: names where given (an environment's strategies tell its heatmaps apart), those a workload does not derive.
+_STRATEGY_KEYS = tuple(p.name for p in PARAMETERS if p.group == "strategies")
+_STRATEGIES_BESIDE_WORKLOAD = tuple(name for name in _STRATEGY_KEYS if name not in DERIVED_KEYS)
 _NOISE_GROUPS = ("jitter", "straggler")
 
 
@@ -424,12 +428,13 @@ def _slug_parts(params: EnvParams, workload: Workload | None = None) -> tuple[st
         base = (f"{safe_name(w.shape.name)}_{safe_name(w.device.name)}_p{params.num_gpus}_t{w.tensor_parallel}"
                 f"_d{w.data_parallel}_mbs{w.micro_batch_size}_gbs{params.n * w.micro_batch_size * w.data_parallel}"
                 f"_s{w.seq_len}{'_sp' if w.sequence_parallel else ''}_{w.recompute}_eff{w.compute_efficiency:g}"
-                f"_p2p{w.p2p_bandwidth:g}_dp{w.dp_bandwidth:g}{_slugs(params, _BESIDE_WORKLOAD)}")
+                f"_p2p{w.p2p_bandwidth:g}_dp{w.dp_bandwidth:g}{_slugs(params, _BESIDE_WORKLOAD)}"
+                f"{_slugs(params, _STRATEGIES_BESIDE_WORKLOAD)}")
         if (w.dtype_bytes, w.bytes_per_param) != (2, 16.0):
             base += f"_bytes{w.dtype_bytes}_{w.bytes_per_param:g}"
         base += "".join(f"_{text}" for text in layout_words(w, short=True))
     else:
-        base = _slugs(params, ENVIRONMENT_KEYS)[1:]
+        base = _slugs(params, ENVIRONMENT_KEYS + _STRATEGY_KEYS)[1:]
     return base, _slugs(params, SCHEDULE_KEYS), "".join(_slugs(params, _group(group)) for group in _NOISE_GROUPS)
 
 
@@ -476,6 +481,15 @@ def layout_words(w: Workload, *, short: bool) -> list[str]:
         words.append("flash" if short else "flash attention")
     if not w.dropout:
         words.append("nodrop" if short else "no dropout")
+    if short:  # a title's label names them
+        words += [f"c{w.context_parallel}"] if w.context_parallel > 1 else []
+        words += [f"e{w.expert_parallel}"] if w.expert_parallel > 1 else []
+    if w.expert_imbalance != 1.0:
+        words.append(f"imb{w.expert_imbalance:g}" if short else f"expert imbalance {w.expert_imbalance:g}")
+    if w.route_nodes is not None:
+        words.append(f"rn{w.route_nodes}" if short else f"routed to {w.route_nodes} nodes")
+    if w.ep_bandwidth != w.dp_bandwidth:
+        words.append(f"ep{w.ep_bandwidth:g}" if short else f"ep {w.ep_bandwidth:g} GB/s")
     nvlink = w.device.nvlink_bandwidth
     if w.tensor_parallel > 1 and (nvlink is None or w.tp_bandwidth != nvlink / 2):
         words.append(f"tp{w.tp_bandwidth:g}" if short else f"tp {w.tp_bandwidth:g} GB/s")
@@ -492,7 +506,14 @@ def workload_title(params: EnvParams, workload: Workload) -> str:
             f"{''.join(', ' + text for text in layout_words(w, short=False))}\n"
             f"fwd {seconds_text(params.fwd_len)}, bwd {seconds_text(params.bwd_len)}, "
             f"prop {seconds_text(params.prop_len)}, "
-            f"{', '.join([_sync_text(params)] + titles(params, _BESIDE_SYNC))}")
+            f"{', '.join([_sync_text(params)] + _a2a_text(params) + titles(params, _BESIDE_SYNC))}")
+
+
+def _a2a_text(params: EnvParams) -> list[str]:
+    """The all-to-all of a forward, its class and overlap, where there is one (docs/model.md section 16)."""
+    if params.a2a_len == 0.0:
+        return []
+    return [f"all-to-all {seconds_text(params.a2a_len)}", *titles(params, ("a2a_class", "ep_overlap"))]
 
 
 def env_title(params: EnvParams, workload: Workload | None = None, *, schedule: bool = True,
@@ -500,7 +521,7 @@ def env_title(params: EnvParams, workload: Workload | None = None, *, schedule: 
     if workload is not None:
         text = workload_title(params, workload)
     else:
-        text = ", ".join(titles(params, ENVIRONMENT_KEYS))
+        text = ", ".join(titles(params, ENVIRONMENT_KEYS + _STRATEGY_KEYS))
     if noise and noise_name(params):
         text += f"; {noise_name(params, sep='; ')}"
     return f"{schedule_name(params)}: {text}" if schedule else text

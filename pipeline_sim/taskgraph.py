@@ -194,12 +194,12 @@ def _work(params: EnvParams) -> tuple[np.ndarray, np.ndarray]:
 
 def structure_key(params: EnvParams) -> tuple:
     """What a graph's structure depends on: the schedule, p, v, n, the sync frequency, whether pairs are split,
-    whether the GPUs step an optimizer, which gathers, exchanges and all-to-alls there are and the all-to-all's class
-    (which the transfers' priority classes read). Environments of one key differ
+    whether the GPUs step an optimizer, which gathers, exchanges and all-to-alls there are, the all-to-all's class
+    (which the transfers' priority classes read) and whether its pairs overlap. Environments of one key differ
     only in their tasks' work and impact (layouts of one schedule, p, v and n share one: the planner's do)."""
     return (params.schedule, params.num_gpus, params.v, params.n, params.sync_freq, params.dispatch != "static",
             params.optimizer_len > 0, params.zero if params.gather_len > 0 else 0, params.cp_len > 0,
-            params.a2a_class if params.a2a_len > 0 else "")
+            (params.a2a_class, params.ep_overlap) if params.a2a_len > 0 else ())
 
 
 _T = TypeVar("_T")

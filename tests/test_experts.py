@@ -63,14 +63,31 @@ def test_an_overlapped_pair_hides_its_all_to_all():
     assert calculate_full_pipeline_schedule(**example, a2a_len=1, dispatch="greedy").completion_time == 22.0
 
 
+def test_expert_parallel_overlap_pairs_a_backward_with_the_next_forward():
+    example = dict(num_gpus=2, n=4, fwd_len=1, bwd_len=2, prop_len=0, a2a_len=1, **FREE)
+    assert calculate_full_pipeline_schedule(schedule="interleaved-1f1b", **example).completion_time == 22.5
+    run = calculate_full_pipeline_schedule(schedule="interleaved-1f1b", ep_overlap=1, **example)
+    assert run.completion_time == 17.5 and validate_schedule(run) == []
+    one = calculate_full_pipeline_schedule(schedule="1f1b", ep_overlap=1, **example)
+    assert [[str(one.tasks[i].id) for i in order] for order in one.orders] == [
+        ["0F0", "0F1", "(0F2;0B0)", "(0F3;0B1)", "0B2", "0B3"], ["1F0", "(1F1;1B0)", "(1F2;1B1)", "(1F3;1B2)", "1B3"]]
+    assert one.completion_time == calculate_full_pipeline_schedule(schedule="1f1b", **example).completion_time == 25
+    # read only where it pairs: without an all-to-all, or in a schedule of its own pairs, it is the default
+    assert EnvParams(ep_overlap=1) == EnvParams()
+    assert EnvParams(schedule="zb-h1", a2a_len=1, ep_overlap=1).ep_overlap == 0
+    with pytest.raises(ParameterError, match="dispatch"):
+        EnvParams(a2a_len=1, ep_overlap=1, dispatch="greedy")
+
+
 def test_one_moe_layer_by_hand():
     mixtral = MODEL_PRESETS["mixtral-8x7b"]
-    w = Workload(model=mixtral, gpu="h100-80gb", data_parallel=8, expert_parallel=8, micro_batch_size=1)
+    w = Workload(model=mixtral, gpu="h100-80gb", data_parallel=8, expert_parallel=8, micro_batch_size=1, node_gpus=4)
     env = workload_environment(w, num_gpus=4, n=8)
-    per_layer = 2 * 4096 * 2 * 4096 * 2 * 7 / 8  # dispatch and combine, bytes
-    assert per_layer == 117_440_512
-    assert env.a2a_len == pytest.approx(8 * per_layer / 50e9, rel=1e-12)
-    assert env.a2a_len == pytest.approx(18.79e-3, abs=1e-5) and env.a2a_weights == ()
+    copy = 4096 * 4096 * 2  # one copy of a GPU's tokens, bytes
+    across, within = 2 * 2 * copy * 4 / 8, 2 * 2 * copy * 3 / 8  # dispatch and combine, top-2, 4 of 8 peers away
+    assert (across, within) == (67_108_864, 50_331_648)
+    assert env.a2a_len == pytest.approx(8 * max(across / 50e9, within / 450e9), rel=1e-12)
+    assert env.a2a_len == pytest.approx(10.74e-3, abs=1e-5) and env.a2a_weights == ()
     stretched = workload_environment(replace(w, expert_imbalance=1.25), num_gpus=4, n=8)
     assert stretched.a2a_len == pytest.approx(1.25 * env.a2a_len, rel=1e-12)
     routed = 2 * 4096 * 2 * 3 * 4096 * 14336
@@ -78,6 +95,9 @@ def test_one_moe_layer_by_hand():
     assert stretched.fwd_len > env.fwd_len
     # node-limited routing: at most route_nodes copies cross
     assert workload_environment(replace(w, route_nodes=1), num_gpus=4, n=8).a2a_len == pytest.approx(env.a2a_len / 2)
+    # all eight in one node: NVLink alone, 117,440,512 bytes at 450 GB/s a layer
+    one_node = workload_environment(replace(w, node_gpus=8), num_gpus=4, n=8)
+    assert one_node.a2a_len == pytest.approx(8 * 117_440_512 / 450e9, rel=1e-12)
     # no expert parallelism: no all-to-all
     assert workload_environment(replace(w, expert_parallel=1), num_gpus=4, n=8).a2a_len == 0.0
 
@@ -122,11 +142,11 @@ def _random_environment(rng: random.Random, seed: int) -> EnvParams | None:
                            prop_len=rng.choice([0, 0.5, 1]), sync_base_len=rng.choice([0, 1]),
                            optimizer_len=rng.choice([0, 1]), cp_len=rng.choice([0, 0, 0.3]),
                            a2a_len=rng.choice([0.2, 1, 3]), a2a_class=rng.choice(["pipeline", "grad_sync"]),
-                           fb_overlap=rng.choice([0, 0.3]),
+                           fb_overlap=rng.choice([0, 0.3]), ep_overlap=rng.choice([0, 1]),
                            dispatch=rng.choice(["static", "static", "greedy", "critical-path", "zb-adaptive"]),
                            compute_jitter=rng.choice([0, 0.2]), comm_jitter=rng.choice([0, 0.2]),
                            ingress_capacity=rng.choice([0.5, 1.0]), seed=seed)
-    except ParameterError:  # a schedule's requirement on n or the GPUs, or a pair under a dispatcher
+    except ParameterError:  # a schedule's requirement on n or the GPUs, or pairs under a dispatcher
         return None
     stages = params.num_gpus * params.v
     return replace(params, a2a_weights=tuple(rng.choice([0.0, 0.5, 1.0, 2.0]) for _ in range(stages))) \
@@ -136,7 +156,7 @@ def _random_environment(rng: random.Random, seed: int) -> EnvParams | None:
 def test_invariants_over_random_environments():
     rng = random.Random(36)
     checked = 0
-    while checked < 150:
+    while checked < 250:
         params = _random_environment(rng, checked)
         if params is None:
             continue
@@ -146,7 +166,9 @@ def test_invariants_over_random_environments():
         assert validate_schedule(run) == [], params
         assert run.lower_bound <= run.completion_time * (1 + 1e-9), params
         without = simulate(replace(params, a2a_len=0.0), policy, sample=checked % 3)
-        assert len(run.tasks) == len(without.tasks) + 2 * params.n * params.num_gpus * params.v
+        pairs = sum(t.kind == K.OVERLAP_F_B for t in run.tasks) - sum(t.kind == K.OVERLAP_F_B for t in without.tasks)
+        assert len(run.tasks) == len(without.tasks) + 2 * params.n * params.num_gpus * params.v - pairs
+        assert pairs == 0 or params.ep_overlap
 
 
 def test_defaults_change_nothing():
@@ -184,6 +206,7 @@ def test_a_sweep_over_the_all_to_all_class(tmp_path):
     by = {(row["a2a_len"], row["a2a_class"], row["policy"]): float(row["completion_time"]) for row in rows}
     policies = {row["policy"] for row in rows}
     assert {key[1] for key in by if key[0] == "0.0"} == {""}  # not read without an all-to-all: its cell is empty
+    assert sum(row["a2a_len"] == "0.0" for row in rows) == len(policies)  # and that environment is swept once
     # example 21's ports: the class decides which waits where pipeline messages are exclusive
     assert any(by["1.0", "pipeline", p] > by["1.0", "grad_sync", p] for p in policies)
     assert all(by["1.0", c, p] > by["0.0", "", p] for c in ("pipeline", "grad_sync") for p in policies)
@@ -195,4 +218,25 @@ def test_a_workload_sweep_with_experts(tmp_path):
                                                "expert_parallel": [1, 8]})
     assert {"a2a_len", "expert_parallel"} <= set(header)
     lengths = {row["expert_parallel"]: float(row["a2a_len"]) for row in rows}
-    assert lengths["1"] == 0.0 and lengths["8"] == pytest.approx(16 * 117_440_512 / 50e9)  # 16 layers a GPU
+    assert lengths["1"] == 0.0 and lengths["8"] == pytest.approx(16 * 117_440_512 / 450e9)  # 16 layers, in a node
+
+
+def test_the_planner_searches_expert_parallelism(tmp_path):
+    from conftest import run_script
+    result = run_script("plan.py", "--model", "mixtral-8x7b", "--gpu", "h100-80gb", "--gpus", "32",
+                        "--global-batch-size", "64", "--tensor-parallel", "1", "--pipeline-parallel", "4",
+                        "--micro-batch-size", "1", "--zero", "1", "--recompute", "none", "--node-gpus", "4",
+                        "--schedule", "1f1b,dualpipe-v",
+                        "-o", "plan.csv", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "4 GPUs a node" in result.stdout.splitlines()[0]
+    with open(tmp_path / "plan.csv", newline="") as handle:
+        rows = list(__import__("csv").DictReader(handle))
+    searched = {row["expert_parallel"] for row in rows}
+    assert searched == {"1", "2", "4", "8"}  # the divisors of 8 experts that divide d x t = 8
+    assert {row["schedule"] for row in rows} == {"1f1b", "dualpipe-v"}  # a pin may name it: experts are here
+    listed = [line for line in result.stdout.splitlines() if line[:3].strip().isdigit()]
+    assert any(" e 8," in line or " e 4," in line or " e 2," in line for line in listed)
+    # each expert degree is a layout of its own
+    ranks = {(row["expert_parallel"], row["layout_rank"]) for row in rows if row["rank"]}
+    assert len({rank for _, rank in ranks}) == len({e for e, _ in ranks})

@@ -42,7 +42,8 @@ def test_the_table_is_the_dataclass():
                                                                                      "bwd_weights", "optimizer_len",
                                                                                      "zero", "gather_len", "cp_len",
                                                                                      "a2a_len", "a2a_weights",
-                                                                                     "a2a_class", "dispatch",
+                                                                                     "a2a_class", "ep_overlap",
+                                                                                     "dispatch",
                                                                                      "memory_limit", *BOUND_COLUMNS))
 
 

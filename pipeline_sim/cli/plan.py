@@ -12,9 +12,11 @@ from typing import Callable, Sequence
 
 from ..cluster import ClusterLost, DaskCluster, connected
 from ..files import atomic_output, exclusive_writer, output_target
+from ..model import A2A_CLASSES
 from ..plan import (
     COLUMNS,
     DIMENSIONS,
+    EXPERT_SCHEDULES,
     LAYOUT_COLUMNS,
     NO_TENSOR_PARALLEL,
     SCHEDULES,
@@ -67,6 +69,17 @@ def build_parser(prog: str) -> Parser:
                                                                          "(default %(default)s)")
     parser.add_argument("--tp-bandwidth", type=float, default=None, metavar="GB/S",
                         help="tensor-parallel bandwidth per GPU (default: half the GPU's NVLink figure)")
+    experts = parser.add_argument_group("a model with experts (docs/model.md section 16)")
+    experts.add_argument("--expert-imbalance", type=float, default=1.0,
+                         help="the busiest expert GPU's tokens over the mean (default %(default)s)")
+    experts.add_argument("--route-nodes", type=positive_int, default=None,
+                         help="node-limited routing: at most this many copies of a token cross the network "
+                              "(default: top_k)")
+    experts.add_argument("--node-gpus", type=positive_int, default=8,
+                         help="GPUs per node; the all-to-all within one goes over NVLink (default %(default)s)")
+    experts.add_argument("--a2a-class", choices=A2A_CLASSES, default="pipeline",
+                         help="whose priority the all-to-all takes (default %(default)s; grad_sync: with the syncs, "
+                              "its kernels slowing the compute they overlap)")
     parser.add_argument("--optimizer-step", action=argparse.BooleanOptionalAction, default=None,
                         help="end each iteration with the optimizer step at the GPU's memory bandwidth (default on "
                              "when the GPU states it)")
@@ -92,15 +105,19 @@ def build_parser(prog: str) -> Parser:
         "pinning: each takes one value or several separated by commas; the other layouts are not searched")
     for key, kind, text in (
             ("tensor_parallel", int, "tensor-parallel degrees"), ("context_parallel", int, "context-parallel degrees"),
+            ("expert_parallel", int, "expert-parallel degrees of a model with experts (default: every degree dividing "
+                                     "its experts and data x tensor)"),
             ("pipeline_parallel", int, "pipeline degrees (GPUs of one pipeline)"),
             ("data_parallel", int, "data-parallel degrees"), ("zero", int, "ZeRO stages 0 to 3 (FSDP is 3)"),
-            ("micro_batch_size", int, "micro-batch sizes"), ("schedule", str, f"schedules ({', '.join(SCHEDULES)})"),
+            ("micro_batch_size", int, "micro-batch sizes"), ("schedule", str, f"schedules ({', '.join(SCHEDULES)}; "
+                                                                 "dualpipe-v too for a model with experts)"),
             ("chunks", int, "chunks per GPU of interleaved-1f1b (default: every count dividing a GPU's layers)"),
             ("recompute", str, f"recomputation ({', '.join(RECOMPUTE_MODES)})")):
         pins.add_argument("--" + key.replace("_", "-"), dest=key, default=None, metavar="V[,V...]",
                           type=_values(key, kind), help=text)
     parser.add_argument("--by", choices=("layout", "run"), default="layout",
-                        help="list the five fastest layouts (tensor, context, pipeline and data-parallel degrees), "
+                        help="list the five fastest layouts (tensor, context, pipeline, data and expert-parallel "
+                             "degrees), "
                              "each by its fastest run, or the ten fastest runs, several of one layout with other "
                              "schedules, sharding or recomputation (default %(default)s; the CSV has "
                              "both ranks)")
@@ -120,7 +137,7 @@ def build_parser(prog: str) -> Parser:
 
 
 def _values(key: str, kind: type) -> Callable[[str], frozenset]:
-    allowed = {"schedule": SCHEDULES, "recompute": RECOMPUTE_MODES, "zero": ZERO_STAGES}.get(key)
+    allowed = {"schedule": EXPERT_SCHEDULES, "recompute": RECOMPUTE_MODES, "zero": ZERO_STAGES}.get(key)
 
     def parse(text: str) -> frozenset:
         values = set()
@@ -240,7 +257,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
             model=preset_or_object("model", args.model), gpu=preset_or_object("gpu", args.gpu), seq_len=args.seq_len,
             global_batch_size=args.global_batch_size, compute_efficiency=args.compute_efficiency,
             p2p_bandwidth=args.p2p_bandwidth, dp_bandwidth=args.dp_bandwidth, tp_bandwidth=args.tp_bandwidth,
-            flash_attention=args.flash_attention, **given)))
+            flash_attention=args.flash_attention, expert_imbalance=args.expert_imbalance,
+            route_nodes=args.route_nodes, node_gpus=args.node_gpus, **given)))
         if args.jitter < 0 or args.jitter > 1:
             raise UserError(f"--jitter {args.jitter}: must be from 0 to 1")
         if not 0 <= args.memory_headroom < base.device.memory_gb:
@@ -248,6 +266,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                             f"{base.device.memory_gb:g} GB")
         marks = _marks(args.mark)
         env = {"compute_jitter": args.jitter, "comm_jitter": args.jitter, "seed": args.seed} if args.jitter else {}
+        env |= {"a2a_class": args.a2a_class} if args.a2a_class != "pipeline" else {}
         switches = [(word, short) for on, word, short in (
             (base.optimizer_step, "optimizer step", "_opt"), (base.elementwise, "element-wise work", "_ew"),
             (base.flash_attention, "flash attention", "_flash"), (not base.dropout, "no dropout", "_nodrop")) if on]
@@ -256,6 +275,10 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                                                      else []),
                   *(f"{key.replace('_', ' ')} {'/'.join(map(str, values))}" for key, values in pinned),
                   *([f"headroom {args.memory_headroom:g} GB"] if args.memory_headroom else []),
+                  *([f"expert imbalance {args.expert_imbalance:g}"] if args.expert_imbalance != 1.0 else []),
+                  *([f"routed to {args.route_nodes} nodes"] if args.route_nodes else []),
+                  *([f"{args.node_gpus} GPUs a node"] if args.node_gpus != 8 else []),
+                  *(["all-to-all with the syncs"] if args.a2a_class != "pipeline" else []),
                   *([f"tensor degree 1 only ({NO_TENSOR_PARALLEL})"] if base.tp_bandwidth is None else [])]
         output = args.output or Path("outputs/plan") / f"{plan_name(base, args, switches, pinned)}.csv"
         output_target(output)
@@ -303,9 +326,11 @@ def plan_name(base: Workload, args: argparse.Namespace, switches: list[tuple[str
     words = [f"plan_{safe_name(base.shape.name)}_{args.gpus}x{safe_name(base.device.name)}",
              f"gbs{args.global_batch_size}", f"s{base.seq_len}", f"eff{base.compute_efficiency:g}"]
     for value, default, word in ((args.p2p_bandwidth, 50.0, "p2p"), (args.dp_bandwidth, 50.0, "dp"),
-                                 (args.tp_bandwidth, None, "tp"), (args.memory_headroom, 0.0, "headroom")):
+                                 (args.tp_bandwidth, None, "tp"), (args.memory_headroom, 0.0, "headroom"),
+                                 (args.expert_imbalance, 1.0, "imb"), (args.route_nodes, None, "rn"),
+                                 (args.node_gpus, 8, "node"), (args.a2a_class, "pipeline", "class")):
         if value != default:
-            words.append(f"{word}{value:g}")
+            words.append(f"{word}{value}" if isinstance(value, str) else f"{word}{value:g}")
     words.extend(short.lstrip("_") for _, short in switches)
     if args.jitter:
         words.append(f"j{args.jitter:g}_seed{args.seed}_samples{args.samples}")

@@ -155,7 +155,8 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
                                         "and the all-to-all (default 1)"),
             ("ep_bandwidth", float, "all-to-all bandwidth per GPU, GB/s (default: --dp-bandwidth)"),
             ("route_nodes", int, "node-limited routing: at most this many copies of a token cross the network "
-                                 "(default: top_k)")):
+                                 "(default: top_k)"),
+            ("node_gpus", int, "GPUs per node: the all-to-all within a node goes over NVLink (default 8)")):
         work.add_argument("--" + key.replace("_", "-"), type=kind, default=None, help=text)
     work.add_argument("--sequence-parallel", action=argparse.BooleanOptionalAction, default=None,
                       help="sequence parallelism (default: on when --tensor-parallel > 1)")

@@ -129,7 +129,7 @@ def _memory_in_gb(ax, summary: pd.DataFrame) -> None:
     capacity = float(summary["gpu_memory_gb"].iloc[0])
     ax.barh(np.arange(len(peaks)), peaks, color=np.where(fits, "#9E9AC8", WORST), height=0.55)
     for i, (peak, activations) in enumerate(zip(peaks, summary["peak_activations"])):
-        ax.text(peak, i, f" {peak:.1f} GB ({activations:g} mb)", va="center", ha="left", fontsize=8,
+        ax.text(peak, i, f" {peak:.1f} GB ({activations:.3g} mb)", va="center", ha="left", fontsize=8,
                 color="#222222" if fits[i] else WORST)
     ax.axvline(capacity, color=WORST, linestyle="--", linewidth=1)
     ax.set_xlim(0, max(np.nanmax(peaks), capacity) * 1.45)

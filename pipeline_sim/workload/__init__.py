@@ -50,6 +50,7 @@ from .memory import (
     gpu_params,
     recompute_shares,
     stage_params,
+    static_bytes,
     static_memory,
 )
 from .partition import auto_splits, bottleneck_split, split_neighbours, stage_layers
@@ -64,6 +65,6 @@ __all__ = [
     "elementwise_forward", "embedding_forward_seconds", "faithful_defaults", "gpu_from_cell", "gpu_memory_gb",
     "gpu_params", "iteration_flops", "layer_forward_flops", "layer_params", "logits_forward_flops",
     "model_from_cell", "recompute_shares", "seconds_text", "sharded_collectives", "split_neighbours", "stage_costs",
-    "stage_layers", "stage_params", "static_memory", "tp_forward_seconds", "with_layers", "workload_columns",
-    "workload_environment", "workload_report"
+    "stage_layers", "stage_params", "static_bytes", "static_memory", "tp_forward_seconds", "with_layers",
+    "workload_columns", "workload_environment", "workload_report"
 ]

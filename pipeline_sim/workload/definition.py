@@ -52,6 +52,7 @@ class Workload:
     expert_imbalance: float = 1.0
     ep_bandwidth: float | None = None
     route_nodes: int | None = None
+    node_gpus: int = 8
 
     def __post_init__(self) -> None:
         model = _preset("model", self.model, MODEL_PRESETS, ModelShape)
@@ -148,15 +149,17 @@ class Workload:
         if model.experts % e:
             raise ParameterError("model.experts", model.experts, f"of {model.name} cannot be split evenly over "
                                                                  f"expert_parallel = {e} GPUs")
-        if self.data_parallel % e:
-            raise ParameterError("data_parallel", self.data_parallel, f"must be a multiple of expert_parallel = {e}: "
-                                 f"the experts are split over GPUs of the data-parallel group")
+        if (self.data_parallel * self.tensor_parallel) % e:
+            raise ParameterError("data_parallel", self.data_parallel, f"times tensor_parallel = "
+                                 f"{self.tensor_parallel} must be a multiple of expert_parallel = {e}: the experts are "
+                                 f"split over GPUs of the data- and tensor-parallel groups")
         Interval(1.0, 1e3, high_closed=True).check("expert_imbalance", self.expert_imbalance)
         if self.ep_bandwidth is None:
             object.__setattr__(self, "ep_bandwidth", self.dp_bandwidth)
         Interval(0.0, low_open=True).check("ep_bandwidth", self.ep_bandwidth)
         if self.route_nodes is not None:
             Integers(1).check("route_nodes", self.route_nodes)
+        Integers(1).check("node_gpus", self.node_gpus)
 
     @property
     def shape(self) -> ModelShape:
@@ -226,7 +229,7 @@ WORKLOAD_KEYS = tuple(f.name for f in fields(Workload))
 #: Workload keys a sweep's CSV carries only when its grid gives them (so that older grids write what they always did).
 OPTIONAL_WORKLOAD_KEYS = ("recompute_per_stage", "optimizer_step", "elementwise", "flash_attention", "dropout",
                           "shard_group", "context_parallel", "expert_parallel", "expert_imbalance", "ep_bandwidth",
-                          "route_nodes")
+                          "route_nodes", "node_gpus")
 
 
 def workload_columns(given: Collection[str] = ()) -> tuple[str, ...]:

@@ -107,17 +107,21 @@ def derived_parameters(workload: Workload, *, num_gpus: int, schedule: str = "1f
 
 def all_to_all(workload: Workload, stages: int, num_gpus: int) -> tuple[float, tuple[float, ...]]:
     """``a2a_len`` and ``a2a_weights`` (docs/model.md section 16): per MoE layer and micro-batch a dispatch and a
-    combine, each sending ``tokens x copies x h x dtype_bytes x (e - 1) / e`` from a GPU at ``ep_bandwidth``, the
-    busiest GPU's (``expert_imbalance``) setting the pace. ``copies`` is ``top_k``, or at most ``route_nodes`` when
-    routing is node-limited (a token crosses to a node once and is forwarded there over NVLink)."""
+    combine, each sending a GPU's ``tokens x copies x h x dtype_bytes``, the busiest GPU's (``expert_imbalance``)
+    setting the pace. Of the e GPUs, those of its node (``node_gpus``, the group packed into nodes) take their
+    share over NVLink (``tp_bandwidth``), the rest over the network (``ep_bandwidth``), at once: the slower sets the
+    time. Over the network ``copies`` is ``top_k``, or at most ``route_nodes`` when routing is node-limited (a token
+    crosses to a node once and is forwarded there over NVLink)."""
     shape, e = workload.shape, workload.expert_parallel
     if e == 1:
         return 0.0, ()
     assert workload.seq_len is not None and workload.ep_bandwidth is not None
     tokens = workload.seq_len * workload.rank_batch / (workload.tensor_parallel if workload.sequence_parallel else 1)
     copies = shape.top_k if workload.route_nodes is None else min(shape.top_k, workload.route_nodes)
-    per_layer = 2.0 * tokens * copies * shape.hidden * workload.dtype_bytes * (e - 1) / e \
-        * workload.expert_imbalance / (workload.ep_bandwidth * 1e9)
+    local = min(e, workload.node_gpus)
+    nvlink = workload.tp_bandwidth or workload.ep_bandwidth
+    seconds = max(copies * (e - local) / e / workload.ep_bandwidth, shape.top_k * (local - 1) / e / nvlink) / 1e9
+    per_layer = 2.0 * tokens * shape.hidden * workload.dtype_bytes * workload.expert_imbalance * seconds
     layers, first, counts = stage_layers(workload, stages), 0, []
     for count in layers:
         counts.append(sum(shape.is_moe(k) for k in range(first, first + count)))
@@ -131,10 +135,12 @@ def _expert_syncs(workload: Workload, zero: int, stages: int, v: int, share: flo
                   step: float) -> tuple[float, float, float, tuple[float, ...]]:
     """``sync_base_len``, ``optimizer_len``, ``gather_len`` and ``sync_weights`` of a model with experts (section
     16): replicated parameters synced, stepped and gathered as section 15 says, routed experts over the GPUs that hold
-    the same experts (``data_parallel / expert_parallel`` of them, times c). The weights follow the syncs."""
+    the same experts (``data_parallel x tensor_parallel / expert_parallel`` of them, times c). The weights follow the
+    syncs."""
     e = workload.expert_parallel
-    experts = replace(workload, data_parallel=workload.data_parallel // e, shard_group=None, expert_parallel=1,
-                      global_batch_size=None)
+    experts = replace(workload, data_parallel=workload.data_parallel * workload.tensor_parallel // e,
+                      shard_group=None, expert_parallel=1, global_batch_size=None, tensor_parallel=1,
+                      tp_bandwidth=None)
     expert_share, expert_gather = sharded_collectives(experts, zero)
     expert_step = step * workload.shards / max(1, workload.shards // e) if zero else step
     split = stage_param_split(workload, stages)
@@ -213,8 +219,9 @@ def workload_environment(workload: Workload, **env: Any) -> EnvParams:
         except ParameterError:
             raise ParameterError(given, value, f"gives {key} = {derived[key]:.3g} s {what}, outside "
                                                f"{PARAMETER[key].allowed} s") from None
-    # what the base ignored for want of a derived length (the all-to-all's class) is read again beside it
-    return replace(base, **derived, sync_freq=sync_freq, **{key: env[key] for key in ("a2a_class",) if key in env})
+    # what the base ignored for want of a derived length (the all-to-all's class and overlap) is read again beside it
+    return replace(base, **derived, sync_freq=sync_freq, **{key: env[key] for key in ("a2a_class", "ep_overlap")
+                                                             if key in env})
 
 
 def with_layers(workload: Workload, params: EnvParams, layers: tuple[int, ...]) -> tuple[Workload, EnvParams]:

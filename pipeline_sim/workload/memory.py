@@ -72,13 +72,14 @@ def stage_params(workload: Workload, stages: int) -> list[float]:
 
 
 def stage_param_split(workload: Workload, stages: int) -> list[tuple[float, float]]:
-    """Each stage's layer parameters a GPU holds (per tensor-parallel rank), as (replicated, expert): the routed
-    experts split over ``expert_parallel`` GPUs (docs/model.md section 16); no embedding."""
+    """Each stage's layer parameters a GPU holds, as (replicated, expert): the replicated ones per tensor-parallel
+    rank, the routed experts split over ``expert_parallel`` GPUs and not over tensor ranks (docs/model.md section
+    16); no embedding."""
     shape, t, e = workload.shape, workload.tensor_parallel, workload.expert_parallel
     split, first = [], 0
     for count in stage_layers(workload, stages):
         parts = [held_params(shape, e, layer) for layer in range(first, first + count)]
-        split.append((sum(part[0] for part in parts) / t, sum(part[1] for part in parts) / t))
+        split.append((sum(part[0] for part in parts) / t, sum(part[1] for part in parts)))
         first += count
     return split
 
@@ -119,13 +120,7 @@ def gpu_memory_gb(workload: Workload, params: EnvParams,
                   gpu_peak_activations: list[float] | tuple[float, ...]) -> tuple[float, ...]:
     """Per GPU, GB of parameters and optimizer state and of its peak activations (section 7's unit)."""
     per_microbatch = activation_bytes_per_layer(workload) * workload.shape.layers / params.num_gpus
-    per_param, working = static_memory(workload, params.zero, params.sync_freq)
-    static = [held * per_param + working for held in gpu_params(workload, params.num_gpus, params.schedule,
-                                                                 params.chunks)]
-    if workload.shape.experts:  # experts are sharded over their own data-parallel group (section 16)
-        extra = static_memory(workload, params.zero, params.sync_freq, expert=True)[0] - per_param
-        static = [value + held * extra for value, held in zip(static, gpu_expert_params(
-            workload, params.num_gpus, params.schedule, params.chunks))]
+    static = static_bytes(workload, params.num_gpus, params.schedule, params.chunks, params.zero, params.sync_freq)
     if workload.recompute_per_stage is None:
         return tuple((held + peak * per_microbatch) / 1e9 for held, peak in zip(static, gpu_peak_activations))
     # a GPU's activations scaled by the largest factor of its stages (exact with one stage a GPU)
@@ -136,6 +131,19 @@ def gpu_memory_gb(workload: Workload, params: EnvParams,
         factors[gpu] = max(factors[gpu], factor)
     return tuple((held + peak * factor * per_microbatch) / 1e9
                  for held, peak, factor in zip(static, gpu_peak_activations, factors))
+
+
+def static_bytes(workload: Workload, num_gpus: int, schedule: str, chunks: int, zero: int,
+                 sync_freq: int) -> list[float]:
+    """Per GPU, the bytes of its parameters, gradients and optimizer state under ``zero`` (``static_memory``), the
+    routed experts sharded over their own data-parallel group (docs/model.md section 16)."""
+    per_param, working = static_memory(workload, zero, sync_freq)
+    static = [held * per_param + working for held in gpu_params(workload, num_gpus, schedule, chunks)]
+    if workload.shape.experts:
+        extra = static_memory(workload, zero, sync_freq, expert=True)[0] - per_param
+        static = [value + held * extra for value, held in zip(static, gpu_expert_params(workload, num_gpus, schedule,
+                                                                                          chunks))]
+    return static
 
 
 def static_memory(workload: Workload, zero: int, sync_freq: int, expert: bool = False) -> tuple[float, float]:

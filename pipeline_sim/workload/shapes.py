@@ -146,6 +146,9 @@ GPU_PRESETS: dict[str, GpuSpec] = {gpu.name: gpu for gpu in (
     GpuSpec(name="a100-80gb", tflops=312.0, memory_gb=80.0, memory_bandwidth=2039.0, nvlink_bandwidth=600.0),
     GpuSpec(name="h100-80gb", tflops=989.0, memory_gb=80.0, memory_bandwidth=3350.0, nvlink_bandwidth=900.0),
     GpuSpec(name="h200-141gb", tflops=989.0, memory_gb=141.0, memory_bandwidth=4800.0, nvlink_bandwidth=900.0),
+    # H100's compute and memory with NVLink cut to 400 GB/s, as DeepSeek-V3 was trained on (its report: 160 GB/s
+    # achieved per GPU)
+    GpuSpec(name="h800-80gb", tflops=989.0, memory_gb=80.0, memory_bandwidth=3350.0, nvlink_bandwidth=400.0),
 )}
 
 
