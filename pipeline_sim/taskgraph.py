@@ -9,8 +9,9 @@ it, the plots and metrics read it; none of them knows which schedule produced it
 from __future__ import annotations
 
 import gc
+from contextlib import contextmanager
 from functools import lru_cache, wraps
-from typing import Callable, NamedTuple, TypeVar
+from typing import Callable, Iterator, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -108,14 +109,16 @@ def check_size(params: EnvParams, hint: str = "") -> None:
 def build_task_graph(params: EnvParams, sample: int = 0) -> TaskGraph:
     """The task graph of ``params``, with the work of its ``sample``-th noise draw (section 8).
 
-    Its records are for readers of single tasks (the validator, charts, ``engine.schedule_of``); a simulation reads
-    ``task_structure``, ``task_lengths`` and ``task_impacts``, which build none.
+    Its records are for readers of single tasks (the validator, charts, ``engine.schedule_of``), made from
+    ``graph_structure``'s arrays when first asked for; a simulation reads those arrays, ``task_lengths`` and
+    ``task_impacts``, which make none.
     """
     graph = _build(params)
     if not params.jittered and params.slow_gpu < 0:
         return graph
     lengths = task_lengths(params, sample).tolist()
-    return graph._replace(tasks=tuple(task._replace(length=length) for task, length in zip(graph.tasks, lengths)))
+    with collector_paused():
+        return graph._replace(tasks=tuple(task._replace(length=length) for task, length in zip(graph.tasks, lengths)))
 
 
 def task_lengths(params: EnvParams, sample: int = 0, work: np.ndarray | None = None) -> np.ndarray:
@@ -207,6 +210,20 @@ _T = TypeVar("_T")
 STRUCTURES_KEPT = 64
 
 
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector paused: what a graph holds is up to millions of small objects and no cycle, and
+    the collector, run again and again while they are made, would spend most of the time scanning what the caches
+    hold."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
+
+
 def per_structure(function: Callable[[EnvParams], _T]) -> Callable[[EnvParams], _T]:
     """``function``, computed once per structure (``structure_key``) of the ``STRUCTURES_KEPT`` used last."""
     kept: dict[tuple, _T] = {}
@@ -217,15 +234,8 @@ def per_structure(function: Callable[[EnvParams], _T]) -> Callable[[EnvParams], 
         if key in kept:
             value = kept.pop(key)
         else:
-            # what a structure holds is tens of thousands of small objects and no cycle: the cyclic collector, run
-            # again and again while they are made, would spend most of the time scanning what the caches hold
-            collecting = gc.isenabled()
-            gc.disable()
-            try:
+            with collector_paused():
                 value = function(params)
-            finally:
-                if collecting:
-                    gc.enable()
             if len(kept) >= STRUCTURES_KEPT:
                 del kept[next(iter(kept))]  # the least recently used
         kept[key] = value
@@ -328,10 +338,16 @@ def _build(params: EnvParams) -> TaskGraph:
     """The records of ``params``' graph, from its structure's arrays, with ``params``' work and impact in each
     task."""
     structure = graph_structure(params)
+    with collector_paused():
+        return _records(params, structure)
+
+
+def _records(params: EnvParams, structure: GraphStructure) -> TaskGraph:
     lengths, impacts = (values.tolist() for values in _work(params))
     kinds = [KINDS[k] for k in structure.kind.tolist()]
     actions = [[None if k < 0 else Action(KINDS[k], s, m) for k, s, m in zip(*columns)]
-               for columns in zip(*(array.T.tolist() for array in structure[5:8]))]
+               for columns in zip(*(array.T.tolist()
+                                    for array in (structure.part_kind, structure.part_stage, structure.part_mb)))]
     parts = [() if first is None else (first,) if second is None else (first, second)
              for first, second in zip(*actions)]
     tasks = tuple(GraphTask(kind, gpu, stage, index, length, None if receiver < 0 else receiver, own, impact)
