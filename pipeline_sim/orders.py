@@ -21,8 +21,9 @@ F, B, I, W = TaskKind.FORWARD, TaskKind.BACKWARD, TaskKind.BACKWARD_INPUT, TaskK
 Order = list[Action | Pair]
 
 
-#: A GPU's order as three rows, the kind number (``KIND_INDEX``), stage and micro-batch of each action in turn: the
-#: schedules without pairs write their orders so, with numpy, for orders of millions of actions.
+#: The orders of every GPU as three rows, the kind number (``KIND_INDEX``), stage and micro-batch of each action,
+#: each row GPU by GPU and in each GPU's order (shape 3 x p x actions per GPU): the schedules without pairs write
+#: their orders so, with numpy, for orders of millions of actions.
 Columns = np.ndarray
 
 
@@ -32,51 +33,54 @@ def _actions(kinds: Iterable[TaskKind], stages: Iterable[int], mbs: Iterable[int
     return list(map(tuple.__new__, repeat(Action), zip(kinds, stages, mbs)))
 
 
-def _columns(kind: TaskKind, stages: np.ndarray | int, mbs: np.ndarray) -> Columns:
-    """Actions of ``kind`` on ``stages`` (one, or one each) for the micro-batches ``mbs``."""
+def _columns(kind: TaskKind, stages: np.ndarray, mbs: np.ndarray) -> Columns:
+    """Per GPU (rows of ``stages`` and ``mbs``, broadcast), actions of ``kind`` on ``stages`` for ``mbs``."""
     return np.stack(np.broadcast_arrays(KIND_INDEX[kind], stages, mbs))
 
 
-def _one_to_one(forwards: Columns, backwards: Columns, warmup: int) -> Columns:
-    """``warmup`` forwards, then a forward and a backward in turn, then the backwards left."""
-    steady = len(forwards[0]) - warmup
-    alternating = np.empty((3, 2 * steady), dtype=np.int64)
-    alternating[:, 0::2], alternating[:, 1::2] = forwards[:, warmup:], backwards[:, :steady]
-    return np.hstack([forwards[:, :warmup], alternating, backwards[:, steady:]])
+def _one_to_one(forwards: Columns, backwards: Columns, warmup: np.ndarray) -> Columns:
+    """Per GPU, its ``warmup`` first forwards, then a forward and a backward in turn, then the backwards left: with
+    w of them, forward j stands at j (j < w) or w + 2 (j - w), backward j at w + 2 j + 1 or, once the forwards are
+    done, at the number of forwards plus j."""
+    count = forwards.shape[2]
+    j, w = np.arange(count), warmup[:, None]
+    out = np.empty((3, len(warmup), 2 * count), dtype=np.int64)
+    gpus = np.arange(len(warmup))[:, None]
+    out[:, gpus, np.where(j < w, j, w + 2 * (j - w))] = forwards
+    out[:, gpus, np.where(j < count - w, w + 2 * j + 1, count + j)] = backwards
+    return out
 
 
-def _gpipe(p: int, n: int, v: int) -> list[Columns]:
-    return [np.hstack([_columns(F, r, np.arange(n)), _columns(B, r, np.arange(n))]) for r in range(p)]
+def _gpipe(p: int, n: int, v: int) -> Columns:
+    r, m = np.arange(p)[:, None], np.arange(n)[None, :]
+    return np.concatenate([_columns(F, r, m), _columns(B, r, m)], axis=2)
 
 
-def _one_f_one_b(p: int, n: int, v: int) -> list[Columns]:
-    return [_one_to_one(_columns(F, r, np.arange(n)), _columns(B, r, np.arange(n)), min(p - r - 1, n))
-            for r in range(p)]
+def _one_f_one_b(p: int, n: int, v: int) -> Columns:
+    r, m = np.arange(p)[:, None], np.arange(n)[None, :]
+    return _one_to_one(_columns(F, r, m), _columns(B, r, m), np.minimum(p - r[:, 0] - 1, n))
 
 
-def _interleaved(p: int, n: int, v: int) -> list[Columns]:
+def _interleaved(p: int, n: int, v: int) -> Columns:
     """Megatron-LM's interleaved 1F1B, micro-batch groups of p (model section 6.4): the k-th forward of GPU r runs
     chunk (k mod pv) div p of micro-batch (k div pv) p + k mod p, its k-th backward the chunks in reverse."""
     total = n * v
-    k = np.arange(total)
+    k, r = np.arange(total)[None, :], np.arange(p)[:, None]
     micro_batch, chunk = (k // (p * v)) * p + k % p, (k % (p * v)) // p
-    return [_one_to_one(_columns(F, chunk * p + r, micro_batch), _columns(B, (v - 1 - chunk) * p + r, micro_batch),
-                        min(2 * (p - r - 1) + (v - 1) * p, total)) for r in range(p)]
+    return _one_to_one(_columns(F, chunk * p + r, micro_batch), _columns(B, (v - 1 - chunk) * p + r, micro_batch),
+                       np.minimum(2 * (p - r[:, 0] - 1) + (v - 1) * p, total))
 
 
-def _zb_h1(p: int, n: int, v: int) -> list[Columns]:
+def _zb_h1(p: int, n: int, v: int) -> Columns:
     """GPU r's warm-up forwards, then per step k an I of micro-batch k between the next forward (while any is left)
     and, from step r on, the next W; then the Ws left. Each action gets its place as a key: the warm-up's below 0,
     step k's at 3k, 3k + 1 and 3k + 2, the last Ws' after 3n."""
-    m = np.arange(n)
-    orders = []
-    for r in range(p):
-        warmup = min(p - r - 1, n)
-        keys = np.concatenate([np.where(m < warmup, m - warmup, 3 * (m - warmup)), 3 * m + 1,
-                               np.where(m + r < n, 3 * (m + r) + 2, 3 * n + m)])
-        actions = np.hstack([_columns(F, r, m), _columns(I, r, m), _columns(W, r, m)])
-        orders.append(actions[:, np.argsort(keys, kind="stable")])
-    return orders
+    r, m = np.arange(p)[:, None], np.arange(n)[None, :]
+    warmup = np.minimum(p - r - 1, n)
+    keys = np.concatenate([np.where(m < warmup, m - warmup, 3 * (m - warmup)), np.broadcast_to(3 * m + 1, (p, n)),
+                           np.where(m + r < n, 3 * (m + r) + 2, 3 * n + m)], axis=1)
+    actions = np.concatenate([_columns(F, r, m), _columns(I, r, m), _columns(W, r, m)], axis=2)
+    return np.take_along_axis(actions, np.argsort(keys, axis=1, kind="stable")[None], axis=2)
 
 
 def _zb_v(p: int, n: int, v: int) -> list[Order]:
@@ -187,7 +191,7 @@ def _dualpipe_v(p: int, n: int, v: int) -> list[Order]:
 
 #: Per schedule name (the keys of ``SCHEDULES``), the function ``(num_gpus, n, v) -> per GPU its order``: as
 #: ``Columns`` for the schedules in ``COLUMNS``, as actions for the others.
-COLUMNS: dict[str, Callable[[int, int, int], list[Columns]]] = {
+COLUMNS: dict[str, Callable[[int, int, int], Columns]] = {
     "gpipe": _gpipe, "1f1b": _one_f_one_b, "interleaved-1f1b": _interleaved, "zb-h1": _zb_h1}
 ORDERS: dict[str, Callable[[int, int, int], list[Order]]] = {"zb-v": _zb_v, "dualpipe-v": _dualpipe_v}
 
@@ -196,9 +200,8 @@ def build_orders(params: EnvParams) -> list[Order]:
     """Per GPU, the actions of ``params``' schedule in the order it runs them; with ``ep_overlap``, each forward
     and a neighbouring backward paired (``paired``)."""
     if params.schedule in COLUMNS:
-        orders = [_actions(map(KINDS.__getitem__, kinds), stages, mbs)
-                  for kinds, stages, mbs in (columns.tolist() for columns in COLUMNS[params.schedule](
-                      params.num_gpus, params.n, params.v))]
+        columns = COLUMNS[params.schedule](params.num_gpus, params.n, params.v).tolist()
+        orders = [_actions(map(KINDS.__getitem__, kinds), stages, mbs) for kinds, stages, mbs in zip(*columns)]
     else:
         orders = ORDERS[params.schedule](params.num_gpus, params.n, params.v)
     return [paired(order) for order in orders] if _pairing(params) else orders
@@ -232,9 +235,9 @@ def order_parts(params: EnvParams) -> tuple[np.ndarray, ...]:
     and micro-batch, and whether it is the second part of a pair run as one task (a dispatcher runs each part of a
     pair as a task of its own)."""
     if params.schedule in COLUMNS and not _pairing(params):
-        orders = COLUMNS[params.schedule](params.num_gpus, params.n, params.v)
-        kinds, stages, mbs = np.hstack(orders) if orders else np.zeros((3, 0), dtype=np.int64)
-        return (np.repeat(np.arange(len(orders)), [len(order[0]) for order in orders]), kinds, stages, mbs,
+        columns = COLUMNS[params.schedule](params.num_gpus, params.n, params.v)
+        kinds, stages, mbs = columns.reshape(3, -1)
+        return (np.repeat(np.arange(params.num_gpus), columns.shape[2]), kinds, stages, mbs,
                 np.zeros(len(kinds), dtype=bool))
     split = params.dispatch != "static"
     flat: list[tuple] = []  # every part: an action

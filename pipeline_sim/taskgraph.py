@@ -292,6 +292,8 @@ _PART_KINDS = (_F, _B, _I, _W)
 #: ``TRANSFER_KINDS`` order, then compute tasks.
 _RELEASE_RANK = np.array([TRANSFER_KINDS.index(kind) if kind in TRANSFER_KINDS else len(TRANSFER_KINDS)
                           for kind in KINDS])
+#: Per kind number, its place in ``_PART_KINDS`` (-1: none).
+_PART_SLOT = np.array([_PART_KINDS.index(kind) if kind in _PART_KINDS else -1 for kind in KINDS])
 _PER_MICROBATCH = (TaskKind.FWD_PROP, TaskKind.GRAD_PROP, TaskKind.FWD_GATHER, TaskKind.BWD_GATHER,
                    TaskKind.KV_EXCHANGE, TaskKind.KV_GRAD_EXCHANGE, TaskKind.A2A, TaskKind.A2A_GRAD)
 
@@ -419,7 +421,7 @@ def _structure_of(params: EnvParams) -> GraphStructure:
         action = Action(KINDS[part_kind[k]], int(part_stage[k]), int(part_mb[k]))
         raise ScheduleError(f"GPU {part_gpu[k]} runs {action}, but stage {action.stage} lives on GPU "
                             f"{stage_gpu[action.stage]}")
-    slot = np.array([_PART_KINDS.index(kind) if kind in _PART_KINDS else -1 for kind in KINDS])[part_kind]
+    slot = _PART_SLOT[part_kind]
     key = (slot * stages + part_stage) * n + part_mb
     twice = np.bincount(key, minlength=len(_PART_KINDS) * stages * n) > 1
     if twice.any():
@@ -511,9 +513,9 @@ def _structure_of(params: EnvParams) -> GraphStructure:
     for column in (2, 3):  # a pair's second part's needs that its first has
         repeated = paired[(wants[paired, column:column + 1] == wants[paired, :column]).any(axis=1)]
         wants[repeated, column] = -1
-    own = (wants[compute] == compute[:, None]).any(axis=1)
+    own = (wants[paired] == paired[:, None]).any(axis=1)  # one part never waits for its own task
     if own.any():
-        i = int(compute[np.argmax(own)])
+        i = int(paired[np.argmax(own)])
         raise ScheduleError(f"{Action(KINDS[parts[0][i, 0]], parts[1][i, 0], parts[2][i, 0])} of {params.schedule} "
                             "would wait for its own task")
     for kind_of, producers in ((TaskKind.FWD_PROP, forward), (TaskKind.GRAD_PROP, gradient)):
