@@ -6,13 +6,16 @@
     python benchmarks/bench.py --json out.json
     python benchmarks/bench.py --hindsight  # only dispatch = hindsight's seconds per draw
     python benchmarks/bench.py --moe        # only a DeepSeek-V3 iteration at its published layout
+    python benchmarks/bench.py --doubling   # only graph construction against the kernel (about two minutes)
 
 Measures: simulations per second on one core (default environment, all 121 policies
 of the sweep: shared, exclusive and priority-0 layers), compiled and as plain Python
 (the same kernel with NUMBA_DISABLE_JIT=1), and the full-record API; the same for each
 schedule (n=8, or 10 for dualpipe-v, on 4 GPUs); time per simulated task for
 n in {8, 32, 128, 512} x num_gpus in {4, 16, 64} (144 to 160,000 tasks); the first simulation of an environment
-whose structure is known against a repeat (1F1B and ZB-H1, 16 and 64 GPUs, n 64 and 256); the example
+whose structure is known against a repeat (1F1B and ZB-H1, 16 and 64 GPUs, n 64 and 256); graph construction
+against the kernel per task (``--doubling``): the first simulation of 201,696 tasks, every schedule from 4 to 64
+GPUs and 8 to 1,024 micro-batches, and 1F1B per doubling of tasks up to 1,306,624, each in a fresh process; the example
 config's sweep with one worker and with every core; the example pipeline end to end,
 split into start-up, kernel load, simulations and figures; CPU time per heatmap; a noisy
 sweep (20 samples) against a noise-free one as large; the first compile of the kernel
@@ -576,7 +579,8 @@ def main() -> int:
     parser.add_argument("--planner", action="store_true", help="only the planner's Llama 3 405B question")
     parser.add_argument("--chart", action="store_true", help="only the visualizer's 64-stage, 512-micro-batch chart")
     parser.add_argument("--doubling", action="store_true",
-                        help="only the cost per task of graph construction and kernel, doubling tasks to a million")
+                        help="only the cost per task of graph construction and kernel: 201,696 tasks, every schedule "
+                             "from 4 to 64 GPUs and 8 to 1,024 micro-batches, 1F1B doubling tasks to a million")
     parser.add_argument("--hindsight", action="store_true", help="only dispatch = hindsight's seconds per draw")
     parser.add_argument("--moe", action="store_true", help="only a DeepSeek-V3 iteration at its published layout")
     args = parser.parse_args()
