@@ -28,7 +28,6 @@ from .model import (
     ROOM_UNIT,
     SAMPLES,
     EnvParams,
-    Pair,
     ParameterError,
     Policy,
     Schedule,
@@ -36,7 +35,7 @@ from .model import (
     TaskKind,
     room_units,
 )
-from .orders import build_orders
+from .orders import order_parts
 from .schedules import get_schedule
 from .taskgraph import (
     TaskGraph,
@@ -207,7 +206,12 @@ def gpu_order_peaks(params: EnvParams, orders: Sequence[Sequence[int]] | None = 
     communication."""
     arrays = graph_arrays(params)
     starts, tasks = (arrays.order_start, arrays.order_task) if orders is None else _rows(orders)
-    rises, falls = arrays.rises[tasks], arrays.falls[tasks]
+    return _order_peaks(params, arrays.rises[tasks], arrays.falls[tasks], starts)
+
+
+def _order_peaks(params: EnvParams, rises: np.ndarray, falls: np.ndarray, starts: np.ndarray) -> list[float]:
+    """Each GPU's peak activations when it runs tasks whose activations rise by ``rises`` as each starts and fall by
+    ``falls`` as it ends, GPU after GPU (compressed rows ``starts``), each GPU's in its order."""
     after = np.cumsum(rises - falls)  # the level after each task, as if one GPU ran all orders one after another
     before = np.concatenate(([0], after))[starts[:-1]]  # that level when each GPU's order begins
     during = after + falls - np.repeat(before, np.diff(starts))  # a GPU's level while each of its tasks runs
@@ -217,18 +221,16 @@ def gpu_order_peaks(params: EnvParams, orders: Sequence[Sequence[int]] | None = 
 
 def static_order_peaks(params: EnvParams) -> list[float]:
     """What ``gpu_order_peaks`` gives for the schedule's static order, read from the orders alone: the planner asks
-    it of layouts it never simulates, whose task graphs would cost far more than this walk."""
-    rooms = stage_rooms(params)
-    peaks = []
-    for order in build_orders(params):
-        level = peak = 0
-        for action in order:
-            parts = tuple(action) if isinstance(action, Pair) else (action,)
-            level += sum(rooms[part.stage] for part in parts if part.kind is TaskKind.FORWARD)
-            peak = max(peak, level)
-            level -= sum(rooms[part.stage] for part in parts if part.kind in _FALLS)
-        peaks.append(peak / activation_units(params))
-    return peaks
+    it of layouts it never simulates, whose task graphs would cost more than this."""
+    gpus, kinds, stages, _, second = order_parts(params, split=False)
+    task = np.cumsum(~second) - 1  # each part's task: a pair is one
+    room = np.array(stage_rooms(params), dtype=np.int64)[stages]
+    count = int(task[-1]) + 1 if len(task) else 0
+    rises, falls = (np.bincount(task, weights=np.where(np.isin(kinds, [KIND_INDEX[kind] for kind in of]), room, 0),
+                                minlength=count).astype(np.int64) for of in ((TaskKind.FORWARD,), _FALLS))
+    starts = np.zeros(params.num_gpus + 1, dtype=np.int64)
+    np.cumsum(np.bincount(gpus[~second], minlength=params.num_gpus), out=starts[1:])
+    return _order_peaks(params, rises, falls, starts)
 
 
 def order_peak(params: EnvParams, orders: Sequence[Sequence[int]]) -> float:

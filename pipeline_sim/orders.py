@@ -230,16 +230,16 @@ def paired(order: Order) -> Order:
     return out
 
 
-def order_parts(params: EnvParams) -> tuple[np.ndarray, ...]:
+def order_parts(params: EnvParams, split: bool | None = None) -> tuple[np.ndarray, ...]:
     """Every part of the actions of ``params``' orders, GPU after GPU: its GPU, kind number (``KIND_INDEX``), stage
-    and micro-batch, and whether it is the second part of a pair run as one task (a dispatcher runs each part of a
-    pair as a task of its own)."""
+    and micro-batch, and whether it is the second part of a pair run as one task (``split``: each part of a pair run
+    as a task of its own, as a dispatcher runs them; None: as ``params``' dispatcher runs them)."""
     if params.schedule in COLUMNS and not _pairing(params):
         columns = COLUMNS[params.schedule](params.num_gpus, params.n, params.v)
         kinds, stages, mbs = columns.reshape(3, -1)
         return (np.repeat(np.arange(params.num_gpus), columns.shape[2]), kinds, stages, mbs,
                 np.zeros(len(kinds), dtype=bool))
-    split = params.dispatch != "static"
+    split = params.dispatch != "static" if split is None else split
     flat: list[tuple] = []  # every part: an action
     gpus: list[int] = []
     seconds: list[bool] = []
