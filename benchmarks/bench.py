@@ -7,13 +7,16 @@
     python benchmarks/bench.py --hindsight  # only dispatch = hindsight's seconds per draw
     python benchmarks/bench.py --moe        # only a DeepSeek-V3 iteration at its published layout
     python benchmarks/bench.py --lookahead  # only dispatch = lookahead's time per iteration
+    python benchmarks/bench.py --doubling   # only graph construction against the kernel (about two minutes)
 
 Measures: simulations per second on one core (default environment, all 121 policies
 of the sweep: shared, exclusive and priority-0 layers), compiled and as plain Python
 (the same kernel with NUMBA_DISABLE_JIT=1), and the full-record API; the same for each
 schedule (n=8, or 10 for dualpipe-v, on 4 GPUs); time per simulated task for
 n in {8, 32, 128, 512} x num_gpus in {4, 16, 64} (144 to 160,000 tasks); the first simulation of an environment
-whose structure is known against a repeat (1F1B and ZB-H1, 16 and 64 GPUs, n 64 and 256); the example
+whose structure is known against a repeat (1F1B and ZB-H1, 16 and 64 GPUs, n 64 and 256); graph construction
+against the kernel per task (``--doubling``): the first simulation of 201,696 tasks, every schedule from 4 to 64
+GPUs and 8 to 1,024 micro-batches, and 1F1B per doubling of tasks up to 1,306,624, each in a fresh process; the example
 config's sweep with one worker and with every core; the example pipeline end to end,
 split into start-up, kernel load, simulations and figures; CPU time per heatmap; a noisy
 sweep (20 samples) against a noise-free one as large; the first compile of the kernel
@@ -47,6 +50,7 @@ from pipeline_sim.engine import compile_kernel, graph_arrays, simulate_figures  
 from pipeline_sim.model import DISPATCHERS  # noqa: E402
 from pipeline_sim.scenarios import policy_grid  # noqa: E402
 from pipeline_sim.sweep import SweepPlan, run_sweep  # noqa: E402
+from pipeline_sim.taskgraph import estimated_tasks  # noqa: E402
 
 SIZES_N = (8, 32, 128, 512)
 SIZES_GPUS = (4, 16, 64)
@@ -225,22 +229,48 @@ DOUBLINGS = ((8, 128), (16, 128), (16, 256), (32, 256), (32, 512), (64, 512), (6
              (128, 2048))
 
 
+def first_and_repeat(params: EnvParams, rounds: int = 1) -> dict:
+    """The first ``simulate_figures`` of a new structure (building its graph and arrays, then the kernel) against a
+    repeat of the same call (the kernel alone), in seconds, medians over ``rounds`` structures of the size of
+    ``params`` (sync frequencies 1, 2, ...: each a structure of its own)."""
+    first, repeat = [], []
+    for k in range(rounds):
+        environment = replace(params, sync_freq=params.sync_freq + k)
+        for times in (first, repeat):
+            start = time.perf_counter()
+            simulate_figures(environment, [SCALING_POLICY])
+            times.append(time.perf_counter() - start)
+    tasks = len(graph_arrays(params).gpu)
+    graph = statistics.median(a - b for a, b in zip(first, repeat))
+    return {"tasks": tasks, "first_seconds": statistics.median(first), "graph_us_per_task": graph / tasks * 1e6,
+            "kernel_us_per_task": statistics.median(repeat) / tasks * 1e6}
+
+
 def doubling() -> list[dict]:
-    """Per task, for each doubling of the tasks: the first ``simulate_figures`` of a new structure (building its
-    graph and arrays, then the kernel) against a repeat of the same call (the kernel alone)."""
+    """Per task, for each doubling of the tasks (1F1B): graph construction against the kernel."""
+    return [{"num_gpus": num_gpus, "n": n, **first_and_repeat(EnvParams(num_gpus=num_gpus, n=n))}
+            for num_gpus, n in DOUBLINGS]
+
+
+#: GPUs and micro-batches of the per-schedule line: the corners of 4 to 64 GPUs and 8 to 1,024 micro-batches (64
+#: GPUs with the fewest micro-batches every schedule runs there) and one size between.
+SCHEDULE_SIZES = ((4, 8), (4, 1024), (16, 128), (64, 128), (64, 1024))
+
+
+def schedule_doubling() -> list[dict]:
+    """Per schedule and size of ``SCHEDULE_SIZES``: graph construction against the kernel, per task (medians of
+    three structures below 100,000 tasks)."""
     rows = []
-    for num_gpus, n in DOUBLINGS:
-        params = EnvParams(num_gpus=num_gpus, n=n)
-        start = time.perf_counter()
-        simulate_figures(params, [SCALING_POLICY])
-        first = time.perf_counter() - start
-        start = time.perf_counter()
-        simulate_figures(params, [SCALING_POLICY])
-        kernel = time.perf_counter() - start
-        tasks = len(graph_arrays(params).gpu)
-        rows.append({"num_gpus": num_gpus, "n": n, "tasks": tasks, "first_seconds": first,
-                     "graph_us_per_task": (first - kernel) / tasks * 1e6, "kernel_us_per_task": kernel / tasks * 1e6})
+    for schedule in SCHEDULES:
+        for num_gpus, n in SCHEDULE_SIZES:
+            params = EnvParams(schedule=schedule, num_gpus=num_gpus, n=n)
+            rounds = 3 if estimated_tasks(params) < 100_000 else 1
+            rows.append({"schedule": schedule, "num_gpus": num_gpus, "n": n, **first_and_repeat(params, rounds)})
     return rows
+
+
+#: The first simulation of about 200,000 tasks: ZB-H1 on 64 GPUs, 528 micro-batches (201,696 tasks).
+LARGE_FIRST = EnvParams(schedule="zb-h1", num_gpus=64, n=528)
 
 
 def sweep_wall_time(workers: int) -> float:
@@ -485,10 +515,42 @@ def deepseek_v3() -> dict:
 
 
 def _print_doubling(rows: list[dict]) -> None:
-    print("\n  GPUs     n      tasks  first run (s)  graph us/task  kernel us/task  (1F1B, a new structure each)")
+    print("\n  schedule          GPUs     n      tasks  first run (s)  graph us/task  kernel us/task  (a new structure "
+          "each)")
     for row in rows:
-        print(f"  {row['num_gpus']:>4} {row['n']:>5} {row['tasks']:>10,} {row['first_seconds']:>14.2f} "
-              f"{row['graph_us_per_task']:>14.2f} {row['kernel_us_per_task']:>15.2f}", flush=True)
+        print(f"  {row.get('schedule', '1f1b'):<16} {row['num_gpus']:>5} {row['n']:>5} {row['tasks']:>10,} "
+              f"{row['first_seconds']:>14.3f} {row['graph_us_per_task']:>14.2f} {row['kernel_us_per_task']:>15.2f}",
+              flush=True)
+
+
+_CONSTRUCTION = """
+import json, sys
+sys.path.insert(0, {folder!r})
+import bench
+bench.compile_kernel()
+print(json.dumps({{"large": lambda: bench.first_and_repeat(bench.LARGE_FIRST), "schedules": bench.schedule_doubling,
+                  "doubling": bench.doubling}}[{part!r}]()))
+"""
+
+
+def construction() -> dict:
+    """Graph construction against the kernel, printed as measured: the first simulation of about 200,000 tasks,
+    every schedule over ``SCHEDULE_SIZES``, and 1F1B per doubling of tasks; each in a process of its own, so that
+    each structure is new to it."""
+    def measured(part: str):
+        result = subprocess.run([sys.executable, "-c", _CONSTRUCTION.format(folder=str(Path(__file__).parent),
+                                                                            part=part)],
+                                check=True, capture_output=True, text=True)
+        return json.loads(result.stdout.splitlines()[-1])
+    large = measured("large")
+    kernel = large["kernel_us_per_task"] * large["tasks"] / 1e6
+    print(f"first simulation of {large['tasks']:,} tasks (ZB-H1, 64 GPUs, n = 528, one core): "
+          f"{large['first_seconds']:.2f} s, of which the kernel {kernel:.2f} s", flush=True)
+    schedules = measured("schedules")
+    _print_doubling(schedules)
+    grown = measured("doubling")
+    _print_doubling(grown)
+    return {"large_first": large, "schedules": schedules, "doubling": grown}
 
 
 def hindsight_per_draw(draws: int = 5) -> dict | None:
@@ -545,7 +607,8 @@ def main() -> int:
     parser.add_argument("--planner", action="store_true", help="only the planner's Llama 3 405B question")
     parser.add_argument("--chart", action="store_true", help="only the visualizer's 64-stage, 512-micro-batch chart")
     parser.add_argument("--doubling", action="store_true",
-                        help="only the cost per task of graph construction and kernel, doubling tasks to a million")
+                        help="only the cost per task of graph construction and kernel: 201,696 tasks, every schedule "
+                             "from 4 to 64 GPUs and 8 to 1,024 micro-batches, 1F1B doubling tasks to a million")
     parser.add_argument("--hindsight", action="store_true", help="only dispatch = hindsight's seconds per draw")
     parser.add_argument("--moe", action="store_true", help="only a DeepSeek-V3 iteration at its published layout")
     parser.add_argument("--lookahead", action="store_true", help="only dispatch = lookahead's time per iteration")
@@ -554,7 +617,7 @@ def main() -> int:
 
     compile_kernel()
     if args.doubling:
-        _print_doubling(doubling())
+        construction()
         return 0
     if args.moe:
         moe = deepseek_v3()
@@ -625,9 +688,7 @@ def main() -> int:
         print(f"  {row['schedule']:<8} {row['num_gpus']:>5} {row['n']:>4} {row['tasks']:>7} "
               f"{row['first_us_per_task']:>14.2f} {row['repeat_us_per_task']:>15.2f} "
               f"{row['first_over_repeat']:>12.2f}x", flush=True)
-    grown = [] if args.quick else doubling()
-    if grown:
-        _print_doubling(grown)
+    grown = None if args.quick else construction()
 
     pipeline = example_pipeline(cores)
     print(f"example pipeline (2,178 simulations, 18 heatmaps) on {cores} workers: {pipeline['wall_seconds']:.2f} s "

@@ -23,11 +23,12 @@ from .model import (
     COMM_KINDS,
     DISPATCHERS,
     HINDSIGHT,
+    KIND_INDEX,
+    KINDS,
     LOOKAHEAD,
     ROOM_UNIT,
     SAMPLES,
     EnvParams,
-    Pair,
     ParameterError,
     Policy,
     Schedule,
@@ -35,16 +36,16 @@ from .model import (
     TaskKind,
     room_units,
 )
-from .orders import build_orders
+from .orders import order_parts
 from .schedules import get_schedule
 from .taskgraph import (
     TaskGraph,
     build_task_graph,
     check_size,
+    graph_structure,
     per_structure,
     task_impacts,
     task_lengths,
-    task_structure,
 )
 
 compile_cache.ensure_writable()  # before the kernel's functions look for a place to keep their machine code
@@ -122,25 +123,33 @@ class _Skeleton(NamedTuple):
 
 @per_structure
 def _skeleton(params: EnvParams) -> _Skeleton:
-    graph = task_structure(params)
-    tasks = graph.tasks
-    ints = lambda values: np.array(values, dtype=np.int64)  # noqa: E731
+    structure = graph_structure(params)
+    kind, count = structure.kind, len(structure.kind)
+    comm = np.array([-1 if kind_of.is_compute else _COMM_NUMBER[params.priority_class(kind_of)] for kind_of in KINDS])
+    kind_class = np.array([_KIND_CLASS.get(kind_of, -1) for kind_of in KINDS])[kind]
+    kind_class[structure.holds] = HOLD_CLASS
+    # after each task's releases, the transfers its start issues, and last those issued at time 0 (docs/model.md
+    # section 15): the kernel reads row ``count + i`` when task i starts and row ``2 count`` at time 0
+    issuer = np.where(structure.issued_by < 0, count, structure.issued_by)
+    issued = np.lexsort((structure.issued_task, issuer))
+    release_start = np.concatenate([structure.release_start, structure.release_start[-1] + np.cumsum(
+        np.bincount(issuer, minlength=count + 1))])
+    empty = np.zeros(0)
+    arrays = GraphArrays(
+        structure.gpu, structure.receiver, comm[kind], structure.stage, structure.index, empty,
+        np.diff(structure.needs_start), release_start,
+        np.concatenate([structure.release_task, structure.issued_task[issued]]), structure.order_start,
+        structure.order_task, structure.peer_start, structure.peer_task, kind_class, empty, empty, empty)
+    for array in arrays:
+        array.flags.writeable = False
 
     def part_stages(kinds: tuple[TaskKind, ...]) -> np.ndarray:
         """Per task, the stage of its part of ``kinds``, or -1: a task has one such part at most (a pair has a
         forward and a whole backward)."""
-        return ints([next((part.stage for part in t.parts if part.kind in kinds), -1) for t in tasks])
-    empty = np.zeros(0)
-    arrays = GraphArrays(
-        ints([t.gpu for t in tasks]), ints([-1 if t.receiver is None else t.receiver for t in tasks]),
-        ints([_COMM_NUMBER[params.priority_class(t.kind)] if not t.kind.is_compute else -1 for t in tasks]),
-        ints([t.stage for t in tasks]), ints([t.index for t in tasks]), empty,
-        ints([len(needs) for needs in graph.needs]), *_rows(_release_lists(graph)), *_rows(graph.orders),
-        *_rows(graph.peers), ints([HOLD_CLASS if i in graph.holds else _KIND_CLASS.get(t.kind, -1)
-                                   for i, t in enumerate(tasks)]), empty, empty, empty)
-    for array in arrays:
-        array.flags.writeable = False
-    first_forward = np.array([t.kind is TaskKind.FORWARD and graph.stage_chunk[t.stage] == 0 for t in tasks])
+        numbers = [KIND_INDEX[kind_of] for kind_of in kinds]
+        first, second = (np.isin(structure.part_kind[:, column], numbers) for column in (0, 1))
+        return np.where(first, structure.part_stage[:, 0], np.where(second, structure.part_stage[:, 1], -1))
+    first_forward = (kind == KIND_INDEX[TaskKind.FORWARD]) & (structure.stage_chunk[structure.stage] == 0)
     return _Skeleton(arrays, first_forward, part_stages((TaskKind.FORWARD,)), part_stages(_FALLS))
 
 
@@ -157,15 +166,6 @@ def graph_arrays(params: EnvParams) -> GraphArrays:
     for array in arrays:
         array.flags.writeable = False
     return arrays
-
-
-def _release_lists(graph: TaskGraph) -> list[tuple[int, ...]]:
-    """What each task's end releases; then, per task, the transfers its start issues, and last those issued at
-    time 0 (docs/model.md section 15): the kernel reads row ``n + i`` when task i starts and row ``2n`` at time 0."""
-    issued: list[list[int]] = [[] for _ in range(len(graph.tasks) + 1)]
-    for transfer, issuer in sorted(graph.issued_by.items()):
-        issued[issuer].append(transfer)  # -1, time 0: the last row
-    return [*graph.releases, *map(tuple, issued)]
 
 
 def stage_rooms(params: EnvParams) -> list[int]:
@@ -207,7 +207,12 @@ def gpu_order_peaks(params: EnvParams, orders: Sequence[Sequence[int]] | None = 
     communication."""
     arrays = graph_arrays(params)
     starts, tasks = (arrays.order_start, arrays.order_task) if orders is None else _rows(orders)
-    rises, falls = arrays.rises[tasks], arrays.falls[tasks]
+    return _order_peaks(params, arrays.rises[tasks], arrays.falls[tasks], starts)
+
+
+def _order_peaks(params: EnvParams, rises: np.ndarray, falls: np.ndarray, starts: np.ndarray) -> list[float]:
+    """Each GPU's peak activations when it runs tasks whose activations rise by ``rises`` as each starts and fall by
+    ``falls`` as it ends, GPU after GPU (compressed rows ``starts``), each GPU's in its order."""
     after = np.cumsum(rises - falls)  # the level after each task, as if one GPU ran all orders one after another
     before = np.concatenate(([0], after))[starts[:-1]]  # that level when each GPU's order begins
     during = after + falls - np.repeat(before, np.diff(starts))  # a GPU's level while each of its tasks runs
@@ -217,18 +222,16 @@ def gpu_order_peaks(params: EnvParams, orders: Sequence[Sequence[int]] | None = 
 
 def static_order_peaks(params: EnvParams) -> list[float]:
     """What ``gpu_order_peaks`` gives for the schedule's static order, read from the orders alone: the planner asks
-    it of layouts it never simulates, whose task graphs would cost far more than this walk."""
-    rooms = stage_rooms(params)
-    peaks = []
-    for order in build_orders(params):
-        level = peak = 0
-        for action in order:
-            parts = tuple(action) if isinstance(action, Pair) else (action,)
-            level += sum(rooms[part.stage] for part in parts if part.kind is TaskKind.FORWARD)
-            peak = max(peak, level)
-            level -= sum(rooms[part.stage] for part in parts if part.kind in _FALLS)
-        peaks.append(peak / activation_units(params))
-    return peaks
+    it of layouts it never simulates, whose task graphs would cost more than this."""
+    gpus, kinds, stages, _, second = order_parts(params, split=False)
+    task = np.cumsum(~second) - 1  # each part's task: a pair is one
+    room = np.array(stage_rooms(params), dtype=np.int64)[stages]
+    count = int(task[-1]) + 1 if len(task) else 0
+    rises, falls = (np.bincount(task, weights=np.where(np.isin(kinds, [KIND_INDEX[kind] for kind in of]), room, 0),
+                                minlength=count).astype(np.int64) for of in ((TaskKind.FORWARD,), _FALLS))
+    starts = np.zeros(params.num_gpus + 1, dtype=np.int64)
+    np.cumsum(np.bincount(gpus[~second], minlength=params.num_gpus), out=starts[1:])
+    return _order_peaks(params, rises, falls, starts)
 
 
 def order_peak(params: EnvParams, orders: Sequence[Sequence[int]]) -> float:
@@ -361,19 +364,16 @@ _CHAIN_KINDS = (TaskKind.FORWARD, TaskKind.BACKWARD, TaskKind.BACKWARD_INPUT, Ta
 
 @per_structure
 def _memory_jobs(params: EnvParams) -> _Jobs:
-    tasks = task_structure(params).tasks
-    where = {(t.kind, t.stage, t.index): i for i, t in enumerate(tasks) if t.kind in _CHAIN_KINDS}
-    rise, back, fall = [], [], []
-    if not any(t.kind is TaskKind.OVERLAP_F_B for t in tasks):  # a pair holds two micro-batches: no jobs then
-        for (kind, stage, mb), i in where.items():
-            if kind is TaskKind.FORWARD:
-                gradient = where.get((TaskKind.BACKWARD_INPUT, stage, mb), where.get((TaskKind.BACKWARD, stage, mb)))
-                assert gradient is not None
-                rise.append(i)
-                back.append(gradient)
-                fall.append(where.get((TaskKind.BACKWARD_WEIGHT, stage, mb), gradient))
-    ints = lambda values: np.array(values, dtype=np.int64)  # noqa: E731
-    jobs = _Jobs(ints(rise), ints(back), ints(fall), np.array([t.kind in _CHAIN_KINDS for t in tasks]))
+    structure = graph_structure(params)
+    kind = structure.kind
+    rise = np.flatnonzero(kind == KIND_INDEX[TaskKind.FORWARD])
+    if (kind == KIND_INDEX[TaskKind.OVERLAP_F_B]).any():  # a pair holds two micro-batches: no jobs then
+        rise = rise[:0]
+    _, whole, split_input, weight = (table[structure.stage[rise], structure.index[rise]]
+                                     for table in structure.compute_task)
+    back = np.where(split_input >= 0, split_input, whole)
+    jobs = _Jobs(rise, back, np.where(weight >= 0, weight, back),
+                 np.isin(kind, [KIND_INDEX[kind_of] for kind_of in _CHAIN_KINDS]))
     for array in jobs:
         array.flags.writeable = False
     return jobs

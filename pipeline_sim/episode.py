@@ -26,7 +26,7 @@ from .engine import (
 from .kernel.observation import GPU_WIDTH
 from .kernel.state import DONE_COUNT
 from .model import EnvParams, ParameterError, Policy, Schedule
-from .taskgraph import TaskGraph, build_task_graph, check_size, task_lengths, task_structure
+from .taskgraph import TaskGraph, build_task_graph, check_size, graph_structure, task_lengths
 
 _EXTERNAL = kernel.EXTERNAL
 #: The kinds of compute an action names, in the order dispatchers rank them (section 12.1).
@@ -76,7 +76,7 @@ class Episode:
         self.arrays = graph_arrays(self.params)
         self.memory_limit = memory_in_force(self.params)
         memory = dispatch_arguments(self.params)[2]
-        stage_chunk = np.array(task_structure(self.params).stage_chunk, dtype=np.int64)
+        stage_chunk = graph_structure(self.params).stage_chunk
         choosable = (self.arrays.kind_class >= 0) & (self.arrays.kind_class < len(ACTION_KINDS))  # not a step
         key = np.where(choosable,
                        self.arrays.kind_class * self.chunks + stage_chunk[self.arrays.stage], 0).astype(float)

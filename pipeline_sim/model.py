@@ -64,6 +64,10 @@ class TaskKind(StrEnum):
         return PRIORITY_CLASS[self]
 
 
+#: Every kind of task, numbered by its place here (``KIND_INDEX``): arrays of tasks and orders hold these numbers.
+KINDS: tuple[TaskKind, ...] = tuple(TaskKind)
+KIND_INDEX = {kind: number for number, kind in enumerate(KINDS)}
+
 _KIND_CODE = {
     TaskKind.FORWARD: "F",
     TaskKind.BACKWARD: "B",

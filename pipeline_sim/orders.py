@@ -1,15 +1,19 @@
 """Each GPU's compute order under every schedule of ``SCHEDULES`` (docs/model.md section 6.4).
 
 One function per schedule writes, for p GPUs, n micro-batches and v chunks, every GPU's
-ordered list of actions; ``ORDERS`` finds it by the schedule's name.
+ordered list of actions (as arrays, ``COLUMNS``, or as actions, ``ORDERS``), found by the schedule's name.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from typing import Callable, Sequence
+from itertools import repeat
+from operator import itemgetter
+from typing import Callable, Iterable, Sequence
 
-from .model import Action, EnvParams, Pair, ParameterError, TaskKind
+import numpy as np
+
+from .model import KIND_INDEX, KINDS, Action, EnvParams, Pair, ParameterError, TaskKind
 
 F, B, I, W = TaskKind.FORWARD, TaskKind.BACKWARD, TaskKind.BACKWARD_INPUT, TaskKind.BACKWARD_WEIGHT
 
@@ -17,62 +21,66 @@ F, B, I, W = TaskKind.FORWARD, TaskKind.BACKWARD, TaskKind.BACKWARD_INPUT, TaskK
 Order = list[Action | Pair]
 
 
-def _gpipe(p: int, n: int, v: int) -> list[Order]:
-    return [[*(Action(F, r, m) for m in range(n)), *(Action(B, r, m) for m in range(n))] for r in range(p)]
+#: The orders of every GPU as three rows, the kind number (``KIND_INDEX``), stage and micro-batch of each action,
+#: each row GPU by GPU and in each GPU's order (shape 3 x p x actions per GPU): the schedules without pairs write
+#: their orders so, with numpy, for orders of millions of actions.
+Columns = np.ndarray
 
 
-def _one_f_one_b(p: int, n: int, v: int) -> list[Order]:
-    orders: list[Order] = []
-    for r in range(p):
-        warmup = min(p - r - 1, n)
-        order: Order = [Action(F, r, m) for m in range(warmup)]
-        for k, m in enumerate(range(warmup, n)):
-            order += [Action(F, r, m), Action(B, r, k)]
-        order += [Action(B, r, m) for m in range(n - warmup, n)]
-        orders.append(order)
-    return orders
+def _actions(kinds: Iterable[TaskKind], stages: Iterable[int], mbs: Iterable[int]) -> Order:
+    """``Action(kind, stage, mb)`` for each kind, stage and micro-batch of the three in turn, made without a Python call
+    each (the orders of a large environment hold hundreds of thousands)."""
+    return list(map(tuple.__new__, repeat(Action), zip(kinds, stages, mbs)))
 
 
-def _interleaved(p: int, n: int, v: int) -> list[Order]:
-    """Megatron-LM's interleaved 1F1B, micro-batch groups of p (model section 6.4)."""
+def _columns(kind: TaskKind, stages: np.ndarray, mbs: np.ndarray) -> Columns:
+    """Per GPU (rows of ``stages`` and ``mbs``, broadcast), actions of ``kind`` on ``stages`` for ``mbs``."""
+    return np.stack(np.broadcast_arrays(KIND_INDEX[kind], stages, mbs))
+
+
+def _one_to_one(forwards: Columns, backwards: Columns, warmup: np.ndarray) -> Columns:
+    """Per GPU, its ``warmup`` first forwards, then a forward and a backward in turn, then the backwards left: with
+    w of them, forward j stands at j (j < w) or w + 2 (j - w), backward j at w + 2 j + 1 or, once the forwards are
+    done, at the number of forwards plus j."""
+    count = forwards.shape[2]
+    j, w = np.arange(count), warmup[:, None]
+    out = np.empty((3, len(warmup), 2 * count), dtype=np.int64)
+    gpus = np.arange(len(warmup))[:, None]
+    out[:, gpus, np.where(j < w, j, w + 2 * (j - w))] = forwards
+    out[:, gpus, np.where(j < count - w, w + 2 * j + 1, count + j)] = backwards
+    return out
+
+
+def _gpipe(p: int, n: int, v: int) -> Columns:
+    r, m = np.arange(p)[:, None], np.arange(n)[None, :]
+    return np.concatenate([_columns(F, r, m), _columns(B, r, m)], axis=2)
+
+
+def _one_f_one_b(p: int, n: int, v: int) -> Columns:
+    r, m = np.arange(p)[:, None], np.arange(n)[None, :]
+    return _one_to_one(_columns(F, r, m), _columns(B, r, m), np.minimum(p - r[:, 0] - 1, n))
+
+
+def _interleaved(p: int, n: int, v: int) -> Columns:
+    """Megatron-LM's interleaved 1F1B, micro-batch groups of p (model section 6.4): the k-th forward of GPU r runs
+    chunk (k mod pv) div p of micro-batch (k div pv) p + k mod p, its k-th backward the chunks in reverse."""
     total = n * v
-
-    def micro_batch(k: int) -> int:
-        return (k // (p * v)) * p + k % p
-
-    orders: list[Order] = []
-    for r in range(p):
-        def forward(k: int) -> Action:
-            return Action(F, ((k % (p * v)) // p) * p + r, micro_batch(k))
-
-        def backward(k: int) -> Action:
-            return Action(B, (v - 1 - (k % (p * v)) // p) * p + r, micro_batch(k))
-
-        warmup = min(2 * (p - r - 1) + (v - 1) * p, total)
-        order: Order = [forward(k) for k in range(warmup)]
-        for k in range(total - warmup):
-            order += [forward(k + warmup), backward(k)]
-        order += [backward(k) for k in range(total - warmup, total)]
-        orders.append(order)
-    return orders
+    k, r = np.arange(total)[None, :], np.arange(p)[:, None]
+    micro_batch, chunk = (k // (p * v)) * p + k % p, (k % (p * v)) // p
+    return _one_to_one(_columns(F, chunk * p + r, micro_batch), _columns(B, (v - 1 - chunk) * p + r, micro_batch),
+                       np.minimum(2 * (p - r[:, 0] - 1) + (v - 1) * p, total))
 
 
-def _zb_h1(p: int, n: int, v: int) -> list[Order]:
-    orders: list[Order] = []
-    for r in range(p):
-        warmup = min(p - r - 1, n)
-        order: Order = [Action(F, r, m) for m in range(warmup)]
-        next_w = 0
-        for k in range(n):
-            if warmup + k < n:
-                order.append(Action(F, r, warmup + k))
-            order.append(Action(I, r, k))
-            if k >= r:
-                order.append(Action(W, r, next_w))
-                next_w += 1
-        order += [Action(W, r, m) for m in range(next_w, n)]
-        orders.append(order)
-    return orders
+def _zb_h1(p: int, n: int, v: int) -> Columns:
+    """GPU r's warm-up forwards, then per step k an I of micro-batch k between the next forward (while any is left)
+    and, from step r on, the next W; then the Ws left. Each action gets its place as a key: the warm-up's below 0,
+    step k's at 3k, 3k + 1 and 3k + 2, the last Ws' after 3n."""
+    r, m = np.arange(p)[:, None], np.arange(n)[None, :]
+    warmup = np.minimum(p - r - 1, n)
+    keys = np.concatenate([np.where(m < warmup, m - warmup, 3 * (m - warmup)), np.broadcast_to(3 * m + 1, (p, n)),
+                           np.where(m + r < n, 3 * (m + r) + 2, 3 * n + m)], axis=1)
+    actions = np.concatenate([_columns(F, r, m), _columns(I, r, m), _columns(W, r, m)], axis=2)
+    return np.take_along_axis(actions, np.argsort(keys, axis=1, kind="stable")[None], axis=2)
 
 
 def _zb_v(p: int, n: int, v: int) -> list[Order]:
@@ -181,18 +189,27 @@ def _dualpipe_v(p: int, n: int, v: int) -> list[Order]:
     return orders
 
 
-#: Per schedule name (the keys of ``SCHEDULES``), the function ``(num_gpus, n, v) -> per GPU its order``.
-ORDERS: dict[str, Callable[[int, int, int], list[Order]]] = {
-    "gpipe": _gpipe, "1f1b": _one_f_one_b, "interleaved-1f1b": _interleaved, "zb-h1": _zb_h1, "zb-v": _zb_v,
-    "dualpipe-v": _dualpipe_v,
-}
+#: Per schedule name (the keys of ``SCHEDULES``), the function ``(num_gpus, n, v) -> per GPU its order``: as
+#: ``Columns`` for the schedules in ``COLUMNS``, as actions for the others.
+COLUMNS: dict[str, Callable[[int, int, int], Columns]] = {
+    "gpipe": _gpipe, "1f1b": _one_f_one_b, "interleaved-1f1b": _interleaved, "zb-h1": _zb_h1}
+ORDERS: dict[str, Callable[[int, int, int], list[Order]]] = {"zb-v": _zb_v, "dualpipe-v": _dualpipe_v}
 
 
 def build_orders(params: EnvParams) -> list[Order]:
     """Per GPU, the actions of ``params``' schedule in the order it runs them; with ``ep_overlap``, each forward
     and a neighbouring backward paired (``paired``)."""
-    orders = ORDERS[params.schedule](params.num_gpus, params.n, params.v)
-    return [paired(order) for order in orders] if params.ep_overlap and params.a2a_len > 0 else orders
+    if params.schedule in COLUMNS:
+        columns = COLUMNS[params.schedule](params.num_gpus, params.n, params.v).tolist()
+        orders = [_actions(map(KINDS.__getitem__, kinds), stages, mbs) for kinds, stages, mbs in zip(*columns)]
+    else:
+        orders = ORDERS[params.schedule](params.num_gpus, params.n, params.v)
+    return [paired(order) for order in orders] if _pairing(params) else orders
+
+
+def _pairing(params: EnvParams) -> bool:
+    """Whether ``params``' orders pair forwards and backwards for the all-to-all's overlap (section 16.1)."""
+    return bool(params.ep_overlap) and params.a2a_len > 0
 
 
 def paired(order: Order) -> Order:
@@ -211,6 +228,38 @@ def paired(order: Order) -> Order:
             out.append(first)
             k += 1
     return out
+
+
+def order_parts(params: EnvParams, split: bool | None = None) -> tuple[np.ndarray, ...]:
+    """Every part of the actions of ``params``' orders, GPU after GPU: its GPU, kind number (``KIND_INDEX``), stage
+    and micro-batch, and whether it is the second part of a pair run as one task (``split``: each part of a pair run
+    as a task of its own, as a dispatcher runs them; None: as ``params``' dispatcher runs them)."""
+    if params.schedule in COLUMNS and not _pairing(params):
+        columns = COLUMNS[params.schedule](params.num_gpus, params.n, params.v)
+        kinds, stages, mbs = columns.reshape(3, -1)
+        return (np.repeat(np.arange(params.num_gpus), columns.shape[2]), kinds, stages, mbs,
+                np.zeros(len(kinds), dtype=bool))
+    split = params.dispatch != "static" if split is None else split
+    flat: list[tuple] = []  # every part: an action
+    gpus: list[int] = []
+    seconds: list[bool] = []
+    for gpu, order in enumerate(build_orders(params)):
+        if Pair in set(map(type, order)):
+            for action in order:
+                if isinstance(action, Pair):
+                    flat += action
+                    seconds += (False, not split)
+                else:
+                    flat.append(action)
+                    seconds.append(False)
+        else:
+            flat += order
+            seconds += [False] * len(order)
+        gpus += [gpu] * (len(flat) - len(gpus))
+    column = lambda k: np.fromiter(map(itemgetter(k), flat), np.int64, len(flat))  # noqa: E731
+    return (np.array(gpus, dtype=np.int64), np.fromiter(map(KIND_INDEX.__getitem__, map(itemgetter(0), flat)),
+                                                        np.int64, len(flat)),
+            column(1), column(2), np.array(seconds, dtype=bool))
 
 
 def compute_orders(schedule: str, *, num_gpus: int, n: int, chunks: int = 2) -> list[list[str]]:

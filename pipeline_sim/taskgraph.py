@@ -9,14 +9,25 @@ it, the plots and metrics read it; none of them knows which schedule produced it
 from __future__ import annotations
 
 import gc
+from contextlib import contextmanager
 from functools import lru_cache, wraps
-from typing import Callable, NamedTuple, TypeVar
+from typing import Callable, Iterator, NamedTuple, TypeVar
 
 import numpy as np
 
-from .model import A2A_KINDS, TRANSFER_KINDS, Action, EnvParams, Pair, ParameterError, TaskKind, sync_points
+from .model import (
+    A2A_KINDS,
+    KIND_INDEX,
+    KINDS,
+    TRANSFER_KINDS,
+    Action,
+    EnvParams,
+    ParameterError,
+    TaskKind,
+    sync_points,
+)
 from .noise import KIND_NUMBERS, standard_normals, work_factors
-from .orders import build_orders
+from .orders import order_parts
 from .schedules import get_schedule
 
 _F, _B, _I, _W = TaskKind.FORWARD, TaskKind.BACKWARD, TaskKind.BACKWARD_INPUT, TaskKind.BACKWARD_WEIGHT
@@ -98,23 +109,16 @@ def check_size(params: EnvParams, hint: str = "") -> None:
 def build_task_graph(params: EnvParams, sample: int = 0) -> TaskGraph:
     """The task graph of ``params``, with the work of its ``sample``-th noise draw (section 8).
 
-    Its records are for readers of single tasks (the validator, charts, ``engine.schedule_of``); a simulation reads
-    ``task_structure``, ``task_lengths`` and ``task_impacts``, which build none.
+    Its records are for readers of single tasks (the validator, charts, ``engine.schedule_of``), made from
+    ``graph_structure``'s arrays when first asked for; a simulation reads those arrays, ``task_lengths`` and
+    ``task_impacts``, which make none.
     """
     graph = _build(params)
     if not params.jittered and params.slow_gpu < 0:
         return graph
     lengths = task_lengths(params, sample).tolist()
-    return graph._replace(tasks=tuple(task._replace(length=length) for task, length in zip(graph.tasks, lengths)))
-
-
-@lru_cache(maxsize=256)
-def _build(params: EnvParams) -> TaskGraph:
-    """``task_structure``'s graph with ``params``' work and impact in each task."""
-    graph = task_structure(params)
-    lengths, impacts = (values.tolist() for values in _work(params))
-    return graph._replace(params=params, tasks=tuple(task._replace(length=length, impact=impact) for task, length,
-                                                     impact in zip(graph.tasks, lengths, impacts)))
+    with collector_paused():
+        return graph._replace(tasks=tuple(task._replace(length=length) for task, length in zip(graph.tasks, lengths)))
 
 
 def task_lengths(params: EnvParams, sample: int = 0, work: np.ndarray | None = None) -> np.ndarray:
@@ -206,6 +210,20 @@ _T = TypeVar("_T")
 STRUCTURES_KEPT = 64
 
 
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector paused: what a graph holds is up to millions of small objects and no cycle, and
+    the collector, run again and again while they are made, would spend most of the time scanning what the caches
+    hold."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
+
+
 def per_structure(function: Callable[[EnvParams], _T]) -> Callable[[EnvParams], _T]:
     """``function``, computed once per structure (``structure_key``) of the ``STRUCTURES_KEPT`` used last."""
     kept: dict[tuple, _T] = {}
@@ -216,15 +234,8 @@ def per_structure(function: Callable[[EnvParams], _T]) -> Callable[[EnvParams], 
         if key in kept:
             value = kept.pop(key)
         else:
-            # what a structure holds is tens of thousands of small objects and no cycle: the cyclic collector, run
-            # again and again while they are made, would spend most of the time scanning what the caches hold
-            collecting = gc.isenabled()
-            gc.disable()
-            try:
+            with collector_paused():
                 value = function(params)
-            finally:
-                if collecting:
-                    gc.enable()
             if len(kept) >= STRUCTURES_KEPT:
                 del kept[next(iter(kept))]  # the least recently used
         kept[key] = value
@@ -233,231 +244,360 @@ def per_structure(function: Callable[[EnvParams], _T]) -> Callable[[EnvParams], 
 
 
 @per_structure
-def task_structure(params: EnvParams) -> TaskGraph:
-    """The graph of ``params`` but for each task's work and impact (zero), and with the ``params`` of the first
-    environment of its structure."""
-    return _structure_of(params)
-
-
-@per_structure
 def _work_index(params: EnvParams) -> _WorkIndex:
+    structure = graph_structure(params)
     stages, p = params.num_gpus * params.v, params.num_gpus
-    tasks = task_structure(params).tasks
-    blocks = {kind: number * stages for number, kind in enumerate(_PER_STAGE)}
-    blocks |= {kind: len(_PER_STAGE) * stages + number * p for number, kind in enumerate(_PER_GPU)}
-    transfer = len(_PER_STAGE) * stages + len(_PER_GPU) * p  # a pair's row too: its work is computed apart
-
-    def row(task: GraphTask) -> int:
-        kind = _SAME_ROWS.get(task.kind, task.kind)
-        if kind not in blocks:
-            return transfer
-        return blocks[kind] + (task.gpu if kind in _PER_GPU else task.stage)
-    pairs = [i for i, task in enumerate(tasks) if task.kind is TaskKind.OVERLAP_F_B]
-    ints = lambda values: np.array(values, dtype=np.int64)  # noqa: E731
-    return _WorkIndex(ints([row(task) for task in tasks]),
-                      ints([1 if task.kind is _F else 2 if task.kind in (_B, _I, _W) else 0 for task in tasks]),
-                      ints(pairs), ints([tasks[i].parts[0].stage for i in pairs]),
-                      ints([tasks[i].parts[1].stage for i in pairs]))
+    base = np.full(len(KINDS), len(_PER_STAGE) * stages + len(_PER_GPU) * p)  # a transfer's row; a pair's too: its
+    by = np.zeros(len(KINDS), dtype=np.int64)  # work is computed apart. By: 0 nothing, 1 the stage, 2 the GPU
+    for number, kind in enumerate(_PER_STAGE):
+        base[KIND_INDEX[kind]], by[KIND_INDEX[kind]] = number * stages, 1
+    for number, kind in enumerate(_PER_GPU):
+        base[KIND_INDEX[kind]], by[KIND_INDEX[kind]] = len(_PER_STAGE) * stages + number * p, 2
+    for kind, same in _SAME_ROWS.items():
+        base[KIND_INDEX[kind]], by[KIND_INDEX[kind]] = base[KIND_INDEX[same]], by[KIND_INDEX[same]]
+    kinds = structure.kind
+    row = base[kinds] + np.choose(by[kinds], (np.zeros_like(kinds), structure.stage, structure.gpu))
+    impact = np.zeros(len(KINDS), dtype=np.int64)
+    impact[KIND_INDEX[_F]], impact[[KIND_INDEX[k] for k in (_B, _I, _W)]] = 1, 2
+    pairs = np.flatnonzero(kinds == KIND_INDEX[TaskKind.OVERLAP_F_B])
+    return _WorkIndex(row, impact[kinds], pairs, structure.part_stage[pairs, 0], structure.part_stage[pairs, 1])
 
 
 @per_structure
 def _draws(params: EnvParams) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The identity ``(kind number, stage, index)`` of every noise draw, the task owning it and whether it is compute
-    work; per task whether it is compute work (a straggler's is slowed), and its GPU."""
-    rows, owners, compute = [], [], []
-    tasks = task_structure(params).tasks
-    for i, task in enumerate(tasks):
-        for kind, stage, index in (task.parts or ((task.kind, task.stage, task.index),)):
-            rows.append((KIND_NUMBERS[kind], stage, index))
-            owners.append(i)
-            compute.append(bool(task.parts))
-    return (np.array(rows, dtype=np.int64), np.array(owners), np.array(compute),
-            np.array([bool(task.parts) for task in tasks]), np.array([task.gpu for task in tasks]))
+    work; per task whether it is compute work (a straggler's is slowed), and its GPU: a task's draws are its parts',
+    a transfer's its own."""
+    structure = graph_structure(params)
+    numbers = np.array([KIND_NUMBERS.get(kind, 0) for kind in KINDS], dtype=np.int64)
+    computes = structure.part_kind[:, 0] >= 0
+    first = np.column_stack([np.where(computes, numbers[structure.part_kind[:, 0]], numbers[structure.kind]),
+                             np.where(computes, structure.part_stage[:, 0], structure.stage),
+                             np.where(computes, structure.part_mb[:, 0], structure.index)])
+    paired = structure.part_kind[:, 1] >= 0
+    owners = np.repeat(np.arange(len(computes)), 1 + paired)
+    rows = np.empty((len(owners), 3), dtype=np.int64)
+    starts = np.flatnonzero(np.diff(owners, prepend=-1))
+    rows[starts] = first
+    seconds = starts[paired] + 1
+    rows[seconds] = np.column_stack([numbers[structure.part_kind[paired, 1]], structure.part_stage[paired, 1],
+                                     structure.part_mb[paired, 1]])
+    return rows, owners, computes[owners], computes, structure.gpu
 
 
-def _structure_of(params: EnvParams) -> TaskGraph:
+#: The kinds of work a schedule's orders name, in the order of ``GraphStructure.compute_task``'s first axis.
+_PART_KINDS = (_F, _B, _I, _W)
+#: The transfers of one stage and micro-batch each (a table of stages x micro-batches finds them).
+#: Per kind number, where a task of that kind stands among the tasks one task's end releases: transfers first, in
+#: ``TRANSFER_KINDS`` order, then compute tasks.
+_RELEASE_RANK = np.array([TRANSFER_KINDS.index(kind) if kind in TRANSFER_KINDS else len(TRANSFER_KINDS)
+                          for kind in KINDS])
+#: Per kind number, its place in ``_PART_KINDS`` (-1: none).
+_PART_SLOT = np.array([_PART_KINDS.index(kind) if kind in _PART_KINDS else -1 for kind in KINDS])
+_PER_MICROBATCH = (TaskKind.FWD_PROP, TaskKind.GRAD_PROP, TaskKind.FWD_GATHER, TaskKind.BWD_GATHER,
+                   TaskKind.KV_EXCHANGE, TaskKind.KV_GRAD_EXCHANGE, TaskKind.A2A, TaskKind.A2A_GRAD)
+
+
+class GraphStructure(NamedTuple):
+    """A task graph but for its work (``TaskGraph``'s records without lengths and impacts), as arrays: what the
+    simulation reads, built with numpy from the orders, once per structure.
+
+    Per task: its kind (its number in ``KINDS``), GPU, stage, index and receiver (-1: none); its parts' kinds,
+    stages and micro-batches (two columns, -1 where there is no part: a transfer has none, a pair two). Compressed
+    rows (``*_start``, ``*_task``) of each task's ``needs`` and ``releases``, of each GPU's order and peers, as
+    ``TaskGraph``'s. ``issued_task`` and ``issued_by`` pair each transfer a compute task's start issues with that
+    task (-1: time 0), in the order ``TaskGraph.issued_by`` lists them; ``holds`` as ``TaskGraph``'s, ascending.
+    ``compute_task[k, s, m]`` is the task running the part of kind ``_PART_KINDS[k]`` on stage s for micro-batch m
+    (-1: none).
+    """
+
+    kind: np.ndarray
+    gpu: np.ndarray
+    stage: np.ndarray
+    index: np.ndarray  # type: ignore[assignment]  # shadows tuple.index, as GraphTask's
+    receiver: np.ndarray
+    part_kind: np.ndarray
+    part_stage: np.ndarray
+    part_mb: np.ndarray
+    needs_start: np.ndarray
+    needs_task: np.ndarray
+    release_start: np.ndarray
+    release_task: np.ndarray
+    order_start: np.ndarray
+    order_task: np.ndarray
+    peer_start: np.ndarray
+    peer_task: np.ndarray
+    stage_gpu: np.ndarray
+    stage_chunk: np.ndarray
+    issued_task: np.ndarray
+    issued_by: np.ndarray
+    holds: np.ndarray
+    compute_task: np.ndarray
+
+
+@lru_cache(maxsize=256)
+def _build(params: EnvParams) -> TaskGraph:
+    """The records of ``params``' graph, from its structure's arrays, with ``params``' work and impact in each
+    task."""
+    structure = graph_structure(params)
+    with collector_paused():
+        return _records(params, structure)
+
+
+def _records(params: EnvParams, structure: GraphStructure) -> TaskGraph:
+    lengths, impacts = (values.tolist() for values in _work(params))
+    kinds = [KINDS[k] for k in structure.kind.tolist()]
+    actions = [[None if k < 0 else Action(KINDS[k], s, m) for k, s, m in zip(*columns)]
+               for columns in zip(*(array.T.tolist()
+                                    for array in (structure.part_kind, structure.part_stage, structure.part_mb)))]
+    parts = [() if first is None else (first,) if second is None else (first, second)
+             for first, second in zip(*actions)]
+    tasks = tuple(GraphTask(kind, gpu, stage, index, length, None if receiver < 0 else receiver, own, impact)
+                  for kind, gpu, stage, index, length, receiver, own, impact in zip(
+                      kinds, structure.gpu.tolist(), structure.stage.tolist(), structure.index.tolist(), lengths,
+                      structure.receiver.tolist(), parts, impacts))
+    return TaskGraph(params, tasks, _rows_of(structure.needs_start, structure.needs_task),
+                     _rows_of(structure.release_start, structure.release_task),
+                     _rows_of(structure.order_start, structure.order_task),
+                     _rows_of(structure.peer_start, structure.peer_task),
+                     tuple(structure.stage_gpu.tolist()), tuple(structure.stage_chunk.tolist()),
+                     dict(zip(structure.issued_task.tolist(), structure.issued_by.tolist())),
+                     frozenset(structure.holds.tolist()))
+
+
+def _rows_of(starts: np.ndarray, values: np.ndarray) -> tuple[tuple[int, ...], ...]:
+    """Compressed rows as a tuple of tuples."""
+    flat, bounds = values.tolist(), starts.tolist()
+    return tuple(tuple(flat[a:b]) for a, b in zip(bounds, bounds[1:]))
+
+
+@per_structure
+def graph_structure(params: EnvParams) -> GraphStructure:
+    """The structure of ``params``' graph (the same for every environment of its ``structure_key``)."""
+    structure = _structure_of(params)
+    for array in structure:
+        array.flags.writeable = False
+    return structure
+
+
+def _compressed(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The starts of compressed rows of ``counts`` entries each, and each entry's place within its row."""
+    starts = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=starts[1:])
+    return starts, np.arange(starts[-1]) - np.repeat(starts[:-1], counts)
+
+
+def _structure_of(params: EnvParams) -> GraphStructure:
+    """Per GPU: its compute tasks in their order, then its pipeline transfers (forward, then backward), its
+    gradient syncs, each stage's gathers, exchanges and all-to-alls, its optimizer step and its gather of updated
+    parameters; tasks numbered in that order, each block by stage and micro-batch (docs/model.md sections 2, 6
+    and 15-16)."""
     spec = get_schedule(params.schedule)
     p, n, v = params.num_gpus, params.n, params.v
     stages = p * v
-    stage_gpu = tuple(spec.placement(s, p, v) for s in range(stages))
-    stage_chunk = tuple(sum(1 for t in range(s) if stage_gpu[t] == stage_gpu[s]) for s in range(stages))
-    orders = build_orders(params)
-    if params.dispatch != "static":  # a dispatcher runs an overlapped pair's two parts as tasks of their own
-        orders = [[part for action in order for part in (action if isinstance(action, Pair) else (action,))]
-                  for order in orders]
+    stage_gpu = np.array([spec.placement(s, p, v) for s in range(stages)], dtype=np.int64)
+    mine: list[list[int]] = [[] for _ in range(p)]
+    for s, gpu in enumerate(stage_gpu.tolist()):
+        mine[gpu].append(s)
+    stage_chunk = np.zeros(stages, dtype=np.int64)
+    for own in mine:
+        stage_chunk[own] = np.arange(len(own))
+    syncs = np.array(sync_points(n, params.sync_freq), dtype=np.int64)
+    per_use = params.zero == 3 and params.gather_len > 0
+    optimizer = params.optimizer_len > 0
+    param_gather = params.zero in (1, 2) and params.gather_len > 0
 
-    def compute_task(gpu: int, action: Action | Pair) -> GraphTask:
-        if isinstance(action, Pair):
-            return GraphTask(TaskKind.OVERLAP_F_B, gpu, action.forward.stage, action.forward.mb, 0.0,
-                             parts=tuple(action))
-        return GraphTask(action.kind, gpu, action.stage, action.mb, 0.0, parts=(action,))
+    # the orders' parts, checked: each on its stage's GPU, each once
+    part_gpu, part_kind, part_stage, part_mb, second = order_parts(params)
+    outside = (part_stage < 0) | (part_stage >= stages) | (part_mb < 0) | (part_mb >= n)
+    if outside.any():
+        k = int(np.argmax(outside))
+        action = Action(KINDS[part_kind[k]], int(part_stage[k]), int(part_mb[k]))
+        raise ScheduleError(f"the orders of {params.schedule} run {action}, beyond its {stages} stages and {n} "
+                            "micro-batches")
+    elsewhere = stage_gpu[part_stage] != part_gpu
+    if elsewhere.any():
+        k = int(np.argmax(elsewhere))
+        action = Action(KINDS[part_kind[k]], int(part_stage[k]), int(part_mb[k]))
+        raise ScheduleError(f"GPU {part_gpu[k]} runs {action}, but stage {action.stage} lives on GPU "
+                            f"{stage_gpu[action.stage]}")
+    slot = _PART_SLOT[part_kind]
+    key = (slot * stages + part_stage) * n + part_mb
+    twice = np.bincount(key, minlength=len(_PART_KINDS) * stages * n) > 1
+    if twice.any():
+        k = int(np.argmax(twice[key]))
+        raise ScheduleError(f"{Action(KINDS[part_kind[k]], int(part_stage[k]), int(part_mb[k]))} appears twice in "
+                            f"the orders of {params.schedule}")
 
-    syncs = sync_points(n, params.sync_freq)
-    tasks: list[GraphTask] = []
-    where: dict[tuple, int] = {}  # ("part", kind, stage, mb) or (transfer kind, stage, index) -> task
-    gpu_orders = []
-    step_needs: list[list[int]] = []  # per GPU, what its optimizer step waits for
-    gather_needs: dict[int, list[int]] = {}  # a GPU's gather of updated parameters: what it waits for
-    for gpu in range(p):
-        order = []
-        for action in orders[gpu]:
-            task = compute_task(gpu, action)
-            for part in task.parts:
-                if stage_gpu[part.stage] != gpu:
-                    raise ScheduleError(f"GPU {gpu} runs {part}, but stage {part.stage} lives on GPU "
-                                        f"{stage_gpu[part.stage]}")
-                if ("part", *part) in where:
-                    raise ScheduleError(f"{part} appears twice in the orders of {params.schedule}")
-                where["part", *part] = len(tasks)
-            order.append(len(tasks))
-            tasks.append(task)
-        gpu_orders.append(tuple(order))
-        mine = [s for s in range(stages) if stage_gpu[s] == gpu]
-        for s in mine:
-            if s < stages - 1 and stage_gpu[s + 1] != gpu:
-                for m in range(n):
-                    where[TaskKind.FWD_PROP, s, m] = len(tasks)
-                    tasks.append(GraphTask(TaskKind.FWD_PROP, gpu, s, m, 0.0, stage_gpu[s + 1]))
-        for s in mine:
-            if s > 0 and stage_gpu[s - 1] != gpu:
-                for m in range(n):
-                    where[TaskKind.GRAD_PROP, s, m] = len(tasks)
-                    tasks.append(GraphTask(TaskKind.GRAD_PROP, gpu, s, m, 0.0, stage_gpu[s - 1]))
-        for s in mine:
-            for k in range(len(syncs)):
-                where[TaskKind.GRAD_SYNC, s, k] = len(tasks)
-                tasks.append(GraphTask(TaskKind.GRAD_SYNC, gpu, s, k, 0.0))
-        per_use = params.zero == 3 and params.gather_len > 0
-        for s in mine:  # zero 3: a stage's parameters gathered before each forward and backward (section 15)
-            for kind in (TaskKind.FWD_GATHER, TaskKind.BWD_GATHER) if per_use else ():
-                for m in range(n):
-                    where[kind, s, m] = len(tasks)
-                    tasks.append(GraphTask(kind, gpu, s, m, 0.0))
-            for kind in (TaskKind.KV_EXCHANGE, TaskKind.KV_GRAD_EXCHANGE) if params.cp_len > 0 else ():
-                for m in range(n):
-                    where[kind, s, m] = len(tasks)
-                    tasks.append(GraphTask(kind, gpu, s, m, 0.0))
-            for kind in A2A_KINDS if params.a2a_len > 0 else ():  # expert parallelism's all-to-all (section 16)
-                for m in range(n):
-                    where[kind, s, m] = len(tasks)
-                    tasks.append(GraphTask(kind, gpu, s, m, 0.0))
-        finals = [*order, *(where[TaskKind.GRAD_SYNC, s, k] for s in mine for k in range(len(syncs)))]
-        if params.optimizer_len > 0:  # the GPU's last task (section 6.7)
-            step_needs.append(finals)
-            gpu_orders[gpu] += (len(tasks),)
-            finals = [len(tasks)]
-            tasks.append(GraphTask(_O, gpu, mine[0], 0, 0.0, parts=(Action(_O, mine[0], 0),)))
-        if params.zero in (1, 2) and params.gather_len > 0:  # the updated parameters gathered after the step
-            where[TaskKind.PARAM_GATHER, gpu] = len(tasks)
-            gather_needs[len(tasks)] = finals
-            tasks.append(GraphTask(TaskKind.PARAM_GATHER, gpu, mine[0], 0, 0.0))
+    # the blocks of tasks, GPU after GPU: kind number (-1: the GPU's compute tasks), GPU, stage, length, receiver
+    computes = np.bincount(part_gpu[~second], minlength=p).tolist()
+    blocks: list[tuple[int, int, int, int, int]] = []
+    per_stage = [kind for kind, wanted in ((TaskKind.FWD_GATHER, per_use), (TaskKind.BWD_GATHER, per_use),
+                                           (TaskKind.KV_EXCHANGE, params.cp_len > 0),
+                                           (TaskKind.KV_GRAD_EXCHANGE, params.cp_len > 0),
+                                           (TaskKind.A2A, params.a2a_len > 0), (TaskKind.A2A_GRAD, params.a2a_len > 0))
+                 if wanted]
+    gsync, step, gather = KIND_INDEX[TaskKind.GRAD_SYNC], KIND_INDEX[_O], KIND_INDEX[TaskKind.PARAM_GATHER]
+    finals: list[tuple[int, int]] = []  # per GPU, the blocks of its compute tasks and of its first sync
+    for gpu, own in enumerate(mine):
+        finals.append((len(blocks), len(blocks)))
+        blocks.append((-1, gpu, 0, computes[gpu], -1))
+        blocks += [(KIND_INDEX[TaskKind.FWD_PROP], gpu, s, n, int(stage_gpu[s + 1])) for s in own
+                   if s < stages - 1 and stage_gpu[s + 1] != gpu]
+        blocks += [(KIND_INDEX[TaskKind.GRAD_PROP], gpu, s, n, int(stage_gpu[s - 1])) for s in own
+                   if s > 0 and stage_gpu[s - 1] != gpu]
+        finals[-1] = (finals[-1][0], len(blocks))
+        blocks += [(gsync, gpu, s, len(syncs), -1) for s in own]
+        blocks += [(KIND_INDEX[kind], gpu, s, n, -1) for s in own for kind in per_stage]
+        blocks += [(step, gpu, own[0], 1, -1)] * optimizer + [(gather, gpu, own[0], 1, -1)] * param_gather
+    block_kind, block_gpu, block_stage, block_length, block_receiver = (np.array(column, dtype=np.int64)
+                                                                        for column in zip(*blocks))
+    block_start, index = _compressed(block_length)
+    count = int(block_start[-1])
+    kind, gpu, stage, receiver = (np.repeat(column, block_length)
+                                  for column in (block_kind, block_gpu, block_stage, block_receiver))
+    task = np.arange(count)
 
-    def part_task(kind: TaskKind, stage: int, mb: int) -> int | None:
-        return where.get(("part", kind, stage, mb))
+    # the compute tasks: a part's task, and each task's parts
+    compute = np.flatnonzero(kind < 0)
+    part_task = compute[np.cumsum(~second) - 1]
+    firsts = ~second
+    parts = [np.full((count, 2), -1, dtype=np.int64) for _ in range(3)]
+    for part, values in zip(parts, (part_kind, part_stage, part_mb)):
+        part[part_task[firsts], 0] = values[firsts]
+        part[part_task[second], 1] = values[second]
+    kind[compute] = np.where(parts[0][compute, 1] >= 0, KIND_INDEX[TaskKind.OVERLAP_F_B], parts[0][compute, 0])
+    stage[compute], index[compute] = parts[1][compute, 0], parts[2][compute, 0]
+    steps = np.flatnonzero(kind == step)
+    parts[0][steps, 0], parts[1][steps, 0], parts[2][steps, 0] = step, stage[steps], 0
+    table = np.full((len(_PART_KINDS), stages, n), -1, dtype=np.int64)
+    table.reshape(-1)[key] = part_task
 
-    def the_part(*kinds_stage_mb: tuple[TaskKind, int, int]) -> int:
-        for key in kinds_stage_mb:
-            found = part_task(*key)
-            if found is not None:
-                return found
-        raise ScheduleError(f"the orders of {params.schedule} never run {Action(*kinds_stage_mb[0])}")
+    absent = np.full((stages, n), -1, dtype=np.int64)  # read only: every kind of transfer this graph has none of
 
-    def input_gradient(stage: int, mb: int) -> int:
-        """The task that computes (mb, stage)'s input gradient: its whole backward or its I."""
-        return the_part((_B, stage, mb), (_I, stage, mb))
+    def transfers(kind_of: TaskKind) -> np.ndarray:
+        """Per stage and micro-batch, the transfer of ``kind_of`` (-1: none)."""
+        chosen = block_kind == KIND_INDEX[kind_of]
+        if not chosen.any():
+            return absent
+        found = absent.copy()
+        found[block_stage[chosen]] = block_start[:-1][chosen, None] + np.arange(n)
+        return found
 
-    def arrival(transfer: TaskKind, stage: int, mb: int, producer: int) -> int:
-        """What a consumer of (mb, stage)'s output waits for: the transfer, or the producer on its own GPU."""
-        return where.get((transfer, stage, mb), producer)
+    forward, whole, split_input, weight = table
+    gradient = np.where(whole >= 0, whole, split_input)  # the task computing a (stage, mb)'s input gradient
+    for missing, name in ((forward < 0, _F), (gradient < 0, _B), ((split_input >= 0) & (weight < 0), None)):
+        if missing.any():
+            s, m = np.argwhere(missing)[0].tolist()
+            raise ScheduleError(f"the orders of {params.schedule} never run {Action(name, s, m)}" if name else
+                                f"the orders of {params.schedule} split {Action(_I, s, m)} but never run its W")
+    tables = {kind_of: transfers(kind_of) for kind_of in _PER_MICROBATCH}
+    sent, returned = tables[TaskKind.FWD_PROP], tables[TaskKind.GRAD_PROP]
+    arrived = np.vstack([np.full((1, n), -1), np.where(sent >= 0, sent, forward)[:-1]])  # what stage s's F waits for
+    returning = np.vstack([np.where(returned >= 0, returned, gradient)[1:], forward[-1:]])  # and its B or I
 
-    needs: list[list[int]] = [[] for _ in tasks]
-    for i, task in enumerate(tasks):
-        if task.kind is _O:  # every other compute task of its GPU and every sync of its stages
-            needs[i] = step_needs[task.gpu]
-            continue
-        if task.kind is TaskKind.PARAM_GATHER:
-            needs[i] = gather_needs[i]
-            continue
-        for action in task.parts:
-            kind, s, m = action
-            if kind is _F:
-                if s > 0:
-                    needs[i].append(arrival(TaskKind.FWD_PROP, s - 1, m, the_part((_F, s - 1, m))))
-                if (TaskKind.FWD_GATHER, s, m) in where:
-                    needs[i].append(where[TaskKind.FWD_GATHER, s, m])
-            elif kind is _W:
-                needs[i].append(the_part((_I, s, m)))
-            else:
-                if s < stages - 1:
-                    needs[i].append(arrival(TaskKind.GRAD_PROP, s + 1, m, input_gradient(s + 1, m)))
-                else:
-                    needs[i].append(the_part((_F, s, m)))
-                if (TaskKind.BWD_GATHER, s, m) in where:
-                    needs[i].append(where[TaskKind.BWD_GATHER, s, m])
-        if task.kind is TaskKind.FWD_PROP:
-            needs[i].append(the_part((_F, task.stage, task.index)))
-        elif task.kind is TaskKind.GRAD_PROP:
-            needs[i].append(input_gradient(task.stage, task.index))
-        elif task.kind is TaskKind.GRAD_SYNC:
-            m = syncs[task.index]
-            needs[i].append(the_part((_W, task.stage, m), (_B, task.stage, m)))
-        if len(needs[i]) > 1:
-            needs[i] = list(dict.fromkeys(needs[i]))
-        if i in needs[i]:
-            raise ScheduleError(f"{task.parts[0]} of {params.schedule} would wait for its own task")
-    for s in range(stages):
-        for m in range(n):
-            the_part((_F, s, m))
-            input_gradient(s, m)
-            if part_task(_I, s, m) is not None and part_task(_W, s, m) is None:
-                raise ScheduleError(f"the orders of {params.schedule} split {Action(_I, s, m)} but never run its W")
+    # what each task waits for, in order: per part its pipeline input, then its gather (a pair's later duplicates
+    # dropped); a transfer's producer; a sync's backward or W
+    wants = np.full((count, 4), -1, dtype=np.int64)
+    for column in (0, 1):
+        its_kind = parts[0][compute, column]
+        its_stage, its_mb = (np.maximum(part[compute, column], 0) for part in parts[1:])
+        forward_part = its_kind == KIND_INDEX[_F]
+        backward_part = (its_kind == KIND_INDEX[_B]) | (its_kind == KIND_INDEX[_I])
+        at_part = (its_stage, its_mb)
+        wants[compute, 2 * column] = np.where(forward_part, arrived[at_part], np.where(
+            backward_part, returning[at_part], np.where(its_kind == KIND_INDEX[_W], split_input[at_part], -1)))
+        gathers = (tables[TaskKind.FWD_GATHER][at_part], tables[TaskKind.BWD_GATHER][at_part])
+        wants[compute, 2 * column + 1] = np.where(forward_part, gathers[0], np.where(backward_part, gathers[1], -1))
+    paired = compute[parts[0][compute, 1] >= 0]
+    for column in (2, 3):  # a pair's second part's needs that its first has
+        repeated = paired[(wants[paired, column:column + 1] == wants[paired, :column]).any(axis=1)]
+        wants[repeated, column] = -1
+    own = (wants[paired] == paired[:, None]).any(axis=1)  # one part never waits for its own task
+    if own.any():
+        i = int(paired[np.argmax(own)])
+        raise ScheduleError(f"{Action(KINDS[parts[0][i, 0]], parts[1][i, 0], parts[2][i, 0])} of {params.schedule} "
+                            "would wait for its own task")
+    for kind_of, producers in ((TaskKind.FWD_PROP, forward), (TaskKind.GRAD_PROP, gradient)):
+        at = np.flatnonzero(kind == KIND_INDEX[kind_of])
+        wants[at, 0] = producers[stage[at], index[at]]
+    at = np.flatnonzero(kind == gsync)
+    point = syncs[index[at]]
+    wants[at, 0] = np.where(weight[stage[at], point] >= 0, weight[stage[at], point], whole[stage[at], point])
 
-    # transfers issued by a compute task's start (section 15): a stage's next gathers, prefetched one use ahead, and
-    # the attention exchange of the work that starts; what reads that work's results waits for its exchange too
-    issued_by: dict[int, int] = {}
-    exchanges: dict[int, list[int]] = {}
-    holds: set[int] = set()
-    issued = [(kind, s, m, i) for kind in ISSUED_KINDS for s in range(stages) for m in range(n)
-              if (i := where.get((kind, s, m), -1)) >= 0] if per_use or params.cp_len > 0 else []
-    # the all-to-all of a task: issued by its end, holding its GPU, or beside it by an overlapped pair's start
-    for kind in A2A_KINDS if params.a2a_len > 0 else ():
-        for s in range(stages):
-            for m in range(n):
-                i = where[kind, s, m]
-                issuer = the_part((_F, s, m)) if kind is TaskKind.A2A else input_gradient(s, m)
-                if tasks[issuer].kind is TaskKind.OVERLAP_F_B:
-                    issued_by[i] = issuer
-                else:
-                    needs[i] = [issuer]
-                    holds.add(i)
-                exchanges.setdefault(issuer, []).append(i)
-    for kind, s, m, i in issued:
-        if kind is TaskKind.FWD_GATHER:
-            issued_by[i] = the_part((_F, s, m - 1)) if m > 0 else -1
-        elif kind is TaskKind.BWD_GATHER:
-            issued_by[i] = input_gradient(s, m - 1) if m > 0 else the_part((_F, s, 0))
-        else:
-            issued_by[i] = the_part((_F, s, m)) if kind is TaskKind.KV_EXCHANGE else input_gradient(s, m)
-            exchanges.setdefault(issued_by[i], []).append(i)
-    if exchanges:
-        for i, task in enumerate(tasks):
-            if i not in issued_by and task.kind not in A2A_KINDS:
-                needs[i] = list(dict.fromkeys([*needs[i], *(x for j in needs[i] for x in exchanges.get(j, ()))]))
+    # the all-to-alls (section 16): issued by their task's end, holding its GPU, or by an overlapped pair's start;
+    # the transfers a start issues (section 15); and each issuer's exchanges, which what waits for it waits for too
+    pair = KIND_INDEX[TaskKind.OVERLAP_F_B]
+    issued_task, issued_by, holds = [], [], []
+    exchanging = params.a2a_len > 0 or params.cp_len > 0
+    exchanges = np.full((count if exchanging else 0, 4), -1, dtype=np.int64)
+    for column, (kind_of, issuers) in enumerate(((TaskKind.A2A, forward), (TaskKind.A2A_GRAD, gradient))):
+        if params.a2a_len > 0:
+            transfer, issuer = tables[kind_of].reshape(-1), issuers.reshape(-1)
+            paired = kind[issuer] == pair
+            issued_task.append(transfer[paired])
+            issued_by.append(issuer[paired])
+            holds.append(transfer[~paired])
+            wants[transfer[~paired], 0] = issuer[~paired]
+            exchanges[issuer, column] = transfer
+    previous = np.hstack([np.full((stages, 1), -1), forward[:, :-1]])
+    for column, (kind_of, issuers) in enumerate(((TaskKind.FWD_GATHER, previous),
+                                                 (TaskKind.BWD_GATHER, np.hstack([forward[:, :1], gradient[:, :-1]])),
+                                                 (TaskKind.KV_EXCHANGE, forward),
+                                                 (TaskKind.KV_GRAD_EXCHANGE, gradient))):
+        transfer = tables[kind_of].reshape(-1)
+        present = transfer >= 0
+        issued_task.append(transfer[present])
+        issued_by.append(issuers.reshape(-1)[present])
+        if column >= 2 and present.any():
+            exchanges[issuers.reshape(-1)[present], column] = transfer[present]
 
-    # each task's releases list transfers first, in TRANSFER_KINDS order, then compute tasks; by index within a kind
-    rank = {kind: k for k, kind in enumerate(TRANSFER_KINDS)}
-    buckets: list[list[int]] = [[] for _ in range(len(TRANSFER_KINDS) + 1)]
-    for i, task in enumerate(tasks):
-        buckets[rank.get(task.kind, len(TRANSFER_KINDS))].append(i)
-    releases: list[list[int]] = [[] for _ in tasks]
-    for i in (i for bucket in buckets for i in bucket):
-        for producer in needs[i]:
-            releases[producer].append(i)
+    # a GPU's optimizer step waits for its compute tasks and syncs; its gather for the step, or for those
+    listed = wants >= 0
+    counts = listed.sum(axis=1)
+    long_rows = np.flatnonzero((kind == step) | (kind == gather))
+    long_lists = [np.array([i - 1]) if kind[i] == gather and optimizer else
+                  np.concatenate([np.arange(block_start[first], block_start[first + 1]), np.arange(
+                      block_start[syncing], block_start[syncing] + len(mine[gpu[i]]) * len(syncs))])
+                  for i in long_rows.tolist() for first, syncing in (finals[gpu[i]],)]
+    needs = wants[listed]  # row by row, each row's in its columns' order
+    if long_lists:  # the steps' and gathers' rows, put in their places
+        needs = np.insert(needs, np.repeat(np.cumsum(counts)[long_rows], [len(values) for values in long_lists]),
+                          np.concatenate(long_lists))
+    counts[long_rows] = [len(values) for values in long_lists]
+    starts, _ = _compressed(counts)
+    consumer = np.repeat(task, counts)
+    if exchanging:  # each need's exchanges appended, in the order of the needs
+        extra = exchanges[needs]
+        extra[np.isin(kind[consumer], [KIND_INDEX[a2a] for a2a in A2A_KINDS])] = -1
+        more = extra >= 0
+        per_need = more.sum(axis=1)
+        added = np.bincount(consumer, weights=per_need, minlength=count).astype(np.int64)
+        total, _ = _compressed(counts + added)
+        merged = np.empty(total[-1], dtype=np.int64)
+        merged[total[consumer] + np.arange(len(needs)) - starts[consumer]] = needs
+        _, extra_place = _compressed(added)
+        merged[(total[:-1] + counts)[np.repeat(consumer, per_need)] + extra_place] = extra[more]
+        starts, needs, counts = total, merged, counts + added
+        consumer = np.repeat(task, counts)
+
+    # each task's releases: transfers first, in TRANSFER_KINDS order, then compute tasks; by index within a kind
+    rank = _RELEASE_RANK[kind[consumer]]
+    place = np.argsort((needs * (len(TRANSFER_KINDS) + 1) + rank) * count + consumer, kind="stable")
+    release_start, _ = _compressed(np.bincount(needs, minlength=count))
+
+    # each GPU's order: its compute tasks, its optimizer step last; and the GPUs it exchanges transfers with
+    ordered = np.concatenate([compute, steps])
+    ordered = ordered[np.argsort(gpu[ordered], kind="stable")]
+    order_start, _ = _compressed(np.bincount(gpu[ordered], minlength=p))
     peers: list[set[int]] = [set() for _ in range(p)]
-    for task in tasks:
-        if task.receiver is not None:
-            peers[task.gpu].add(task.receiver)
-            peers[task.receiver].add(task.gpu)
-    return TaskGraph(params, tuple(tasks), tuple(map(tuple, needs)), tuple(map(tuple, releases)),
-                     tuple(gpu_orders), tuple(tuple(sorted(g)) for g in peers), stage_gpu, stage_chunk, issued_by,
-                     frozenset(holds))
+    for g, r in {(g, r) for g, r in zip(block_gpu.tolist(), block_receiver.tolist()) if r >= 0}:
+        peers[g].add(r)
+        peers[r].add(g)
+    peer_start, _ = _compressed(np.array([len(row) for row in peers]))
+    ints = lambda values: np.array(values, dtype=np.int64)  # noqa: E731
+    return GraphStructure(kind, gpu, stage, index, receiver, parts[0], parts[1], parts[2], starts, needs, release_start,
+                          consumer[place], order_start, ordered, peer_start,
+                          ints([g for row in peers for g in sorted(row)]), stage_gpu, stage_chunk,
+                          np.concatenate([ints([]), *issued_task]), np.concatenate([ints([]), *issued_by]),
+                          np.sort(np.concatenate([ints([]), *holds])), table)

@@ -7,12 +7,21 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+import reference_taskgraph as reference
 
-from pipeline_sim.engine import _KIND_CLASS, gpu_order_peaks, graph_arrays, static_order_peaks, static_peak
-from pipeline_sim.model import COMM_KINDS, DISPATCHERS, ROOM_UNIT, EnvParams, TaskKind
+from pipeline_sim.engine import (
+    _KIND_CLASS,
+    _memory_jobs,
+    _skeleton,
+    gpu_order_peaks,
+    graph_arrays,
+    static_order_peaks,
+    static_peak,
+)
+from pipeline_sim.model import COMM_KINDS, DISPATCHERS, EP_OVERLAP_SCHEDULES, ROOM_UNIT, EnvParams, TaskKind
 from pipeline_sim.noise import KIND_NUMBERS, standard_normals, work_factors
 from pipeline_sim.schedules import SCHEDULES, get_schedule
-from pipeline_sim.taskgraph import build_task_graph, task_impacts, task_lengths
+from pipeline_sim.taskgraph import _draws, _work, _work_index, build_task_graph, task_impacts, task_lengths
 
 F, B, I, W = TaskKind.FORWARD, TaskKind.BACKWARD, TaskKind.BACKWARD_INPUT, TaskKind.BACKWARD_WEIGHT
 
@@ -190,3 +199,53 @@ def test_peaks_of_an_order_are_counted_task_by_task(schedule):
         assert gpu_order_peaks(static) == gpu_order_peaks(static, graph.orders) == peaks
         assert static_order_peaks(params) == peaks  # from the orders alone, no graph
         assert static_peak(params) == max(peaks)
+
+
+def structure_environment(rng: random.Random, schedule: str) -> EnvParams:
+    """An environment of ``schedule`` with every option that shapes a graph drawn at random: p, n, chunks, the
+    sync frequency, the dispatcher (pairs split or not), optimizer step, zero stage and gathers, context and expert
+    parallelism, the all-to-all's class and its overlap in pairs."""
+    p = rng.randint(1, 5) if schedule not in ("zb-v", "dualpipe-v") else rng.randint(2, 5)
+    n = {"dualpipe-v": rng.randint(2 * p, 3 * p), "interleaved-1f1b": p * rng.randint(1, 3)}.get(
+        schedule, rng.randint(1, 3 * p))
+    zero, overlap = rng.randint(0, 3), rng.choice([0.0, 0.3]) if schedule == "dualpipe-v" else 0.0
+    params = dict(n=n, num_gpus=p, schedule=schedule, chunks=rng.choice([2, 3]), sync_freq=rng.randint(1, 3),
+                     optimizer_len=rng.choice([0.0, 0.9]), zero=zero,
+                     gather_len=rng.choice([0.0, 0.6]) if zero else 0.0, cp_len=rng.choice([0.0, 0.4]),
+                     a2a_len=rng.choice([0.0, 0.5]), a2a_class=rng.choice(["pipeline", "grad_sync"]),
+                     fb_overlap=overlap, ep_overlap=rng.randint(0, 1),
+                     dispatch=rng.choice(DISPATCHERS) if overlap == 0.0 else "static", fwd_len=rng.uniform(0.5, 2))
+    if params["ep_overlap"] and params["a2a_len"] and schedule in EP_OVERLAP_SCHEDULES:
+        params["dispatch"] = "static"  # pairs of the static order
+    return EnvParams(**params)
+
+
+def test_structure_is_the_task_by_task_construction():
+    """The structure's arrays and the records made from them against the construction task by task
+    (tests/reference_taskgraph.py): records, needs, releases, orders, peers, issuers and
+    holds equal (the issuers in the same order); the kernel's arrays, work rows, noise draws and memory jobs equal
+    to the bit."""
+    rng, seen = random.Random(3737), set()
+    for i in range(240):
+        params = structure_environment(rng, sorted(SCHEDULES)[i % len(SCHEDULES)])
+        expected = reference.structure_of(params)
+        lengths, impacts = (values.tolist() for values in _work(params))
+        expected = expected._replace(params=params, tasks=tuple(
+            task._replace(length=length, impact=impact) for task, length, impact in zip(expected.tasks, lengths,
+                                                                                        impacts)))
+        graph = build_task_graph(params)
+        assert graph == expected and list(graph.issued_by.items()) == list(expected.issued_by.items()), params
+        skeleton, old = _skeleton(params), reference.skeleton(params, expected)
+        for name, array in [*zip(skeleton.arrays._fields, skeleton.arrays), *zip(skeleton._fields[1:], skeleton[1:])]:
+            if name in old:
+                assert array.dtype == old[name].dtype and same_bits(array, old[name].tolist()), (name, params)
+        for new, reference_arrays_of in ((_work_index(params), reference.work_index(params, expected)),
+                                         (_draws(params), reference.draws(expected)),
+                                         (_memory_jobs(params), reference.memory_jobs(expected))):
+            for array, value in zip(new, reference_arrays_of):
+                assert array.shape == value.shape and array.tobytes() == value.astype(array.dtype).tobytes(), params
+        seen.add((params.schedule, params.dispatch, params.zero if params.gather_len else 0, params.cp_len > 0,
+                  params.a2a_len > 0, params.optimizer_len > 0, params.fb_overlap > 0,
+                  params.a2a_len > 0 and params.ep_overlap == 1 and params.schedule in EP_OVERLAP_SCHEDULES))
+    for field, values in enumerate((set(SCHEDULES), set(DISPATCHERS), {0, 1, 2, 3}, *[{False, True}] * 5)):
+        assert {key[field] for key in seen} == values
