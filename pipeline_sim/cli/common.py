@@ -106,10 +106,11 @@ def _interrupted(signum: int, frame: object) -> None:
 
 
 def _unraisable(previous: Callable[[UnraisableHookArgs], object]) -> Callable[[UnraisableHookArgs], None]:
-    """A hook for exceptions Python cannot raise: our own interrupt, lost there, is silent (``check_interrupt``
-    raises it again); any other goes to ``previous``."""
+    """A hook for exceptions Python cannot raise: once our interrupt has arrived they are silent (the interrupt,
+    lost there, is raised again by ``check_interrupt``; an object it cut short in its constructor fails in its
+    destructor, as late as the interpreter's exit); before it, they go to ``previous``."""
     def hook(unraisable: UnraisableHookArgs) -> None:
-        if not (issubclass(unraisable.exc_type, KeyboardInterrupt) and _INTERRUPTS):
+        if not _INTERRUPTS:
             previous(unraisable)
     return hook
 
@@ -151,7 +152,8 @@ def run_command(prog: str, body: Callable[[], int]) -> int:
             signal.signal(signal.SIGTERM, previous)
         if previous_int is not None:
             signal.signal(signal.SIGINT, previous_int)
-        sys.unraisablehook = previous_hook
+        if not _INTERRUPTS:  # after an interrupt, the exit's destructors stay silent too
+            sys.unraisablehook = previous_hook
 
 
 def positive_int(text: str) -> int:
