@@ -169,3 +169,32 @@ def test_a_learned_sweep_killed_then_resumed_never_mixes_two_networks(tmp_path, 
         leftovers = sorted(path.name for path in tmp_path.iterdir()
                            if path.name not in ("grid.json", "p.npz", "out.csv", "out.csv.lock"))
         assert leftovers == [], f"{what}: {leftovers}"
+
+
+def test_destructors_failing_after_an_interrupt_stay_silent(capsys, monkeypatch):
+    """An object the signal cut short in its constructor fails in its destructor, as late as the interpreter's exit
+    (llvmlite's do, mid-compile): after our one line nothing more is reported; before an interrupt, such a failure
+    goes to the hook as always."""
+    import gc
+
+    from pipeline_sim.cli.common import _interrupted, run_command
+
+    reported: list[str] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: reported.append(str(unraisable.exc_value)))
+
+    class Broken:
+        def __del__(self) -> None:
+            raise AttributeError("half-built")
+
+    def body() -> int:
+        _interrupted(2, None)
+        return 0
+
+    assert run_command("prog", body) == 130
+    Broken()
+    gc.collect()
+    assert capsys.readouterr().err.strip() == "prog: interrupted" and reported == []
+    assert run_command("prog", lambda: 0) == 0  # a run without an interrupt: reported again
+    Broken()
+    gc.collect()
+    assert reported == ["half-built"]
