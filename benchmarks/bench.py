@@ -6,6 +6,7 @@
     python benchmarks/bench.py --json out.json
     python benchmarks/bench.py --hindsight  # only dispatch = hindsight's seconds per draw
     python benchmarks/bench.py --moe        # only a DeepSeek-V3 iteration at its published layout
+    python benchmarks/bench.py --replay     # only reading and replaying a committed PyTorch trace
     python benchmarks/bench.py --lookahead  # only dispatch = lookahead's time per iteration
     python benchmarks/bench.py --doubling   # only graph construction against the kernel (about two minutes)
 
@@ -514,6 +515,29 @@ def deepseek_v3() -> dict:
             "iteration_seconds": run.completion_time}
 
 
+def replay_trace() -> dict:
+    """A committed PyTorch trace (Interleaved1F1B, 2 ranks, 4 stages, 8 micro-batches) read and replayed: seconds to
+    read its ranks' files, to fit the transfers, and per iteration replayed, medians of five."""
+    from pipeline_sim.measured import fit_comm, read_run
+    from pipeline_sim.replay import replay
+
+    folder = ROOT / "tests" / "data" / "traces" / "interleaved-1f1b" / "run0"
+    reads, fits, replays = [], [], []
+    for _ in range(5):
+        started = time.perf_counter()
+        run = read_run([folder])
+        reads.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        comm = fit_comm(run.iterations)
+        fits.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        for k in range(len(run.iterations)):
+            replay(run, k, comm)
+        replays.append((time.perf_counter() - started) / len(run.iterations))
+    return {"iterations": len(run.iterations), "read_seconds": statistics.median(reads),
+            "fit_seconds": statistics.median(fits), "replay_seconds": statistics.median(replays)}
+
+
 def _print_doubling(rows: list[dict]) -> None:
     print("\n  schedule          GPUs     n      tasks  first run (s)  graph us/task  kernel us/task  (a new structure "
           "each)")
@@ -611,6 +635,7 @@ def main() -> int:
                              "from 4 to 64 GPUs and 8 to 1,024 micro-batches, 1F1B doubling tasks to a million")
     parser.add_argument("--hindsight", action="store_true", help="only dispatch = hindsight's seconds per draw")
     parser.add_argument("--moe", action="store_true", help="only a DeepSeek-V3 iteration at its published layout")
+    parser.add_argument("--replay", action="store_true", help="only reading and replaying a committed PyTorch trace")
     parser.add_argument("--lookahead", action="store_true", help="only dispatch = lookahead's time per iteration")
     args = parser.parse_args()
     cores = os.cpu_count() or 1
@@ -618,6 +643,12 @@ def main() -> int:
     compile_kernel()
     if args.doubling:
         construction()
+        return 0
+    if args.replay:
+        trace = replay_trace()
+        print(f"PyTorch trace, Interleaved1F1B on 2 ranks ({trace['iterations']} iterations): read "
+              f"{trace['read_seconds'] * 1e3:.0f} ms, transfers fitted {trace['fit_seconds'] * 1e3:.1f} ms, "
+              f"{trace['replay_seconds'] * 1e3:.1f} ms per iteration replayed (medians of five)", flush=True)
         return 0
     if args.moe:
         moe = deepseek_v3()
