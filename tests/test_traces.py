@@ -3,6 +3,8 @@
 import gzip
 import json
 import shutil
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -351,3 +353,27 @@ def test_fresh_traces_of_a_real_run(tmp_path):
     run = read_run([tmp_path / "fresh" / "1f1b" / "run0"])
     assert (run.schedule, run.ranks, run.stages, run.microbatches) == ("1f1b", 2, 2, 2)
     assert replay(run, 0, fit_comm(run.iterations)).simulated.completion_time > 0.0
+
+
+def test_fresh_traces_under_torchrun_one_process_per_rank(tmp_path):
+    """Launched by torchrun (as on a cluster: one process per rank, the launcher's rendezvous), each process runs
+    its own rank through every run, joining the process group once."""
+    pytest.importorskip("torch")
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29537",
+               str(ROOT / "pipeline_trace.py"), "record", "--out", "fresh", "--schedule", "1f1b", "zb-v",
+               "--microbatches", "4", "--iterations", "1", "--batch", "4", "--width", "32", "--layers", "4"]
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("[") == 2  # one rank reports the two runs
+    for schedule, stages in (("1f1b", 2), ("zb-v", 4)):
+        run = read_run([tmp_path / "fresh" / schedule / "run0"])
+        assert (run.schedule, run.ranks, run.stages, run.microbatches) == (schedule, 2, stages, 4)
+
+
+def test_a_launched_record_with_another_rank_count_is_refused(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    for name, value in (("RANK", "0"), ("WORLD_SIZE", "2"), ("LOCAL_RANK", "0"), ("MASTER_ADDR", "127.0.0.1"),
+                        ("MASTER_PORT", "29538")):
+        monkeypatch.setenv(name, value)
+    assert_one_line_error(run_here("pipeline_trace.py", "record", "--out", "x", "--ranks", "3", cwd=tmp_path),
+                          "--ranks 3: the launcher started 2 processes")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 from statistics import median
@@ -83,8 +84,11 @@ def _record(args) -> int:
         raise UserError("record needs torch: pip install \"pipeline-sim[trace]\" (requirements-trace.txt)")
     from torch.multiprocessing.spawn import ProcessException
 
-    from ..recorder import RunSpec, record_rounds
+    from ..recorder import RunSpec, launched, record_rounds
 
+    if launched() and int(os.environ["WORLD_SIZE"]) != args.ranks:
+        raise UserError(f"--ranks {args.ranks}: the launcher started {os.environ['WORLD_SIZE']} processes; give "
+                        "--ranks the same number")
     specs = [RunSpec(name, ranks=args.ranks, microbatches=args.microbatches, batch=args.batch, width=args.width,
                      layers=args.layers, iterations=args.iterations, backend=args.backend, port=args.port)
              for name in args.schedule]
@@ -93,10 +97,13 @@ def _record(args) -> int:
         if spec.layers % spec.stages:
             raise UserError(f"--layers {spec.layers}: must be a multiple of {spec.schedule}'s {spec.stages} stages")
     total = len(specs) * args.rounds
-    print(f"recording {len(specs)} schedule(s) x {args.rounds} round(s) into {args.out}", file=sys.stderr)
+    speaks = not launched() or os.environ["RANK"] == "0"  # under a launcher, one rank reports for all
+    if speaks:
+        print(f"recording {len(specs)} schedule(s) x {args.rounds} round(s) into {args.out}", file=sys.stderr)
     try:
         for done, folder in enumerate(record_rounds(specs, args.out, args.rounds), 1):
-            print(f"[{done}/{total}] {folder}", flush=True)
+            if speaks:
+                print(f"[{done}/{total}] {folder}", flush=True)
     except ProcessException as error:  # a rank failed: PyTorch's own message, on its last line, says why
         lines = [line for line in str(error).splitlines() if line.strip()]
         raise UserError(f"a rank failed: {lines[-1].strip() if lines else error}") from None
