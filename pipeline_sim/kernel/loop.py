@@ -380,6 +380,21 @@ def simulate(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np
     return status, F, I, C[SEGMENTS], SI[:kept], SF[:, :kept], P, now, decider
 
 
+@inlined
+def resume(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.ndarray, stage: np.ndarray,
+           index: np.ndarray, impact: np.ndarray, needs_count: np.ndarray, release_start: np.ndarray,
+           release_task: np.ndarray, order_start: np.ndarray, order_task: np.ndarray, peer_start: np.ndarray,
+           peer_task: np.ndarray, kind_class: np.ndarray, reserve: np.ndarray, falls: np.ndarray,
+           dispatch_key: np.ndarray, memory: int, kind_tier: np.ndarray, kind_priority: np.ndarray,
+           ingress_capacity: float, segment_room: int, state: tuple, now: float) -> tuple:
+    """A run whose every decision is its caller's (``EXTERNAL``), continued from ``state`` at ``now`` to its next
+    decision or its end: ``simulate``'s ``(status, segments, now, decider)``."""
+    result = simulate(length, gpu, receiver, comm, stage, index, impact, needs_count, release_start, release_task,
+                      order_start, order_task, peer_start, peer_task, kind_class, reserve, falls, dispatch_key,
+                      EXTERNAL, memory, kind_tier, kind_priority, ingress_capacity, segment_room, state, now)
+    return result[0], result[3], result[7], result[8]
+
+
 @inner
 def decision(s: int, task: int, now: float, rule: int, F: np.ndarray, I: np.ndarray, P: np.ndarray,
              Q: np.ndarray, K: np.ndarray, C: np.ndarray, release_start: np.ndarray, release_task: np.ndarray,
