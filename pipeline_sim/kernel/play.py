@@ -106,10 +106,8 @@ def play(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.nda
     first, second = np.empty(room), np.empty(room)
     now = 0.0
     while True:
-        status, segments, now, s = resume(length, gpu, receiver, comm, stage, index, impact, needs_count,
-                                          release_start, release_task, order_start, order_task, peer_start,
-                                          peer_task, kind_class, reserve, falls, dispatch_key, memory, kind_tier,
-                                          kind_priority, ingress_capacity, segment_room, state, now)
+        status, segments, now, s = resume(memory, ingress_capacity, release_start, release_task, order_start,
+                                          order_task, peer_start, peer_task, state, now)
         if status != RUNNING:  # DONE or STUCK
             return status, now, segments, state
         choices(s, memory, F, I, P, order_start, order_task, out)
