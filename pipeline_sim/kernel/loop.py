@@ -303,15 +303,15 @@ def try_all(now: float, rule: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, 
         _settle(now, rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
 
 
-@inlined
+@inner
 def advance(rule: int, memory: int, ingress_capacity: float, release_start: np.ndarray, release_task: np.ndarray,
             order_start: np.ndarray, order_task: np.ndarray, peer_start: np.ndarray, peer_task: np.ndarray,
             F: np.ndarray, I: np.ndarray, P: np.ndarray, PF: np.ndarray, Q: np.ndarray, A: np.ndarray,
             AF: np.ndarray, C: np.ndarray, HT: np.ndarray, HI: np.ndarray, SI: np.ndarray, SF: np.ndarray,
             K: np.ndarray, ending: np.ndarray, now: float) -> tuple:
     """The event loop from ``now`` to the end of the run, or under ``EXTERNAL`` to the next decision:
-    ``(status, now, decider)`` (``simulate``). Compiled into each caller, so that an episode's loop resumes it
-    at every decision without a call that counts references to every array."""
+    ``(status, now, decider)`` (``simulate``). Its own function, allocating nothing, so that an episode's loop
+    resumes it at every decision without counting references to every array."""
     n = F.shape[1]
     p = len(order_start) - 1
     status = RUNNING
