@@ -101,9 +101,10 @@ def replay(run: MeasuredRun, k: int, comm: CommFit) -> Replay:
     iteration = run.iterations[k]
     params = run_environment(run, iteration, comm)
     spans = {(t.stage, t.kind, t.mb): t for t in iteration.tasks}
+    graph = build_task_graph(params)
+    _check_actions(run, graph.tasks, spans)
     size = median(send.size for send in iteration.sends) if iteration.sends else 0.0
     lengths = _lengths(params, effective_lengths(iteration, comm), comm, _sizes(iteration), size)
-    graph = build_task_graph(params)
     first = lambda task: spans[task.parts[0].stage, task.parts[0].kind.code, task.parts[0].mb]  # noqa: E731
     order = [texts_of(graph, sorted(own, key=lambda i: first(graph.tasks[i]).start)) for own in graph.orders]
     simulated = simulate(params, Policy(), order=order, lengths=lengths)
@@ -112,6 +113,18 @@ def replay(run: MeasuredRun, k: int, comm: CommFit) -> Replay:
               if task.parts and measured.tasks[i].start > 0.0]
     errors = np.array([abs(sim - real) / real for sim, real in starts])
     return Replay(measured, simulated, simulated.completion_time / measured.completion_time - 1.0, errors)
+
+
+def _check_actions(run: MeasuredRun, tasks: Sequence[GraphTask], spans: Mapping[tuple[int, str, int], Span]) -> None:
+    """``TraceError`` unless the actions ``run``'s schedule has are exactly those traced."""
+    wanted = {(part.stage, part.kind.code, part.mb) for task in tasks for part in task.parts}
+    for missing, verb in ((sorted(wanted - spans.keys()), "lacks"), (sorted(spans.keys() - wanted), "ran")):
+        if missing:
+            texts = ", ".join(f"{stage}{kind}{mb}" for stage, kind, mb in missing[:3])
+            more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+            whose = f"actions that {run.schedule} has not" if verb == "ran" else f"{run.schedule}'s actions"
+            raise TraceError(f"the trace does not match schedule {run.schedule}: it {verb} {whose} {texts}{more} "
+                             "(name the schedule it ran)")
 
 
 def _measured_schedule(simulated: Schedule, spans: Mapping[tuple[int, str, int], Span], iteration: Iteration,
@@ -222,8 +235,9 @@ def _prediction(source: MeasuredRun, k: int, comm: CommFit, schedule: str, chunk
     n = source.microbatches if microbatches is None else microbatches
 
     def mean(stage: int, kind: str) -> float:
+        """The mean duration of the stage's actions of ``kind`` (0 when it ran none)."""
         took = [t.end - t.start for t in iteration.tasks if t.stage == stage and t.kind == kind]
-        return sum(took) / source.microbatches
+        return sum(took) / len(took) if took else 0.0
 
     params = replace(run_environment(source, iteration, comm), schedule=schedule, chunks=max(2, chunks), n=n)
     compute: dict[tuple[int, str, int], float] = {}
@@ -231,15 +245,15 @@ def _prediction(source: MeasuredRun, k: int, comm: CommFit, schedule: str, chunk
     for stage in range(stages):
         ran = stage * source.stages // stages  # the source stage that ran this stage's layers
         forward = mean(ran, "F") * scale
-        if mean(ran, "W"):  # the source split its backward: its halves as measured
-            inputs, weights = mean(ran, "I") * scale, mean(ran, "W") * scale
-            backward = inputs + weights
-        else:
+        if mean(ran, "B"):  # whole backwards measured (all of them, or beside a few split ones as DualPipeV's)
             backward = mean(ran, "B") * scale
             split = backward * runtime.split
             # the first stage's input needs no gradient: its I computes nothing, its W the whole backward
             inputs, weights = (0.0, backward) if stage == 0 else (split * runtime.input_share,
                                                                    split * (1.0 - runtime.input_share))
+        else:  # every backward split: its halves as measured
+            inputs, weights = mean(ran, "I") * scale, mean(ran, "W") * scale
+            backward = inputs + weights
         for mb in range(n):
             compute[stage, "F", mb] = forward + runtime.gap
             compute[stage, "B", mb] = backward + runtime.gap

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 from statistics import median
+from typing import Iterator
 
 import numpy as np
 
@@ -45,11 +46,23 @@ class ScheduleFigures:
     send_posting: float  # median share of the ranks' time spent inside c10d::send
 
 
-def _runs(folder: Path) -> dict[str, list[MeasuredRun]]:
+def study_runs(folder: Path) -> dict[str, list[MeasuredRun]]:
+    """Per schedule (as its traces name it), the runs under ``folder``; ``TraceError`` unless they all ran the same
+    micro-batches on the same ranks, as the study's comparisons need."""
+    if not folder.is_dir():
+        raise TraceError(f"{folder}: no such folder")
     runs: dict[str, list[MeasuredRun]] = {}
+    first: tuple[Path, MeasuredRun] | None = None
     for schedule_folder in sorted(p for p in folder.iterdir() if p.is_dir()):
         for run_folder in sorted(p for p in schedule_folder.iterdir() if p.is_dir()):
-            runs.setdefault(schedule_folder.name, []).append(read_run([run_folder]))
+            run = read_run([run_folder])
+            if first is None:
+                first = run_folder, run
+            elif (run.microbatches, run.ranks) != (first[1].microbatches, first[1].ranks):
+                raise TraceError(f"{run_folder}: {run.microbatches} micro-batches on {run.ranks} ranks, where "
+                                 f"{first[0]} ran {first[1].microbatches} on {first[1].ranks}: a study compares "
+                                 "runs of one size")
+            runs.setdefault(run.schedule, []).append(run)
     if not runs:
         raise TraceError(f"{folder}: no <schedule>/run<r>/ folders of traces")
     return runs
@@ -75,11 +88,9 @@ def _predicted(sources: list[MeasuredRun], schedule: str, others: list[MeasuredR
     return float(median(times))
 
 
-def study(folder: Path) -> list[ScheduleFigures]:
-    """``ScheduleFigures`` of every schedule under ``folder``, ``SOURCE`` first."""
-    runs = _runs(folder)
+def study(runs: dict[str, list[MeasuredRun]]) -> Iterator[ScheduleFigures]:
+    """``ScheduleFigures`` of every schedule of ``runs`` (``study_runs``), ``SOURCE`` first, each as it is made."""
     sources = runs.get(SOURCE, [])
-    figures = []
     for schedule in sorted(runs, key=lambda name: (name != SOURCE, name)):
         errors: list[float] = []
         starts: list[float] = []
@@ -98,10 +109,9 @@ def study(folder: Path) -> list[ScheduleFigures]:
         alone = _predicted(sources, schedule, None) if sources else None
         calibrated = _predicted(sources, schedule, others) if sources else None
         task_cv = float(np.median([task_spread(run) for run in runs[schedule]]))
-        figures.append(ScheduleFigures(
+        yield ScheduleFigures(
             schedule, len(runs[schedule]), len(times), measured, variation(times),
             float(np.median(np.abs(errors))), float(np.max(np.abs(errors))), float(np.median(starts)),
             float(np.max(starts)), alone, None if alone is None else alone / measured - 1.0,
             calibrated, None if calibrated is None else calibrated / measured - 1.0,
-            task_cv, jitter_spread(runs[schedule][0], task_cv), float(np.median(posting))))
-    return figures
+            task_cv, jitter_spread(runs[schedule][0], task_cv), float(np.median(posting)))

@@ -338,6 +338,15 @@ def test_study_command_tabulates_every_schedule(tmp_path):
     (["replay", "nowhere"], ["nowhere: no such file"]),
     (["replay", str(TRACES / "1f1b" / "run0"), "--iteration", "9", "--plot", "x.png"], ["--iteration 9"]),
     (["predict", str(TRACES / "1f1b" / "run0"), "--schedule", "zb-h2"], ["invalid choice: 'zb-h2'"]),
+    (["replay", str(TRACES / "1f1b" / "run0"), "--schedule", "zb-h1"],
+     ["does not match schedule zb-h1", "lacks zb-h1's actions 0I0"]),
+    (["replay", str(TRACES / "zb-h1" / "run0"), "--schedule", "1f1b"], ["does not match schedule 1f1b"]),
+    (["replay", str(TRACES / "1f1b" / "run0"), "--plot", "chart.jpg"], ["--plot chart.jpg", ".png, .svg, .pdf"]),
+    (["predict", str(TRACES / "1f1b" / "run0"), "--runtime-from",
+      str(ROOT / "tests" / "data" / "microbatches" / "round0" / "n16" / "gpipe" / "run0")],
+     ["--runtime-from", "16 micro-batches on 2 ranks", "the source ran 8 on 2"]),
+    (["record", "--out", "x", "--port", "70000"], ["--port", "70000 is not a port"]),
+    (["study", "nowhere"], ["nowhere: no such folder"]),
 ])
 def test_command_mistakes_get_one_line(args, fragments, tmp_path):
     assert_one_line_error(run_here("pipeline_trace.py", *args, cwd=tmp_path), *fragments)
@@ -377,3 +386,23 @@ def test_a_launched_record_with_another_rank_count_is_refused(tmp_path, monkeypa
         monkeypatch.setenv(name, value)
     assert_one_line_error(run_here("pipeline_trace.py", "record", "--out", "x", "--ranks", "3", cwd=tmp_path),
                           "--ranks 3: the launcher started 2 processes")
+
+
+def test_a_study_refuses_runs_of_different_sizes(tmp_path):
+    shutil.copytree(TRACES / "1f1b" / "run0", tmp_path / "runs" / "1f1b" / "run0")
+    shutil.copytree(ROOT / "tests" / "data" / "microbatches" / "round0" / "n16" / "gpipe" / "run0",
+                    tmp_path / "runs" / "gpipe" / "run0")
+    assert_one_line_error(run_here("pipeline_trace.py", "study", "runs", cwd=tmp_path),
+                          "16 micro-batches on 2 ranks", "ran 8 on 2", "a study compares runs of one size")
+
+
+def test_a_source_that_split_only_some_backwards_predicts_from_its_whole_ones():
+    """DualPipeV splits a few backwards and runs the rest whole: a stage's backward is its whole ones' mean."""
+    source = read_run([TRACES / "dualpipe-v" / "run0"])
+    comm = fit_comm(source.iterations)
+    predicted = predict(source, 0, comm, "1f1b", runtime=RuntimeCosts(gap=0.0))
+    whole = {t.parts[0].stage: t.length for t in predicted.tasks if t.parts and t.parts[0].kind.code == "B"}
+    for stage in (0, 1):  # 1F1B's stage k holds the layers of DualPipeV's stage 2k: twice its whole backward
+        own = [t.end - t.start for t in source.iterations[0].tasks if t.stage == 2 * stage and t.kind == "B"]
+        assert 0 < len(own) < source.microbatches or stage == 1
+        assert whole[stage] == pytest.approx(2 * np.mean(own))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import os
@@ -14,7 +15,7 @@ from ..files import atomic_output
 from ..measured import fit_comm, read_run
 from ..replay import predicted_time, replay, runtime_costs
 from ..schedules import SCHEDULES, get_schedule
-from ..tracestudy import SOURCE, study
+from ..tracestudy import SOURCE, study, study_runs
 from .common import Parser, UserError, positive_int, run_command, script_name, use_display
 
 #: The schedules PyTorch runs that the simulator also has (``recorder.TORCH_SCHEDULES``; said here without torch).
@@ -44,7 +45,8 @@ def build_parser(prog: str) -> Parser:
     record.add_argument("--layers", type=positive_int, default=8,
                         help="Linear+ReLU layers of the model, split evenly over the stages (default 8)")
     record.add_argument("--backend", default="gloo", choices=("gloo", "nccl"), help="default gloo (CPU)")
-    record.add_argument("--port", type=positive_int, default=29517, help="the rendezvous port (default 29517)")
+    record.add_argument("--port", type=port_number, default=29517,
+                        help="the rendezvous port (default 29517; under torchrun, its --master-port instead)")
 
     replay = commands.add_parser("replay", help="simulate traced iterations on their measured lengths", description=(
         "Replay every iteration of a traced run (a folder of one trace per rank) in the order each rank ran it, on "
@@ -79,6 +81,17 @@ def build_parser(prog: str) -> Parser:
     return parser
 
 
+#: The chart formats of ``replay --plot``, by file name.
+PLOT_FORMATS = (".png", ".svg", ".pdf")
+
+
+def port_number(text: str) -> int:
+    value = positive_int(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port: must be from 1 to 65535")
+    return value
+
+
 def _record(args) -> int:
     if importlib.util.find_spec("torch") is None:
         raise UserError("record needs torch: pip install \"pipeline-sim[trace]\" (requirements-trace.txt)")
@@ -111,18 +124,21 @@ def _record(args) -> int:
 
 
 def _replay(args) -> int:
+    if args.plot and args.plot.suffix.lower() not in PLOT_FORMATS:
+        raise UserError(f"--plot {args.plot}: the file name must end in one of {', '.join(PLOT_FORMATS)}")
     run = read_run(args.run, args.schedule)
+    if (args.plot or args.lengths_out) and not 0 <= args.iteration < len(run.iterations):
+        raise UserError(f"--iteration {args.iteration}: must be from 0 to {len(run.iterations) - 1}")
     comm = fit_comm(run.iterations)
+    iterations = f"{len(run.iterations)} iteration{'s' * (len(run.iterations) != 1)}"
     print(f"{run.schedule}: {run.ranks} ranks, {run.stages} stages, {run.microbatches} micro-batches, "
-          f"{len(run.iterations)} iterations; transfers: {comm.time(0) * 1e3:.0f} us + bytes / "
+          f"{iterations}; transfers: {comm.time(0) * 1e3:.0f} us + bytes / "
           f"{comm.bandwidth / 1e3:.3g} MB/s, from {comm.samples} waited-for transfers")
     results = [replay(run, k, comm) for k in range(len(run.iterations))]
     for k, result in enumerate(results):
         print(f"iteration {k}: measured {result.measured.completion_time:.2f} ms, simulated "
               f"{result.simulated.completion_time:.2f} ms ({result.iteration_error:+.1%}); task start error median "
               f"{median(result.start_errors):.1%}, worst {max(result.start_errors):.1%}")
-    if (args.plot or args.lengths_out) and not 0 <= args.iteration < len(results):
-        raise UserError(f"--iteration {args.iteration}: must be from 0 to {len(results) - 1}")
     if args.lengths_out:
         simulated = results[args.iteration].simulated
         params = simulated.params
@@ -141,7 +157,7 @@ def _replay(args) -> int:
 
         figure = replay_figure(results[args.iteration], title=f"{run.schedule}, iteration {args.iteration}")
         with atomic_output(args.plot) as temporary:
-            figure.savefig(temporary, format="png", dpi=110)
+            figure.savefig(temporary, format=args.plot.suffix.lower()[1:], dpi=110)
         print(f"wrote {args.plot}")
     return 0
 
@@ -149,14 +165,29 @@ def _replay(args) -> int:
 def _predict(args) -> int:
     source = read_run([args.source])
     comm = fit_comm(source.iterations)
-    measured: dict[str, list[float]] = {}
     n = args.microbatches or source.microbatches
+    for schedule in args.schedule:
+        get_schedule(schedule).check(n, source.ranks)
+    measured: dict[str, list[float]] = {}
     for folder in args.measured:
         run = read_run([folder])
         if run.microbatches == n:
             measured.setdefault(run.schedule, []).extend(it.time for it in run.iterations)
-    runtime = runtime_costs([read_run([folder]) for folder in args.runtime_from], source) if args.runtime_from \
-        else None
+        else:
+            print(f"{folder}: {run.microbatches} micro-batches, not {n}: not compared", file=sys.stderr)
+    runtime = None
+    if args.runtime_from:
+        others = [read_run([folder]) for folder in args.runtime_from]
+        for folder, run in zip(args.runtime_from, others):
+            if (run.ranks, run.microbatches) != (source.ranks, source.microbatches):
+                raise UserError(f"--runtime-from {folder}: {run.microbatches} micro-batches on {run.ranks} ranks; "
+                                f"the source ran {source.microbatches} on {source.ranks}: measure the runtime on runs "
+                                "of the source's size")
+        runtime = runtime_costs(others, source)
+        print(f"the runtime's costs over {len(others)} run(s): {runtime.gap:.3f} ms between actions, a split "
+              f"backward {runtime.split:.2f} times a whole one, {runtime.input_share:.0%} of it in I", file=sys.stderr)
+    if len(source.iterations) < 2:
+        print(f"{args.source}: one iteration: no task spread to put back as jitter", file=sys.stderr)
     for schedule in args.schedule:
         time = median(predicted_time(source, k, comm, schedule, runtime=runtime, microbatches=n)
                       for k in range(len(source.iterations)))
@@ -169,19 +200,27 @@ def _predict(args) -> int:
 
 
 def _study(args) -> int:
+    runs = study_runs(args.folder)
+    total = sum(len(own) for own in runs.values())
+    print(f"studying {len(runs)} schedule(s), {total} run(s) in {args.folder}", file=sys.stderr)
+    if SOURCE not in runs:
+        print(f"no {SOURCE} runs: the prediction columns stay empty", file=sys.stderr)
     print("| schedule | runs x iterations | measured (ms) | spread (CV) | replay error median (worst) | task start "
           f"error median (worst) | predicted from {SOURCE} (ms) | error | with the others' runtime costs (ms) | error "
           "| task CV | jitter model's CV | time posting sends |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for f in study(args.folder):
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
+    for f in study(runs):
         predicted = "" if f.predicted_ms is None else f"{f.predicted_ms:.1f}"
         error = "" if f.prediction_error is None else f"{f.prediction_error:+.1%}"
         calibrated = "" if f.calibrated_ms is None else f"{f.calibrated_ms:.1f}"
         calibrated_error = "" if f.calibrated_error is None else f"{f.calibrated_error:+.1%}"
-        print(f"| {f.schedule} | {f.runs} x {f.iterations // f.runs} | {f.measured_ms:.1f} | {f.spread:.1%} | "
+        # spreads over one iteration a run are not measured: shown as n/a, not as 0
+        spread, task_cv, jitter = ((f"{f.spread:.1%}", f"{f.task_cv:.1%}", f"{f.jitter_spread:.1%}")
+                                   if f.iterations > f.runs else ("n/a", "n/a", "n/a"))
+        print(f"| {f.schedule} | {f.runs} x {f.iterations // f.runs} | {f.measured_ms:.1f} | {spread} | "
               f"{f.replay_error:.1%} ({f.replay_worst:.1%}) | {f.start_median:.1%} ({f.start_worst:.0%}) | "
-              f"{predicted} | {error} | {calibrated} | {calibrated_error} | {f.task_cv:.1%} | {f.jitter_spread:.1%} | "
-              f"{f.send_posting:.1%} |")
+              f"{predicted} | {error} | {calibrated} | {calibrated_error} | {task_cv} | {jitter} | "
+              f"{f.send_posting:.1%} |", flush=True)
     return 0
 
 
