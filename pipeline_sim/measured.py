@@ -116,8 +116,8 @@ def _rank_of(trace: dict, path: Path) -> tuple[int, int]:
 
 
 def _events(trace: dict, rank: int, path: Path) -> tuple[dict[int, list[Span]], dict[int, list[Send]],
-                                                          dict[int, float]]:
-    """Per iteration number, this rank's compute actions, its sends and its time posting them."""
+                                                          dict[int, float], dict[int, tuple[float, float]]]:
+    """Per iteration number, this rank's compute actions, its sends, its time posting them and when it ran."""
     windows, actions, sends, posting = [], [], [], []
     for event in trace["traceEvents"]:
         if not isinstance(event, dict) or event.get("ph") != "X":
@@ -151,7 +151,7 @@ def _events(trace: dict, rank: int, path: Path) -> tuple[dict[int, list[Span]], 
     for _, _, k in windows:
         by_iteration.setdefault(k, [])
     posted = {k: sum(end - start for start, end in posting if lo <= start <= hi) for lo, hi, k in windows}
-    return by_iteration, sent, posted
+    return by_iteration, sent, posted, {k: (lo, hi) for lo, hi, k in windows}
 
 
 def read_run(paths: Sequence[Path], schedule: str | None = None) -> MeasuredRun:
@@ -164,15 +164,25 @@ def read_run(paths: Sequence[Path], schedule: str | None = None) -> MeasuredRun:
              for file in (sorted([*path.glob("*.json"), *path.glob("*.json.gz")]) if path.is_dir() else [path])]
     if not files:
         raise TraceError(f"{', '.join(map(str, paths))}: no trace files (*.json or *.json.gz)")
-    ranks: dict[int, tuple[Path, dict[int, list[Span]], dict[int, list[Send]], dict[int, float]]] = {}
+    ranks: dict[int, tuple[Path, dict[int, list[Span]], dict[int, list[Send]], dict[int, float],
+                           dict[int, tuple[float, float]]]] = {}
     worlds, names = set(), set()
+    settings: tuple[Path, dict] | None = None  # the first file's run settings, which every rank's must repeat
     for path in files:
         trace = _load(path)
         rank, world = _rank_of(trace, path)
         if rank in ranks:
             raise TraceError(f"{path}: rank {rank} again (also in {ranks[rank][0]})")
+        run = {key: value for key, value in (trace.get("pipelineRun") or {}).items()
+               if key not in ("rank", "load_average")}
+        if settings is None:
+            settings = path, run
+        elif run != settings[1]:
+            differ = sorted(key for key in {*run, *settings[1]} if run.get(key) != settings[1].get(key))
+            raise TraceError(f"{path}: not the run of {settings[0]}: their {', '.join(differ)} differ "
+                             "(pass the rank files of one run)")
         worlds.add(world)
-        names.add((trace.get("pipelineRun") or {}).get("schedule"))
+        names.add(run.get("schedule"))
         ranks[rank] = (path, *_events(trace, rank, path))
     if len(worlds) != 1:
         raise TraceError(f"{files[0]}: the files disagree on the number of ranks ({sorted(worlds)})")
@@ -184,14 +194,20 @@ def read_run(paths: Sequence[Path], schedule: str | None = None) -> MeasuredRun:
     schedule = schedule or next(iter(names)) if len(names) == 1 else schedule
     if not schedule:
         raise TraceError(f"{files[0]}: no pipelineRun.schedule in the trace: name the schedule it ran")
-    numbers = sorted(set().union(*(set(actions) for _, actions, _, _ in ranks.values())))
-    for rank, (path, actions, _, _) in sorted(ranks.items()):
+    numbers = sorted(set().union(*(set(actions) for _, actions, _, _, _ in ranks.values())))
+    for rank, (path, actions, _, _, _) in sorted(ranks.items()):
         lacking = [k for k in numbers if k not in actions]
         if lacking:
             raise TraceError(f"{path}: rank {rank} lacks iteration {lacking[0]} that other ranks traced")
-    iterations = [_iteration([task for _, actions, _, _ in ranks.values() for task in actions[k]],
-                             [send for _, _, sent, _ in ranks.values() for send in sent[k]], k, files,
-                             sum(posted[k] for _, _, _, posted in ranks.values()))
+    for k in numbers:  # the ranks of one run ran each iteration together: their windows overlap
+        latest = max(ranks.values(), key=lambda entry: entry[4][k][0])
+        earliest = min(ranks.values(), key=lambda entry: entry[4][k][1])
+        if latest[4][k][0] > earliest[4][k][1]:
+            raise TraceError(f"{latest[0]}: its iteration {k} began after {earliest[0]}'s had ended: the files are "
+                             "not of one run (pass the rank files of one run)")
+    iterations = [_iteration([task for _, actions, _, _, _ in ranks.values() for task in actions[k]],
+                             [send for _, _, sent, _, _ in ranks.values() for send in sent[k]], k, files,
+                             sum(posted[k] for _, _, _, posted, _ in ranks.values()))
                   for k in numbers]
     stages = 1 + max(task.stage for task in iterations[0].tasks)
     microbatches = 1 + max(task.mb for task in iterations[0].tasks)

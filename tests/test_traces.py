@@ -347,6 +347,10 @@ def test_study_command_tabulates_every_schedule(tmp_path):
      ["--runtime-from", "16 micro-batches on 2 ranks", "the source ran 8 on 2"]),
     (["record", "--out", "x", "--port", "70000"], ["--port", "70000 is not a port"]),
     (["study", "nowhere"], ["nowhere: no such folder"]),
+    (["replay", str(TRACES / "1f1b" / "run0" / "rank0.json.gz"), str(TRACES / "zb-v" / "run0" / "rank1.json.gz")],
+     ["not the run of", "their schedule, stages differ"]),
+    (["replay", str(TRACES / "1f1b" / "run0" / "rank0.json.gz"), str(TRACES / "1f1b" / "run1" / "rank1.json.gz")],
+     ["began after", "not of one run"]),
 ])
 def test_command_mistakes_get_one_line(args, fragments, tmp_path):
     assert_one_line_error(run_here("pipeline_trace.py", *args, cwd=tmp_path), *fragments)
