@@ -366,6 +366,11 @@ def test_fresh_traces_of_a_real_run(tmp_path):
     run = read_run([tmp_path / "fresh" / "1f1b" / "run0"])
     assert (run.schedule, run.ranks, run.stages, run.microbatches) == ("1f1b", 2, 2, 2)
     assert replay(run, 0, fit_comm(run.iterations)).simulated.completion_time > 0.0
+    stale = tmp_path / "fresh" / "1f1b" / "run0" / "rank2.json.gz"  # as a run of more ranks would leave
+    stale.write_bytes(b"")
+    assert_one_line_error(run_here("pipeline_trace.py", "record", "--out", "fresh", "--schedule", "1f1b",
+                                   cwd=tmp_path), "already holds traces", "--overwrite")
+    assert stale.exists()
 
 
 def test_fresh_traces_under_torchrun_one_process_per_rank(tmp_path):

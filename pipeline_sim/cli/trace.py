@@ -45,6 +45,8 @@ def build_parser(prog: str) -> Parser:
     record.add_argument("--layers", type=positive_int, default=8,
                         help="Linear+ReLU layers of the model, split evenly over the stages (default 8)")
     record.add_argument("--backend", default="gloo", choices=("gloo", "nccl"), help="default gloo (CPU)")
+    record.add_argument("--overwrite", action="store_true",
+                        help="replace the traces of runs already in --out (without it, they are refused)")
     record.add_argument("--port", type=port_number, default=29517,
                         help="the rendezvous port (default 29517; under torchrun, its --master-port instead)")
 
@@ -109,6 +111,14 @@ def _record(args) -> int:
         get_schedule(spec.schedule).check(spec.microbatches, spec.ranks)
         if spec.layers % spec.stages:
             raise UserError(f"--layers {spec.layers}: must be a multiple of {spec.schedule}'s {spec.stages} stages")
+    folders = [args.out / spec.schedule / f"run{r}" for r in range(args.rounds) for spec in specs]
+    held = [folder for folder in folders if any(folder.glob("rank*.json*"))]
+    if held and not args.overwrite:
+        more = f" (and {len(held) - 1} more)" if len(held) > 1 else ""
+        raise UserError(f"--out {args.out}: {held[0]} already holds traces{more}; pass --overwrite to replace them")
+    for folder in held:  # a run of fewer ranks must not leave the files of more beside its own
+        for stale in folder.glob("rank*.json*"):
+            stale.unlink(missing_ok=True)
     total = len(specs) * args.rounds
     speaks = not launched() or os.environ["RANK"] == "0"  # under a launcher, one rank reports for all
     if speaks:
