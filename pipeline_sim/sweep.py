@@ -184,6 +184,8 @@ class SweepPlan:
                   "columns": self.header}
         if self.networks():  # the rows of a learned dispatcher are its network's: a changed file is another sweep
             record["networks"] = self.networks()
+        if self.grid.tables():  # and those of a table of lengths its table's
+            record["tables"] = self.grid.tables()
         if self.format != "csv":  # a CSV's record is as it always was, so that older partial files resume
             record["format"] = self.format
         text = json.dumps(record, sort_keys=True)
