@@ -173,7 +173,8 @@ def test_a_replayed_iteration_draws_in_the_visualizer_from_its_table_of_lengths(
     (tmp_path / "bad.json").write_text("[1, 2]")
     bad = run_here("schedule_visualizer_single_channel.py", "--lengths", "bad.json", "--no-show", "--output", "y.png",
                    cwd=tmp_path)
-    assert_one_line_error(bad, "--lengths: lengths = 'bad.json': not a JSON object whose 'lengths' maps task texts to numbers")
+    assert_one_line_error(bad, "--lengths: lengths = 'bad.json': not a JSON object whose 'lengths' maps task texts to "
+                               "numbers")
     endless = run_here("schedule_visualizer_single_channel.py", "--lengths", "/dev/zero", "--no-show", "--output",
                        "z.png", cwd=tmp_path)
     assert_one_line_error(endless, "--lengths: lengths = '/dev/zero': must be a table of lengths: a JSON file (.json)")
