@@ -198,3 +198,38 @@ def test_a_learned_policy_plays_on_a_table_through_the_sweep(tmp_path):
         assert row["completion_time"] == twin["completion_time"] and row["lower_bound"] == twin["lower_bound"]
     greedy = simulate(replace(params, dispatch="greedy", lengths=str(tmp_path / params.lengths)), _policy(rows[0]))
     assert float(by["greedy", "0.0", rows[0]["policy"]]["completion_time"]) == greedy.completion_time
+
+
+def test_an_episode_on_a_table_is_the_dispatched_run_and_its_reward_is_against_the_tables_own_order():
+    pytest.importorskip("gymnasium")
+    from pipeline_sim.rl import PipelineDispatchEnv
+
+    params = EnvParams(n=8, num_gpus=2, schedule="1f1b", compute_jitter=0.2, sync_base_len=0.0, fwd_impact=0.0,
+                       bwd_impact=0.0, lengths=str(TABLES / "1f1b.json"))
+    env = PipelineDispatchEnv(params, Policy(), samples=[0, 1], reward="relative")
+    for sample in (0, 1):
+        env.reset()
+        done, total, info = False, 0.0, {}
+        while not done:
+            _, reward, done, _, info = env.step(int(np.argmax(env.action_masks())))  # greedy's choice
+            total += reward
+        greedy = simulate(replace(params, dispatch="greedy"), Policy(), sample)
+        assert info["completion_time"] == greedy.completion_time and info["lower_bound"] == greedy.lower_bound
+        static = simulate(params, Policy(), sample).completion_time  # 1F1B's own order: zb-h1 has no table here
+        assert total == pytest.approx(1.0 - greedy.completion_time / static, abs=1e-12)
+
+
+def test_a_learned_dispatcher_trains_on_tables_against_each_tables_own_order(tmp_path):
+    pytest.importorskip("sb3_contrib")
+    shutil.copytree(ROOT / "configs" / "tables", tmp_path / "configs" / "tables")
+    config = write_config(tmp_path, {"lengths": ["configs/tables/1f1b.json", "configs/tables/zb-h1.json"],
+                                     "dispatch": ["static", "learned:p/t.npz"], "compute_jitter": 0.2})
+    result = run_here("train.py", "-c", str(config), "--steps", "64", "--evaluate-every", "64",
+                      "--validation-samples", "1", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "training p/t.npz on 2 environments" in result.stderr
+    assert "validation draws, time saved against each table's static order (higher is better): " in result.stdout
+    assert_png_drawn(tmp_path / "p" / "t_training.png", min_width=1000, min_height=600)
+    swept = run_here("data_generator.py", "-c", str(config), "-o", "rows.csv", "--step", "1.0", cwd=tmp_path)
+    assert swept.returncode == 0, swept.stderr
+    assert {row["dispatch"] for row in _rows(tmp_path / "rows.csv")} == {"static", "learned:p/t.npz"}
