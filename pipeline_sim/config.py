@@ -46,7 +46,7 @@ from .model import (
 )
 from .parameters import OPTIONAL_GROUPS, Names
 from .schedules import SCHEDULES, get_schedule
-from .tables import read_table
+from .tables import LengthTable, read_table
 from .taskgraph import estimated_tasks, lengths_of_table
 from .workload import (
     DERIVED_KEYS,
@@ -345,7 +345,7 @@ class EnvironmentGrid:
         if not self.has_workload:
             params = EnvParams(**combo)
             if params.lengths:  # the table must hold this environment's tasks, no more, no fewer
-                lengths_of_table(params, read_table(params.lengths).lengths, params.lengths)
+                lengths_of_table(params, self.length_tables[params.lengths].lengths, params.lengths)
             return params, None
         workload = Workload(**{key: combo[key] for key in WORKLOAD_KEYS})
         env = {key: value for key, value in combo.items() if key in EnvParams.names() and
@@ -367,7 +367,7 @@ class EnvironmentGrid:
         for indices in product(*(range(len(values)) for _, values in self.values)):
             combo = [values[i] for (_, values), i in zip(self.values, indices)]
             if combo[table_at]:  # the table's environment, where the file gives no value of its own
-                for key, value in read_table(combo[table_at]).environment.items():
+                for key, value in self.length_tables[combo[table_at]].environment.items():
                     if key not in self.given:
                         combo[position[key]] = value
             if any(indices[i] for i in ignored_by[combo[schedule_at]]) or \
@@ -413,10 +413,16 @@ class EnvironmentGrid:
         read = {name: network for name, network in networks.items() if isinstance(network, LearnedPolicy)}
         return valid, tuple(invalid), total, largest, where, read
 
+    @cached_property
+    def length_tables(self) -> dict[str, LengthTable]:
+        """By file, each table of lengths the grid names, as first read: a sweep sends these with its work, never
+        reading the files again."""
+        return {path: read_table(path) for name, values in self.values if name == "lengths" for path in values
+                if path}
+
     def tables(self) -> dict[str, str]:
         """By file, the checksum of each table of lengths the grid names."""
-        return {path: read_table(path).digest for name, values in self.values if name == "lengths"
-                for path in values if path}
+        return {path: table.digest for path, table in self.length_tables.items()}
 
     def networks(self) -> dict[str, LearnedPolicy]:
         """By ``dispatch`` value (``learned:<file>``), the network each policy file of the grid held when the grid

@@ -38,12 +38,14 @@ from .model import (
 )
 from .orders import order_parts
 from .schedules import get_schedule
+from .tables import LengthTable
 from .taskgraph import (
     TaskGraph,
     build_task_graph,
     check_size,
     graph_structure,
     per_structure,
+    table_of,
     task_impacts,
     task_lengths,
     task_texts,
@@ -300,11 +302,16 @@ def memory_in_force(params: EnvParams, peak: float | None = None) -> float:
     return math.floor(params.memory_limit * params.v + 1e-9) / params.v
 
 
-@lru_cache(maxsize=256)
 def dispatch_arguments(params: EnvParams) -> tuple[np.ndarray, int, int]:
     """The kernel's dispatch arguments: each task's key (lowest first), the rule's number and the memory limit
     in units (the static order reads neither). ``critical-path`` keys a task by minus its expected remaining
     path to the end: the lengths without jitter, whose factors have mean 1, a straggler kept (section 12.1)."""
+    return _dispatch_arguments(params, table_of(params))
+
+
+@lru_cache(maxsize=256)
+def _dispatch_arguments(params: EnvParams, table: LengthTable | None) -> tuple[np.ndarray, int, int]:
+    """``dispatch_arguments`` of ``params`` and its table of lengths as read."""
     arrays = graph_arrays(params)
     key = np.zeros(len(arrays.gpu))
     if params.dispatch == "critical-path":

@@ -4,7 +4,10 @@ measured in (``--schedule 1f1b -n 8 --num-gpus 2 ...``).
 
 An environment names its table by file (``EnvParams.lengths``); the engine reads it when it needs the lengths
 (``taskgraph.task_lengths``), once per file and version, and refuses, in one line naming ``lengths`` and the file,
-one that cannot be read or holds anything but finite lengths >= 0.
+one that cannot be read or holds anything but finite lengths >= 0. What is computed from a table is kept per table
+read (``table_of``), so a table changed on disk is read and used again. A sweep reads each of its tables once and
+sends them with its work (``given``), so that no worker reads a file and a table replaced while a sweep runs does
+not mix two versions in its rows.
 """
 
 from __future__ import annotations
@@ -13,9 +16,10 @@ import hashlib
 import json
 import math
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
 from .inputs import TooLarge, read_at_most
 from .model import PARAMETERS
@@ -38,19 +42,37 @@ class LengthTable:
     digest: str
 
 
+#: The tables a sweep sent with its work, by file as the environments name them (``given``).
+_GIVEN: dict[str, LengthTable] = {}
+
+
 def read_table(path: str) -> LengthTable:
-    """The table in file ``path``, read again only when the file changed; ``ParameterError`` naming ``lengths`` and
-    the file for one that cannot be read or is no table."""
+    """The table in file ``path`` (the one ``given`` while a sweep's work runs), read again only when the file
+    changed; ``ParameterError`` naming ``lengths`` and the file for one that cannot be read or is no table."""
+    if path in _GIVEN:
+        return _GIVEN[path]
     try:
         stat = os.stat(path)
     except OSError as error:
         raise ParameterError("lengths", path, f"cannot be read ({error.strerror or error})") from None
-    return _read(path, stat.st_mtime_ns, stat.st_size)
+    return _read(path, os.path.realpath(path), stat.st_mtime_ns, stat.st_size)
+
+
+@contextmanager
+def given(tables: Iterable[LengthTable]) -> Iterator[None]:
+    """While in effect, ``read_table`` of each table's file gives that table, as its sweep read it."""
+    before = dict(_GIVEN)
+    _GIVEN.update((table.path, table) for table in tables)
+    try:
+        yield
+    finally:
+        _GIVEN.clear()
+        _GIVEN.update(before)
 
 
 @lru_cache(maxsize=64)
-def _read(path: str, modified: int, size: int) -> LengthTable:
-    """``read_table`` of the file's version ``(modified, size)``."""
+def _read(path: str, real: str, modified: int, size: int) -> LengthTable:
+    """``read_table`` of file ``real``'s version ``(modified, size)``, named ``path``."""
     def refuse(allowed: str) -> ParameterError:
         return ParameterError("lengths", path, allowed)
 

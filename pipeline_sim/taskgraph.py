@@ -29,7 +29,7 @@ from .model import (
 from .noise import KIND_NUMBERS, standard_normals, work_factors
 from .orders import order_parts
 from .schedules import get_schedule
-from .tables import read_table
+from .tables import LengthTable, read_table
 
 _F, _B, _I, _W = TaskKind.FORWARD, TaskKind.BACKWARD, TaskKind.BACKWARD_INPUT, TaskKind.BACKWARD_WEIGHT
 _O = TaskKind.OPTIMIZER_STEP
@@ -168,9 +168,20 @@ class _WorkIndex(NamedTuple):
     pair_backward: np.ndarray  # and of its backward
 
 
-@lru_cache(maxsize=256)
+def table_of(params: EnvParams) -> LengthTable | None:
+    """The table of lengths ``params`` names, as now read (``tables.read_table``), or None: what is computed from a
+    table is kept per ``(params, table_of(params))``."""
+    return read_table(params.lengths) if params.lengths else None
+
+
 def _work(params: EnvParams) -> tuple[np.ndarray, np.ndarray]:
-    """Every task's noise-free work and its impact, read-only: each from a table of a few rows per stage and GPU.
+    return _work_of(params, table_of(params))
+
+
+@lru_cache(maxsize=256)
+def _work_of(params: EnvParams, measured: LengthTable | None) -> tuple[np.ndarray, np.ndarray]:
+    """Every task's noise-free work and its impact, read-only: each from a table of a few rows per stage and GPU
+    (every task's work from the table of lengths ``measured`` when there is one).
 
     Each element is computed by the same float operations in the same order as the section it follows, so that a
     length is the same to the bit however the graph is simulated: e.g. a forward's is ``fwd_len * weight / v``.
@@ -192,8 +203,8 @@ def _work(params: EnvParams) -> tuple[np.ndarray, np.ndarray]:
     forward, backward = forwards[index.pair_forward], backwards[index.pair_backward]
     impact[index.pairs] = (forward * params.fwd_impact + backward * params.bwd_impact) / (forward + backward)
     lengths[index.pairs] = (forward + backward) * (1.0 - params.fb_overlap)
-    if params.lengths:  # a table gives every task's work; the parameters' still weigh a pair's impact
-        lengths = np.array(lengths_of_table(params, read_table(params.lengths).lengths, params.lengths))
+    if measured is not None:  # a table gives every task's work; the parameters' still weigh a pair's impact
+        lengths = np.array(lengths_of_table(params, measured.lengths, params.lengths))
     lengths.flags.writeable = impact.flags.writeable = False
     return lengths, impact
 

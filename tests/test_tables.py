@@ -20,7 +20,7 @@ from pipeline_sim.learned import figures_of
 from pipeline_sim.model import EnvParams, ParameterError, Policy
 from pipeline_sim.scenarios import policy_grid
 from pipeline_sim.schedules import SCHEDULES
-from pipeline_sim.sweep import SweepPlan
+from pipeline_sim.sweep import SweepPlan, run_sweep
 from pipeline_sim.taskgraph import build_task_graph, task_lengths, task_texts
 from tests.test_learned import GREEDY_ORDER, ranked, written
 
@@ -233,3 +233,38 @@ def test_a_learned_dispatcher_trains_on_tables_against_each_tables_own_order(tmp
     swept = run_here("data_generator.py", "-c", str(config), "-o", "rows.csv", "--step", "1.0", cwd=tmp_path)
     assert swept.returncode == 0, swept.stderr
     assert {row["dispatch"] for row in _rows(tmp_path / "rows.csv")} == {"static", "learned:p/t.npz"}
+
+
+def _scaled(source: Path, target: Path, factor: float) -> None:
+    table = json.loads(source.read_text())
+    table["lengths"] = {text: length * factor for text, length in table["lengths"].items()}
+    target.write_text(json.dumps(table))
+
+
+def test_a_table_replaced_while_a_sweep_runs_does_not_mix_and_a_resume_onto_another_is_refused(tmp_path,
+                                                                                                monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write_config(tmp_path, {"lengths": "t.json", "compute_jitter": [0.0, 0.1, 0.2, 0.3]})
+    for output in ("clean.csv", "replaced.csv"):
+        _scaled(TABLES / "1f1b.json", tmp_path / "t.json", 1.0)
+        sweep = run_sweep(SweepPlan(EnvironmentGrid.load("grid.json"), step=0.5), output, workers=2)
+        next(sweep)
+        next(sweep)  # the first rows are on disk
+        if output == "replaced.csv":
+            _scaled(TABLES / "1f1b.json", tmp_path / "t.json", 2.0)  # every later worker would read twice the work
+        for _ in sweep:
+            pass
+    assert (tmp_path / "replaced.csv").read_bytes() == (tmp_path / "clean.csv").read_bytes()
+    sweep = run_sweep(SweepPlan(EnvironmentGrid.load("grid.json"), step=0.5), "out.csv")
+    next(sweep)
+    next(sweep)
+    sweep.close()  # stopped with rows of the doubled table on disk
+    _scaled(TABLES / "1f1b.json", tmp_path / "t.json", 1.0)
+    resumed = run_here("data_generator.py", "-c", "grid.json", "-o", "out.csv", "--step", "0.5", "--resume",
+                       cwd=tmp_path)
+    assert_one_line_error(resumed, "out.csv.partial was written by a different config")
+    # the engine reads a table changed on disk again, and what it computed from the old one is not reused
+    params = EnvParams(n=8, num_gpus=2, sync_base_len=0.0, dispatch="critical-path", lengths="t.json")
+    before = simulate(params, Policy()).completion_time
+    _scaled(TABLES / "1f1b.json", tmp_path / "t.json", 3.0)
+    assert simulate(params, Policy()).completion_time == pytest.approx(3.0 * before, rel=1e-9)
