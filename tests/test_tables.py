@@ -268,3 +268,24 @@ def test_a_table_replaced_while_a_sweep_runs_does_not_mix_and_a_resume_onto_anot
     before = simulate(params, Policy()).completion_time
     _scaled(TABLES / "1f1b.json", tmp_path / "t.json", 3.0)
     assert simulate(params, Policy()).completion_time == pytest.approx(3.0 * before, rel=1e-9)
+
+
+def test_the_visualizer_takes_a_tables_environment_unless_a_flag_says_otherwise(tmp_path):
+    shutil.copytree(ROOT / "configs" / "tables", tmp_path / "configs" / "tables")
+    table = "configs/tables/1f1b.json"
+    for flags, schedule in (((), "1f1b"), (("--schedule", "gpipe"), "gpipe")):
+        chart = run_here("schedule_visualizer_single_channel.py", "--lengths", table, *flags, "--no-show", "--output",
+                         f"{schedule}.png", cwd=tmp_path)
+        assert chart.returncode == 0, chart.stderr
+        environment = json.loads((tmp_path / table).read_text())["flags"].split()
+        params = EnvParams(n=8, num_gpus=2, schedule=schedule, fwd_len=float(environment[9]),
+                           bwd_len=float(environment[11]), prop_len=float(environment[13]), sync_base_len=0.0,
+                           fwd_impact=0.0, bwd_impact=0.0, lengths=str(tmp_path / table))
+        run = simulate(params, Policy(priorities={"fwd_prop": 0.5, "grad_prop": 0.3, "grad_sync": 0.2}))
+        assert chart.stdout.startswith(f"{schedule}: completion time {run.completion_time:.6g} (ideal ")
+        assert f"lower bound {run.lower_bound:.6g}: " in chart.stdout
+        assert_png_drawn(tmp_path / f"{schedule}.png")
+    wrong = run_here("schedule_visualizer_single_channel.py", "--lengths", table, "--num-gpus", "4", "--no-show",
+                     cwd=tmp_path)
+    assert_one_line_error(wrong, f"--lengths: lengths = '{table}': lacks 1FP0, 1FP1, 1FP2 and 77 more of 1f1b with "
+                                 "n = 8 on 4 GPUs")

@@ -123,8 +123,8 @@ def _replay(args) -> int:
                  "lengths": {str(task.id): task.length for task in simulated.tasks}}
         with atomic_output(args.lengths_out) as temporary:
             temporary.write_text(json.dumps(table, indent=1))
-        print(f"wrote {args.lengths_out}; the visualizers draw it with {table['flags']} --lengths {args.lengths_out}, "
-              f"and a sweep config names it with \"lengths\": \"{args.lengths_out}\"")
+        print(f"wrote {args.lengths_out} ({table['flags']}); the visualizers draw it with --lengths "
+              f"{args.lengths_out}, a sweep config names it with \"lengths\": \"{args.lengths_out}\"")
     if args.plot:
         use_display(True)
         from ..plotting.replay import replay_figure

@@ -40,6 +40,7 @@ from ..model import (
 from ..orders import format_orders, parse_orders
 from ..parameters import Dispatchers, Parameter, Weights
 from ..results import layout_words, memory_name, schedule_name, workload_title
+from ..tables import read_table
 from ..taskgraph import build_task_graph, check_size, task_lengths
 from ..trace import chrome_trace
 from ..workload import (
@@ -211,13 +212,24 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
     return parser
 
 
-def _environment(args) -> tuple[EnvParams, Workload | None]:
-    """The environment the flags describe, and its workload when --model is given."""
+def _given(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> set[str]:
+    """The destinations the command line ``argv`` gives a value to (``parser``'s, without its defaults)."""
+    for action in parser._actions:
+        action.default = argparse.SUPPRESS
+    return set(vars(parser.parse_args(argv)))
+
+
+def _environment(args, given: set[str]) -> tuple[EnvParams, Workload | None]:
+    """The environment the flags describe, and its workload when --model is given; with a table of lengths, the
+    table's flags set the parameters the command line does not (``given``)."""
     env = {p.name: getattr(args, p.name) for p in PARAMETERS if getattr(args, p.name) is not None}
     keys = {key: getattr(args, key) for key in WORKLOAD_KEYS if getattr(args, key) is not None}
     if args.model is None:
         if keys:
             raise ParameterError(next(iter(keys)), next(iter(keys.values())), "needs --model")
+        if args.lengths:
+            env.update((key, value) for key, value in read_table(args.lengths.strip()).environment.items()
+                       if key not in given)
         return EnvParams(**env), None
     for key in ("model", "gpu"):
         if key in keys:
@@ -288,10 +300,11 @@ def _policy(args, priorities: Mapping[str, float], tiers: Mapping[str, str]) -> 
 def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
          default_priorities: Mapping[str, float], default_exclusive_tiers: Mapping[str, str]) -> int:
     args = build_parser(prog, layout, default_priorities, default_exclusive_tiers).parse_args(argv)
+    given = _given(build_parser(prog, layout, default_priorities, default_exclusive_tiers), argv)
 
     def body() -> int:
         try:
-            params, workload = _environment(args)
+            params, workload = _environment(args, given)
             SAMPLES.check("sample", args.sample)
             policy = _policy(args, default_priorities, default_exclusive_tiers)
             check_size(params)
