@@ -169,7 +169,7 @@ def test_a_replayed_iteration_draws_in_the_visualizer_from_its_table_of_lengths(
     assert float(noisy.stdout.split("completion time ")[1].split()[0]) != pytest.approx(replayed, abs=0.5)
     wrong = run_here("schedule_visualizer_single_channel.py", "--schedule", "1f1b", "--lengths", "zbv.json",
                      "--no-show", "--output", "x.png", cwd=tmp_path)
-    assert_one_line_error(wrong, "--lengths", "lacks 0B0, 0B1, 0B2 and 45 more of 1f1b")
+    assert_one_line_error(wrong, "--lengths", "lacks 0B0, 0B1, 0B2 and 13 more of 1f1b with n = 8 on 2 GPUs")
     (tmp_path / "bad.json").write_text("[1, 2]")
     bad = run_here("schedule_visualizer_single_channel.py", "--lengths", "bad.json", "--no-show", "--output", "y.png",
                    cwd=tmp_path)
