@@ -228,6 +228,7 @@ def _environment(args, given: set[str]) -> tuple[EnvParams, Workload | None]:
         if keys:
             raise ParameterError(next(iter(keys)), next(iter(keys.values())), "needs --model")
         if args.lengths:
+            PARAMETER["lengths"].domain.check("lengths", args.lengths)  # a name that is no table's is not opened
             env.update((key, value) for key, value in read_table(args.lengths.strip()).environment.items()
                        if key not in given)
         return EnvParams(**env), None
