@@ -463,9 +463,16 @@ class EnvironmentGrid:
         return [name for name, values in self.values if len(values) > 1]
 
     def as_dict(self) -> dict[str, Any]:
+        """Every parameter's values (``lengths`` only when the grid names a table: a grid without one reads as it did
+        before tables existed, and its sweep's record is the same)."""
         tied = dict(self.ties)
         return {name: {"same_as": tied[name]} if name in tied else [_plain(value) for value in values]
-                for name, values in self.values} | {"samples": self.samples}
+                for name, values in self.values if name != "lengths" or values != ("",)} | {"samples": self.samples}
+
+    def given_dict(self) -> dict[str, Any]:
+        """The keys the config gave, as ``as_dict`` writes them: a config that reads as this grid (a table's or a
+        workload's sets the rest)."""
+        return {key: value for key, value in self.as_dict().items() if key in self.given or key == "samples"}
 
 
 def _ties(raw: Mapping[str, object]) -> tuple[tuple[str, str], ...]:

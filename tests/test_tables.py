@@ -40,6 +40,9 @@ def test_the_shipped_table_config_sweeps_each_table_in_its_own_environment():
     plan = SweepPlan(EnvironmentGrid.load(ROOT / "configs" / "measured.json"))
     environments = list(plan.grid)
     assert len(environments) == 24 and plan.grid.invalid() == ()
+    assert list(EnvironmentGrid.from_mapping(plan.grid.given_dict())) == environments
+    # a grid without a table reads, and its sweep's record is, as before tables existed
+    assert "lengths" not in EnvironmentGrid.from_mapping({"n": 8}).as_dict()
     for params in environments:
         table = json.loads(Path(params.lengths).read_text())
         assert f"--schedule {params.schedule} -n {params.n} --num-gpus {params.num_gpus}" in table["flags"]

@@ -55,8 +55,7 @@ def build_parser(prog: str, defaults: Settings) -> Parser:
 def training_environments(config: Path, chosen: Path | None) -> tuple[Path, list[EnvParams]]:
     """The policy file to write and the environments to train it on: the config's with ``learned:<that file>``."""
     grid = EnvironmentGrid.load(config)
-    # the keys the file gives, as it gives them: a table's or a workload's grid refuses the keys they set
-    raw = {key: value for key, value in grid.as_dict().items() if key in grid.given or key == "samples"}
+    raw = grid.given_dict()
     names = sorted({value[len("learned:"):] for value in raw["dispatch"] if str(value).startswith("learned:")})
     if not names:
         raise UserError(f"config {config}: no dispatch value is learned:<file>; add one (\"dispatch\": [..., "
