@@ -13,7 +13,9 @@ draws per (environment, policy). A key given as ``{"same_as": "<other key>"}`` t
 other key's value in every environment instead of multiplying them (``"comm_jitter":
 {"same_as": "compute_jitter"}``: one jitter for both). With the key ``model``, the grid also sweeps the
 workload keys (``workload.WORKLOAD_KEYS``) and each environment's ``n``, lengths and
-``sync_freq`` come from its workload (docs/model.md section 11).
+``sync_freq`` come from its workload (docs/model.md section 11). With the key ``lengths``, a table of every task's
+length (a file, or a list of them: ``tables.read_table``), each table's flags set the parameters of its environment
+that the file does not give, and the work keys (``model.TABLE_WORK``) may not be given: the table holds the work.
 """
 
 from __future__ import annotations
@@ -38,12 +40,14 @@ from .model import (
     PARAMETER,
     PARAMETERS,
     SCHEDULE_PARAMETERS,
+    TABLE_WORK,
     EnvParams,
     ParameterError,
 )
 from .parameters import OPTIONAL_GROUPS, Names
 from .schedules import SCHEDULES, get_schedule
-from .taskgraph import estimated_tasks
+from .tables import LengthTable, read_table
+from .taskgraph import estimated_tasks, lengths_of_table
 from .workload import (
     DERIVED_KEYS,
     OPTIONAL_WORKLOAD_KEYS,
@@ -135,6 +139,11 @@ def _names(key: str, raw: Any) -> list[Any]:
         raise ConfigError(f"{where}: empty list; give at least one name")
     try:
         values = [get_schedule(name).name if key == "schedule" else _name(key, name) for name in names]
+        if key == "lengths":
+            for value in values:
+                if not value:
+                    raise ParameterError(key, value, "must name a table file; leave the key out for none")
+                read_table(value)  # a file that cannot be read or is no table is refused before anything runs
     except ParameterError as error:
         raise ConfigError(f"{where}: {error}") from None
     if len(set(values)) != len(values):
@@ -271,6 +280,11 @@ class EnvironmentGrid:
         if unknown:
             raise ConfigError(f"{source}: unknown key {unknown[0]!r}; valid keys: "
                               f"{', '.join(names + WORKLOAD_KEYS + SETTING_KEYS)}")
+        if "lengths" in raw:
+            beside = [key for key in (*TABLE_WORK, "model") if key in raw]
+            if beside:
+                raise ConfigError(f"config key {beside[0]!r}: a table of 'lengths' gives every task's work; leave "
+                                  f"{beside[0]!r} out (the table's flags give its mean)")
         ties = _ties(raw)
         raw = {key: value for key, value in raw.items() if key not in dict(ties)}
         samples = raw.get("samples", 1)
@@ -329,7 +343,10 @@ class EnvironmentGrid:
     def _environment(self, combo: Mapping[str, Any]) -> tuple[EnvParams, Workload | None]:
         """One combination's environment, and its workload if the grid has one."""
         if not self.has_workload:
-            return EnvParams(**combo), None
+            params = EnvParams(**combo)
+            if params.lengths:  # the table must hold this environment's tasks, no more, no fewer
+                lengths_of_table(params, self.length_tables[params.lengths].lengths, params.lengths)
+            return params, None
         workload = Workload(**{key: combo[key] for key in WORKLOAD_KEYS})
         env = {key: value for key, value in combo.items() if key in EnvParams.names() and
                (key not in DERIVED_KEYS or key in self.given)}
@@ -346,8 +363,13 @@ class EnvironmentGrid:
         # the all-to-all's parameters mean nothing without one: no expert parallelism, or no a2a_len
         a2a_at, none = (position["expert_parallel"], 1) if self.has_workload else (position["a2a_len"], 0)
         a2a_only = [position[name] for name in ("a2a_weights", "a2a_class", "ep_overlap")]
+        table_at = position["lengths"]
         for indices in product(*(range(len(values)) for _, values in self.values)):
             combo = [values[i] for (_, values), i in zip(self.values, indices)]
+            if combo[table_at]:  # the table's environment, where the file gives no value of its own
+                for key, value in self.length_tables[combo[table_at]].environment.items():
+                    if key not in self.given:
+                        combo[position[key]] = value
             if any(indices[i] for i in ignored_by[combo[schedule_at]]) or \
                     (combo[dispatch_at] == "static" and indices[memory_at]) or \
                     (combo[a2a_at] == none and any(indices[i] for i in a2a_only)) or \
@@ -391,6 +413,17 @@ class EnvironmentGrid:
         read = {name: network for name, network in networks.items() if isinstance(network, LearnedPolicy)}
         return valid, tuple(invalid), total, largest, where, read
 
+    @cached_property
+    def length_tables(self) -> dict[str, LengthTable]:
+        """By file, each table of lengths the grid names, as first read: a sweep sends these with its work, never
+        reading the files again."""
+        return {path: read_table(path) for name, values in self.values if name == "lengths" for path in values
+                if path}
+
+    def tables(self) -> dict[str, str]:
+        """By file, the checksum of each table of lengths the grid names."""
+        return {path: table.digest for path, table in self.length_tables.items()}
+
     def networks(self) -> dict[str, LearnedPolicy]:
         """By ``dispatch`` value (``learned:<file>``), the network each policy file of the grid held when the grid
         was first checked: a sweep plays these and sends them with its work, never reading the files again."""
@@ -430,9 +463,16 @@ class EnvironmentGrid:
         return [name for name, values in self.values if len(values) > 1]
 
     def as_dict(self) -> dict[str, Any]:
+        """Every parameter's values (``lengths`` only when the grid names a table: a grid without one reads as it did
+        before tables existed, and its sweep's record is the same)."""
         tied = dict(self.ties)
         return {name: {"same_as": tied[name]} if name in tied else [_plain(value) for value in values]
-                for name, values in self.values} | {"samples": self.samples}
+                for name, values in self.values if name != "lengths" or values != ("",)} | {"samples": self.samples}
+
+    def given_dict(self) -> dict[str, Any]:
+        """The keys the config gave, as ``as_dict`` writes them: a config that reads as this grid (a table's or a
+        workload's sets the rest)."""
+        return {key: value for key, value in self.as_dict().items() if key in self.given or key == "samples"}
 
 
 def _ties(raw: Mapping[str, object]) -> tuple[tuple[str, str], ...]:

@@ -38,14 +38,17 @@ from .model import (
 )
 from .orders import order_parts
 from .schedules import get_schedule
+from .tables import LengthTable
 from .taskgraph import (
     TaskGraph,
     build_task_graph,
     check_size,
     graph_structure,
     per_structure,
+    table_of,
     task_impacts,
     task_lengths,
+    task_texts,
 )
 
 compile_cache.ensure_writable()  # before the kernel's functions look for a place to keep their machine code
@@ -278,8 +281,8 @@ def given_order(params: EnvParams, order: Sequence[Sequence[str]]) -> tuple[tupl
 
 
 def texts_of(graph: TaskGraph, tasks: Sequence[int]) -> list[str]:
-    return [str(Task(graph.tasks[i].kind, graph.tasks[i].gpu, graph.tasks[i].stage, graph.tasks[i].index, 0.0,
-                     parts=graph.tasks[i].parts).id) for i in tasks]
+    texts = task_texts(graph.params)
+    return [texts[i] for i in tasks]
 
 
 def memory_in_force(params: EnvParams, peak: float | None = None) -> float:
@@ -299,11 +302,16 @@ def memory_in_force(params: EnvParams, peak: float | None = None) -> float:
     return math.floor(params.memory_limit * params.v + 1e-9) / params.v
 
 
-@lru_cache(maxsize=256)
 def dispatch_arguments(params: EnvParams) -> tuple[np.ndarray, int, int]:
     """The kernel's dispatch arguments: each task's key (lowest first), the rule's number and the memory limit
     in units (the static order reads neither). ``critical-path`` keys a task by minus its expected remaining
     path to the end: the lengths without jitter, whose factors have mean 1, a straggler kept (section 12.1)."""
+    return _dispatch_arguments(params, table_of(params))
+
+
+@lru_cache(maxsize=256)
+def _dispatch_arguments(params: EnvParams, table: LengthTable | None) -> tuple[np.ndarray, int, int]:
+    """``dispatch_arguments`` of ``params`` and its table of lengths as read."""
     arrays = graph_arrays(params)
     key = np.zeros(len(arrays.gpu))
     if params.dispatch == "critical-path":
@@ -424,24 +432,6 @@ def given_lengths(params: EnvParams, lengths: Sequence[float]) -> np.ndarray:
     return array
 
 
-def lengths_of_table(params: EnvParams, table: Mapping[str, float]) -> list[float]:
-    """Every task's length, in task order, from ``table``: a length per task text (``"0F3"``, ``"0FP3"``,
-    ``"(0F7;7B3)"``, as ``Task.id`` writes them); ``ParameterError`` naming ``lengths`` for a task it lacks or a text
-    that is no task of ``params``' graph."""
-    graph = build_task_graph(params)
-    texts = texts_of(graph, range(len(graph.tasks)))
-    missing = [text for text in texts if text not in table]
-    if missing:
-        raise ParameterError("lengths", f"{len(table)} tasks", f"lacks {', '.join(missing[:3])}"
-                             + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
-                             + f" of {params.schedule} with n = {params.n} on {params.num_gpus} GPUs")
-    unknown = sorted(set(table) - set(texts))
-    if unknown:
-        raise ParameterError("lengths", unknown[0], f"is no task of {params.schedule} with n = {params.n} on "
-                                                    f"{params.num_gpus} GPUs")
-    return [table[text] for text in texts]
-
-
 def simulate(params: EnvParams, policy: Policy, sample: int = 0,
              order: Sequence[Sequence[str]] | None = None, lengths: Sequence[float] | None = None) -> Schedule:
     """Simulate one iteration of ``params`` under ``policy``: the ``sample``-th draw of its noise, if any.
@@ -450,7 +440,8 @@ def simulate(params: EnvParams, policy: Policy, sample: int = 0,
     schedule's own static order: a dispatcher's choices, say, replayed. ``lengths``, every task's work in task order
     (``given_lengths``; a measured run's, say), runs instead of the lengths ``params`` give them, with ``params``'
     noise and straggler on top (the keys of ``critical-path`` still read ``params``' own lengths: what the
-    dispatcher expects, not what the tasks take).
+    dispatcher expects, not what the tasks take; an environment of a table of lengths, ``params.lengths``, expects
+    its table's).
     """
     graph = build_task_graph(params, sample)
     arrays = graph_arrays(params)
@@ -625,7 +616,8 @@ def calculate_full_pipeline_schedule(
         cp_len: float = 0.0, a2a_len: float = 0.0, a2a_weights: Sequence[float] = (), a2a_class: str = "pipeline",
         ep_overlap: int = 0, dispatch: str = "static",
         memory_limit: float = 0.0, compute_jitter: float = 0.0, comm_jitter: float = 0.0,
-        jitter_dist: str = "lognormal", slow_gpu: int = -1, slow_factor: float = 1.0, seed: int = 0, sample: int = 0,
+        jitter_dist: str = "lognormal", slow_gpu: int = -1, slow_factor: float = 1.0, seed: int = 0, lengths: str = "",
+        sample: int = 0,
         priorities: Mapping[str, float] | None = None, exclusive_tiers: Mapping[str, str] | None = None,
         allow_large: bool = False) -> Schedule:
     """Simulate one training iteration and return every task's timeline (docs/model.md describes the model).
@@ -649,9 +641,10 @@ def calculate_full_pipeline_schedule(
     shared priority. ``compute_jitter`` and ``comm_jitter`` are the coefficients of
     variation of compute and transfer work (``jitter_dist`` ``lognormal`` or ``normal``);
     ``slow_gpu`` (-1: none) computes ``slow_factor`` times slower; the result is draw
-    number ``sample`` of the random stream ``seed``. ``dispatch`` (``static``, ``greedy``,
-    ``critical-path``, ``zb-adaptive``) chooses each free GPU's next task at run time
-    within ``memory_limit`` activations per GPU (0: the static order's busiest peak); the
+    number ``sample`` of the random stream ``seed``. ``lengths`` (empty: none) names a JSON table of every task's
+    work (``tables.read_table``: a measured iteration's, say), which replaces the work parameters, noise on top.
+    ``dispatch`` (``static``, ``greedy``, ``critical-path``, ``zb-adaptive``) chooses each free GPU's next task
+    at run time within ``memory_limit`` activations per GPU (0: the static order's busiest peak); the
     result's ``lower_bound`` is what no order of its tasks could beat on this run's lengths.
     Invalid arguments raise ``ValueError`` naming the argument, its value and what is
     allowed; so does an environment of more tasks than fit in memory, as the command line

@@ -30,6 +30,8 @@ from .engine import (
     texts_of,
 )
 from .model import ROOM_UNIT, EnvParams, ParameterError, Policy, Schedule, TaskKind
+from .tables import LengthTable
+from .taskgraph import table_of
 
 #: The most tasks the solver is given (n = 32 on 8 GPUs has about 1,300): beyond them the order is a rule's.
 SOLVED_TASKS = 2_000
@@ -81,9 +83,14 @@ def check_hindsight(params: EnvParams) -> None:
                              "requirements-solver.txt")
 
 
-@lru_cache(maxsize=256)
 def hindsight(params: EnvParams, sample: int = 0) -> Hindsight:
     """The hindsight order of ``params``' ``sample``-th draw within its memory limit in force (section 12.1)."""
+    return _hindsight(params, sample, table_of(params))
+
+
+@lru_cache(maxsize=256)
+def _hindsight(params: EnvParams, sample: int, table: LengthTable | None) -> Hindsight:
+    """``hindsight`` of ``params``' draw on its table of lengths as read."""
     check_hindsight(params)
     static = static_params(params)
     if len(graph_arrays(static).gpu) <= SOLVED_TASKS:

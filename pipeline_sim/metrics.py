@@ -58,9 +58,10 @@ def ideal_time(params: EnvParams, network: LearnedPolicy | None = None) -> float
     learned dispatcher's played by ``network`` when given (``learned.load_policy``).
 
     For ``1f1b`` with no straggler that is ``(n + p - 1) x (fwd_len + bwd_len)``.
-    Computed by the one engine, once per environment.
+    Computed by the one engine, once per environment. An environment of a table of lengths is measured against its
+    work parameters (the mean lengths its table's flags give), since its table's transfers are given, not free.
     """
-    free = replace(params, prop_len=0.0, sync_base_len=0.0, compute_jitter=0.0, comm_jitter=0.0)
+    free = replace(params, prop_len=0.0, sync_base_len=0.0, compute_jitter=0.0, comm_jitter=0.0, lengths="")
     return float(figures_of(free, [Policy()], 0, network)[0, 0])
 
 

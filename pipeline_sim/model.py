@@ -23,6 +23,7 @@ from .parameters import (
     Lengths,
     Names,
     ParameterError,
+    TableFiles,
     Weights,
     parameter,
     parameters_of,
@@ -243,6 +244,9 @@ HINDSIGHT = "hindsight"
 LOOKAHEAD = "lookahead"
 
 
+#: The parameters that only set the work of a kind of task: a table of lengths (``EnvParams.lengths``) replaces
+#: them (its flags give their means, which the ideal time reads).
+TABLE_WORK = ("fwd_len", "bwd_len", "prop_len", "sync_base_len", "w_fraction")
 #: The per-stage lists of an environment (section 6.6), each one factor per stage or empty.
 STAGE_LISTS = ("stage_weights", "sync_weights", "bwd_weights", "a2a_weights")
 
@@ -347,6 +351,9 @@ class EnvParams:
                                    "computes", short="x", label="straggler factor", group="straggler", metavar="K")
     seed: int = parameter(0, Integers(0, 2 ** 63 - 1, "2^63 - 1"), "the random stream of the jitter", short="seed",
                           label="seed", group="jitter")
+    lengths: str = parameter("", TableFiles(()), "every task's work from this table of lengths (a measured "
+                             "iteration's, say) instead of the work parameters; noise and a straggler multiply it",
+                             short="table-", label="lengths", group="lengths", metavar="FILE.json")
 
     def __post_init__(self) -> None:
         for p in PARAMETERS:
@@ -355,6 +362,7 @@ class EnvParams:
         spec.check(self.n, self.num_gpus)
         object.__setattr__(self, "schedule", spec.name)
         object.__setattr__(self, "dispatch", Dispatchers((*DISPATCHERS, HINDSIGHT)).normal(self.dispatch))
+        object.__setattr__(self, "lengths", self.lengths.strip())
         if self.dispatch != "static" and self.ep_overlap and self.a2a_len > 0 and spec.name in EP_OVERLAP_SCHEDULES:
             raise ParameterError("dispatch", self.dispatch, "with ep_overlap 1 pairs a forward and a backward of the "
                                  "static order, which a dispatcher would run apart: use dispatch static, or "
@@ -405,8 +413,9 @@ class EnvParams:
     def relevant(self) -> tuple[str, ...]:
         """The parameters that make this simulation what it is, in table order: all but those its schedule
         ignores, the jitter's without jitter, the straggler's without a straggler, and a parameter of an optional
-        group at its default (equal stages; the schedule's order, the static order's peak)."""
-        ignored = set(self.ignored())
+        group at its default (equal stages; the schedule's order, the static order's peak); with a table of lengths,
+        not the work it replaces (``TABLE_WORK``)."""
+        ignored = set(self.ignored()) | (set(TABLE_WORK) if self.lengths else set())
         groups = {"environment", "schedule"} | ({"jitter"} if self.jittered else set()) | \
             ({"straggler"} if self.slow_gpu >= 0 else set())
         given = {p.name for p in PARAMETERS if p.group in OPTIONAL_GROUPS and getattr(self, p.name) != p.default}

@@ -23,10 +23,11 @@ UNIT_FLOOR = 1e-6
 
 #: Parameter groups, in the order flags, file names and titles list them. A group's parameters matter to a
 #: simulation only under a condition (``EnvParams.relevant``): the schedule's own, and the noise's when there is any.
-GROUPS = ("environment", "schedule", "stages", "optimizer", "strategies", "dispatch", "jitter", "straggler")
+GROUPS = ("environment", "schedule", "stages", "optimizer", "strategies", "dispatch", "jitter", "straggler",
+          "lengths")
 #: Groups whose parameters a grid's output has columns for only when the grid names one of them, so that a grid
 #: written before they existed writes the columns it always wrote.
-OPTIONAL_GROUPS = ("stages", "optimizer", "strategies", "dispatch")
+OPTIONAL_GROUPS = ("stages", "optimizer", "strategies", "dispatch", "lengths")
 
 
 class ParameterError(ValueError):
@@ -169,6 +170,38 @@ class Dispatchers(Names):
         if value.startswith(self.PREFIX):
             return "learned-" + value[len(self.PREFIX):].rsplit(".", 1)[0]
         return value
+
+
+@dataclass(frozen=True)
+class TableFiles(Names):
+    """A JSON file of every task's length (``tables.read_table``), named as given; empty for none. Only the name is
+    judged here: the environment never reads a file, the engine does when it needs the lengths."""
+
+    SUFFIX = ".json"
+
+    def check(self, name: str, value: object) -> None:
+        if not isinstance(value, str) or (value.strip() and not value.strip().lower().endswith(self.SUFFIX)):
+            raise ParameterError(name, value, f"must be {self.describe()}")
+
+    def normal(self, value: str) -> str:
+        return value.strip()
+
+    def describe(self) -> str:
+        return "a table of lengths: a JSON file (.json), as pipeline_trace.py replay --lengths-out writes one"
+
+    @property
+    def brief(self) -> str:
+        return "a .json file"
+
+    @staticmethod
+    def shown(value: str) -> str:
+        """A table in a title: its file's name, without its folders."""
+        return value.replace("\\", "/").rsplit("/", 1)[-1]
+
+    @staticmethod
+    def file_name(value: str) -> str:
+        """A table in a file name (after ``shown``): its file's stem."""
+        return value.rsplit(".", 1)[0]
 
 
 @dataclass(frozen=True)

@@ -385,6 +385,8 @@ _BESIDE_SYNC = tuple(name for name in _BESIDE_WORKLOAD if name != "sync_freq")  
 _STRATEGY_KEYS = tuple(p.name for p in PARAMETERS if p.group == "strategies")
 _STRATEGIES_BESIDE_WORKLOAD = tuple(name for name in _STRATEGY_KEYS if name not in DERIVED_KEYS)
 _NOISE_GROUPS = ("jitter", "straggler")
+#: A table of lengths (``EnvParams.lengths``): named first, where given.
+TABLE_KEYS = tuple(p.name for p in PARAMETERS if p.group == "lengths")
 
 
 def titles(params: EnvParams, names: Sequence[str]) -> list[str]:
@@ -434,7 +436,7 @@ def _slug_parts(params: EnvParams, workload: Workload | None = None) -> tuple[st
             base += f"_bytes{w.dtype_bytes}_{w.bytes_per_param:g}"
         base += "".join(f"_{text}" for text in layout_words(w, short=True))
     else:
-        base = _slugs(params, ENVIRONMENT_KEYS + _STRATEGY_KEYS)[1:]
+        base = _slugs(params, TABLE_KEYS + ENVIRONMENT_KEYS + _STRATEGY_KEYS)[1:]
     return base, _slugs(params, SCHEDULE_KEYS), "".join(_slugs(params, _group(group)) for group in _NOISE_GROUPS)
 
 
@@ -521,7 +523,7 @@ def env_title(params: EnvParams, workload: Workload | None = None, *, schedule: 
     if workload is not None:
         text = workload_title(params, workload)
     else:
-        text = ", ".join(titles(params, ENVIRONMENT_KEYS + _STRATEGY_KEYS))
+        text = ", ".join(titles(params, TABLE_KEYS + ENVIRONMENT_KEYS + _STRATEGY_KEYS))
     if noise and noise_name(params):
         text += f"; {noise_name(params, sep='; ')}"
     return f"{schedule_name(params)}: {text}" if schedule else text

@@ -40,6 +40,7 @@ from .parallel import ordered_map
 from .parameters import OPTIONAL_GROUPS, Weights
 from .parquet import Parts, PartWriter, merge_parts, require_pyarrow, schema, verified_parts
 from .scenarios import DEFAULT_STEP, check_step, policy_grid, steps_per_unit
+from .tables import LengthTable, given
 from .taskgraph import MAX_TASKS
 from .workload import AUTO_COLUMNS, REPORT_COLUMNS, Workload, auto_candidates, workload_columns, workload_report
 
@@ -184,6 +185,8 @@ class SweepPlan:
                   "columns": self.header}
         if self.networks():  # the rows of a learned dispatcher are its network's: a changed file is another sweep
             record["networks"] = self.networks()
+        if self.grid.tables():  # and those of a table of lengths its table's
+            record["tables"] = self.grid.tables()
         if self.format != "csv":  # a CSV's record is as it always was, so that older partial files resume
             record["format"] = self.format
         text = json.dumps(record, sort_keys=True)
@@ -195,15 +198,16 @@ class SweepPlan:
 
     def chunks(self, start_row: int, rows_per_chunk: int) -> Iterator[Chunk]:
         """Units of work from row ``start_row`` on, in row order, none spanning two environments; a learned
-        dispatcher's carry its network, so that no worker reads a file."""
+        dispatcher's carry its network, and a table's environment its table, so that no worker reads a file."""
         per_env = len(self.policies)
         first_env, offset = divmod(start_row, per_env)
-        networks = self.grid.networks()
+        networks, tables = self.grid.networks(), self.grid.length_tables
         for params, workload in self.grid.cases(first_env):
             for first in range(offset, per_env, rows_per_chunk):
                 yield Chunk(params, self.simulator, self.step, first, min(first + rows_per_chunk, per_env),
                             self.samples, self.with_samples, workload, self.grid.optional_groups,
-                            self.grid.has_auto, networks.get(params.dispatch))
+                            self.grid.has_auto, networks.get(params.dispatch),
+                            (tables[params.lengths],) if params.lengths else ())
             offset = 0
 
 
@@ -222,6 +226,7 @@ class Chunk:
     optional: frozenset[str] = frozenset()  # the optional groups whose columns the rows carry (dispatch: the bound)
     auto: bool = False  # whether the rows carry AUTO_COLUMNS (the grid has a layers_per_stage of auto)
     network: LearnedPolicy | None = field(default=None, compare=False)  # a learned dispatcher's, read by the plan
+    tables: tuple[LengthTable, ...] = field(default=(), compare=False)  # its table of lengths, read by the plan
 
     @property
     def dispatch(self) -> bool:
@@ -286,7 +291,14 @@ def summarise(samples: list[dict[str, float | int]]) -> dict[str, float | int]:
 
 
 def simulate_chunk(chunk: Chunk) -> tuple[str, str, int]:
-    """CSV text of a chunk's rows, of its samples (empty unless asked for), and how many rows. Pure.
+    """CSV text of a chunk's rows, of its samples (empty unless asked for), and how many rows. Pure: a table of
+    lengths is the one the chunk carries."""
+    with given(chunk.tables):
+        return _simulate_chunk(chunk)
+
+
+def _simulate_chunk(chunk: Chunk) -> tuple[str, str, int]:
+    """``simulate_chunk`` of ``chunk``.
 
     Samples run outermost: each is one kernel call for every policy of the chunk. The
     cells that every row of the chunk shares are formatted once.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import gc
 from contextlib import contextmanager
 from functools import lru_cache, wraps
-from typing import Callable, Iterator, NamedTuple, TypeVar
+from typing import Callable, Iterator, Mapping, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -29,6 +29,7 @@ from .model import (
 from .noise import KIND_NUMBERS, standard_normals, work_factors
 from .orders import order_parts
 from .schedules import get_schedule
+from .tables import LengthTable, read_table
 
 _F, _B, _I, _W = TaskKind.FORWARD, TaskKind.BACKWARD, TaskKind.BACKWARD_INPUT, TaskKind.BACKWARD_WEIGHT
 _O = TaskKind.OPTIMIZER_STEP
@@ -167,9 +168,20 @@ class _WorkIndex(NamedTuple):
     pair_backward: np.ndarray  # and of its backward
 
 
-@lru_cache(maxsize=256)
+def table_of(params: EnvParams) -> LengthTable | None:
+    """The table of lengths ``params`` names, as now read (``tables.read_table``), or None: what is computed from a
+    table is kept per ``(params, table_of(params))``."""
+    return read_table(params.lengths) if params.lengths else None
+
+
 def _work(params: EnvParams) -> tuple[np.ndarray, np.ndarray]:
-    """Every task's noise-free work and its impact, read-only: each from a table of a few rows per stage and GPU.
+    return _work_of(params, table_of(params))
+
+
+@lru_cache(maxsize=256)
+def _work_of(params: EnvParams, measured: LengthTable | None) -> tuple[np.ndarray, np.ndarray]:
+    """Every task's noise-free work and its impact, read-only: each from a table of a few rows per stage and GPU
+    (every task's work from the table of lengths ``measured`` when there is one).
 
     Each element is computed by the same float operations in the same order as the section it follows, so that a
     length is the same to the bit however the graph is simulated: e.g. a forward's is ``fwd_len * weight / v``.
@@ -191,6 +203,8 @@ def _work(params: EnvParams) -> tuple[np.ndarray, np.ndarray]:
     forward, backward = forwards[index.pair_forward], backwards[index.pair_backward]
     impact[index.pairs] = (forward * params.fwd_impact + backward * params.bwd_impact) / (forward + backward)
     lengths[index.pairs] = (forward + backward) * (1.0 - params.fb_overlap)
+    if measured is not None:  # a table gives every task's work; the parameters' still weigh a pair's impact
+        lengths = np.array(lengths_of_table(params, measured.lengths, params.lengths))
     lengths.flags.writeable = impact.flags.writeable = False
     return lengths, impact
 
@@ -601,3 +615,32 @@ def _structure_of(params: EnvParams) -> GraphStructure:
                           ints([g for row in peers for g in sorted(row)]), stage_gpu, stage_chunk,
                           np.concatenate([ints([]), *issued_task]), np.concatenate([ints([]), *issued_by]),
                           np.sort(np.concatenate([ints([]), *holds])), table)
+
+
+@per_structure
+def task_texts(params: EnvParams) -> tuple[str, ...]:
+    """Every task's text, in task order, as ``Task.id`` writes it (``0F3``, ``0FP3``, ``(0F7;7B3)``)."""
+    structure = graph_structure(params)
+    pair = KIND_INDEX[TaskKind.OVERLAP_F_B]
+    return tuple(f"({stage}F{index};{back_stage}B{back_mb})" if kind == pair else f"{stage}{KINDS[kind].code}{index}"
+                 for kind, stage, index, back_stage, back_mb in zip(
+                     structure.kind.tolist(), structure.stage.tolist(), structure.index.tolist(),
+                     structure.part_stage[:, 1].tolist(), structure.part_mb[:, 1].tolist()))
+
+
+def lengths_of_table(params: EnvParams, table: Mapping[str, float], name: str | None = None) -> list[float]:
+    """Every task's length, in task order, from ``table``: a length per task text (``task_texts``);
+    ``ParameterError`` naming ``lengths`` (its value ``name``, the table's file, when given) for a task it lacks or
+    a text that is no task of ``params``' graph."""
+    texts = task_texts(params)
+    where = f"{params.schedule} with n = {params.n} on {params.num_gpus} GPUs"
+    missing = [text for text in texts if text not in table]
+    if missing:
+        raise ParameterError("lengths", name or f"{len(table)} tasks",
+                             f"lacks {', '.join(missing[:3])}" + (f" and {len(missing) - 3} more" if len(missing) > 3
+                                                                  else "") + f" of {where}")
+    unknown = sorted(set(table) - set(texts))
+    if unknown:
+        raise ParameterError("lengths", name or unknown[0],
+                             (f"holds {unknown[0]}, " if name else "") + f"is no task of {where}")
+    return [table[text] for text in texts]

@@ -44,7 +44,8 @@ def test_the_table_is_the_dataclass():
                                                                                      "a2a_len", "a2a_weights",
                                                                                      "a2a_class", "ep_overlap",
                                                                                      "dispatch",
-                                                                                     "memory_limit", *BOUND_COLUMNS))
+                                                                                     "memory_limit", "lengths",
+                                                                                     *BOUND_COLUMNS))
 
 
 def test_the_api_signature_follows_the_table():

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from conftest import ROOT, assert_one_line_error, assert_png_drawn, run_here
 
-from pipeline_sim.engine import lengths_of_table, simulate
+from pipeline_sim.engine import simulate
 from pipeline_sim.measured import TraceError, fit_comm, read_run
 from pipeline_sim.model import EnvParams, ParameterError, Policy
 from pipeline_sim.orders import compute_orders
@@ -25,7 +25,7 @@ from pipeline_sim.replay import (
     runtime_costs,
     task_spread,
 )
-from pipeline_sim.taskgraph import task_lengths
+from pipeline_sim.taskgraph import lengths_of_table, task_lengths
 
 TRACES = ROOT / "tests" / "data" / "traces"
 SCHEDULES = ("1f1b", "gpipe", "interleaved-1f1b", "zb-h1", "zb-v", "dualpipe-v")
@@ -232,14 +232,19 @@ def test_a_replayed_iteration_draws_in_the_visualizer_from_its_table_of_lengths(
     assert float(noisy.stdout.split("completion time ")[1].split()[0]) != pytest.approx(replayed, abs=0.5)
     wrong = run_here("schedule_visualizer_single_channel.py", "--schedule", "1f1b", "--lengths", "zbv.json",
                      "--no-show", "--output", "x.png", cwd=tmp_path)
-    assert_one_line_error(wrong, "--lengths", "lacks 0B0, 0B1, 0B2 and 45 more of 1f1b")
+    assert_one_line_error(wrong, "--lengths", "lacks 0B0, 0B1, 0B2 and 13 more of 1f1b with n = 8 on 2 GPUs")
     (tmp_path / "bad.json").write_text("[1, 2]")
     bad = run_here("schedule_visualizer_single_channel.py", "--lengths", "bad.json", "--no-show", "--output", "y.png",
                    cwd=tmp_path)
-    assert_one_line_error(bad, "--lengths bad.json: not a JSON object whose 'lengths' maps task texts to numbers")
+    assert_one_line_error(bad, "--lengths: lengths = 'bad.json': not a JSON object whose 'lengths' maps task texts to "
+                               "numbers")
     endless = run_here("schedule_visualizer_single_channel.py", "--lengths", "/dev/zero", "--no-show", "--output",
                        "z.png", cwd=tmp_path)
-    assert_one_line_error(endless, "--lengths /dev/zero")
+    assert_one_line_error(endless, "--lengths: lengths = '/dev/zero': must be a table of lengths: a JSON file (.json)")
+    (tmp_path / "endless.json").symlink_to("/dev/zero")
+    endless = run_here("schedule_visualizer_single_channel.py", "--lengths", "endless.json", "--no-show", "--output",
+                       "z.png", cwd=tmp_path)
+    assert_one_line_error(endless, "--lengths: lengths = 'endless.json': larger than 64 MB")
 
 
 # -- refusals --------------------------------------------------------------------------------------------------

@@ -60,7 +60,7 @@ def build_parser(prog: str) -> Parser:
                         help="which traced iteration to draw or write (default 0)")
     replay.add_argument("--lengths-out", type=Path, metavar="FILE.json",
                         help="write --iteration's length of every task, and its environment, as JSON: the visualizers "
-                             "read it with --lengths")
+                             "read it with --lengths, a sweep config with the key lengths")
 
     predict = commands.add_parser("predict", help="predict other schedules from one trace", description=(
         "Simulate each schedule on the lengths measured in SOURCE (each stage's mean forward and backward, the "
@@ -156,11 +156,13 @@ def _replay(args) -> int:
         flags = {"--schedule": params.schedule, "-n": params.n, "--num-gpus": params.num_gpus,
                  "--chunks": params.chunks, "--fwd-len": f"{params.fwd_len:.6g}", "--bwd-len": f"{params.bwd_len:.6g}",
                  "--prop-len": f"{params.prop_len:.6g}", "--sync-base-len": 0, "--fwd-impact": 0, "--bwd-impact": 0}
-        table = {"flags": " ".join(f"{flag} {value}" for flag, value in flags.items()),
+        table = {"source": f"{' '.join(map(str, args.run))}, iteration {args.iteration}",
+                 "flags": " ".join(f"{flag} {value}" for flag, value in flags.items()),
                  "lengths": {str(task.id): task.length for task in simulated.tasks}}
         with atomic_output(args.lengths_out) as temporary:
             temporary.write_text(json.dumps(table, indent=1))
-        print(f"wrote {args.lengths_out}; the visualizers draw it with {table['flags']} --lengths {args.lengths_out}")
+        print(f"wrote {args.lengths_out} ({table['flags']}); the visualizers draw it with --lengths "
+              f"{args.lengths_out}, a sweep config names it with \"lengths\": \"{args.lengths_out}\"")
     if args.plot:
         use_display(True)
         from ..plotting.replay import replay_figure

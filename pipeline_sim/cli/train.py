@@ -55,7 +55,7 @@ def build_parser(prog: str, defaults: Settings) -> Parser:
 def training_environments(config: Path, chosen: Path | None) -> tuple[Path, list[EnvParams]]:
     """The policy file to write and the environments to train it on: the config's with ``learned:<that file>``."""
     grid = EnvironmentGrid.load(config)
-    raw = grid.as_dict()
+    raw = grid.given_dict()
     names = sorted({value[len("learned:"):] for value in raw["dispatch"] if str(value).startswith("learned:")})
     if not names:
         raise UserError(f"config {config}: no dispatch value is learned:<file>; add one (\"dispatch\": [..., "
@@ -89,7 +89,7 @@ def write_curve(curve: list, path: Path, network: str) -> None:
             writer.writerow([*(repr(getattr(point, name)) for name in names), network])
 
 
-def draw_curve(curve: list, path: Path, title: str) -> None:
+def draw_curve(curve: list, path: Path, title: str, reference: str) -> None:
     use_display(no_show=True)
     import matplotlib.pyplot as plt
 
@@ -97,7 +97,7 @@ def draw_curve(curve: list, path: Path, title: str) -> None:
 
     fig, ax = plt.subplots(figsize=(9, 5.5), layout="constrained")
     plot_training(ax, [p.steps for p in curve], [p.training_saving for p in curve],
-                  [p.validation_saving for p in curve], curve[0].rule_saving, title)
+                  [p.validation_saving for p in curve], curve[0].rule_saving, title, reference)
     try:
         fig.savefig(path, dpi=130, format="png")
     finally:
@@ -105,7 +105,7 @@ def draw_curve(curve: list, path: Path, title: str) -> None:
 
 
 def save_training(policy: LearnedPolicy, curve: list, output: Path, curve_csv: Path, curve_png: Path,
-                  title: str) -> None:
+                  title: str, reference: str) -> None:
     """The network and its training curve as one unit: each is written beside its name first, then all are moved
     into place together, the network last, and the curve names the network it belongs to (the checksum of its
     file, in the CSV and the figure's title). When they cannot all be written (a full disk), the network is still
@@ -119,7 +119,7 @@ def save_training(policy: LearnedPolicy, curve: list, output: Path, curve_csv: P
             with atomic_output(curve_csv) as csv_file:
                 write_curve(curve, csv_file, network)
                 with atomic_output(curve_png) as png_file:
-                    draw_curve(curve, png_file, f"{title} (network {network})")
+                    draw_curve(curve, png_file, f"{title} (network {network})", reference)
     except OSError as error:
         try:
             for path in (curve_csv, curve_png):
@@ -135,7 +135,8 @@ def save_training(policy: LearnedPolicy, curve: list, output: Path, curve_csv: P
 def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     prog = prog or script_name(sys.argv[0])
     try:  # the [rl] extra: without it even --help has nothing to offer but how to install it
-        from ..rl.train import Settings, check_layouts, train
+        from ..rl.env import reference_name
+        from ..rl.train import REFERENCE, Settings, check_layouts, train
     except ImportError as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
@@ -156,6 +157,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
             raise UserError(f"learned:{output}: a policy file is .npz; name it so in the config")
         if output.exists() and not args.overwrite:
             raise UserError(f"{output} exists; pass --overwrite to train it again")
+        against = reference_name(environments, REFERENCE)
         curve_csv = output.with_name(output.stem + "_training.csv")
         curve_png = curve_csv.with_suffix(".png")
         output.parent.mkdir(parents=True, exist_ok=True)
@@ -173,7 +175,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                 bar.update(min(steps, settings.steps) - bar.n)
                 check_interrupt()
                 if checkpoint is not None:
-                    bar.set_postfix_str(f"validation {checkpoint.validation_saving:+.2%} vs static zb-h1")  # type: ignore[attr-defined]
+                    bar.set_postfix_str(f"validation {checkpoint.validation_saving:+.2%} vs {against}")  # type: ignore[attr-defined]
             try:
                 policy, curve, completed = train(environments, DEFAULT_POLICY, settings, progress=progress,
                                                  about={"config": str(args.config),
@@ -182,13 +184,13 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                 bar.close()
             check_locks()
             save_training(policy, curve, output, curve_csv, curve_png,
-                          f"{output.name}: {len(environments)} environments of {args.config.name}")
+                          f"{output.name}: {len(environments)} environments of {args.config.name}", against)
         best = max(curve, key=lambda p: p.validation_saving)
         print(f"trained {curve[-1].steps:,} decisions ({curve[-1].episodes:,} iterations) in "
               f"{(time.monotonic() - started) / 60:.1f} min")
-        print(f"validation draws, time saved against static zb-h1 (higher is better; 1f1b environments pull it below "
-              f"0): the kept network (decision {best.steps:,}) {best.validation_saving:+.2%}, greedy "
-              f"{best.rule_saving:+.2%}")
+        below = "" if any(params.lengths for params in environments) else "; 1f1b environments pull it below 0"
+        print(f"validation draws, time saved against {against} (higher is better{below}): the kept network "
+              f"(decision {best.steps:,}) {best.validation_saving:+.2%}, greedy {best.rule_saving:+.2%}")
         print(f"policy: {output}\ncurve: {curve_csv}, {curve_png}")
         print(f"compare it on the sweep's own draws: python run_full_pipeline.py -c {args.config} --priority-step 1.0 "
               f"(a learned row plays the network at each decision: the coarse step keeps the sweep short)")

@@ -11,9 +11,7 @@ from typing import Callable, Mapping, Sequence
 from ..engine import (
     SimulationStuckError,
     bound_of_run,
-    given_lengths,
     given_order,
-    lengths_of_table,
     memory_bound,
     memory_in_force,
     order_peak,
@@ -42,7 +40,8 @@ from ..model import (
 from ..orders import format_orders, parse_orders
 from ..parameters import Dispatchers, Parameter, Weights
 from ..results import layout_words, memory_name, schedule_name, workload_title
-from ..taskgraph import build_task_graph, check_size
+from ..tables import read_table
+from ..taskgraph import build_task_graph, check_size, task_lengths
 from ..trace import chrome_trace
 from ..workload import (
     DERIVED_KEYS,
@@ -61,7 +60,7 @@ from .common import Parser, UserError, preset_or_object, ready_kernel, run_comma
 #: The flag that sets each library parameter, for error messages.
 FLAGS = {
     **{p.name: p.flag for p in PARAMETERS}, "sample": "--sample", "priorities": "--priority",
-    "exclusive_tiers": "--exclusive", "order": "--order", "lengths": "--lengths",
+    "exclusive_tiers": "--exclusive", "order": "--order",
     **{key: "--" + key.replace("_", "-") for key in WORKLOAD_KEYS},
 }
 
@@ -102,7 +101,10 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
               "strategies": parser.add_argument_group("sharded data parallelism, context parallelism and the "
                                                       "all-to-all of experts (see docs/model.md sections 15, 16)"),
               "schedule": parser.add_argument_group("schedule (see docs/model.md section 6)"),
-              "dispatch": parser.add_argument_group("run-time dispatch (see docs/model.md section 12)")}
+              "dispatch": parser.add_argument_group("run-time dispatch (see docs/model.md section 12)"),
+              "lengths": parser.add_argument_group("a table of lengths: an object 'lengths' of task texts (0F3, 0FP3, "
+                                                   "(0F7;7B3)) to lengths, as pipeline_trace.py replay --lengths-out "
+                                                   "writes a measured iteration's with the flags of its environment")}
     groups["jitter"] = groups["straggler"] = noise = parser.add_argument_group(
         "noise (see docs/model.md section 8): one sampled iteration is drawn")
     for p in PARAMETERS:
@@ -116,11 +118,6 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
         "--order", type=Path, default=None, metavar="FILE",
         help="run this static order instead of the schedule's: per GPU a line 'GPU g: 0F0 0F1 ...', as "
              "--print-order prints it (a dispatcher's choices replayed, say)")
-    groups["dispatch"].add_argument(
-        "--lengths", type=Path, default=None, metavar="FILE",
-        help="every task's length from this JSON table instead of the parameters and their noise: an object "
-             "'lengths' of task texts (0F3, 0FP3, (0F7;7B3)) to lengths, as pipeline_trace.py replay --lengths-out "
-             "writes a measured iteration's")
     parser.add_argument_group("compatibility").add_argument(
         "--sync-solo-w", type=float, default=None, metavar="W",
         help="accepted for compatibility with older command lines; has no effect")
@@ -215,13 +212,25 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
     return parser
 
 
-def _environment(args) -> tuple[EnvParams, Workload | None]:
-    """The environment the flags describe, and its workload when --model is given."""
+def _given(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> set[str]:
+    """The destinations the command line ``argv`` gives a value to (``parser``'s, without its defaults)."""
+    for action in parser._actions:
+        action.default = argparse.SUPPRESS
+    return set(vars(parser.parse_args(argv)))
+
+
+def _environment(args, given: set[str]) -> tuple[EnvParams, Workload | None]:
+    """The environment the flags describe, and its workload when --model is given; with a table of lengths, the
+    table's flags set the parameters the command line does not (``given``)."""
     env = {p.name: getattr(args, p.name) for p in PARAMETERS if getattr(args, p.name) is not None}
     keys = {key: getattr(args, key) for key in WORKLOAD_KEYS if getattr(args, key) is not None}
     if args.model is None:
         if keys:
             raise ParameterError(next(iter(keys)), next(iter(keys.values())), "needs --model")
+        if args.lengths:
+            PARAMETER["lengths"].domain.check("lengths", args.lengths)  # a name that is no table's is not opened
+            env.update((key, value) for key, value in read_table(args.lengths.strip()).environment.items()
+                       if key not in given)
         return EnvParams(**env), None
     for key in ("model", "gpu"):
         if key in keys:
@@ -258,20 +267,6 @@ IMAGE_FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf", ".jpg": "jpg", ".j
                  ".ps": "ps", ".tif": "tif", ".tiff": "tif", ".webp": "webp"}
 
 
-def _read_lengths(path: Path, params: EnvParams) -> list[float]:
-    """The lengths of every task of ``params`` that the table ``path`` holds (``--lengths``)."""
-    try:
-        table = json.loads(read_at_most(path, MAX_ORDER_BYTES).decode())["lengths"]
-        values = {str(text): float(length) for text, length in table.items()}
-    except TooLarge as error:
-        raise UserError(f"--lengths {path}: {error}") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise UserError(f"--lengths {path}: cannot be read ({getattr(error, 'strerror', None) or error})") from None
-    except (ValueError, KeyError, TypeError, AttributeError):
-        raise UserError(f"--lengths {path}: not a JSON object whose 'lengths' maps task texts to numbers") from None
-    return lengths_of_table(params, values)
-
-
 def _image_format(path: Path) -> str:
     """The format the output's extension names; an unknown extension is refused."""
     found = IMAGE_FORMATS.get(path.suffix.lower())
@@ -306,21 +301,21 @@ def _policy(args, priorities: Mapping[str, float], tiers: Mapping[str, str]) -> 
 def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
          default_priorities: Mapping[str, float], default_exclusive_tiers: Mapping[str, str]) -> int:
     args = build_parser(prog, layout, default_priorities, default_exclusive_tiers).parse_args(argv)
+    given = _given(build_parser(prog, layout, default_priorities, default_exclusive_tiers), argv)
 
     def body() -> int:
         try:
-            params, workload = _environment(args)
+            params, workload = _environment(args, given)
             SAMPLES.check("sample", args.sample)
             policy = _policy(args, default_priorities, default_exclusive_tiers)
             check_size(params)
             texts = None if args.order is None else _read_order(args.order)
             order = None if texts is None else given_order(params, texts)
-            lengths = None if args.lengths is None else _read_lengths(args.lengths, params)
-            if lengths is not None:
-                if workload is not None or params.learned or params.dispatch == LOOKAHEAD:
-                    raise UserError(f"--lengths {args.lengths}: a table of lengths replaces the parameters' work; it "
-                                    "runs without --model and with a static order or a compiled dispatcher")
-                given_lengths(params, lengths)
+            if params.lengths:
+                if workload is not None:
+                    raise UserError(f"--lengths {params.lengths}: a table of lengths replaces the work --model "
+                                    "derives; give one or the other")
+                task_lengths(params)  # a table that cannot be read, or lacks a task of the environment
             memory_in_force(params, None if order is None else order_peak(params, order))
             network = load_policy(params) if params.learned else None  # read once, played below
         except ParameterError as error:
@@ -339,7 +334,7 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
                 if path is not None and path.exists() and not args.overwrite:
                     raise UserError(f"{path} exists; pass --overwrite to replace it or choose another "
                                     f"{'--output' if path == output else '--trace'}")
-            return draw(args, params, workload, policy, network, texts, output, image_format, layout, lengths)
+            return draw(args, params, workload, policy, network, texts, output, image_format, layout)
 
     return run_command(prog, body)
 
@@ -355,7 +350,7 @@ def default_chart_name(layout: str, params: EnvParams) -> str:
 
 def draw(args: argparse.Namespace, params: EnvParams, workload: Workload | None, policy: Policy,
          network: LearnedPolicy | None, texts: list[list[str]] | None, output: Path, image_format: str,
-         layout: str, lengths: Sequence[float] | None = None) -> int:
+         layout: str) -> int:
     """Simulate the chart's run, draw it into ``output`` (locked by the caller) and report it."""
     ready_kernel(episodes=bool(params.learned) or params.dispatch == LOOKAHEAD)
     auto = ""
@@ -373,7 +368,7 @@ def draw(args: argparse.Namespace, params: EnvParams, workload: Workload | None,
         schedule = simulate_learned(params, policy, args.sample, network) if params.learned else \
             simulate_hindsight(params, policy, args.sample) if params.dispatch == HINDSIGHT else \
             simulate_lookahead(params, policy, args.sample) if params.dispatch == LOOKAHEAD else \
-            simulate(params, policy, args.sample, texts, lengths)
+            simulate(params, policy, args.sample, texts)
     except SimulationStuckError as error:
         if args.order is None:
             raise

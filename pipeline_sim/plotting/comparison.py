@@ -56,10 +56,12 @@ def plot_schedule_comparison(fig: Figure, summary: pd.DataFrame, *, title: str, 
     if bounded:  # docs/model.md section 12.2: no schedule, static or dispatched, can finish before it
         times.scatter(summary["lower_bound"], y, color=BOUND, marker=">", s=45, zorder=3)
     floor = float(summary["lower_bound"].min()) if bounded else np.inf
-    span = float(summary["worst_time"].max() - min(summary["ideal_time"].min(), summary["best_time"].min(), floor))
+    # the slowest mark: the worst policy's mean, or the best one's slowest sample when it lies beyond
+    top = float(max(summary["worst_time"].max(), summary["best_max"].max() if sampled else -np.inf))
+    span = top - float(min(summary["ideal_time"].min(), summary["best_time"].min(), floor))
     low = float(min(summary["ideal_time"].min(), summary["best_time"].min(), floor,
                     summary["best_min"].min() if sampled else np.inf))
-    left_end, right_end = low - 0.05 * span - 1e-9, float(summary["worst_time"].max()) + 0.16 * span + 1e-9
+    left_end, right_end = low - 0.05 * span - 1e-9, top + 0.16 * span + 1e-9
     times.set_xlim(left_end, right_end)
     workload = "peak_memory_gb" in summary
     for row in summary.itertuples():

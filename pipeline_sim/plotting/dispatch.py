@@ -13,7 +13,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import PercentFormatter
 
-from ..model import HINDSIGHT
+from ..model import HINDSIGHT, PARAMETER
 from . import fitted
 
 #: One colour per dispatcher, the static order first; a schedule other than the reference's is drawn faded.
@@ -119,8 +119,8 @@ def _hidden_note(family: pd.DataFrame, way: pd.Series, later: list[pd.Series]) -
         theirs = series(other["way"])
         if theirs.shape != mine.shape:
             continue
-        name = other["dispatch"] if other["schedule"] == way["schedule"] and other["dispatch"] != "static" \
-            else other["way"]
+        name = PARAMETER["dispatch"].text(other["dispatch"]) \
+            if other["schedule"] == way["schedule"] and other["dispatch"] != "static" else other["way"]
         if np.array_equal(theirs, mine):
             return f" (same as {name})"
         if np.nanmax(np.abs(theirs - mine)) < 0.01 * span:

@@ -17,7 +17,7 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
 
 from ..model import COMPUTE_KINDS, TRANSFER_KINDS, Schedule, Task, TaskKind
-from ..results import ENVIRONMENT_KEYS, noise_name, titles
+from ..results import ENVIRONMENT_KEYS, TABLE_KEYS, noise_name, titles
 
 KIND_COLORS = {
     TaskKind.FORWARD: "#4C72B0",
@@ -340,7 +340,7 @@ def gantt_title(schedule: Schedule, *, schedule_name: str, ideal_time: float, wo
     if workload:
         second = f"{workload}; policy {schedule.policy.label}"
     else:
-        shown = [name for name in ENVIRONMENT_KEYS if name not in ("n", "num_gpus", "sync_freq")]  # first line's
+        shown = [*TABLE_KEYS, *(name for name in ENVIRONMENT_KEYS if name not in ("n", "num_gpus", "sync_freq"))]
         second = f"{', '.join(titles(params, shown))}; policy {schedule.policy.label}"
     noise = noise_name(params, sep="; ")
     if params.jittered:

@@ -240,8 +240,10 @@ class HeatmapFigure:
         panels = _panels(rows, self.k, metric)
         times = rows[metric].to_numpy(dtype=float)
         low, high = float(times.min()), float(times.max())
-        # the norm all panels share; equal times are one colour on a scale about them, of their own magnitude
-        self.meshes["simplex"].set_clim(low, high if high > low else low + (abs(low) * 1e-3 or 1.0))
+        # the norm all panels share, at least a thousandth of the times wide: equal times, or times that differ by
+        # less, are (nearly) one colour instead of the scale's two ends
+        least = abs(low) * 1e-3 or 1.0
+        self.meshes["simplex"].set_clim(low, max(high, low + least))
         # times of a tiny model (or a huge one) in a unit of their own power of ten, the colour bar's label saying
         # it: 3.728 in 1e-4 s, not 0.0003728, so that numbers fit their cells
         top = max(abs(low), abs(high))
@@ -280,7 +282,9 @@ class HeatmapFigure:
         scaled = f"1e{power} {unit}" if power else unit
         self.colorbar.set_label(f"{name} (x 1e{power})" if metric == "slowdown" and power else
                                 name if metric == "slowdown" else f"{name} ({scaled})")
-        self.colorbar.formatter = FuncFormatter(lambda value, _: f"{value * scale:.4g}")
+        # digits enough to tell the ticks of a narrow scale apart (252.35 beside 252.3), at least 4
+        digits = max(4, math.floor(math.log10(top or 1.0)) - math.floor(math.log10(max(high - low, least) / 5)) + 1)
+        self.colorbar.formatter = FuncFormatter(lambda value, _: f"{value * scale:.{digits}g}")
         self.colorbar.set_ticks(AutoLocator() if high > low else [low])  # one value: one tick
         worst = rows.loc[rows[metric].idxmax()]
         first = winners.iloc[0]

@@ -8,10 +8,11 @@ from matplotlib.ticker import PercentFormatter
 
 
 def plot_training(ax, steps: Sequence[int], training: Sequence[float], validation: Sequence[float],
-                  rule: float, title: str) -> None:
+                  rule: float, title: str, reference: str = "static zb-h1") -> None:
     """The played network on the validation draws (the line that picks the file's network), the training
-    episodes' mean return, the compiled greedy rule on the same validation draws, and static ZB-H1 at 0."""
-    ax.axhline(0.0, color="0.3", linewidth=1, label="static zb-h1")
+    episodes' mean return, the compiled greedy rule on the same validation draws, and the ``reference`` (static
+    ZB-H1) at 0."""
+    ax.axhline(0.0, color="0.3", linewidth=1, label=reference)
     ax.axhline(rule, color="tab:green", linestyle="--", linewidth=1.5, label=f"greedy rule ({rule:+.2%})")
     ax.plot(steps, training, color="tab:gray", linewidth=1, marker=".", alpha=0.8,
             label="training episodes (sampled actions, last 200)")
@@ -29,7 +30,7 @@ def plot_training(ax, steps: Sequence[int], training: Sequence[float], validatio
                    clip_on=False, zorder=6, label=f"off scale (down to {min(v for _, v in below):+.0%})")
     ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     ax.set_xlabel("training decisions")
-    ax.set_ylabel("time saved against static zb-h1 (higher is better)")
+    ax.set_ylabel(f"time saved against {reference} (higher is better)")
     ax.set_title(title, fontsize=9, loc="left")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, frameon=False)

@@ -21,6 +21,22 @@ TRAINING_SAMPLES = 2 ** 40
 REWARDS = ("time", "relative")
 
 
+def reference_run(params: EnvParams, schedule: str) -> EnvParams:
+    """The static order a ``relative`` reward is measured against: ``schedule``'s in ``params``' environment, or in
+    an environment of a table of lengths its own schedule's (the only one whose tasks its table holds)."""
+    return replace(params, schedule=params.schedule if params.lengths else schedule, dispatch="static",
+                   memory_limit=0.0)
+
+
+def reference_name(environments: Sequence[EnvParams], schedule: str) -> str:
+    """What ``reference_run`` measures ``environments`` against, in words."""
+    tables = sum(bool(params.lengths) for params in environments)
+    if tables == 0:
+        return f"static {schedule}"
+    return "each table's static order" if tables == len(environments) else \
+        f"static {schedule} (a table's environment: its own static order)"
+
+
 class PipelineDispatchEnv(gym.Env):
     """The dispatch decisions of ``params`` under ``policy`` as a Gymnasium environment.
 
@@ -28,10 +44,11 @@ class PipelineDispatchEnv(gym.Env):
     random numbers with its rows); ``None`` (training) draws a fresh sample from the environment's seed stream at
     every reset, never one a sweep uses. ``reward``: ``time`` (each step minus the time until the next decision,
     so an episode returns minus its iteration time) or ``relative`` (the same over static ``reference``'s time on
-    the same draw, plus 1 at the end: the share of the reference's time saved). An action the mask forbids
-    takes the first possible action instead (``info["masked_action"]`` says so), as a greedy dispatcher would; an
-    action outside the action space, or a step after the episode's end, is a ``ParameterError``. An environment of
-    more tasks than fit in memory is refused at once, unless ``allow_large``.
+    the same draw, plus 1 at the end: the share of the reference's time saved; ``reference_run``). An action the
+    mask forbids takes the first possible action instead (``info["masked_action"]`` says so), as a greedy
+    dispatcher would; an action outside the action space, or a step after the episode's end, is a
+    ``ParameterError``. An environment of more tasks than fit in memory is refused at once, unless
+    ``allow_large``.
     """
 
     metadata = {"render_modes": []}
@@ -66,8 +83,7 @@ class PipelineDispatchEnv(gym.Env):
         self.episode.reset(sample)
         self._scale = 1.0
         if self.reward_kind == "relative":
-            reference = replace(self.params, schedule=self.reference, dispatch="static", memory_limit=0.0)
-            self._scale = simulate(reference, self.policy, sample).completion_time
+            self._scale = simulate(reference_run(self.params, self.reference), self.policy, sample).completion_time
         self._mask = self.episode.mask()
         return self._observe(), {"sample": sample, "action_mask": self._mask.copy()}
 

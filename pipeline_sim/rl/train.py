@@ -28,7 +28,7 @@ from ..engine import simulate
 from ..episode import Episode
 from ..learned import LearnedPolicy, play
 from ..model import EnvParams, ParameterError, Policy
-from .env import PipelineDispatchEnv
+from .env import PipelineDispatchEnv, reference_run
 
 #: Validation draws: below the training stream (2^40 on) and far above any sweep's samples (0, 1, ...).
 VALIDATION_SAMPLES = 2 ** 39
@@ -148,11 +148,11 @@ def extract(model: Any, fields: tuple[str, ...], actions: tuple[str, ...], about
 
 def savings(environments: Sequence[EnvParams], policy: Policy, learned: LearnedPolicy | None,
             samples: Sequence[int]) -> float:
-    """Mean share of static ZB-H1's time saved over ``environments`` and ``samples``: by ``learned`` played, or by
-    the compiled rule when ``learned`` is None."""
+    """Mean share of static ZB-H1's time saved over ``environments`` and ``samples`` (``reference_run``: a table's own
+    schedule's): by ``learned`` played, or by the compiled rule when ``learned`` is None."""
     shares = []
     for params in environments:
-        reference = replace(params, schedule=REFERENCE, dispatch="static", memory_limit=0.0)
+        reference = reference_run(params, REFERENCE)
         episode = Episode(params, policy)
         for sample in samples:
             base = simulate(reference, policy, sample).completion_time
