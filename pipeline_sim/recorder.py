@@ -15,6 +15,8 @@ import atexit
 import gzip
 import json
 import os
+import sys
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -118,6 +120,21 @@ def launched() -> bool:
     return all(name in os.environ for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"))
 
 
+@contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """The process's standard error closed for a moment: the profiler's library writes a line there at each start
+    and stop, which would mix with the progress a user reads."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(os.devnull, "w") as null:
+        os.dup2(null.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def _rank_main(rank: int, spec: RunSpec, out: str) -> None:
     torch.set_num_threads(1)
     if launched():  # the process group of every run of this process, made once (``record``)
@@ -151,11 +168,17 @@ def _rank_main(rank: int, spec: RunSpec, out: str) -> None:
             step()
         dist.barrier()
         load = os.getloadavg()[0]  # other work on the host stretches every length: said beside the trace
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
+        prof = profile(activities=[ProfilerActivity.CPU])
+        with _quiet_stderr():
+            prof.start()
+        try:
             for k in range(spec.iterations):
                 dist.barrier()
                 with record_function(f"{PREFIX}iteration {k}"):
                     step()
+        finally:
+            with _quiet_stderr():
+                prof.stop()
         raw = Path(out) / f".rank{rank}.json"
         prof.export_chrome_trace(str(raw))
         trace = json.loads(raw.read_text())

@@ -636,9 +636,13 @@ def lengths_of_table(params: EnvParams, table: Mapping[str, float], name: str | 
     where = f"{params.schedule} with n = {params.n} on {params.num_gpus} GPUs"
     missing = [text for text in texts if text not in table]
     if missing:
+        # a table of overlapped pairs ("(0F7;7B3)") holds them as one task each: only its static order runs them
+        pairs = params.dispatch != "static" and any(text.startswith("(") for text in table)
         raise ParameterError("lengths", name or f"{len(table)} tasks",
                              f"lacks {', '.join(missing[:3])}" + (f" and {len(missing) - 3} more" if len(missing) > 3
-                                                                  else "") + f" of {where}")
+                                                                  else "") + f" of {where}"
+                             + (f" under dispatch {params.dispatch}: its overlapped pairs run as pairs under the "
+                                "static order only (dispatch static)" if pairs else ""))
     unknown = sorted(set(table) - set(texts))
     if unknown:
         raise ParameterError("lengths", name or unknown[0],

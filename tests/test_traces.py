@@ -212,6 +212,9 @@ def test_a_table_of_lengths_by_task_text_is_read_whole_or_refused():
         lengths_of_table(params, {text: length for text, length in table.items() if text != "(0F3;3B1)"})
     with pytest.raises(ParameterError, match="lengths = '9F9': is no task of dualpipe-v"):
         lengths_of_table(params, {**table, "9F9": 1.0})
+    with pytest.raises(ParameterError, match="under dispatch greedy: its overlapped pairs run as pairs under the "
+                                             r"static order only \(dispatch static\)"):
+        lengths_of_table(replace(params, dispatch="greedy"), table)
 
 
 def test_a_replayed_iteration_draws_in_the_visualizer_from_its_table_of_lengths(tmp_path):
