@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import re
 from collections import defaultdict
 from dataclasses import dataclass
@@ -127,6 +128,8 @@ def _events(trace: dict, rank: int, path: Path) -> tuple[dict[int, list[Span]], 
             start, end = float(event["ts"]) / 1000.0, (float(event["ts"]) + float(event["dur"])) / 1000.0
         except (KeyError, TypeError, ValueError):
             raise TraceError(f"{path}: event {name!r} lacks a numeric ts or dur") from None
+        if end < start and name.startswith("pipeline:"):
+            raise TraceError(f"{path}: event {name!r} has a negative duration ({end - start:.3f} ms)")
         if match := _ITERATION.match(name):
             windows.append((start, end, int(match[1])))
         elif match := _ACTION.match(name):
@@ -220,6 +223,9 @@ def _iteration(tasks: list[Span], sends: list[Send], k: int, files: Sequence[Pat
     stages = 1 + max(task.stage for task in tasks)
     n = 1 + max(task.mb for task in tasks)
     seen = {(task.stage, task.kind, task.mb) for task in tasks}
+    if len(seen) < len(tasks):
+        twice = sorted(task.text for task in tasks if sum(t.text == task.text for t in tasks) > 1)
+        raise TraceError(f"{', '.join(map(str, files))}: iteration {k} holds action {twice[0]} twice")
     lacking = []
     for stage in range(stages):
         for mb in range(n):
@@ -272,7 +278,10 @@ def waited_transfers(iteration: Iteration) -> list[tuple[int, float]]:
 
 def fit_comm(iterations: Iterable[Iteration]) -> CommFit:
     """``CommFit`` over every waited-for transfer of ``iterations``; ``TraceError`` when there is none."""
+    iterations = list(iterations)
     samples = [sample for iteration in iterations for sample in waited_transfers(iteration)]
+    if not samples and not any(iteration.sends for iteration in iterations):
+        return CommFit(0.0, math.inf, 0)  # one rank: no transfer to time
     if not samples:
         raise TraceError("no transfer was waited for: nothing to fit communication to (no pipeline:send ranges?)")
     sizes = sorted({size for size, _ in samples})

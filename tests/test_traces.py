@@ -294,6 +294,20 @@ def test_missing_actions_are_named(tmp_path):
         read_run([folder])
 
 
+def test_an_action_traced_twice_or_backwards_is_refused(tmp_path):
+    folder = _copy(tmp_path)
+    _edit(folder / "rank1.json.gz", lambda trace: trace.update(traceEvents=[
+        {**e, "ts": e["ts"] + 1} if e.get("name") == "pipeline:1B3" else e for e in trace["traceEvents"]]
+        + [{**e, "ts": e["ts"] + 2} for e in trace["traceEvents"] if e.get("name") == "pipeline:1B3"]))
+    with pytest.raises(TraceError, match="iteration 0 holds action 1B3 twice"):
+        read_run([folder])
+    folder = _copy(tmp_path / "negative")
+    _edit(folder / "rank0.json.gz", lambda trace: trace.update(traceEvents=[
+        {**e, "dur": -5.0} if e.get("name") == "pipeline:0F2" else e for e in trace["traceEvents"]]))
+    with pytest.raises(TraceError, match="rank0.json.gz: event 'pipeline:0F2' has a negative duration"):
+        read_run([folder])
+
+
 def test_a_trace_without_pipeline_ranges_is_refused(tmp_path):
     folder = _copy(tmp_path)
     _edit(folder / "rank0.json.gz", lambda trace: trace.update(traceEvents=[{"ph": "X", "name": "aten::mm", "ts": 1,

@@ -141,9 +141,10 @@ def _replay(args) -> int:
         raise UserError(f"--iteration {args.iteration}: must be from 0 to {len(run.iterations) - 1}")
     comm = fit_comm(run.iterations)
     iterations = f"{len(run.iterations)} iteration{'s' * (len(run.iterations) != 1)}"
-    print(f"{run.schedule}: {run.ranks} ranks, {run.stages} stages, {run.microbatches} micro-batches, "
-          f"{iterations}; transfers: {comm.time(0) * 1e3:.0f} us + bytes / "
-          f"{comm.bandwidth / 1e3:.3g} MB/s, from {comm.samples} waited-for transfers")
+    transfers = (f"transfers: {comm.time(0) * 1e3:.0f} us + bytes / {comm.bandwidth / 1e3:.3g} MB/s, from "
+                 f"{comm.samples} waited-for transfers" if comm.samples else "no transfers")
+    print(f"{run.schedule}: {run.ranks} rank{'s' * (run.ranks != 1)}, {run.stages} stages, {run.microbatches} "
+          f"micro-batches, {iterations}; {transfers}")
     results = [replay(run, k, comm) for k in range(len(run.iterations))]
     for k, result in enumerate(results):
         print(f"iteration {k}: measured {result.measured.completion_time:.2f} ms, simulated "
