@@ -3,6 +3,7 @@
 import gzip
 import json
 import shutil
+import socket
 import subprocess
 import sys
 from dataclasses import replace
@@ -378,11 +379,18 @@ def test_command_mistakes_get_one_line(args, fragments, tmp_path):
     assert_one_line_error(run_here("pipeline_trace.py", *args, cwd=tmp_path), *fragments)
 
 
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 def test_fresh_traces_of_a_real_run(tmp_path):
     """A real run under torch, as small as it gets: two ranks, two micro-batches, one traced iteration."""
     pytest.importorskip("torch")
     result = run_here("pipeline_trace.py", "record", "--out", "fresh", "--schedule", "1f1b", "--microbatches", "2",
-                      "--iterations", "1", "--batch", "4", "--width", "32", "--layers", "2", "--port", "29533",
+                      "--iterations", "1", "--batch", "4", "--width", "32", "--layers", "2",
+                      "--port", str(_free_port()),
                       cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     run = read_run([tmp_path / "fresh" / "1f1b" / "run0"])
@@ -399,7 +407,8 @@ def test_fresh_traces_under_torchrun_one_process_per_rank(tmp_path):
     """Launched by torchrun (as on a cluster: one process per rank, the launcher's rendezvous), each process runs
     its own rank through every run, joining the process group once."""
     pytest.importorskip("torch")
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29537",
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+               "--master-port", str(_free_port()),
                str(ROOT / "pipeline_trace.py"), "record", "--out", "fresh", "--schedule", "1f1b", "zb-v",
                "--microbatches", "4", "--iterations", "1", "--batch", "4", "--width", "32", "--layers", "4"]
     result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
