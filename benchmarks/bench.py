@@ -23,8 +23,8 @@ GPUs and 8 to 1,024 micro-batches, and 1F1B per doubling of tasks up to 1,306,62
 config's sweep with one worker and with every core; the example pipeline end to end,
 split into start-up, kernel load, simulations and figures; CPU time per heatmap; a noisy
 sweep (20 samples) against a noise-free one as large; the first compile of the kernel
-into an empty cache; peak memory (proportional set size, summed over the processes) of a
-1,000,000-simulation sweep and of drawing its heatmaps, against a stated bound; with the
+into an empty cache, before a first sweep and before a first chart; peak memory (proportional set size,
+summed over the processes) of a 1,000,000-simulation sweep and of drawing its heatmaps, against a stated bound; with the
 [cluster] extra, a 200,000-simulation sweep on the process pool and on a local Dask cluster.
 """
 
@@ -389,14 +389,21 @@ def heatmap_cpu(count: int = 18) -> float:
         return (time.process_time() - start) / count
 
 
-def first_compile() -> float:
-    """Seconds to compile the kernel into an empty cache, in a fresh process."""
-    with tempfile.TemporaryDirectory() as folder:
-        env = dict(os.environ, NUMBA_CACHE_DIR=folder)
-        code = (f"import sys, time; sys.path.insert(0, {str(ROOT)!r}); from pipeline_sim.engine import "
-                "compile_kernel; start = time.perf_counter(); compile_kernel(); print(time.perf_counter() - start)")
-        result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-        return float(result.stdout)
+def first_compile() -> dict:
+    """Seconds of the first compile into an empty cache, each in a fresh process: what a first sweep waits for
+    (the kernel's ``figures`` part: ``run_full_pipeline.py`` on the example config) and what a first chart waits for
+    (both parts: the visualizers), with the load average when each began (a busy machine compiles slower)."""
+    result = {}
+    for name, parts in (("sweep", ("figures",)), ("chart", ("figures", "records"))):
+        with tempfile.TemporaryDirectory() as folder:
+            env = dict(os.environ, NUMBA_CACHE_DIR=folder)
+            code = (f"import sys, time; sys.path.insert(0, {str(ROOT)!r}); from pipeline_sim.engine import "
+                    f"compile_kernel; start = time.perf_counter(); compile_kernel({parts!r}); "
+                    "print(time.perf_counter() - start)")
+            load = os.getloadavg()[0]
+            run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+            result[name] = {"seconds": float(run.stdout), "load_average": load}
+    return result
 
 
 # 1,653 environments x 121 policies = 200,013 simulations
@@ -782,7 +789,10 @@ def main() -> int:
     print(f"one heatmap (121 policies, step 0.1): {heatmap:.3f} s of CPU", flush=True)
     compile_seconds = None if args.quick else first_compile()
     if compile_seconds is not None:
-        print(f"first compile of the kernel into an empty cache: {compile_seconds:.1f} s", flush=True)
+        print(f"first compile of the kernel into an empty cache: {compile_seconds['sweep']['seconds']:.1f} s before "
+              f"a first sweep (load average {compile_seconds['sweep']['load_average']:.1f}), "
+              f"{compile_seconds['chart']['seconds']:.1f} s before a first chart (load average "
+              f"{compile_seconds['chart']['load_average']:.1f})", flush=True)
 
     serial = sweep_wall_time(1)
     parallel = sweep_wall_time(cores)

@@ -7,6 +7,7 @@ one kernel call. Both run the same kernel; neither asks which schedule built the
 
 from __future__ import annotations
 
+import hashlib
 import math
 import sys
 from dataclasses import replace
@@ -536,14 +537,18 @@ def simulate_figures(params: EnvParams, policies: Sequence[Policy], sample: int 
     return out
 
 
-def _kernel_sources() -> list[Path]:
-    return sorted(Path(kernel.__file__).parent.glob("*.py"))
+#: What a run calls in the kernel, compiled before its work (``compile_kernel``): ``figures``, many policies'
+#: figures in one call (a sweep, the planner, a chart's ideal time); ``records``, one simulation's every task and
+#: its lower bounds (a chart, the API, a sweep of dispatchers). Each part is compiled when a run first needs it.
+KERNEL_PARTS = ("figures", "records")
 
 
 def _kernel_stamp() -> str:
-    """What numba's cached kernel depends on: its sources, numba, Python and the CPU."""
-    sources = [(path.name, path.stat().st_mtime_ns, path.stat().st_size) for path in _kernel_sources()]
-    return " ".join(map(str, (sources, numba.__version__, sys.version_info[:2],
+    """What numba's cached kernel depends on: its sources (by content, so that a checkout's or a copy's new file
+    times keep it), numba, Python and the CPU."""
+    sources = hashlib.sha256(b"".join(path.name.encode() + path.read_bytes()
+                                      for path in sorted(Path(kernel.__file__).parent.glob("*.py"))))
+    return " ".join(map(str, (sources.hexdigest(), numba.__version__, sys.version_info[:2],
                               llvmlite.binding.get_host_cpu_name())))
 
 
@@ -551,28 +556,40 @@ def _stamp_path() -> Path:
     return compile_cache.cache_folder(kernel) / "pipeline_sim_kernel.stamp"
 
 
-def kernel_is_compiled() -> bool:
-    """Whether this installation has compiled the kernel before: the next use then loads it in a second.
+def _compiled_parts() -> set[str] | None:
+    """The parts of ``KERNEL_PARTS`` compiled for the kernel as it is, or None when its cache is of another kernel
+    (or none)."""
+    try:
+        stamp, *parts = _stamp_path().read_text().split("\n")
+    except OSError:
+        return None
+    return set(parts) if stamp == _kernel_stamp() else None
+
+
+def kernel_is_compiled(parts: Sequence[str] = KERNEL_PARTS) -> bool:
+    """Whether this installation has compiled ``parts`` of the kernel before: using them then loads them in a
+    second.
 
     Numba caches the machine code beside the package, or in a user directory when the
-    package is read-only; a stamp there records a completed compile.
+    package is read-only; a stamp there records each completed compile.
     """
     if getattr(numba.config, "DISABLE_JIT"):
         return True
-    try:
-        return _stamp_path().read_text() == _kernel_stamp()
-    except OSError:
-        return False
+    done = _compiled_parts()
+    return done is not None and set(parts) <= done
 
 
-def compile_kernel() -> None:
-    """Compile every entry point of the kernel, or load it from the cache (worker processes forked later share
-    it); about ``COMPILE_SECONDS`` the first time on an installation.
+def compile_kernel(parts: Sequence[str] = KERNEL_PARTS) -> None:
+    """Compile the kernel's entry points of ``parts`` (``KERNEL_PARTS``), or load them from the cache (worker
+    processes forked later share them); about ``COMPILE_SECONDS`` the first time on an installation.
 
     numba checks a cached function against its own file only, not against the files of the functions it
     calls; so when any file of the kernel changed, every cached function of the kernel is dropped first.
     """
-    if not getattr(numba.config, "DISABLE_JIT") and not kernel_is_compiled():
+    jit = not getattr(numba.config, "DISABLE_JIT")
+    done = _compiled_parts() if jit else set()
+    if done is None:
+        done = set()
         folder = compile_cache.cache_folder(kernel)
         for cached in [*folder.glob("*.nbi"), *folder.glob("*.nbc")]:
             try:
@@ -580,11 +597,14 @@ def compile_kernel() -> None:
             except OSError:
                 pass  # another process's, or not ours to remove: numba then compiles in memory
     params = EnvParams(n=2, num_gpus=2)
-    simulate_figures(params, [Policy()])
-    simulate(params, Policy())
-    if not getattr(numba.config, "DISABLE_JIT"):
+    if "figures" in parts:
+        simulate_figures(params, [Policy()])
+    if "records" in parts:
+        simulate(params, Policy())
+        memory_bound(params)
+    if jit and not set(parts) <= done:
         try:
-            _stamp_path().write_text(_kernel_stamp())
+            _stamp_path().write_text("\n".join([_kernel_stamp(), *sorted(done | set(parts))]))
         except OSError:
             pass  # a cache nobody may write to: numba compiles in memory, and so will the next run
 

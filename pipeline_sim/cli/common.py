@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
 import signal
 import sys
 import textwrap
-from typing import TYPE_CHECKING, Callable
+import threading
+import time
+from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 from ..cluster import CLUSTER_VARIABLE
 
@@ -73,23 +76,53 @@ def add_cluster_argument(parser: argparse.ArgumentParser) -> None:
                              f"(default: ${CLUSTER_VARIABLE}, else this machine's process pool)")
 
 
-def ready_kernel(episodes: bool = False) -> None:
-    """Compile the simulation kernel before any work (or load it), saying so when this installation has not
-    compiled it before; with ``episodes``, its step-by-step entry points too (a learned dispatcher, training).
-    Worker processes forked afterwards share it."""
+def ready_kernel(episodes: bool = False, parts: Sequence[str] = ("figures", "records")) -> None:
+    """Compile the entry points of ``parts`` of the simulation kernel (``engine.KERNEL_PARTS``) before any work, or
+    load them, saying so, and how long it took, when this installation has not compiled them before; with
+    ``episodes``, its step-by-step entry points too (a learned dispatcher, training). Worker processes forked
+    afterwards share them."""
     from ..compile_cache import NOTICES
     from ..engine import COMPILE_SECONDS, compile_kernel, kernel_is_compiled
     from ..episode import compile_episode
 
-    said = bool(NOTICES) or not kernel_is_compiled()
+    said = bool(NOTICES) or not kernel_is_compiled(parts)
     if said:  # nowhere to keep the compiled kernel is said instead of the usual line
-        print(f"{NOTICES[0] if NOTICES else 'compiling the simulation kernel, once per installation'}, about "
-              f"{COMPILE_SECONDS} s", file=sys.stderr, flush=True)
-    compile_kernel()
+        with _waiting(f"{NOTICES[0] if NOTICES else 'compiling the simulation kernel, once per installation'}, "
+                      f"about {COMPILE_SECONDS} s"):
+            compile_kernel(parts)
+    else:
+        compile_kernel(parts)
     if episodes:
         compile_episode()
     if NOTICES and not said:  # a damaged cache, found while loading it
         print(NOTICES[0], file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def _waiting(message: str) -> Iterator[None]:
+    """``message`` on one line of stderr while the block runs, ended by the seconds it took; on a terminal the
+    seconds so far count up meanwhile."""
+    start = time.monotonic()
+    stop = threading.Event()
+
+    def count() -> None:
+        while not stop.wait(1.0):
+            print(f"\r{message}: {time.monotonic() - start:.0f} s", end="", file=sys.stderr, flush=True)
+
+    print(message, end="", file=sys.stderr, flush=True)
+    counter = threading.Thread(target=count, daemon=True)
+    if sys.stderr.isatty():
+        counter.start()
+    finished = False
+    try:
+        yield
+        finished = True
+    finally:
+        stop.set()
+        if counter.is_alive():
+            counter.join()
+        again = f"\r{message}" if counter.ident is not None else ""  # over the count, or after the message
+        print(f"{again}: done in {time.monotonic() - start:.0f} s" if finished else "", file=sys.stderr, flush=True)
 
 
 _INTERRUPTS: list[str] = []  # what stopped the run, kept past the signal handler

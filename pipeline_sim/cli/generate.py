@@ -155,7 +155,8 @@ def _announce(plan: SweepPlan, progress: Generator[int, None, None], output: Pat
     if done < plan.num_simulations:
         ready_kernel(episodes=bool(plan.grid.networks()) or any(
             name == "dispatch" and any(str(v).strip().lower() == LOOKAHEAD for v in values)
-            for name, values in plan.grid.values))
+            for name, values in plan.grid.values),
+            parts=("figures", "records") if plan.grid.has_dispatch else ("figures",))  # records: the bound
     _follow(progress, plan, done, partial)
 
 

@@ -219,7 +219,7 @@ def draw(result: PlanResult, path: Path, title: str, marks: list[dict[str, str]]
 def _search(base: Workload, args: argparse.Namespace, env: dict[str, object],
             cluster: DaskCluster | None) -> tuple[PlanResult, float]:
     """The planner's search with a progress bar, gone when it ends, and its seconds (the kernel ready)."""
-    ready_kernel()
+    ready_kernel(parts=("figures",))
     from tqdm import tqdm
 
     started = time.monotonic()

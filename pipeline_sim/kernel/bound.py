@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .jit import compiled
+from .sorting import stable_order
 from .state import STEP_CLASS
 
 
@@ -170,14 +171,19 @@ def memory_bound(length: np.ndarray, needs_count: np.ndarray, release_start: np.
                 hold_min = min(hold_min, hold[j])
                 offset_min = min(offset_min, offset[j])
                 finish = min(finish, hold[j] + tail[job_fall[j]])
-        release.sort()
-        # the least work of any k forwards, of any k jobs' backward work
+        release = release[stable_order(release)]
+        forwards = forwards[stable_order(forwards)]
+        backs = backs[stable_order(backs)]
+        holds = holds[stable_order(holds)]
+        # the least work of any k forwards, of any k jobs' backward work, of any k holds: running sums, element by
+        # element (a slice assignment would compile a shape check and its error message)
         forward_work = np.zeros(count + 1)
         back_work = np.zeros(count + 1)
-        forward_work[1:] = np.cumsum(np.sort(forwards))
-        back_work[1:] = np.cumsum(np.sort(backs))
         hold_work = np.zeros(count + 1)
-        hold_work[1:] = np.cumsum(np.sort(holds))
+        for k in range(count):
+            forward_work[k + 1] = forward_work[k] + forwards[k]
+            back_work[k + 1] = back_work[k] + backs[k]
+            hold_work[k + 1] = hold_work[k] + holds[k]
         start = np.empty(count)  # a lower bound on the k-th earliest forward start of a job on GPU g
         start[0] = release[0]
         for k in range(1, count):

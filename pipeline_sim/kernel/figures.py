@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .jit import compiled
+from .sorting import stable_order
 
 
 @compiled
@@ -60,7 +61,7 @@ def figures(gpu: np.ndarray, comm: np.ndarray, rises: np.ndarray, falls: np.ndar
             k += 1
     level = np.zeros(num_gpus, dtype=np.int64)
     highest = np.zeros(num_gpus, dtype=np.int64)
-    for k in np.argsort(times, kind="mergesort"):
+    for k in stable_order(times):
         h = owners[k]
         level[h] += deltas[k]
         if level[h] > highest[h]:

@@ -9,13 +9,29 @@ from __future__ import annotations
 
 from typing import Any
 
-from numba import njit
+from numba import njit, types
+
+
+def _one_signature(options: dict[str, Any]) -> Any:
+    """numba's ``njit`` with these options, whose functions compile one signature for every call from compiled code:
+    a constant argument (``push(K, C, RELEASE, task)``) counts as its type, not as a literal value of its own, which
+    would compile the function again for each constant it is called with."""
+    def decorate(function: Any) -> Any:
+        dispatcher = njit(**options)(function)
+        if not hasattr(dispatcher, "get_call_template"):  # NUMBA_DISABLE_JIT: the plain function
+            return dispatcher
+        template = dispatcher.get_call_template
+        dispatcher.get_call_template = lambda args, kws: template(
+            tuple(types.unliteral(arg) for arg in args), {key: types.unliteral(arg) for key, arg in kws.items()})
+        return dispatcher
+    return decorate
+
 
 #: Compiled once per installation and kept in numba's cache.
-compiled: Any = njit(cache=True)  # numba's dispatchers take any arrays; their calls are not type-checked
+compiled: Any = _one_signature(dict(cache=True))  # numba's dispatchers take any arrays; calls are not type-checked
 #: The same, for functions that allocate nothing: without reference counting of their array arguments, which
 #: per call cost more than the function's own work.
-inner: Any = njit(cache=True, _nrt=False)  # type: ignore[call-overload]  # an option numba's stubs lack
+inner: Any = _one_signature(dict(cache=True, _nrt=False))
 #: The same, with its body compiled into each compiled caller: arrays it allocates are then the caller's own, which
 #: lets the compiler keep them apart from every other array in the caller's loop.
 inlined: Any = njit(cache=True, inline="always")

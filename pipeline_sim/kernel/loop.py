@@ -240,32 +240,34 @@ def prepare(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.
     n = len(length)
     p = num_gpus
     F = np.zeros((TASK_FLOATS, n))
-    F[LENGTH] = length
-    F[IMPACT] = impact
-    F[REMAINING] = length
-    F[START] = np.nan
-    F[END] = np.nan
-    F[READY] = np.nan
     I = np.zeros((TASK_INTS, n), dtype=np.int64)
-    I[GPU] = gpu
-    I[RECEIVER] = receiver
-    I[COMM] = comm
-    I[STAGE] = stage
-    I[INDEX] = index
-    I[WAITING] = needs_count
-    I[LIVE] = -1
-    I[TIER] = -1
-    I[KIND_CLASS] = kind_class
-    I[RESERVE] = reserve
-    I[FALLS] = falls
-    F[DISPATCH_KEY] = dispatch_key
     per_gpu = np.zeros(p, dtype=np.int64)
-    for i in range(n):
+    for i in range(n):  # element by element: a whole-row copy would compile a shape check and its error message
+        F[LENGTH, i] = length[i]
+        F[IMPACT, i] = impact[i]
+        F[REMAINING, i] = length[i]
+        F[START, i] = np.nan
+        F[END, i] = np.nan
+        F[READY, i] = np.nan
+        F[DISPATCH_KEY, i] = dispatch_key[i]
+        I[GPU, i] = gpu[i]
+        I[RECEIVER, i] = receiver[i]
+        I[COMM, i] = comm[i]
+        I[STAGE, i] = stage[i]
+        I[INDEX, i] = index[i]
+        I[WAITING, i] = needs_count[i]
+        I[LIVE, i] = -1
+        I[TIER, i] = -1
+        I[KIND_CLASS, i] = kind_class[i]
+        I[RESERVE, i] = reserve[i]
+        I[FALLS, i] = falls[i]
         if comm[i] >= 0:
             per_gpu[gpu[i]] += 1
             I[TIER, i] = kind_tier[comm[i]]
             F[PRIORITY, i] = kind_priority[comm[i]]
-    room = max(1, per_gpu.max())
+    room = 1
+    for s in range(p):  # not per_gpu.max(), which compiles numpy's reduction for a few numbers
+        room = max(room, per_gpu[s])
     P = np.zeros((GPU_INTS, p), dtype=np.int64)
     P[BUSY] = -1
     PF = np.zeros((2, p))
