@@ -12,9 +12,11 @@ from matplotlib.axes import Axes
 from matplotlib.collections import PolyCollection
 from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
+from matplotlib.image import AxesImage
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
+from matplotlib.transforms import Bbox
 
 from ..model import COMPUTE_KINDS, TRANSFER_KINDS, Schedule, Task, TaskKind
 from ..results import ENVIRONMENT_KEYS, noise_name, titles
@@ -48,8 +50,6 @@ DPI = 130
 #: Below this median width of a compute bar, in pixels, bars are no longer drawn one by one: each pixel column of
 #: a row shows what ran in it (``_aggregate``), the only thing a reader could see there.
 MIN_BAR_PIXELS = 3.0
-#: Pixel rows of an aggregated transfer row: its stack of mean rates at this vertical resolution.
-STACK_PIXELS = 32
 
 #: Row layouts: per GPU, the rows drawn and the task kinds each holds.
 LAYOUTS = {
@@ -161,31 +161,66 @@ def _busy(starts: np.ndarray, ends: np.ndarray, rates: np.ndarray, edges: np.nda
     return np.diff(running)
 
 
-def _aggregate_compute(ax: Axes, tasks: Sequence[Task], y: float, edges: np.ndarray, stage_chunk: Sequence[int],
-                       chunks: int) -> None:
-    """A compute row at one pixel per column: each column in the colour of what ran longest in it, empty when the
-    GPU was idle for more than half of it."""
-    spans: dict[tuple[float, float, float], list[tuple[float, float]]] = defaultdict(list)
+class _ColumnRow(AxesImage):
+    """A row drawn by pixel column: in column ``c``, bands stacked from the row's floor, band ``k`` up to
+    ``tops[k, c]`` (a share of the row's height, not decreasing in ``k``) in ``colours[k, c]`` (RGBA bytes).
+
+    Made at the resolution it is drawn at, one output pixel looked up per pixel: an image that matplotlib resamples
+    costs ten times as much per pixel, a polygon per colour as much again, and a chart of 64 GPUs has 40 million.
+    """
+
+    def __init__(self, ax: Axes, tops: np.ndarray, colours: np.ndarray, edges: np.ndarray, y: float) -> None:
+        super().__init__(ax, interpolation="nearest")
+        self.tops = tops
+        self.colours = np.concatenate([colours, np.zeros((1, *colours.shape[1:]), np.uint8)])  # clear above them
+        self.set_data(self.colours)
+        self.set_extent((edges[0], edges[-1], y + ROW_HEIGHT / 2, y - ROW_HEIGHT / 2))
+
+    def make_image(self, renderer, magnification=1.0, unsampled=False):  # type: ignore[no-untyped-def]
+        x0, x1, floor, top = self.get_extent()
+        (left, low), (right, high) = self.get_transform().transform([(x0, floor), (x1, top)])
+        box = Bbox.intersection(self.get_window_extent(renderer), self.axes.bbox)
+        if box is None:
+            return None, 0, 0, None
+        x, y, x_end, y_end = np.round(box.extents * magnification)
+        width, height = int(x_end - x), int(y_end - y)
+        if width <= 0 or height <= 0:
+            return None, 0, 0, None
+        count = self.tops.shape[1]
+        centres = (x + np.arange(width) + 0.5) / magnification
+        columns = np.clip(((centres - left) / (right - left) * count).astype(np.int64), 0, count - 1)
+        # each pixel row's height above the floor, as a share of the row's; an image's first row is drawn lowest
+        shares = ((y + np.arange(height) + 0.5) / magnification - low) / (high - low)
+        band = (self.tops[:, columns][None] <= shares[:, None, None]).sum(1)
+        return self.colours[band, columns], x / magnification, y / magnification, None
+
+
+def _aggregate_compute(ax: Axes, tasks: Sequence[Task], y: float, edges: np.ndarray, shades: dict) -> None:
+    """A compute row by pixel column: each column in the colour of what ran longest in it, empty when the GPU was
+    idle for more than half of it. ``shades[kind, chunk]``: each part's colour."""
+    keys, starts, ends = [], [], []
     for task in tasks:
         width = (task.end - task.start) / len(task.parts)
         for i, part in enumerate(task.parts):
-            spans[_shade(KIND_COLORS[part.kind], stage_chunk[part.stage], chunks)].append(
-                (task.start + i * width, task.start + (i + 1) * width))
-    if not spans:
+            keys.append(shades[part.kind, part.stage])
+            starts.append(task.start + i * width)
+            ends.append(task.start + (i + 1) * width)
+    if not keys:
         return
-    colours = list(spans)
-    intervals = [np.array(spans[c]) for c in colours]
-    busy = np.array([_busy(ends[:, 0], ends[:, 1], np.ones(len(ends)), edges) for ends in intervals])
-    image = np.zeros((1, len(edges) - 1, 4))
-    image[0, :, :3] = np.array(colours)[busy.argmax(0)]
-    image[0, :, 3] = busy.sum(0) >= np.diff(edges) / 2
-    ax.imshow(image, extent=(edges[0], edges[-1], y + ROW_HEIGHT / 2, y - ROW_HEIGHT / 2), aspect="auto",
-              interpolation="nearest", origin="upper")
+    colours, which = np.unique(np.array(keys), axis=0, return_inverse=True)
+    which = which.reshape(-1)
+    begun, ended = np.array(starts), np.array(ends)
+    busy = np.array([_busy(begun[which == c], ended[which == c], np.ones(int((which == c).sum())), edges)
+                     for c in range(len(colours))])
+    shown = busy.sum(0) >= np.diff(edges) / 2
+    shade = np.round(colours[busy.argmax(0)] * 255).astype(np.uint8)
+    shade = np.concatenate([shade, np.full((len(shade), 1), 255, np.uint8)], 1)
+    ax.add_image(_ColumnRow(ax, np.where(shown, 1.0, 0.0)[None], shade[None], edges, y))
 
 
 def _aggregate_transfers(ax: Axes, tasks: Sequence[Task], y: float, edges: np.ndarray) -> None:
-    """A transfer row at one pixel per column: each column stacks the mean rate of each kind over it, in the
-    order the bars stack."""
+    """A transfer row by pixel column: each column stacks the mean rate of each kind over it, in the order the bars
+    stack, up to the port's capacity."""
     segments: dict[TaskKind, list[tuple[float, float, float]]] = defaultdict(list)
     for task in tasks:
         segments[task.kind].extend(task.segments)
@@ -194,12 +229,9 @@ def _aggregate_transfers(ax: Axes, tasks: Sequence[Task], y: float, edges: np.nd
         return
     pieces = [np.array(segments[kind]) for kind in kinds]
     rates = np.array([_busy(piece[:, 0], piece[:, 1], piece[:, 2], edges) for piece in pieces]) / np.diff(edges)
-    tops = np.minimum(np.cumsum(rates, 0), 1.0)  # (kinds, columns): each kind's top, from the floor
-    heights = (np.arange(STACK_PIXELS)[::-1] + 0.5) / STACK_PIXELS  # pixel rows, top first
-    which = (heights[None, :, None] >= tops[:, None, :]).sum(0)  # the kind whose band holds each pixel
-    colours = np.array([(*to_rgb(KIND_COLORS[k]), 1.0) for k in kinds] + [(1.0, 1.0, 1.0, 0.0)])
-    ax.imshow(colours[which], extent=(edges[0], edges[-1], y + ROW_HEIGHT / 2, y - ROW_HEIGHT / 2),
-              aspect="auto", interpolation="nearest", origin="upper")
+    tops = np.minimum(np.cumsum(rates, 0), 1.0)  # each kind's top, a share of the row from its floor
+    colours = np.array([[round(c * 255) for c in (*to_rgb(KIND_COLORS[kind]), 1.0)] for kind in kinds], np.uint8)
+    ax.add_image(_ColumnRow(ax, tops, np.repeat(colours[:, None], len(edges) - 1, 1), edges, y))
 
 
 def _draw_memory(ax: Axes, steps: list[tuple[float, float]], y: float, scale: float, end: float) -> None:
@@ -248,6 +280,8 @@ def plot_gantt(ax: Axes, schedule: Schedule, *, layout: str = "single_channel", 
     widths = [task.end - task.start for task in schedule.tasks if task.parts and task.end > task.start]
     aggregated = bool(widths) and float(np.median(widths)) < MIN_BAR_PIXELS * span * 1.02 / pixels
     edges = np.linspace(0.0, span * 1.02, pixels + 1)
+    shades = {(kind, stage): _shade(colour, chunk, chunks) for kind, colour in KIND_COLORS.items()
+              for stage, chunk in enumerate(stage_chunk)} if aggregated else {}
 
     compute_bars, transfer_bars = _Bars("white"), _Bars("white")
     ticks, tick_labels = [], []
@@ -262,7 +296,7 @@ def plot_gantt(ax: Axes, schedule: Schedule, *, layout: str = "single_channel", 
                 continue
             if row_name == "compute":
                 if aggregated:
-                    _aggregate_compute(ax, tasks, y, edges, stage_chunk, chunks)
+                    _aggregate_compute(ax, tasks, y, edges, shades)
                 for task in tasks if not aggregated else ():
                     _draw_compute(ax, compute_bars, task, y, stage_chunk, chunks, char_width, label_size)
                 continue
