@@ -30,6 +30,7 @@ from ..model import (
     COMM_KINDS,
     DEFAULT_POLICY,
     HINDSIGHT,
+    KIND_INDEX,
     LOOKAHEAD,
     PARAMETER,
     PARAMETERS,
@@ -398,8 +399,10 @@ def draw(args: argparse.Namespace, params: EnvParams, workload: Workload | None,
     rows = params.num_gpus * (len(LAYOUTS[layout]) + args.show_memory + 0.5)
     # wide enough that the shortest compute bar holds a short label, within what a screen can take; an
     # optimizer step, however short, does not widen the chart
-    shortest = min((task.length for task in schedule.tasks if task.parts and task.length > 0
-                    and task.kind is not TaskKind.OPTIMIZER_STEP), default=schedule.completion_time)
+    run = schedule.run
+    works = run.length[(run.part_kind[:, 0] >= 0) & (run.length > 0)
+                       & (run.kind != KIND_INDEX[TaskKind.OPTIMIZER_STEP])]
+    shortest = float(works.min()) if works.size else schedule.completion_time
     width = min(max(12.0, schedule.completion_time / shortest * 0.22), 40.0)
     fig, ax = plt.subplots(figsize=(width, 1.2 + 0.42 * rows), layout="constrained")
     plot_gantt(ax, schedule, layout=layout, show_throttling=args.show_throttling,
