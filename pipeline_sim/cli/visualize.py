@@ -43,7 +43,7 @@ from ..model import (
 from ..orders import format_orders, parse_orders
 from ..parameters import Dispatchers, Parameter, Weights
 from ..results import layout_words, memory_name, schedule_name, workload_title
-from ..taskgraph import build_task_graph, check_size
+from ..taskgraph import check_size, graph_structure
 from ..trace import chrome_trace
 from ..workload import (
     DERIVED_KEYS,
@@ -407,7 +407,7 @@ def draw(args: argparse.Namespace, params: EnvParams, workload: Workload | None,
     fig, ax = plt.subplots(figsize=(width, 1.2 + 0.42 * rows), layout="constrained")
     plot_gantt(ax, schedule, layout=layout, show_throttling=args.show_throttling,
                show_completion_time=args.show_completion_time, show_memory=args.show_memory,
-               stage_chunk=build_task_graph(params).stage_chunk, seconds=workload is not None)
+               stage_chunk=graph_structure(params).stage_chunk.tolist(), seconds=workload is not None)
     # left-aligned over the axes, which start a tenth of the way in
     title = gantt_title(schedule, schedule_name=name, ideal_time=ideal,
                         workload=workload_title(params, workload) if workload else None)

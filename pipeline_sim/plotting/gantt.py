@@ -233,7 +233,8 @@ class _Columns:
         was idle for more than half of it."""
         place = np.full(len(KINDS), -1)  # each kind's place in the row: the records' order is by it, then by task
         place[[KIND_INDEX[kind] for kind in kinds]] = np.arange(len(kinds))
-        mine = np.flatnonzero((self.part_gpu == gpu) & (place[self.part_kind] >= 0))
+        mine = np.flatnonzero(self.part_gpu == gpu)
+        mine = mine[place[self.part_kind[mine]] >= 0]
         if not mine.size:
             return
         mine = mine[np.lexsort((self.part[mine], self.part_task[mine], place[self.part_kind[mine]]))]
@@ -245,23 +246,22 @@ class _Columns:
         busy = np.array([_busy(starts[which == c], ends[which == c], np.ones(int((which == c).sum())), self.edges)
                          for c in range(len(colours))])
         shown = busy.sum(0) >= np.diff(self.edges) / 2
-        shade = np.round(colours[busy.argmax(0)] * 255).astype(np.uint8)
+        shade = (colours[busy.argmax(0)] * 255).astype(np.uint8)  # as matplotlib turns colours into bytes
         shade = np.concatenate([shade, np.full((len(shade), 1), 255, np.uint8)], 1)
         ax.add_image(_ColumnRow(ax, np.where(shown, 1.0, 0.0)[None], shade[None], self.edges, y))
 
     def transfers(self, ax: Axes, gpu: int, kinds: Sequence[TaskKind], y: float) -> None:
         """GPU ``gpu``'s row of ``kinds``: each column stacks the mean rate of each kind over it, in the order the
         bars stack, up to the port's capacity."""
-        mine = self.seg_gpu == gpu
-        pieces = [(kind, self.seg_times[:, mine & (self.seg_kind == KIND_INDEX[kind])]) for kind in TRANSFER_KINDS
+        mine = np.flatnonzero(self.seg_gpu == gpu)
+        pieces = [(kind, self.seg_times[:, mine[self.seg_kind[mine] == KIND_INDEX[kind]]]) for kind in TRANSFER_KINDS
                   if kind in kinds]
         pieces = [(kind, times) for kind, times in pieces if times.size]
         if not pieces:
             return
         rates = np.array([_busy(t0, t1, rate, self.edges) for _, (t0, t1, rate) in pieces]) / np.diff(self.edges)
         tops = np.minimum(np.cumsum(rates, 0), 1.0)  # each kind's top, a share of the row from its floor
-        colours = np.array([[round(c * 255) for c in (*to_rgb(KIND_COLORS[kind]), 1.0)] for kind, _ in pieces],
-                           np.uint8)
+        colours = (np.array([(*to_rgb(KIND_COLORS[kind]), 1.0) for kind, _ in pieces]) * 255).astype(np.uint8)
         ax.add_image(_ColumnRow(ax, tops, np.repeat(colours[:, None], len(self.edges) - 1, 1), self.edges, y))
 
 
