@@ -506,6 +506,8 @@ def schedule_of(params: EnvParams, policy: Policy, sample: int, status: int, F: 
         raise SimulationStuckError(_stuck_message(graph, F[kernel.READY].tolist(), F[kernel.END].tolist(),
                                                   P[kernel.NEXT].tolist(), P[kernel.BUSY].tolist()))
     structure = graph_structure(params)
+    by_task = np.argsort(seg_task, kind="stable")  # each task's segments together, in the order they ran
+    seg_task, seg_times = seg_task[by_task], seg_times[:, by_task]
     run = Run(arrays.gpu, structure.kind, structure.part_kind, structure.part_stage,
               task_lengths(params, sample) if lengths is None else lengths, F[kernel.READY], F[kernel.START],
               F[kernel.END], I[kernel.THROTTLED] == 1, F[kernel.THROTTLED_TIME], seg_task, seg_times)

@@ -223,10 +223,7 @@ class _Columns:
         self.part_gpu, self.part_kind = run.gpu[task], run.kind[task]
         self.part_colour = run.part_kind[task, part] * stages + run.part_stage[task, part]
         self.part_start, self.part_end = run.start[task] + part * width, run.start[task] + (part + 1) * width
-        order = np.argsort(run.seg_task, kind="stable")
-        self.seg_task = run.seg_task[order]
-        self.seg_gpu, self.seg_kind = run.gpu[self.seg_task], run.kind[self.seg_task]
-        self.seg_times = run.seg_times[:, order]
+        self.seg_gpu, self.seg_kind, self.seg_times = run.gpu[run.seg_task], run.kind[run.seg_task], run.seg_times
 
     def compute(self, ax: Axes, gpu: int, kinds: Sequence[TaskKind], y: float) -> None:
         """GPU ``gpu``'s row of ``kinds``: each column in the colour of what ran longest in it, empty when the GPU
@@ -378,8 +375,8 @@ def plot_gantt(ax: Axes, schedule: Schedule, *, layout: str = "single_channel", 
         handles.append(Patch(facecolor="white", edgecolor=THROTTLE_COLOR, linewidth=1.2, label="throttled"))
     if aggregated:
         handles.append(Patch(facecolor="none", edgecolor="none", label=f"{len(widths):,} compute bars, too narrow "
-                             f"to draw one by one:\neach pixel column shows what ran\nlongest in it, and the mean "
-                             f"rates\nof the transfers"))
+                             f"to draw one by one:\neach pixel column shows what ran\nlongest in it (blank: idle "
+                             f"most of it)\nand the transfers' mean rates over it"))
     if show_completion_time:
         total = schedule.completion_time
         ax.axvline(total, color=THROTTLE_COLOR, linestyle="--", linewidth=1.2)
