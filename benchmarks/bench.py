@@ -8,12 +8,14 @@
     python benchmarks/bench.py --moe        # only a DeepSeek-V3 iteration at its published layout
     python benchmarks/bench.py --replay     # only reading and replaying a committed PyTorch trace
     python benchmarks/bench.py --lookahead  # only dispatch = lookahead's time per iteration
+    python benchmarks/bench.py --learned    # only a learned dispatcher's iteration, played and stepped from Python
     python benchmarks/bench.py --doubling   # only graph construction against the kernel (about two minutes)
 
 Measures: simulations per second on one core (default environment, all 121 policies
 of the sweep: shared, exclusive and priority-0 layers), compiled and as plain Python
 (the same kernel with NUMBA_DISABLE_JIT=1), and the full-record API; the same for each
-schedule (n=8, or 10 for dualpipe-v, on 4 GPUs); time per simulated task for
+schedule (n=8, or 10 for dualpipe-v, on 4 GPUs); a learned dispatcher's iteration played inside the compiled loop
+against the same decisions stepped from Python (``--learned``); time per simulated task for
 n in {8, 32, 128, 512} x num_gpus in {4, 16, 64} (144 to 160,000 tasks); the first simulation of an environment
 whose structure is known against a repeat (1F1B and ZB-H1, 16 and 64 GPUs, n 64 and 256); graph construction
 against the kernel per task (``--doubling``): the first simulation of 201,696 tasks, every schedule from 4 to 64
@@ -48,6 +50,7 @@ sys.path.insert(0, str(ROOT))
 from pipeline_sim import SCHEDULES, EnvParams, Policy, simulate  # noqa: E402
 from pipeline_sim.config import EnvironmentGrid  # noqa: E402
 from pipeline_sim.engine import compile_kernel, graph_arrays, simulate_figures  # noqa: E402
+from pipeline_sim.learned import LearnedPolicy, play  # noqa: E402
 from pipeline_sim.model import DISPATCHERS  # noqa: E402
 from pipeline_sim.scenarios import policy_grid  # noqa: E402
 from pipeline_sim.sweep import SweepPlan, run_sweep  # noqa: E402
@@ -136,12 +139,55 @@ def dispatched(seconds: float, rounds: int = 3) -> list[dict]:
     return rows
 
 
+def random_network(params: EnvParams, rng: np.random.Generator) -> LearnedPolicy:
+    """A 64 x 64 tanh network of random weights for ``params``' episodes."""
+    from pipeline_sim.episode import Episode
+    fields, actions = Episode.layout(params)
+    shapes = ((len(fields), 64), (64, 64), (64, len(actions)))
+    return LearnedPolicy(tuple((rng.normal(size=shape) / np.sqrt(shape[0]), np.zeros(shape[1])) for shape in shapes),
+                         fields, actions, {})
+
+
+def learned_cost(rounds: int = 5, draws: int = 20, repeats: int = 10) -> dict:
+    """A learned dispatcher's iteration (ZB-H1, n = 8, 4 GPUs, 20% jitter, a 64 x 64 network of random weights):
+    milliseconds played inside the compiled loop, and stepped from Python (``Episode.step`` with
+    ``LearnedPolicy.act`` at each decision that has a choice: the same decisions). Runs alternate (played,
+    stepped, ...) over the same ``draws`` draws, played ``repeats`` times over; each side keeps its median over
+    ``rounds`` rounds."""
+    from pipeline_sim.episode import Episode
+
+    params = EnvParams(n=8, num_gpus=4, schedule="zb-h1", compute_jitter=0.2, comm_jitter=0.2)
+    network = random_network(params, np.random.default_rng(0))
+    episode = Episode(params, Policy())
+
+    def stepped(sample: int) -> None:
+        episode.reset(sample)
+        while not episode.done:
+            mask = episode.mask()
+            allowed = np.flatnonzero(mask)
+            episode.step(int(allowed[0]) if len(allowed) == 1 else network.act(episode.observe(), mask))
+
+    stepped(0)  # loaded
+    played_ms, stepped_ms = [], []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        for _ in range(repeats):
+            for sample in range(draws):
+                play(episode, network, sample)
+        played_ms.append((time.perf_counter() - started) / (repeats * draws) * 1e3)
+        started = time.perf_counter()
+        for sample in range(draws):
+            stepped(sample)
+        stepped_ms.append((time.perf_counter() - started) / draws * 1e3)
+    played, stepped_median = statistics.median(played_ms), statistics.median(stepped_ms)
+    return {"played_ms": played, "stepped_ms": stepped_median, "stepped_over_played": stepped_median / played}
+
+
 def decisions_per_second(seconds: float) -> list[dict]:
     """Dispatch decisions per second on one core, a random masked choice each: the episode alone (the kernel
     stopping and continuing), and through the Gymnasium environment (observations too) when the [rl] extra is
     installed."""
     from pipeline_sim.episode import Episode
-    from pipeline_sim.learned import LearnedPolicy, play
     rows = []
     for n in (8, 16, 64):
         params = EnvParams(n=n, num_gpus=4, schedule="zb-h1", compute_jitter=0.2, comm_jitter=0.2)
@@ -155,10 +201,7 @@ def decisions_per_second(seconds: float) -> list[dict]:
                 count += 1
         row = {"n": n, "episode": count / (time.perf_counter() - start)}
         # a learned dispatcher's play: a 64 x 64 tanh network choosing at every decision that has a choice
-        fields, actions = Episode.layout(params)
-        shapes = ((len(fields), 64), (64, 64), (64, len(actions)))
-        network = LearnedPolicy(tuple((rng.normal(size=shape) / np.sqrt(shape[0]), np.zeros(shape[1]))
-                                      for shape in shapes), fields, actions, {})
+        network = random_network(params, rng)
         played, start = 0, time.perf_counter()
         while time.perf_counter() - start < seconds:
             play(episode, network, played)
@@ -637,6 +680,8 @@ def main() -> int:
     parser.add_argument("--moe", action="store_true", help="only a DeepSeek-V3 iteration at its published layout")
     parser.add_argument("--replay", action="store_true", help="only reading and replaying a committed PyTorch trace")
     parser.add_argument("--lookahead", action="store_true", help="only dispatch = lookahead's time per iteration")
+    parser.add_argument("--learned", action="store_true",
+                        help="only a learned dispatcher's iteration, played in the compiled loop and stepped")
     args = parser.parse_args()
     cores = os.cpu_count() or 1
 
@@ -655,6 +700,14 @@ def main() -> int:
         print(f"DeepSeek-V3 on 2,048 H800 (DualPipeV, p 16, e 64, n 120; {moe['tasks']:,} tasks): first simulation "
               f"{moe['first_seconds']:.2f} s, repeat {moe['repeat_seconds']:.2f} s on one core; iteration "
               f"{moe['iteration_seconds']:.2f} s", flush=True)
+        return 0
+    learned = learned_cost() if args.learned or not (args.planner or args.chart or args.hindsight or args.moe or
+                                                     args.lookahead) else None
+    if learned is not None:
+        print(f"learned dispatcher, ZB-H1, n = 8, 4 GPUs, a 64 x 64 network: {learned['played_ms']:.2f} ms per "
+              f"iteration inside the compiled loop, {learned['stepped_ms']:.1f} ms stepped from Python: "
+              f"{learned['stepped_over_played']:.1f}x (medians of alternating runs, one core)", flush=True)
+    if args.learned:
         return 0
     ahead = lookahead_cost() if args.lookahead or not (args.planner or args.chart or args.hindsight or args.moe) else []
     for row in ahead:
@@ -765,7 +818,7 @@ def main() -> int:
         "kernel_over_pure_python": single["sims_per_second"] / pure, "api_sims_per_second": api,
         "example_pipeline": pipeline, "heatmap_cpu_seconds": heatmap, "first_compile_seconds": compile_seconds,
         "schedules": schedules, "dispatch": dispatch, "decisions": decisions, "scaling": rows, "hindsight": solved,
-        "lookahead": ahead,
+        "lookahead": ahead, "learned": learned,
         "first_of_structure": structures, "doubling": grown,
         "scaling_ratio": largest / smallest,
         "sweep": {"simulations": 2178, "serial_seconds": serial, "parallel_seconds": parallel, "workers": cores,

@@ -111,8 +111,11 @@ class Episode:
 
     def _draw(self, sample: int, lengths: np.ndarray | None = None) -> None:
         self.sample = sample
-        self.lengths = in_unit(task_lengths(self.params, sample, lengths), self.unit)
-        self._bound = max(self._task_time, self.bound() / self.unit)
+        work = task_lengths(self.params, sample, lengths)
+        self.lengths = in_unit(work, self.unit)
+        # the bound of the parameters' own draw (``bound``): of the work just drawn, unless given work replaced it
+        bound = lower_bound(self.params, sample, work) if lengths is None else self.bound()
+        self._bound = max(self._task_time, bound / self.unit)
 
     def reset(self, sample: int = 0) -> None:
         """Begin the ``sample``-th noise draw of the environment at time 0 and run to the first decision."""

@@ -11,6 +11,7 @@ Perfetto opens.
 
 from __future__ import annotations
 
+import atexit
 import gzip
 import json
 import os
@@ -111,14 +112,24 @@ def _kept(event: dict) -> bool:
     return event.get("ph") == "M" or name.startswith(PREFIX) or name in KEPT
 
 
+def launched() -> bool:
+    """Whether this process is one rank of a run that a launcher started (``torchrun``: one process per rank, on
+    one host or many), rather than the process that starts the ranks itself."""
+    return all(name in os.environ for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"))
+
+
 def _rank_main(rank: int, spec: RunSpec, out: str) -> None:
     torch.set_num_threads(1)
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(spec.port)
-    dist.init_process_group(spec.backend, rank=rank, world_size=spec.ranks)
+    if launched():  # the process group of every run of this process, made once (``record``)
+        local = int(os.environ["LOCAL_RANK"])  # the rank's GPU: its place on its own host
+    else:
+        os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(spec.port)
+        dist.init_process_group(spec.backend, rank=rank, world_size=spec.ranks)
+        local = rank
     try:
         placement = get_schedule(spec.schedule).placement
         v = spec.stages // spec.ranks
-        device = torch.device("cuda", rank) if spec.backend == "nccl" else torch.device("cpu")
+        device = torch.device("cuda", local) if spec.backend == "nccl" else torch.device("cpu")
         own = [s for s in range(spec.stages) if placement(s, spec.ranks, v) == rank]
         stages = [PipelineStage(_stage_module(spec, s).to(device), s, spec.stages, device) for s in own]
         for stage in stages:
@@ -157,12 +168,20 @@ def _rank_main(rank: int, spec: RunSpec, out: str) -> None:
             json.dump(trace, handle)
         partial.replace(final)
     finally:
-        dist.destroy_process_group()
+        if not launched():
+            dist.destroy_process_group()
 
 
 def record(spec: RunSpec, out: Path) -> list[Path]:
-    """Run ``spec`` for real on ``spec.ranks`` processes and write ``out/rank<r>.json.gz``; the paths written."""
+    """Run ``spec`` for real on ``spec.ranks`` processes and write ``out/rank<r>.json.gz``; the paths written (under
+    a launcher, this process runs its own rank and writes its own file: on a cluster, each host writes its ranks')."""
     out.mkdir(parents=True, exist_ok=True)
+    if launched():
+        if not dist.is_initialized():  # the launcher's rendezvous, once: it cannot be joined again
+            dist.init_process_group(spec.backend)
+            atexit.register(dist.destroy_process_group)
+        _rank_main(int(os.environ["RANK"]), spec, str(out))
+        return [out / f"rank{os.environ['RANK']}.json.gz"]
     # forked, the ranks share the imported torch instead of importing it again (seconds each on a busy host)
     mp.start_processes(_rank_main, args=(spec, str(out)), nprocs=spec.ranks, join=True, start_method="fork")
     return [out / f"rank{rank}.json.gz" for rank in range(spec.ranks)]

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from statistics import median
-from typing import Mapping
+from typing import Mapping, Sequence
 
 import numpy as np
 
 from .engine import simulate, texts_of
-from .measured import CommFit, Iteration, MeasuredRun, Span, TraceError
+from .measured import CommFit, Iteration, MeasuredRun, Span, TraceError, fit_comm
 from .model import EnvParams, Policy, Schedule, Task, TaskKind
 from .schedules import SCHEDULES, get_schedule
 from .taskgraph import GraphTask, build_task_graph
@@ -151,40 +151,129 @@ def _shared(tasks: list[Task]) -> list[Task]:
     return result
 
 
-def predict(source: MeasuredRun, k: int, comm: CommFit, schedule: str, *, chunks: int = 2,
-            w_fraction: float = 0.5, microbatches: int | None = None) -> Schedule:
-    """The iteration of ``schedule`` (its own static order; ``chunks`` per rank if it reads them) over
-    ``microbatches`` (default: the source's) on the lengths measured in iteration ``k`` of ``source``. An action
-    costs its share of its rank's compute plus the runtime's time per action: each rank's mean forward and backward
-    per micro-batch as they ran, split evenly over the chunks the target puts on it (a split backward's weight half
-    the share measured, or ``w_fraction`` when ``source`` split none), plus the rank's mean time between actions
-    that ``effective_lengths`` counts."""
+@dataclass(frozen=True)
+class RuntimeCosts:
+    """What a pipeline runtime adds to its model's compute, as a trace measures it: ``gap``, the mean time in ms a
+    rank spends between two actions (``effective_lengths`` counts it into the action that follows); ``split``, a
+    split backward's I + W over the whole backward of the same stage, on stages whose input needs a gradient (each
+    taken relative to the forward of the same stage and micro-batch, so that runs on a faster or slower host
+    compare); ``input_share``, the I's share of it."""
+
+    gap: float
+    split: float = 1.0
+    input_share: float = 0.5
+
+
+def _overhead(run: MeasuredRun) -> list[float]:
+    """Per compute action of ``run``, the time ``effective_lengths`` adds to its duration."""
+    comm = fit_comm(run.iterations)
+    gaps = []
+    for iteration in run.iterations:
+        effective = effective_lengths(iteration, comm)
+        gaps += [effective[t.stage, t.kind, t.mb] - (t.end - t.start) for t in iteration.tasks]
+    return gaps
+
+
+def _per_forward(run: MeasuredRun, kinds: str) -> list[tuple[float, float]]:
+    """Per (stage, micro-batch, iteration) of ``run`` past the first stage that ran all of ``kinds`` (``"B"`` or
+    ``"IW"``): their summed durations over the forward's, and the first kind's share of the sum."""
+    result = []
+    for iteration in run.iterations:
+        took = {(t.stage, t.kind, t.mb): t.end - t.start for t in iteration.tasks}
+        for stage, kind, mb in took:
+            if kind == kinds[0] and stage > 0 and all((stage, k, mb) in took for k in kinds):
+                parts = [took[stage, k, mb] for k in kinds]
+                result.append((sum(parts) / took[stage, "F", mb], parts[0] / sum(parts)))
+    return result
+
+
+def runtime_costs(runs: Sequence[MeasuredRun], source: MeasuredRun) -> RuntimeCosts:
+    """``RuntimeCosts`` measured on ``runs`` (``source``'s own gap when there are none): the mean gap over all their
+    actions, and, where they split a backward, its cost against ``source``'s whole backwards."""
+    gaps = [gap for run in runs for gap in _overhead(run)] or _overhead(source)
+    split = [pair for run in runs for pair in _per_forward(run, "IW")]
+    whole = _per_forward(source, "B")
+    if not split or not whole:
+        return RuntimeCosts(sum(gaps) / len(gaps))
+    return RuntimeCosts(sum(gaps) / len(gaps), median(r for r, _ in split) / median(r for r, _ in whole),
+                        median(share for _, share in split))
+
+
+def task_spread(run: MeasuredRun) -> float:
+    """The median over ``run``'s compute actions of the coefficient of variation of an action's effective length
+    across the iterations (0 with one iteration)."""
+    comm = fit_comm(run.iterations)
+    lengths: dict[tuple[int, str, int], list[float]] = {}
+    for iteration in run.iterations:
+        for key, length in effective_lengths(iteration, comm).items():
+            lengths.setdefault(key, []).append(length)
+    return float(np.median([variation(values) for values in lengths.values()]))
+
+
+def variation(values: Sequence[float]) -> float:
+    """The coefficient of variation of ``values`` (0 for fewer than two)."""
+    return float(np.std(values) / np.mean(values)) if len(values) > 1 and np.mean(values) > 0 else 0.0
+
+
+def _prediction(source: MeasuredRun, k: int, comm: CommFit, schedule: str, chunks: int, runtime: RuntimeCosts,
+                microbatches: int | None) -> tuple[EnvParams, list[float]]:
     iteration = source.iterations[k]
-    spec = get_schedule(schedule)
-    chunks = spec.v(chunks)
-    size = median(send.size for send in iteration.sends) if iteration.sends else 0.0
-    effective = effective_lengths(iteration, comm)
-
-    def mean(rank: int, kinds: str) -> float:
-        return sum(t.end - t.start for t in iteration.tasks if t.rank == rank and t.kind in kinds) / source.microbatches
-
-    def overhead(rank: int) -> float:
-        own = [effective[t.stage, t.kind, t.mb] - (t.end - t.start) for t in iteration.tasks if t.rank == rank]
-        return sum(own) / len(own)
-
+    stages = source.ranks * get_schedule(schedule).v(chunks)
     n = source.microbatches if microbatches is None else microbatches
+
+    def mean(stage: int, kind: str) -> float:
+        took = [t.end - t.start for t in iteration.tasks if t.stage == stage and t.kind == kind]
+        return sum(took) / source.microbatches
+
     params = replace(run_environment(source, iteration, comm), schedule=schedule, chunks=max(2, chunks), n=n)
     compute: dict[tuple[int, str, int], float] = {}
-    for stage in range(source.ranks * chunks):
-        rank = spec.placement(stage, source.ranks, chunks)
-        forward, backward, extra = mean(rank, "F") / chunks, mean(rank, "BIW") / chunks, overhead(rank)
-        weight = mean(rank, "W") / mean(rank, "BIW") if mean(rank, "W") else w_fraction
+    scale = source.stages / stages  # a target stage's layers over a source stage's
+    for stage in range(stages):
+        ran = stage * source.stages // stages  # the source stage that ran this stage's layers
+        forward = mean(ran, "F") * scale
+        if mean(ran, "W"):  # the source split its backward: its halves as measured
+            inputs, weights = mean(ran, "I") * scale, mean(ran, "W") * scale
+            backward = inputs + weights
+        else:
+            backward = mean(ran, "B") * scale
+            split = backward * runtime.split
+            # the first stage's input needs no gradient: its I computes nothing, its W the whole backward
+            inputs, weights = (0.0, backward) if stage == 0 else (split * runtime.input_share,
+                                                                   split * (1.0 - runtime.input_share))
         for mb in range(n):
-            compute[stage, "F", mb] = forward + extra
-            compute[stage, "B", mb] = backward + extra
-            compute[stage, "I", mb] = backward * (1.0 - weight) + extra
-            compute[stage, "W", mb] = backward * weight + extra
-    return simulate(params, Policy(), lengths=_lengths(params, compute, comm, {}, size))
+            compute[stage, "F", mb] = forward + runtime.gap
+            compute[stage, "B", mb] = backward + runtime.gap
+            compute[stage, "I", mb] = inputs + runtime.gap
+            compute[stage, "W", mb] = weights + runtime.gap
+    size = median(send.size for send in iteration.sends) if iteration.sends else 0.0
+    return params, _lengths(params, compute, comm, {}, size)
+
+
+def predict(source: MeasuredRun, k: int, comm: CommFit, schedule: str, *, chunks: int = 2,
+            runtime: RuntimeCosts | None = None, microbatches: int | None = None) -> Schedule:
+    """The iteration of ``schedule`` (its own static order; ``chunks`` per rank if it reads them) over
+    ``microbatches`` (default: the source's) on the lengths measured in iteration ``k`` of ``source``: each stage's
+    mean forward and backward per micro-batch, as the source stage that ran its layers measured them, scaled by
+    the share of those layers it has; a backward the target splits costs ``runtime.split`` times a whole one,
+    ``runtime.input_share`` of it in I (except on the first stage, whose input needs no gradient: all of it in W);
+    every action ``runtime.gap`` more (``runtime`` default: the source's own gap, a split costing what a whole
+    backward does, in halves)."""
+    runtime = runtime_costs([], source) if runtime is None else runtime
+    params, lengths = _prediction(source, k, comm, schedule, chunks, runtime, microbatches)
+    return simulate(params, Policy(), lengths=lengths)
+
+
+def predicted_time(source: MeasuredRun, k: int, comm: CommFit, schedule: str, *, chunks: int = 2,
+                   runtime: RuntimeCosts | None = None, microbatches: int | None = None, draws: int = 20) -> float:
+    """``predict``'s iteration time with the source's measured task spread (``task_spread``) put back as compute
+    jitter: the median over ``draws`` draws (the noise-free time when the source has one iteration)."""
+    runtime = runtime_costs([], source) if runtime is None else runtime
+    params, lengths = _prediction(source, k, comm, schedule, chunks, runtime, microbatches)
+    cv = min(task_spread(source), 1.0)
+    if cv == 0.0:
+        return simulate(params, Policy(), lengths=lengths).completion_time
+    params = replace(params, compute_jitter=cv)
+    return median(simulate(params, Policy(), draw, lengths=lengths).completion_time for draw in range(draws))
 
 
 #: The schedules a measured run can be predicted under: every schedule PyTorch also runs.

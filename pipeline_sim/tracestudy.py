@@ -3,8 +3,9 @@
 The folder holds ``<schedule>/run<r>/`` (what ``pipeline-sim-trace record`` writes): round r ran every schedule
 once, one after another, so that round r's runs saw the host alike. For each schedule it reports the replay errors
 (``replay.replay``, every iteration of every run), the measured iteration's own spread, the iteration time
-predicted from the 1F1B run of the same round (``replay.predict``) against the measured one, and whether the
-jitter model (docs/model.md section 8) at the measured per-task spread gives the measured spread of the iteration.
+predicted from the 1F1B runs (``replay.predicted_time``, alone and with the runtime's costs measured on the other
+schedules' runs) against the measured one, and whether the jitter model (docs/model.md section 8) at the measured
+per-task spread gives the measured spread of the iteration.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 from .engine import simulate
 from .measured import MeasuredRun, TraceError, fit_comm, read_run
 from .model import Policy
-from .replay import effective_lengths, predict, replay
+from .replay import predicted_time, replay, runtime_costs, task_spread, variation
 
 #: The schedule whose trace predicts the others.
 SOURCE = "1f1b"
@@ -35,8 +36,10 @@ class ScheduleFigures:
     replay_worst: float
     start_median: float  # per-task start error relative to the measured start, median over all tasks of all replays
     start_worst: float
-    predicted_ms: float | None  # median over rounds of the prediction from that round's 1F1B run
-    prediction_error: float | None  # median over rounds of (predicted / measured - 1), signed
+    predicted_ms: float | None  # median over every 1F1B iteration of the time predicted from it, 1F1B alone
+    prediction_error: float | None  # predicted_ms / measured_ms - 1
+    calibrated_ms: float | None  # the same with the runtime's costs measured on the runs of the other schedules
+    calibrated_error: float | None
     task_cv: float  # median over tasks of the coefficient of variation of a task's duration across iterations
     jitter_spread: float  # the simulated iteration's coefficient of variation at compute_jitter = task_cv
     send_posting: float  # median share of the ranks' time spent inside c10d::send
@@ -52,10 +55,6 @@ def _runs(folder: Path) -> dict[str, list[MeasuredRun]]:
     return runs
 
 
-def _cv(values: list[float]) -> float:
-    return float(np.std(values) / np.mean(values)) if len(values) > 1 and np.mean(values) > 0 else 0.0
-
-
 def jitter_spread(run: MeasuredRun, cv: float, samples: int = 40) -> float:
     """The coefficient of variation of the simulated iteration time of ``run``'s first iteration, on its replayed
     lengths with compute jitter ``cv`` on top, over ``samples`` draws (under the schedule's static order, which is
@@ -63,7 +62,17 @@ def jitter_spread(run: MeasuredRun, cv: float, samples: int = 40) -> float:
     replayed = replay(run, 0, fit_comm(run.iterations)).simulated
     params = replace(replayed.params, compute_jitter=cv)
     lengths = [task.length for task in replayed.tasks]
-    return _cv([simulate(params, Policy(), sample, lengths=lengths).completion_time for sample in range(samples)])
+    return variation([simulate(params, Policy(), sample, lengths=lengths).completion_time for sample in range(samples)])
+
+
+def _predicted(sources: list[MeasuredRun], schedule: str, others: list[MeasuredRun] | None) -> float:
+    """The median over every iteration of ``sources`` of the time of ``schedule`` predicted from it, with the
+    runtime's costs measured on ``others`` (``None``: each source's own)."""
+    times = []
+    for source in sources:
+        comm, runtime = fit_comm(source.iterations), None if others is None else runtime_costs(others, source)
+        times += [predicted_time(source, k, comm, schedule, runtime=runtime) for k in range(len(source.iterations))]
+    return float(median(times))
 
 
 def study(folder: Path) -> list[ScheduleFigures]:
@@ -75,10 +84,8 @@ def study(folder: Path) -> list[ScheduleFigures]:
         errors: list[float] = []
         starts: list[float] = []
         times: list[float] = []
-        predictions: list[tuple[float, float]] = []
-        cvs: list[float] = []
         posting: list[float] = []
-        for r, run in enumerate(runs[schedule]):
+        for run in runs[schedule]:
             comm = fit_comm(run.iterations)
             for k, iteration in enumerate(run.iterations):
                 result = replay(run, k, comm)
@@ -86,22 +93,15 @@ def study(folder: Path) -> list[ScheduleFigures]:
                 starts.extend(result.start_errors.tolist())
                 times.append(iteration.time)
                 posting.append(iteration.send_posting / (run.ranks * iteration.time))
-            if r < len(sources):
-                source = sources[r]
-                source_comm = fit_comm(source.iterations)
-                predicted = median(predict(source, k, source_comm, schedule).completion_time
-                                   for k in range(len(source.iterations)))
-                predictions.append((predicted, median(it.time for it in run.iterations)))
-            durations: dict[tuple[int, str, int], list[float]] = {}
-            for iteration in run.iterations:
-                for key, length in effective_lengths(iteration, comm).items():
-                    durations.setdefault(key, []).append(length)
-            cvs.extend(_cv(values) for values in durations.values())
-        task_cv = float(np.median(cvs))
+        measured = float(np.median(times))
+        others = [run for name, own in runs.items() if name not in (SOURCE, schedule) for run in own]
+        alone = _predicted(sources, schedule, None) if sources else None
+        calibrated = _predicted(sources, schedule, others) if sources else None
+        task_cv = float(np.median([task_spread(run) for run in runs[schedule]]))
         figures.append(ScheduleFigures(
-            schedule, len(runs[schedule]), len(times), float(np.median(times)), _cv(times),
+            schedule, len(runs[schedule]), len(times), measured, variation(times),
             float(np.median(np.abs(errors))), float(np.max(np.abs(errors))), float(np.median(starts)),
-            float(np.max(starts)), float(np.median([p for p, _ in predictions])) if predictions else None,
-            float(np.median([p / m - 1.0 for p, m in predictions])) if predictions else None,
+            float(np.max(starts)), alone, None if alone is None else alone / measured - 1.0,
+            calibrated, None if calibrated is None else calibrated / measured - 1.0,
             task_cv, jitter_spread(runs[schedule][0], task_cv), float(np.median(posting))))
     return figures

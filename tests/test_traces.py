@@ -3,6 +3,8 @@
 import gzip
 import json
 import shutil
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,7 +16,15 @@ from pipeline_sim.engine import lengths_of_table, simulate
 from pipeline_sim.measured import TraceError, fit_comm, read_run
 from pipeline_sim.model import EnvParams, ParameterError, Policy
 from pipeline_sim.orders import compute_orders
-from pipeline_sim.replay import effective_lengths, predict, replay
+from pipeline_sim.replay import (
+    RuntimeCosts,
+    effective_lengths,
+    predict,
+    predicted_time,
+    replay,
+    runtime_costs,
+    task_spread,
+)
 from pipeline_sim.taskgraph import task_lengths
 
 TRACES = ROOT / "tests" / "data" / "traces"
@@ -138,6 +148,59 @@ def test_a_prediction_for_more_micro_batches_adds_their_work():
     assert sixteen.params.n == 16 and len(sixteen.tasks) > len(eight.tasks)
     per_rank = [sum(t.length for t in sixteen.tasks if t.parts and t.gpu == g and t.index >= 8) for g in range(2)]
     assert sixteen.completion_time - eight.completion_time >= max(per_rank) * (1 - 1e-9)
+
+
+def test_a_predicted_split_backward_follows_the_runtime_costs_and_the_first_stage_computes_no_input_gradient():
+    source = read_run([TRACES / "1f1b" / "run0"])
+    comm = fit_comm(source.iterations)
+    costs = RuntimeCosts(gap=0.25, split=1.3, input_share=0.4)
+    predicted = predict(source, 0, comm, "zb-h1", runtime=costs)
+    own = {(t.stage, t.kind, t.mb): t.end - t.start for t in source.iterations[0].tasks}
+    whole = [sum(own[stage, "B", mb] for mb in range(source.microbatches)) / source.microbatches for stage in (0, 1)]
+    lengths = {(t.parts[0].stage, t.parts[0].kind.code): t.length for t in predicted.tasks if t.parts}
+    assert lengths[0, "I"] == pytest.approx(costs.gap)
+    assert lengths[0, "W"] == pytest.approx(whole[0] + costs.gap)
+    assert lengths[1, "I"] == pytest.approx(whole[1] * 1.3 * 0.4 + costs.gap)
+    assert lengths[1, "W"] == pytest.approx(whole[1] * 1.3 * 0.6 + costs.gap)
+    # a stage of the interleaved target has half a source stage's layers: half its forward
+    halves = predict(source, 0, comm, "interleaved-1f1b", runtime=costs)
+    forward = {t.parts[0].stage: t.length for t in halves.tasks if t.parts and t.parts[0].kind.code == "F"}
+    mean_forward = sum(own[1, "F", mb] for mb in range(source.microbatches)) / source.microbatches
+    assert forward[3] == pytest.approx(mean_forward / 2 + costs.gap)
+
+
+def test_runtime_costs_measured_on_split_runs_read_their_halves_against_the_sources_whole_backward():
+    source = read_run([TRACES / "1f1b" / "run0"])
+    split = [read_run([TRACES / name / "run0"]) for name in ("zb-h1", "zb-v")]
+    costs = runtime_costs(split, source)
+    shares, per_forward = [], []
+    for run in split:
+        for it in run.iterations:
+            took = {(t.stage, t.kind, t.mb): t.end - t.start for t in it.tasks}
+            for (stage, kind, mb), inputs in took.items():
+                if kind == "I" and stage > 0:
+                    shares.append(inputs / (inputs + took[stage, "W", mb]))
+                    per_forward.append((inputs + took[stage, "W", mb]) / took[stage, "F", mb])
+    forward = {(t.stage, t.mb, k): t.end - t.start for k, it in enumerate(source.iterations) for t in it.tasks
+               if t.kind == "F"}
+    ratios = [(t.end - t.start) / forward[t.stage, t.mb, k] for k, it in enumerate(source.iterations)
+              for t in it.tasks if t.kind == "B" and t.stage > 0]
+    assert costs.input_share == pytest.approx(np.median(shares))
+    assert costs.split == pytest.approx(np.median(per_forward) / np.median(ratios))
+    own = runtime_costs([], source)
+    assert (own.split, own.input_share) == (1.0, 0.5) and own.gap > 0.0
+
+
+def test_predicted_time_puts_the_measured_spread_back_as_jitter():
+    source = read_run([TRACES / "1f1b" / "run0"])
+    comm = fit_comm(source.iterations)
+    assert 0.0 < task_spread(source) < 1.0
+    quiet = predict(source, 0, comm, "1f1b").completion_time
+    draws = [predicted_time(source, 0, comm, "1f1b", draws=d) for d in (1, 9)]
+    assert all(time != quiet for time in draws)  # jittered draws, not the noise-free run
+    single = replace(source, iterations=source.iterations[:1])
+    assert task_spread(single) == 0.0
+    assert predicted_time(single, 0, comm, "1f1b") == predict(single, 0, comm, "1f1b").completion_time
 
 
 def test_a_table_of_lengths_by_task_text_is_read_whole_or_refused():
@@ -268,7 +331,7 @@ def test_study_command_tabulates_every_schedule(tmp_path):
     result = run_here("pipeline_trace.py", "study", "runs", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     rows = [line for line in result.stdout.splitlines() if line.startswith("| 1f1b") or line.startswith("| gpipe")]
-    assert len(rows) == 2 and all(row.count("|") == 12 for row in rows)
+    assert len(rows) == 2 and all(row.count("|") == 14 for row in rows)
 
 
 @pytest.mark.parametrize("args, fragments", [
@@ -290,3 +353,27 @@ def test_fresh_traces_of_a_real_run(tmp_path):
     run = read_run([tmp_path / "fresh" / "1f1b" / "run0"])
     assert (run.schedule, run.ranks, run.stages, run.microbatches) == ("1f1b", 2, 2, 2)
     assert replay(run, 0, fit_comm(run.iterations)).simulated.completion_time > 0.0
+
+
+def test_fresh_traces_under_torchrun_one_process_per_rank(tmp_path):
+    """Launched by torchrun (as on a cluster: one process per rank, the launcher's rendezvous), each process runs
+    its own rank through every run, joining the process group once."""
+    pytest.importorskip("torch")
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", "29537",
+               str(ROOT / "pipeline_trace.py"), "record", "--out", "fresh", "--schedule", "1f1b", "zb-v",
+               "--microbatches", "4", "--iterations", "1", "--batch", "4", "--width", "32", "--layers", "4"]
+    result = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("[") == 2  # one rank reports the two runs
+    for schedule, stages in (("1f1b", 2), ("zb-v", 4)):
+        run = read_run([tmp_path / "fresh" / schedule / "run0"])
+        assert (run.schedule, run.ranks, run.stages, run.microbatches) == (schedule, 2, stages, 4)
+
+
+def test_a_launched_record_with_another_rank_count_is_refused(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    for name, value in (("RANK", "0"), ("WORLD_SIZE", "2"), ("LOCAL_RANK", "0"), ("MASTER_ADDR", "127.0.0.1"),
+                        ("MASTER_PORT", "29538")):
+        monkeypatch.setenv(name, value)
+    assert_one_line_error(run_here("pipeline_trace.py", "record", "--out", "x", "--ranks", "3", cwd=tmp_path),
+                          "--ranks 3: the launcher started 2 processes")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 from statistics import median
@@ -11,7 +12,7 @@ from typing import Sequence
 
 from ..files import atomic_output
 from ..measured import fit_comm, read_run
-from ..replay import predict, replay
+from ..replay import predicted_time, replay, runtime_costs
 from ..schedules import SCHEDULES, get_schedule
 from ..tracestudy import SOURCE, study
 from .common import Parser, UserError, positive_int, run_command, script_name, use_display
@@ -58,12 +59,17 @@ def build_parser(prog: str) -> Parser:
                              "read it with --lengths")
 
     predict = commands.add_parser("predict", help="predict other schedules from one trace", description=(
-        "Simulate each schedule on the lengths measured in SOURCE (each rank's mean forward and backward); with "
-        "--measured runs, compare with their measured iteration time."))
+        "Simulate each schedule on the lengths measured in SOURCE (each stage's mean forward and backward, the "
+        "measured spread of its actions put back as jitter); with --runtime-from, the runtime's costs (its time "
+        "between actions, what a split backward costs) as measured on those runs; with --measured runs, compare "
+        "with their measured iteration time."))
     predict.add_argument("source", type=Path, help="the folder of the traced run to predict from")
     predict.add_argument("--schedule", nargs="+", default=list(RECORDABLE), choices=list(SCHEDULES),
                          help="schedules to predict (default: all that PyTorch runs)")
     predict.add_argument("--microbatches", type=positive_int, help="micro-batches (default: the source's)")
+    predict.add_argument("--runtime-from", type=Path, nargs="+", metavar="RUN",
+                         help="run folders (of other schedules) to measure the runtime's costs on (default: the "
+                              "source's own time between actions; a split backward costs a whole one)")
     predict.add_argument("--measured", type=Path, nargs="*", default=[],
                          help="run folders to compare with (those of the same micro-batch count)")
 
@@ -78,8 +84,11 @@ def _record(args) -> int:
         raise UserError("record needs torch: pip install \"pipeline-sim[trace]\" (requirements-trace.txt)")
     from torch.multiprocessing.spawn import ProcessException
 
-    from ..recorder import RunSpec, record_rounds
+    from ..recorder import RunSpec, launched, record_rounds
 
+    if launched() and int(os.environ["WORLD_SIZE"]) != args.ranks:
+        raise UserError(f"--ranks {args.ranks}: the launcher started {os.environ['WORLD_SIZE']} processes; give "
+                        "--ranks the same number")
     specs = [RunSpec(name, ranks=args.ranks, microbatches=args.microbatches, batch=args.batch, width=args.width,
                      layers=args.layers, iterations=args.iterations, backend=args.backend, port=args.port)
              for name in args.schedule]
@@ -88,10 +97,13 @@ def _record(args) -> int:
         if spec.layers % spec.stages:
             raise UserError(f"--layers {spec.layers}: must be a multiple of {spec.schedule}'s {spec.stages} stages")
     total = len(specs) * args.rounds
-    print(f"recording {len(specs)} schedule(s) x {args.rounds} round(s) into {args.out}", file=sys.stderr)
+    speaks = not launched() or os.environ["RANK"] == "0"  # under a launcher, one rank reports for all
+    if speaks:
+        print(f"recording {len(specs)} schedule(s) x {args.rounds} round(s) into {args.out}", file=sys.stderr)
     try:
         for done, folder in enumerate(record_rounds(specs, args.out, args.rounds), 1):
-            print(f"[{done}/{total}] {folder}", flush=True)
+            if speaks:
+                print(f"[{done}/{total}] {folder}", flush=True)
     except ProcessException as error:  # a rank failed: PyTorch's own message, on its last line, says why
         lines = [line for line in str(error).splitlines() if line.strip()]
         raise UserError(f"a rank failed: {lines[-1].strip() if lines else error}") from None
@@ -143,8 +155,10 @@ def _predict(args) -> int:
         run = read_run([folder])
         if run.microbatches == n:
             measured.setdefault(run.schedule, []).extend(it.time for it in run.iterations)
+    runtime = runtime_costs([read_run([folder]) for folder in args.runtime_from], source) if args.runtime_from \
+        else None
     for schedule in args.schedule:
-        time = median(predict(source, k, comm, schedule, microbatches=n).completion_time
+        time = median(predicted_time(source, k, comm, schedule, runtime=runtime, microbatches=n)
                       for k in range(len(source.iterations)))
         line = f"{schedule:>17}: predicted {time:8.2f} ms"
         if schedule in measured:
@@ -156,15 +170,18 @@ def _predict(args) -> int:
 
 def _study(args) -> int:
     print("| schedule | runs x iterations | measured (ms) | spread (CV) | replay error median (worst) | task start "
-          f"error median (worst) | predicted from {SOURCE} (ms) | prediction error | task CV | jitter model's CV | "
-          "time posting sends |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          f"error median (worst) | predicted from {SOURCE} (ms) | error | with the others' runtime costs (ms) | error "
+          "| task CV | jitter model's CV | time posting sends |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for f in study(args.folder):
         predicted = "" if f.predicted_ms is None else f"{f.predicted_ms:.1f}"
         error = "" if f.prediction_error is None else f"{f.prediction_error:+.1%}"
+        calibrated = "" if f.calibrated_ms is None else f"{f.calibrated_ms:.1f}"
+        calibrated_error = "" if f.calibrated_error is None else f"{f.calibrated_error:+.1%}"
         print(f"| {f.schedule} | {f.runs} x {f.iterations // f.runs} | {f.measured_ms:.1f} | {f.spread:.1%} | "
               f"{f.replay_error:.1%} ({f.replay_worst:.1%}) | {f.start_median:.1%} ({f.start_worst:.0%}) | "
-              f"{predicted} | {error} | {f.task_cv:.1%} | {f.jitter_spread:.1%} | {f.send_posting:.1%} |")
+              f"{predicted} | {error} | {calibrated} | {calibrated_error} | {f.task_cv:.1%} | {f.jitter_spread:.1%} | "
+              f"{f.send_posting:.1%} |")
     return 0
 
 

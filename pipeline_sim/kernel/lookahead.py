@@ -13,7 +13,7 @@ import numpy as np
 
 from .events import heap_push
 from .jit import compiled, inner
-from .loop import begin, decision, prepare, simulate, try_all
+from .loop import begin, decision, prepare, resume, simulate, try_all
 from .next_task import choices
 from .state import (
     COMM,
@@ -107,11 +107,8 @@ def look_ahead(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: 
     now = 0.0
     rollouts = 0
     while True:
-        result = simulate(length, gpu, receiver, comm, stage, index, impact, needs_count, release_start,
-                          release_task, order_start, order_task, peer_start, peer_task, kind_class, reserve, falls,
-                          dispatch_key, EXTERNAL, memory, kind_tier, kind_priority, ingress_capacity, segment_room,
-                          state, now)
-        status, segments, now, s = result[0], result[3], result[7], result[8]
+        status, segments, now, s = resume(memory, ingress_capacity, release_start, release_task, order_start,
+                                          order_task, peer_start, peer_task, state, now)
         if status != RUNNING:  # DONE or STUCK
             return status, now, segments, state, rollouts
         choices(s, memory, F, I, P, order_start, order_task, out)

@@ -303,39 +303,16 @@ def try_all(now: float, rule: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, 
         _settle(now, rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
 
 
-@compiled
-def simulate(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.ndarray, stage: np.ndarray,
-             index: np.ndarray, impact: np.ndarray, needs_count: np.ndarray, release_start: np.ndarray,
-             release_task: np.ndarray, order_start: np.ndarray, order_task: np.ndarray, peer_start: np.ndarray,
-             peer_task: np.ndarray, kind_class: np.ndarray, reserve: np.ndarray, falls: np.ndarray,
-             dispatch_key: np.ndarray, rule: int, memory: int, kind_tier: np.ndarray, kind_priority: np.ndarray,
-             ingress_capacity: float, segment_room: int, state: tuple | None = None, now: float = 0.0) -> tuple:
-    """Simulate one iteration of the task graph given as arrays under one policy.
-
-    ``kind_tier[k]`` is the exclusive tier rank (0 = 'a') of transfer kind ``k`` in
-    ``COMM_KINDS`` order, -1 for shared; ``kind_priority[k]`` its shared priority.
-    ``rule`` is ``STATIC`` (each GPU runs ``order_task`` in order) or a dispatcher, which
-    chooses by ``dispatch_key``, then ``kind_class``, micro-batch and stage, within
-    ``memory`` (1/v units; ``reserve`` and ``falls``: the room a task takes and gives back).
-    Returns ``(status, F, I, segments, segment_task, segment_times, P, now, decider)``: ``status`` is
-    ``DONE`` or ``STUCK``; the rows ``READY``, ``START``, ``END`` and ``THROTTLED_TIME`` of
-    ``F`` and ``THROTTLED`` and ``RANK`` (its place in its GPU's run) of ``I`` are every task's
-    record; ``segments`` counts the stretches at a constant positive rate, of which the first ``segment_room`` are kept:
-    task, then ``(t0, t1, rate)`` rows. ``P`` holds each GPU's next compute and busy task.
-
-    Under the ``EXTERNAL`` rule the loop stops at each decision with ``status`` ``RUNNING``, the instant ``now``
-    and the GPU that must decide (``decider``); the caller starts a task (``decision``) and calls again with
-    ``state``, the arrays of ``prepare`` it began with, and ``now``: the same loop continues where it stopped.
-    Without ``state`` the compiler removes those branches, and the state stays local to this function.
-    """
-    if state is None:
-        F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending = prepare(
-            length, gpu, receiver, comm, stage, index, impact, needs_count, kind_class, reserve, falls,
-            dispatch_key, len(order_start) - 1, kind_tier, kind_priority, segment_room)
-        begin(rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
-    else:
-        F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending = state
-    n = len(length)
+@inner
+def advance(rule: int, memory: int, ingress_capacity: float, release_start: np.ndarray, release_task: np.ndarray,
+            order_start: np.ndarray, order_task: np.ndarray, peer_start: np.ndarray, peer_task: np.ndarray,
+            F: np.ndarray, I: np.ndarray, P: np.ndarray, PF: np.ndarray, Q: np.ndarray, A: np.ndarray,
+            AF: np.ndarray, C: np.ndarray, HT: np.ndarray, HI: np.ndarray, SI: np.ndarray, SF: np.ndarray,
+            K: np.ndarray, ending: np.ndarray, now: float) -> tuple:
+    """The event loop from ``now`` to the end of the run, or under ``EXTERNAL`` to the next decision:
+    ``(status, now, decider)`` (``simulate``). Its own function, allocating nothing, so that an episode's loop
+    resumes it at every decision without counting references to every array."""
+    n = F.shape[1]
     p = len(order_start) - 1
     status = RUNNING
     decider = -1
@@ -376,8 +353,59 @@ def simulate(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np
             _settle(now, rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
         if rule == EXTERNAL:
             wake(P)
+    return status, now, decider
+
+
+@compiled
+def simulate(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.ndarray, stage: np.ndarray,
+             index: np.ndarray, impact: np.ndarray, needs_count: np.ndarray, release_start: np.ndarray,
+             release_task: np.ndarray, order_start: np.ndarray, order_task: np.ndarray, peer_start: np.ndarray,
+             peer_task: np.ndarray, kind_class: np.ndarray, reserve: np.ndarray, falls: np.ndarray,
+             dispatch_key: np.ndarray, rule: int, memory: int, kind_tier: np.ndarray, kind_priority: np.ndarray,
+             ingress_capacity: float, segment_room: int, state: tuple | None = None, now: float = 0.0) -> tuple:
+    """Simulate one iteration of the task graph given as arrays under one policy.
+
+    ``kind_tier[k]`` is the exclusive tier rank (0 = 'a') of transfer kind ``k`` in
+    ``COMM_KINDS`` order, -1 for shared; ``kind_priority[k]`` its shared priority.
+    ``rule`` is ``STATIC`` (each GPU runs ``order_task`` in order) or a dispatcher, which
+    chooses by ``dispatch_key``, then ``kind_class``, micro-batch and stage, within
+    ``memory`` (1/v units; ``reserve`` and ``falls``: the room a task takes and gives back).
+    Returns ``(status, F, I, segments, segment_task, segment_times, P, now, decider)``: ``status`` is
+    ``DONE`` or ``STUCK``; the rows ``READY``, ``START``, ``END`` and ``THROTTLED_TIME`` of
+    ``F`` and ``THROTTLED`` and ``RANK`` (its place in its GPU's run) of ``I`` are every task's
+    record; ``segments`` counts the stretches at a constant positive rate, of which the first ``segment_room`` are kept:
+    task, then ``(t0, t1, rate)`` rows. ``P`` holds each GPU's next compute and busy task.
+
+    Under the ``EXTERNAL`` rule the loop stops at each decision with ``status`` ``RUNNING``, the instant ``now``
+    and the GPU that must decide (``decider``); the caller starts a task (``decision``) and calls again with
+    ``state``, the arrays of ``prepare`` it began with, and ``now``: the same loop continues where it stopped.
+    Without ``state`` the compiler removes those branches, and the state stays local to this function.
+    """
+    if state is None:
+        F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending = prepare(
+            length, gpu, receiver, comm, stage, index, impact, needs_count, kind_class, reserve, falls,
+            dispatch_key, len(order_start) - 1, kind_tier, kind_priority, segment_room)
+        begin(rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
+    else:
+        F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending = state
+    status, now, decider = advance(rule, memory, ingress_capacity, release_start, release_task, order_start,
+                                   order_task, peer_start, peer_task, F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K,
+                                   ending, now)
     kept = min(C[SEGMENTS], segment_room)
     return status, F, I, C[SEGMENTS], SI[:kept], SF[:, :kept], P, now, decider
+
+
+@inlined
+def resume(memory: int, ingress_capacity: float, release_start: np.ndarray, release_task: np.ndarray,
+           order_start: np.ndarray, order_task: np.ndarray, peer_start: np.ndarray, peer_task: np.ndarray,
+           state: tuple, now: float) -> tuple:
+    """A run whose every decision is its caller's (``EXTERNAL``), continued from ``state`` at ``now`` to its next
+    decision or its end: ``(status, segments, now, decider)``, as ``simulate`` gives them."""
+    F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending = state
+    status, now, decider = advance(EXTERNAL, memory, ingress_capacity, release_start, release_task, order_start,
+                                   order_task, peer_start, peer_task, F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K,
+                                   ending, now)
+    return status, C[SEGMENTS], now, decider
 
 
 @inner

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .jit import compiled, inner
-from .loop import begin, decision, prepare, simulate
+from .loop import begin, decision, prepare, resume
 from .next_task import choices
 from .observation import GPU_WIDTH, observe
 from .state import DONE, DONE_COUNT, EXTERNAL, RUNNING
@@ -34,15 +34,26 @@ def act(observation: np.ndarray, mask: np.ndarray, weights: np.ndarray, biases: 
     layers = shapes.shape[0]
     for k in range(layers):
         inputs, outputs = shapes[k, 0], shapes[k, 1]
-        # each output summed over its inputs in order, then its bias; input by input, so that weights are read
-        # row after row as they are stored
-        for j in range(outputs):
-            target[j] = 0.0
-        for i in range(inputs):
-            value = source[i]
-            row = w + i * outputs
-            for j in range(outputs):
-                target[j] += value * weights[row + j]
+        # each output summed over its inputs in order, from 0.0, then its bias; four outputs at a time, their sums
+        # kept in registers over the inputs rather than stored back after each (weights are stored row after row)
+        j = 0
+        while j + 4 <= outputs:
+            a0 = a1 = a2 = a3 = 0.0
+            row = w + j
+            for i in range(inputs):
+                value = source[i]
+                a0 += value * weights[row]
+                a1 += value * weights[row + 1]
+                a2 += value * weights[row + 2]
+                a3 += value * weights[row + 3]
+                row += outputs
+            target[j], target[j + 1], target[j + 2], target[j + 3] = a0, a1, a2, a3
+            j += 4
+        for j in range(j, outputs):
+            a0 = 0.0
+            for i in range(inputs):
+                a0 += source[i] * weights[w + i * outputs + j]
+            target[j] = a0
         for j in range(outputs):
             total = target[j] + biases[b + j]
             target[j] = np.tanh(total) if k < layers - 1 else total
@@ -95,11 +106,8 @@ def play(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.nda
     first, second = np.empty(room), np.empty(room)
     now = 0.0
     while True:
-        result = simulate(length, gpu, receiver, comm, stage, index, impact, needs_count, release_start,
-                          release_task, order_start, order_task, peer_start, peer_task, kind_class, reserve, falls,
-                          dispatch_key, EXTERNAL, memory, kind_tier, kind_priority, ingress_capacity, segment_room,
-                          state, now)
-        status, segments, now, s = result[0], result[3], result[7], result[8]
+        status, segments, now, s = resume(memory, ingress_capacity, release_start, release_task, order_start,
+                                          order_task, peer_start, peer_task, state, now)
         if status != RUNNING:  # DONE or STUCK
             return status, now, segments, state
         choices(s, memory, F, I, P, order_start, order_task, out)
