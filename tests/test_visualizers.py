@@ -244,3 +244,12 @@ def test_a_row_by_pixel_column_stacks_from_its_floor():
     assert list(column[at(0.1)]) == red and list(column[at(0.5)]) == blue
     assert list(column[at(0.9)]) == [255, 255, 255, 255]  # clear: the figure's white
     plt.close(fig)
+
+
+def test_a_chart_by_pixel_column_saves_as_a_vector_file(tmp_path):
+    result = run_script(SCRIPTS[0], "--schedule", "zb-h1", "-n", "400", "--num-gpus", "4", "--no-show", "--output",
+                        "chart.svg", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    text = (tmp_path / "chart.svg").read_text()
+    # the rows by pixel column as one embedded image, the axes, ticks and legend as vectors
+    assert text.startswith("<?xml") and text.count("<image") == 1

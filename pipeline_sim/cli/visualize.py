@@ -415,7 +415,7 @@ def draw(args: argparse.Namespace, params: EnvParams, workload: Workload | None,
     with atomic_output(output) as temporary:
         # the fastest PNG compression, as the heatmaps': a 64-GPU chart's 46 million pixels take seconds at the default
         fig.savefig(temporary, dpi=130, format=image_format,
-                    pil_kwargs={"compress_level": 1} if image_format == "png" else None)
+                    **({"pil_kwargs": {"compress_level": 1}} if image_format == "png" else {}))
     peak = metrics.peak_activations
     unit = " s" if workload is not None else ""
     held = bound_of_run(memory_bound(schedule.params, args.sample, schedule.memory_limit), schedule.completion_time,

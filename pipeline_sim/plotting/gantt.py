@@ -48,7 +48,7 @@ CHUNK_LIGHTEN = 0.45
 #: The resolution charts are saved at (dots per inch).
 DPI = 130
 #: Below this median width of a compute bar, in pixels, bars are no longer drawn one by one: each pixel column of
-#: a row shows what ran in it (``_aggregate``), the only thing a reader could see there.
+#: a row shows what ran in it (``_Columns``), the only thing a reader could see there.
 MIN_BAR_PIXELS = 3.0
 
 #: Row layouts: per GPU, the rows drawn and the task kinds each holds.
