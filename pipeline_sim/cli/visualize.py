@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ..engine import (
     SimulationStuckError,
@@ -414,8 +414,8 @@ def draw(args: argparse.Namespace, params: EnvParams, workload: Workload | None,
     ax.set_title(fitted(title, fig, 9, share=0.88), fontsize=9, loc="left")
     with atomic_output(output) as temporary:
         # the fastest PNG compression, as the heatmaps': a 64-GPU chart's 46 million pixels take seconds at the default
-        fig.savefig(temporary, dpi=130, format=image_format,
-                    **({"pil_kwargs": {"compress_level": 1}} if image_format == "png" else {}))
+        png: dict[str, Any] = {"pil_kwargs": {"compress_level": 1}} if image_format == "png" else {}
+        fig.savefig(temporary, dpi=130, format=image_format, **png)
     peak = metrics.peak_activations
     unit = " s" if workload is not None else ""
     held = bound_of_run(memory_bound(schedule.params, args.sample, schedule.memory_limit), schedule.completion_time,
