@@ -11,7 +11,7 @@ import hashlib
 import math
 import sys
 from dataclasses import replace
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Mapping, NamedTuple, Sequence
 
@@ -32,6 +32,8 @@ from .model import (
     EnvParams,
     ParameterError,
     Policy,
+    Run,
+    RunTasks,
     Schedule,
     Task,
     TaskKind,
@@ -444,21 +446,18 @@ def simulate(params: EnvParams, policy: Policy, sample: int = 0,
     dispatcher expects, not what the tasks take; an environment of a table of lengths, ``params.lengths``, expects
     its table's).
     """
-    graph = build_task_graph(params, sample)
     arrays = graph_arrays(params)
     work = task_lengths(params, sample, None if lengths is None else given_lengths(params, lengths))
-    if lengths is not None:
-        graph = with_lengths(graph, work)
     tiers, priorities = policy_arrays((policy,))
     unit = params.time_unit
     arguments = list(arrays.kernel_arguments(in_unit(work, unit), params))
     memory = None
-    if order is not None:
-        graph = graph._replace(orders=given_order(params, order))
-        order_task = np.array([i for tasks in graph.orders for i in tasks], dtype=np.int64)
+    orders = None if order is None else given_order(params, order)
+    if orders is not None:
+        order_task = np.array([i for tasks in orders for i in tasks], dtype=np.int64)
         order_task.flags.writeable = False  # as the graph's own: the kernel is compiled for read-only arrays
         arguments[11] = order_task
-        memory = memory_in_force(params, order_peak(params, graph.orders))
+        memory = memory_in_force(params, order_peak(params, orders))
     room = 4 * len(work) + 64
     while True:
         status, F, I, segment_count, seg_task, seg_times, P, _, _ = kernel.simulate(
@@ -466,8 +465,8 @@ def simulate(params: EnvParams, policy: Policy, sample: int = 0,
         if segment_count <= room:
             break
         room = segment_count  # the same run again, with room for every segment
-    return schedule_of(params, policy, sample, graph, status, F, I, P, seg_task, seg_times,
-                       memory=memory_in_force(params) if memory is None else memory, given_order=order is not None,
+    return schedule_of(params, policy, sample, status, F, I, P, seg_task, seg_times,
+                       memory=memory_in_force(params) if memory is None else memory, orders=orders,
                        lengths=None if lengths is None else work)
 
 
@@ -477,12 +476,14 @@ def with_lengths(graph: TaskGraph, lengths: np.ndarray) -> TaskGraph:
                                                                                           lengths.tolist())))
 
 
-def schedule_of(params: EnvParams, policy: Policy, sample: int, graph: TaskGraph, status: int, F: np.ndarray,
-                I: np.ndarray, P: np.ndarray, seg_task: np.ndarray, seg_times: np.ndarray, *, memory: float,
-                given_order: bool = False, lengths: np.ndarray | None = None) -> Schedule:
+def schedule_of(params: EnvParams, policy: Policy, sample: int, status: int, F: np.ndarray, I: np.ndarray,
+                P: np.ndarray, seg_task: np.ndarray, seg_times: np.ndarray, *, memory: float,
+                orders: Sequence[Sequence[int]] | None = None, lengths: np.ndarray | None = None) -> Schedule:
     """The kernel's final arrays of a run (in ``params.time_unit``; ``seg_task`` and ``seg_times`` every segment
-    kept) as a ``Schedule``; ``SimulationStuckError`` naming what waits if the run stuck. ``lengths``: the run's
-    lengths, when given rather than ``params``' own (its lower bound is on them)."""
+    kept) as a ``Schedule``, its tasks' records made when first read; ``SimulationStuckError`` naming what waits if
+    the run stuck. ``orders``: per GPU its compute tasks, when the run followed an order given rather than its
+    schedule's; ``lengths``: the run's lengths, when given rather than ``params``' own (its lower bound is on
+    them)."""
     unit = params.time_unit
     F = F.copy()
     seg_times = seg_times.copy()
@@ -490,29 +491,53 @@ def schedule_of(params: EnvParams, policy: Policy, sample: int, graph: TaskGraph
     for row in (kernel.READY, kernel.START, kernel.END, kernel.THROTTLED_TIME):
         F[row] *= unit
     seg_times[:2] *= unit  # each segment's t0 and t1; its rate has no unit
-    ready, start, end = F[kernel.READY].tolist(), F[kernel.START].tolist(), F[kernel.END].tolist()
     if status == kernel.STUCK:
-        raise SimulationStuckError(_stuck_message(graph, ready, end, P[kernel.NEXT].tolist(),
-                                                  P[kernel.BUSY].tolist()))
-    segments: list[list[tuple[float, float, float]]] = [[] for _ in graph.tasks]
-    for i, t0, t1, rate in zip(seg_task.tolist(), *seg_times.tolist()):
-        segments[i].append((t0, t1, rate))
-    throttled = (I[kernel.THROTTLED] == 1).tolist()
-    tasks = [Task(spec.kind, spec.gpu, spec.stage, spec.index, spec.length, spec.receiver, spec.parts, r, s, e,
-                  flag, wait, stretch)
-             for spec, r, s, e, flag, wait, stretch in zip(graph.tasks, ready, start, end, throttled,
-                                                          F[kernel.THROTTLED_TIME].tolist(), segments)]
+        graph = _graph(params, sample, lengths)
+        if orders is not None:
+            graph = graph._replace(orders=tuple(tuple(order) for order in orders))
+        raise SimulationStuckError(_stuck_message(graph, F[kernel.READY].tolist(), F[kernel.END].tolist(),
+                                                  P[kernel.NEXT].tolist(), P[kernel.BUSY].tolist()))
+    structure = graph_structure(params)
+    by_task = np.argsort(seg_task, kind="stable")  # each task's segments together, in the order they ran
+    seg_task, seg_times = seg_task[by_task], seg_times[:, by_task]
+    run = Run(arrays.gpu, structure.kind, structure.part_kind, structure.part_stage,
+              task_lengths(params, sample) if lengths is None else lengths, F[kernel.READY], F[kernel.START],
+              F[kernel.END], I[kernel.THROTTLED] == 1, F[kernel.THROTTLED_TIME], seg_task, seg_times)
     p = params.num_gpus
     figures = np.empty(3 + 3 * p)
     kernel.figures(arrays.gpu, arrays.comm, arrays.rises, arrays.falls, p, activation_units(params), F[kernel.START],
                    F[kernel.END], I[kernel.THROTTLED], F[kernel.THROTTLED_TIME], figures)
     rank = I[kernel.RANK].tolist()
-    orders = tuple(tuple(sorted(order, key=rank.__getitem__)) for order in graph.orders)
-    return Schedule(params=params, policy=policy, tasks=tasks, completion_time=max(end),
-                    spans=tuple(figures[3 + p:3 + 2 * p].tolist()),
+    given = orders is not None
+    if orders is None:
+        bounds, order_task = arrays.order_start.tolist(), arrays.order_task.tolist()
+        orders = [order_task[a:b] for a, b in zip(bounds, bounds[1:])]
+    end = float(F[kernel.END].max())
+    return Schedule(params=params, policy=policy, tasks=RunTasks(run, partial(_records, params, sample, lengths, run)),
+                    completion_time=end, spans=tuple(figures[3 + p:3 + 2 * p].tolist()),
                     peak_activations=tuple(figures[3 + 2 * p:].tolist()),
-                    lower_bound=bound_of_run(lower_bound(params, sample, lengths), max(end), params),
-                    memory_limit=memory, orders=orders, given_order=given_order, sample=sample)
+                    lower_bound=bound_of_run(lower_bound(params, sample, lengths), end, params),
+                    memory_limit=memory, orders=tuple(tuple(sorted(order, key=rank.__getitem__)) for order in orders),
+                    given_order=given, sample=sample)
+
+
+def _graph(params: EnvParams, sample: int, lengths: np.ndarray | None) -> TaskGraph:
+    """The records of ``params``' graph in draw ``sample``, its tasks of ``lengths`` when given."""
+    graph = build_task_graph(params, sample)
+    return graph if lengths is None else with_lengths(graph, lengths)
+
+
+def _records(params: EnvParams, sample: int, lengths: np.ndarray | None, run: Run) -> list[Task]:
+    """Every task of ``run`` (of ``params``' draw ``sample``, of ``lengths`` when given) as a record."""
+    graph = _graph(params, sample, lengths)
+    segments: list[list[tuple[float, float, float]]] = [[] for _ in graph.tasks]
+    for i, t0, t1, rate in zip(run.seg_task.tolist(), *run.seg_times.tolist()):
+        segments[i].append((t0, t1, rate))
+    return [Task(spec.kind, spec.gpu, spec.stage, spec.index, spec.length, spec.receiver, spec.parts, r, s, e, flag,
+                 wait, stretch)
+            for spec, r, s, e, flag, wait, stretch in zip(graph.tasks, run.ready.tolist(), run.start.tolist(),
+                                                         run.end.tolist(), run.throttled.tolist(),
+                                                         run.throttled_time.tolist(), segments)]
 
 
 def simulate_figures(params: EnvParams, policies: Sequence[Policy], sample: int = 0,

@@ -21,7 +21,6 @@ from .engine import (
     memory_in_force,
     policy_arrays,
     schedule_of,
-    with_lengths,
 )
 from .kernel.observation import GPU_WIDTH
 from .kernel.state import DONE_COUNT
@@ -294,13 +293,9 @@ def episode_schedule(params: EnvParams, policy: Policy, sample: int, run: Callab
     F, I, P = episode.state[:3]
     seg_task, seg_times = episode.state[10:12]
     kept = episode.segment_count
-    graph = build_task_graph(params, sample)
-    work = None
-    if lengths is not None:
-        work = task_lengths(params, sample, lengths)
-        graph = with_lengths(graph, work)
-    return schedule_of(params, policy, sample, graph, episode.status, F, I, P, seg_task[:kept],
-                       seg_times[:, :kept], memory=episode.memory_limit, lengths=work)
+    work = None if lengths is None else task_lengths(params, sample, lengths)
+    return schedule_of(params, policy, sample, episode.status, F, I, P, seg_task[:kept], seg_times[:, :kept],
+                       memory=episode.memory_limit, lengths=work)
 
 
 def compile_episode() -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 from functools import lru_cache
-from typing import Any
 
 import numpy as np
 
@@ -88,9 +87,9 @@ def metric_columns(figures: np.ndarray, ideal: float) -> dict[str, list]:
 
 def schedule_metrics(schedule: Schedule) -> ScheduleMetrics:
     """The summary of one simulated schedule, by the same figures a sweep computes."""
-    tasks = schedule.tasks
+    run = schedule.run
 
-    def ints(values: Any) -> np.ndarray:
+    def ints(values: np.ndarray) -> np.ndarray:
         array = np.array(values, dtype=np.int64)
         array.flags.writeable = False  # as the graph's arrays: one compiled signature serves both
         return array
@@ -98,8 +97,8 @@ def schedule_metrics(schedule: Schedule) -> ScheduleMetrics:
     p = schedule.params.num_gpus
     arrays = graph_arrays(schedule.params)  # a schedule's tasks are its graph's, in order
     out = np.empty((1, 3 + 3 * p))
-    figures(ints([t.gpu for t in tasks]), ints([-1 if t.parts else 0 for t in tasks]), arrays.rises, arrays.falls, p,
-            activation_units(schedule.params), np.array([t.start for t in tasks]), np.array([t.end for t in tasks]),
-            np.array([t.throttled for t in tasks], dtype=np.int64), np.array([t.throttled_time for t in tasks]), out[0])
+    figures(ints(run.gpu), ints(np.where(run.part_kind[:, 0] >= 0, -1, 0)), arrays.rises, arrays.falls, p,
+            activation_units(schedule.params), np.array(run.start), np.array(run.end),
+            run.throttled.astype(np.int64), np.array(run.throttled_time), out[0])
     columns = metric_columns(out, ideal_time(schedule.params))
     return ScheduleMetrics(**{name: values[0] for name, values in columns.items()})

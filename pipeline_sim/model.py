@@ -9,9 +9,12 @@ from __future__ import annotations
 import math
 import numbers
 import re
+from collections.abc import Callable, Iterable, Iterator, MutableSequence, Sequence
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
-from typing import Mapping, NamedTuple
+from typing import Mapping, NamedTuple, overload
+
+import numpy as np
 
 from .noise import JITTER_DISTRIBUTIONS
 from .parameters import (
@@ -589,6 +592,103 @@ def sync_points(n: int, sync_freq: int) -> list[int]:
     return points
 
 
+class Run(NamedTuple):
+    """The tasks of a run as arrays, in task order: what a reader of many tasks at once (the metrics, a chart of
+    100,000 bars) takes without a record per task.
+
+    Per task: its GPU; its kind (its number in ``KINDS``); its parts' kinds and stages (two columns, -1 where there
+    is no part: a transfer has none, a pair two); its length; its ready, start and end times; whether it was
+    throttled and for how long. ``seg_task`` and ``seg_times`` (rows t0, t1, rate): every segment, by task.
+    """
+
+    gpu: np.ndarray
+    kind: np.ndarray
+    part_kind: np.ndarray
+    part_stage: np.ndarray
+    length: np.ndarray
+    ready: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    throttled: np.ndarray
+    throttled_time: np.ndarray
+    seg_task: np.ndarray
+    seg_times: np.ndarray
+
+    @classmethod
+    def of(cls, tasks: Sequence[Task]) -> Run:
+        """The arrays of ``tasks``."""
+        def parts(value: Callable[[Action], int]) -> np.ndarray:
+            return np.array([[value(part) for part in task.parts] + [-1] * (2 - len(task.parts)) for task in tasks],
+                            dtype=np.int64).reshape(-1, 2)
+        segments = [(i, *segment) for i, task in enumerate(tasks) for segment in task.segments]
+        times = np.array([segment[1:] for segment in segments], dtype=np.float64).reshape(-1, 3).T
+        def floats(value: Callable[[Task], float]) -> np.ndarray:
+            return np.array([value(task) for task in tasks], dtype=np.float64)
+        return cls(np.array([task.gpu for task in tasks], dtype=np.int64),
+                   np.array([KIND_INDEX[task.kind] for task in tasks], dtype=np.int64),
+                   parts(lambda part: KIND_INDEX[part.kind]), parts(lambda part: part.stage),
+                   floats(lambda task: task.length), floats(lambda task: task.ready),
+                   floats(lambda task: task.start), floats(lambda task: task.end),
+                   np.array([task.throttled for task in tasks], dtype=bool), floats(lambda task: task.throttled_time),
+                   np.array([segment[0] for segment in segments], dtype=np.int64), times)
+
+
+class RunTasks(MutableSequence[Task]):
+    """A run's tasks, made into records (``Task``) by ``make`` when first read one by one: 160,000 of them take a
+    second, which a reader of the arrays alone (``run``) never spends."""
+
+    def __init__(self, run: Run, make: Callable[[], list[Task]]) -> None:
+        self._run = run
+        self._make: Callable[[], list[Task]] | None = make
+        self._tasks: list[Task] = []
+
+    @property
+    def run(self) -> Run:
+        """The tasks as arrays: the kernel's until the records are made, from then on the records' (which their
+        reader may change)."""
+        return self._run if self._make is not None else Run.of(self._tasks)
+
+    def _records(self) -> list[Task]:
+        if self._make is not None:
+            self._tasks, self._make = self._make(), None
+        return self._tasks
+
+    def __len__(self) -> int:
+        return len(self._run.gpu) if self._make is not None else len(self._tasks)
+
+    @overload
+    def __getitem__(self, index: int) -> Task: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Task]: ...
+
+    def __getitem__(self, index: int | slice) -> Task | list[Task]:
+        return self._records()[index]
+
+    @overload
+    def __setitem__(self, index: int, value: Task) -> None: ...
+
+    @overload
+    def __setitem__(self, index: slice, value: Iterable[Task]) -> None: ...
+
+    def __setitem__(self, index: int | slice, value: Task | Iterable[Task]) -> None:
+        self._records()[index] = value  # type: ignore[index, assignment]
+
+    def __delitem__(self, index: int | slice) -> None:
+        del self._records()[index]
+
+    def insert(self, index: int, value: Task) -> None:
+        self._records().insert(index, value)
+
+    def __iter__(self) -> Iterator[Task]:
+        return iter(self._records())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and self._records() == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 @dataclass(slots=True)
 class Schedule:
     """The result of one simulation: every task of the iteration and the figures the engine computed.
@@ -602,7 +702,7 @@ class Schedule:
 
     params: EnvParams
     policy: Policy
-    tasks: list[Task]
+    tasks: MutableSequence[Task]
     completion_time: float
     spans: tuple[float, ...]
     peak_activations: tuple[float, ...]
@@ -611,6 +711,11 @@ class Schedule:
     orders: tuple[tuple[int, ...], ...]
     given_order: bool = False  # ran a static order given by the caller, not its schedule's (``orders`` holds it)
     sample: int = 0  # which draw of the noise (docs/model.md section 8); irrelevant without jitter
+
+    @property
+    def run(self) -> Run:
+        """Its tasks as arrays: the kernel's own for a simulated schedule, else made from ``tasks``."""
+        return self.tasks.run if isinstance(self.tasks, RunTasks) else Run.of(self.tasks)
 
     def task(self, kind: str, stage: int, index: int) -> Task:
         """The task of ``kind`` on ``stage`` for micro-batch (or sync ordinal) ``index``; a pair by its forward."""

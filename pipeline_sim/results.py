@@ -6,10 +6,9 @@ import math
 import os
 import stat
 from pathlib import Path
-from typing import Any, BinaryIO, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, BinaryIO, Iterable, Iterator, Sequence
 
 import numpy as np
-import pandas as pd
 
 from .config import BOOLEAN_KEYS, INTEGER_KEYS, OBJECT_KEYS, STRING_KEYS
 from .model import (
@@ -35,6 +34,11 @@ from .workload import (
     seconds_text,
     workload_columns,
 )
+
+# pandas is imported where frames are read, not here: the visualizers read only this module's names, and importing
+# pandas would take them a second
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: Columns every generator CSV has; later metric columns are optional for reading.
 REQUIRED_COLUMNS = ("n", "num_gpus", "policy", *(f"prio_{kind}" for kind in COMM_KINDS),
@@ -63,6 +67,7 @@ def read_results(path: str | Path, rows: int = READ_ROWS, source: BinaryIO | Non
     the file, the line, the column and the cell. Each frame's index is its rows' line numbers (a Parquet file's
     rows are numbered as a CSV's lines would be, from 2). ``source``: the file, already open (read from its
     start), so that two readings read the same file even if ``path`` is replaced in between."""
+    import pandas as pd
     path = Path(path)
     if source is None:
         with open_results(path) as handle:
@@ -132,6 +137,7 @@ def _check_columns(path: Path, frame: pd.DataFrame) -> None:
 
 
 def _bad_cell(path: Path, frame: pd.DataFrame, column: str, bad: pd.Series, allowed: str) -> ResultsError:
+    import pandas as pd
     line = int(frame.index[np.flatnonzero(bad.to_numpy())[0]])
     cell = frame.at[line, column]
     text = "an empty cell" if pd.isna(cell) else repr(cell.item() if isinstance(cell, np.generic) else cell)
@@ -147,6 +153,7 @@ _NUMERIC = tuple(name for name in (*EnvParams.names(), *WORKLOAD_KEYS) if name n
 def _check_cells(path: Path, frame: pd.DataFrame) -> None:
     """Every environment cell a number (an integer where the parameter is one), present unless a schedule may
     ignore it; every priority empty or a number; names present."""
+    import pandas as pd
     for column in _NUMERIC + PRIO_COLUMNS:
         if column not in frame.columns:
             continue
@@ -189,6 +196,7 @@ def _check_cells(path: Path, frame: pd.DataFrame) -> None:
 
 
 def _csv_frames(path: Path, rows: int, source: BinaryIO) -> Iterator[pd.DataFrame]:
+    import pandas as pd
     try:
         with pd.read_csv(source, dtype={column: "string" for column in TIER_COLUMNS}, chunksize=rows) as reader:
             empty = True
@@ -215,6 +223,7 @@ def _parquet_frames(path: Path, rows: int, source: BinaryIO) -> Iterator[pd.Data
 
 def _check_times(path: Path, frame: pd.DataFrame) -> None:
     """Every time a finite number > 0 (a spread >= 0), and a lower bound one that no run is below."""
+    import pandas as pd
     for column in [name for name in ("completion_time", *METRICS, "ideal_time") if name in frame.columns]:
         values = pd.to_numeric(frame[column], errors="coerce")
         bad = ~(np.isfinite(values) & (values >= 0 if column == "completion_std" else values > 0))
@@ -228,6 +237,7 @@ def _check_times(path: Path, frame: pd.DataFrame) -> None:
 
 def _refuse_times(path: Path, frame: pd.DataFrame, column: str, bad: pd.Series, allowed: str) -> None:
     """``ResultsError`` naming the first row of ``bad``, if any."""
+    import pandas as pd
     if bad.any():
         row = int(np.flatnonzero(bad.to_numpy())[0])
         cell = frame[column].iloc[row]
@@ -237,6 +247,7 @@ def _refuse_times(path: Path, frame: pd.DataFrame, column: str, bad: pd.Series, 
 
 def load_results(path: str | Path) -> pd.DataFrame:
     """A whole sweep's output in one frame (``read_results`` reads it in pieces)."""
+    import pandas as pd
     return pd.concat(list(read_results(path)), ignore_index=True)
 
 
@@ -259,6 +270,7 @@ def environments(frames: pd.DataFrame | Iterable[pd.DataFrame], where: str = "")
     (a schedule's parameter missing, a value out of its domain) is refused, naming its first
     line (the frame's index) and ``where`` (the file) the rows come from.
     """
+    import pandas as pd
     held: pd.DataFrame | None = None  # the last environment of a piece, which may go on in the next
     seen: set[tuple] = set()
     for frame in [frames] if isinstance(frames, pd.DataFrame) else frames:
@@ -277,6 +289,7 @@ def environments(frames: pd.DataFrame | Iterable[pd.DataFrame], where: str = "")
 
 def _environment(rows: pd.DataFrame, names: list[str], seen: set[tuple], where: str
                  ) -> tuple[EnvParams, pd.DataFrame]:
+    import pandas as pd
     key = tuple(None if pd.isna(cell) else cell for cell in rows[names].iloc[0])
     values = {name: _value(name, cell) for name, cell in zip(names, key)
               if cell is not None and name in EnvParams.names()}
@@ -300,6 +313,7 @@ def _environment(rows: pd.DataFrame, names: list[str], seen: set[tuple], where: 
 def workload_of(rows: pd.DataFrame, at: str = "the first row") -> Workload | None:
     """The workload of an environment's rows, rebuilt from its columns; None outside a workload sweep.
     ``ResultsError`` names ``at`` (where the rows are), the column and the cell that make no workload."""
+    import pandas as pd
     if "model" not in rows.columns:
         return None
     row = rows.iloc[0]
@@ -566,6 +580,7 @@ def schedule_groups(summaries: Iterable[tuple[EnvParams, Workload | None, dict[s
     workload sweep) and the summaries of its schedules, in order. Only groups of two or
     more schedules are yielded.
     """
+    import pandas as pd
     groups: dict[tuple, list[tuple[EnvParams, Workload | None, dict[str, Any]]]] = {}
     for params, workload, summary in summaries:
         groups.setdefault(identity(params, workload, SCHEDULE_KEYS), []).append((params, workload, summary))
@@ -621,6 +636,7 @@ def jitter_families(environments: Iterable[tuple[EnvParams, Workload | None, pd.
     identical share one row, named ``A = B``. Only families of two or more levels are yielded.
     Of each environment's rows only the policy, mean and p95 columns are kept.
     """
+    import pandas as pd
     families: dict[tuple, list[tuple[EnvParams, pd.DataFrame]]] = {}
     workloads: dict[tuple, Workload | None] = {}
     for params, workload, rows in environments:
@@ -674,6 +690,7 @@ def dispatch_families(summaries: Iterable[tuple[EnvParams, Workload | None, dict
     ``reference``, is the static order of least mean at the lowest level. Only groups of two or more ways, two or
     more levels each, a static order and a dispatcher among them are yielded.
     """
+    import pandas as pd
     groups: dict[tuple, list[tuple[EnvParams, Workload | None, dict[str, Any]]]] = {}
     for params, workload, summary in summaries:
         groups.setdefault(identity(params, workload, SCHEDULE_KEYS + JITTER_KEYS), []).append(

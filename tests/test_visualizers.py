@@ -1,6 +1,7 @@
 """Both visualizer scripts run as a user runs them (their messages and charts checked in this process)."""
 
 import importlib
+from dataclasses import replace
 
 import pytest
 from conftest import assert_one_line_error, assert_png_drawn, run_here, run_script
@@ -166,3 +167,89 @@ def test_pixel_columns_hold_what_ran_in_them():
     # [0.5, 2.5) at rate 1 and [1.5, 4) at rate 0.5: each column's integral of the rates
     busy = _busy(np.array([0.5, 1.5]), np.array([2.5, 4.0]), np.array([1.0, 0.5]), edges)
     assert busy == pytest.approx([0.5, 1.0 + 0.25, 0.5 + 0.5, 0.5])
+
+
+def _pixels(schedule, width):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from pipeline_sim.plotting.gantt import plot_gantt
+
+    fig, ax = plt.subplots(figsize=(width, 4))
+    aggregated = plot_gantt(ax, schedule)
+    fig.canvas.draw()
+    pixels = np.asarray(fig.canvas.buffer_rgba()).copy()
+    plt.close(fig)
+    return aggregated, pixels
+
+
+def test_a_chart_by_pixel_column_reads_the_arrays_as_the_records_say():
+    from pipeline_sim import EnvParams, Policy
+    from pipeline_sim.engine import simulate
+    from pipeline_sim.model import RunTasks
+
+    # pairs and chunks: parts of one task in two colours, a GPU's later chunk lighter
+    schedule = simulate(EnvParams(n=200, num_gpus=4, schedule="dualpipe-v", fb_overlap=0.3), Policy())
+    aggregated, from_arrays = _pixels(schedule, 6)
+    assert aggregated and isinstance(schedule.tasks, RunTasks)
+    assert schedule.run is schedule.run  # drawn from the kernel's arrays: no record made
+    records = replace(schedule, tasks=list(schedule.tasks))  # the same run as records, as a replay gives them
+    assert records.run is not records.run
+    assert (_pixels(records, 6)[1] == from_arrays).all()
+
+
+def test_a_run_as_arrays_is_its_records():
+    import numpy as np
+
+    from pipeline_sim import EnvParams, Policy
+    from pipeline_sim.engine import simulate
+    from pipeline_sim.model import Run
+
+    for params in (EnvParams(n=6, num_gpus=3, schedule="dualpipe-v", fb_overlap=0.3, compute_jitter=0.2),
+                   EnvParams(n=8, num_gpus=4, schedule="zb-h1", optimizer_len=0.5, zero=3, gather_len=0.5)):
+        schedule = simulate(params, Policy(), sample=2)
+        run = schedule.run
+        records = Run.of(schedule.tasks)
+        for field in Run._fields:
+            assert np.array_equal(getattr(run, field), getattr(records, field)), field
+        # the records, once made, are what a reader may change, and the arrays follow them
+        schedule.tasks.pop()
+        assert len(schedule.run.gpu) == len(run.gpu) - 1
+
+
+def test_a_row_by_pixel_column_stacks_from_its_floor():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from pipeline_sim.plotting.gantt import _ColumnRow
+
+    fig, ax = plt.subplots(figsize=(2, 2), dpi=100)
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0.5, -0.5)  # as a chart: y grows downwards, a row's floor below its top
+    # one column: the first band up to a quarter of the row, the second up to three quarters, clear above
+    red, blue = [255, 0, 0, 255], [0, 0, 255, 255]
+    ax.add_image(_ColumnRow(ax, np.array([[0.25], [0.75]]), np.array([[red], [blue]], np.uint8),
+                            np.array([0.0, 1.0]), 0.0))
+    fig.canvas.draw()
+    box = ax.get_window_extent()
+    pixels = np.asarray(fig.canvas.buffer_rgba())
+    column = pixels[:, int(box.x0 + box.width / 2)]
+
+    def at(share):  # the canvas row (its first is its top) at ``share`` of the row's height above its floor
+        return int(pixels.shape[0] - (box.y0 + box.height * (0.1 + 0.8 * share)))  # the row: 0.1 to 0.9 of the axes
+    assert list(column[at(0.1)]) == red and list(column[at(0.5)]) == blue
+    assert list(column[at(0.9)]) == [255, 255, 255, 255]  # clear: the figure's white
+    plt.close(fig)
+
+
+def test_a_chart_by_pixel_column_saves_as_a_vector_file(tmp_path):
+    result = run_script(SCRIPTS[0], "--schedule", "zb-h1", "-n", "400", "--num-gpus", "4", "--no-show", "--output",
+                        "chart.svg", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    text = (tmp_path / "chart.svg").read_text()
+    # the rows by pixel column as one embedded image, the axes, ticks and legend as vectors
+    assert text.startswith("<?xml") and text.count("<image") == 1

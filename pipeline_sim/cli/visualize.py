@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from ..engine import (
     SimulationStuckError,
@@ -28,6 +28,7 @@ from ..model import (
     COMM_KINDS,
     DEFAULT_POLICY,
     HINDSIGHT,
+    KIND_INDEX,
     LOOKAHEAD,
     PARAMETER,
     PARAMETERS,
@@ -41,7 +42,7 @@ from ..orders import format_orders, parse_orders
 from ..parameters import Dispatchers, Parameter, Weights
 from ..results import layout_words, memory_name, schedule_name, workload_title
 from ..tables import read_table
-from ..taskgraph import build_task_graph, check_size, task_lengths
+from ..taskgraph import check_size, graph_structure, task_lengths
 from ..trace import chrome_trace
 from ..workload import (
     DERIVED_KEYS,
@@ -393,19 +394,23 @@ def draw(args: argparse.Namespace, params: EnvParams, workload: Workload | None,
     rows = params.num_gpus * (len(LAYOUTS[layout]) + args.show_memory + 0.5)
     # wide enough that the shortest compute bar holds a short label, within what a screen can take; an
     # optimizer step, however short, does not widen the chart
-    shortest = min((task.length for task in schedule.tasks if task.parts and task.length > 0
-                    and task.kind is not TaskKind.OPTIMIZER_STEP), default=schedule.completion_time)
+    run = schedule.run
+    works = run.length[(run.part_kind[:, 0] >= 0) & (run.length > 0)
+                       & (run.kind != KIND_INDEX[TaskKind.OPTIMIZER_STEP])]
+    shortest = float(works.min()) if works.size else schedule.completion_time
     width = min(max(12.0, schedule.completion_time / shortest * 0.22), 40.0)
     fig, ax = plt.subplots(figsize=(width, 1.2 + 0.42 * rows), layout="constrained")
     plot_gantt(ax, schedule, layout=layout, show_throttling=args.show_throttling,
                show_completion_time=args.show_completion_time, show_memory=args.show_memory,
-               stage_chunk=build_task_graph(params).stage_chunk, seconds=workload is not None)
+               stage_chunk=graph_structure(params).stage_chunk.tolist(), seconds=workload is not None)
     # left-aligned over the axes, which start a tenth of the way in
     title = gantt_title(schedule, schedule_name=name, ideal_time=ideal,
                         workload=workload_title(params, workload) if workload else None)
     ax.set_title(fitted(title, fig, 9, share=0.88), fontsize=9, loc="left")
     with atomic_output(output) as temporary:
-        fig.savefig(temporary, dpi=130, format=image_format)
+        # the fastest PNG compression, as the heatmaps': a 64-GPU chart's 46 million pixels take seconds at the default
+        png: dict[str, Any] = {"pil_kwargs": {"compress_level": 1}} if image_format == "png" else {}
+        fig.savefig(temporary, dpi=130, format=image_format, **png)
     peak = metrics.peak_activations
     unit = " s" if workload is not None else ""
     held = bound_of_run(memory_bound(schedule.params, args.sample, schedule.memory_limit), schedule.completion_time,

@@ -12,11 +12,13 @@ from matplotlib.axes import Axes
 from matplotlib.collections import PolyCollection
 from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
+from matplotlib.image import AxesImage
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter
+from matplotlib.transforms import Bbox
 
-from ..model import COMPUTE_KINDS, TRANSFER_KINDS, Schedule, Task, TaskKind
+from ..model import COMPUTE_KINDS, KIND_INDEX, KINDS, TRANSFER_KINDS, Run, Schedule, Task, TaskKind
 from ..results import ENVIRONMENT_KEYS, TABLE_KEYS, noise_name, titles
 
 KIND_COLORS = {
@@ -46,10 +48,8 @@ CHUNK_LIGHTEN = 0.45
 #: The resolution charts are saved at (dots per inch).
 DPI = 130
 #: Below this median width of a compute bar, in pixels, bars are no longer drawn one by one: each pixel column of
-#: a row shows what ran in it (``_aggregate``), the only thing a reader could see there.
+#: a row shows what ran in it (``_Columns``), the only thing a reader could see there.
 MIN_BAR_PIXELS = 3.0
-#: Pixel rows of an aggregated transfer row: its stack of mean rates at this vertical resolution.
-STACK_PIXELS = 32
 
 #: Row layouts: per GPU, the rows drawn and the task kinds each holds.
 LAYOUTS = {
@@ -161,45 +161,105 @@ def _busy(starts: np.ndarray, ends: np.ndarray, rates: np.ndarray, edges: np.nda
     return np.diff(running)
 
 
-def _aggregate_compute(ax: Axes, tasks: Sequence[Task], y: float, edges: np.ndarray, stage_chunk: Sequence[int],
-                       chunks: int) -> None:
-    """A compute row at one pixel per column: each column in the colour of what ran longest in it, empty when the
-    GPU was idle for more than half of it."""
-    spans: dict[tuple[float, float, float], list[tuple[float, float]]] = defaultdict(list)
-    for task in tasks:
-        width = (task.end - task.start) / len(task.parts)
-        for i, part in enumerate(task.parts):
-            spans[_shade(KIND_COLORS[part.kind], stage_chunk[part.stage], chunks)].append(
-                (task.start + i * width, task.start + (i + 1) * width))
-    if not spans:
-        return
-    colours = list(spans)
-    intervals = [np.array(spans[c]) for c in colours]
-    busy = np.array([_busy(ends[:, 0], ends[:, 1], np.ones(len(ends)), edges) for ends in intervals])
-    image = np.zeros((1, len(edges) - 1, 4))
-    image[0, :, :3] = np.array(colours)[busy.argmax(0)]
-    image[0, :, 3] = busy.sum(0) >= np.diff(edges) / 2
-    ax.imshow(image, extent=(edges[0], edges[-1], y + ROW_HEIGHT / 2, y - ROW_HEIGHT / 2), aspect="auto",
-              interpolation="nearest", origin="upper")
+class _ColumnRow(AxesImage):
+    """A row drawn by pixel column: in column ``c``, bands stacked from the row's floor, band ``k`` up to
+    ``tops[k, c]`` (a share of the row's height, not decreasing in ``k``) in ``colours[k, c]`` (RGBA bytes).
+
+    Made at the resolution it is drawn at, one output pixel looked up per pixel, and kept for the draw after the one
+    that lays the figure out: an image that matplotlib resamples costs ten times as much per pixel, twice, a polygon
+    per colour as much again, and a chart of 64 GPUs has 40 million pixels.
+    """
+
+    def __init__(self, ax: Axes, tops: np.ndarray, colours: np.ndarray, edges: np.ndarray, y: float) -> None:
+        super().__init__(ax, interpolation="nearest")
+        self.tops = tops
+        self.set_data(np.concatenate([colours, np.zeros((1, *colours.shape[1:]), np.uint8)]))  # clear above them
+        self.pixels = np.ascontiguousarray(self.get_array()).view(np.uint32)[..., 0]  # a band's colour per column
+        self.set_extent((edges[0], edges[-1], y + ROW_HEIGHT / 2, y - ROW_HEIGHT / 2))
+        self.made: tuple = ((), None)
+
+    def make_image(self, renderer, magnification=1.0, unsampled=False):
+        x0, x1, floor, top = self.get_extent()
+        (left, low), (right, high) = self.get_transform().transform([(x0, floor), (x1, top)])
+        box = Bbox.intersection(self.get_window_extent(renderer), self.axes.bbox)
+        if box is None:
+            return None, 0, 0, None
+        x, y, x_end, y_end = np.round(box.extents * magnification)
+        width, height = int(x_end - x), int(y_end - y)
+        if width <= 0 or height <= 0:
+            return None, 0, 0, None
+        key = (x, y, width, height, left, right, low, high, magnification)
+        if self.made[0] != key:
+            count = self.tops.shape[1]
+            centres = (x + np.arange(width) + 0.5) / magnification
+            columns = np.clip(((centres - left) / (right - left) * count).astype(np.int64), 0, count - 1)
+            # each pixel row's height above the floor, a share of the row's; an image's first row is drawn lowest
+            shares = ((y + np.arange(height) + 0.5) / magnification - low) / (high - low)
+            pixels, tops = self.pixels[:, columns], self.tops[:, columns]
+            image = np.repeat(pixels[-1:], height, 0)
+            for k in reversed(range(len(tops))):  # each pixel in the lowest band whose top lies above it
+                np.copyto(image, pixels[k][None], where=shares[:, None] < tops[k][None])
+            self.made = (key, (image.view(np.uint8).reshape(height, width, 4), x / magnification, y / magnification,
+                               None))
+        return self.made[1]
 
 
-def _aggregate_transfers(ax: Axes, tasks: Sequence[Task], y: float, edges: np.ndarray) -> None:
-    """A transfer row at one pixel per column: each column stacks the mean rate of each kind over it, in the
-    order the bars stack."""
-    segments: dict[TaskKind, list[tuple[float, float, float]]] = defaultdict(list)
-    for task in tasks:
-        segments[task.kind].extend(task.segments)
-    kinds = [kind for kind in TRANSFER_KINDS if segments[kind]]
-    if not kinds:
-        return
-    pieces = [np.array(segments[kind]) for kind in kinds]
-    rates = np.array([_busy(piece[:, 0], piece[:, 1], piece[:, 2], edges) for piece in pieces]) / np.diff(edges)
-    tops = np.minimum(np.cumsum(rates, 0), 1.0)  # (kinds, columns): each kind's top, from the floor
-    heights = (np.arange(STACK_PIXELS)[::-1] + 0.5) / STACK_PIXELS  # pixel rows, top first
-    which = (heights[None, :, None] >= tops[:, None, :]).sum(0)  # the kind whose band holds each pixel
-    colours = np.array([(*to_rgb(KIND_COLORS[k]), 1.0) for k in kinds] + [(1.0, 1.0, 1.0, 0.0)])
-    ax.imshow(colours[which], extent=(edges[0], edges[-1], y + ROW_HEIGHT / 2, y - ROW_HEIGHT / 2),
-              aspect="auto", interpolation="nearest", origin="upper")
+class _Columns:
+    """What rows drawn by pixel column read of a run (``Schedule.run``), as arrays in the order of its records (by
+    task, then part or segment): every part of a compute task that ran, with its GPU, its task's kind, colour (a row
+    of ``colours``), start and end (a pair's two halves each); every segment, with its task's GPU and kind."""
+
+    def __init__(self, run: Run, edges: np.ndarray, stage_chunk: Sequence[int], chunks: int) -> None:
+        self.edges = edges
+        stages = len(stage_chunk)
+        self.colours = np.zeros((len(KINDS) * stages, 3))
+        for kind, colour in KIND_COLORS.items():
+            for stage, chunk in enumerate(stage_chunk):
+                self.colours[KIND_INDEX[kind] * stages + stage] = _shade(colour, chunk, chunks)
+        ran = (run.end > run.start) & (run.part_kind[:, 0] >= 0)
+        task, part = np.nonzero(ran[:, None] & (run.part_kind >= 0))
+        width = (run.end[task] - run.start[task]) / (run.part_kind >= 0).sum(1)[task]
+        self.part_task, self.part = task, part
+        self.part_gpu, self.part_kind = run.gpu[task], run.kind[task]
+        self.part_colour = run.part_kind[task, part] * stages + run.part_stage[task, part]
+        self.part_start, self.part_end = run.start[task] + part * width, run.start[task] + (part + 1) * width
+        self.seg_gpu, self.seg_kind, self.seg_times = run.gpu[run.seg_task], run.kind[run.seg_task], run.seg_times
+
+    def compute(self, ax: Axes, gpu: int, kinds: Sequence[TaskKind], y: float) -> None:
+        """GPU ``gpu``'s row of ``kinds``: each column in the colour of what ran longest in it, empty when the GPU
+        was idle for more than half of it."""
+        place = np.full(len(KINDS), -1)  # each kind's place in the row: the records' order is by it, then by task
+        place[[KIND_INDEX[kind] for kind in kinds]] = np.arange(len(kinds))
+        mine = np.flatnonzero(self.part_gpu == gpu)
+        mine = mine[place[self.part_kind[mine]] >= 0]
+        if not mine.size:
+            return
+        mine = mine[np.lexsort((self.part[mine], self.part_task[mine], place[self.part_kind[mine]]))]
+        found, first, which = np.unique(self.part_colour[mine], return_index=True, return_inverse=True)
+        rank = np.argsort(np.argsort(first))  # colours in the order they first appear, as ties fall to the first
+        colours = self.colours[found[np.argsort(first)]]
+        which = rank[which.reshape(-1)]
+        starts, ends = self.part_start[mine], self.part_end[mine]
+        busy = np.array([_busy(starts[which == c], ends[which == c], np.ones(int((which == c).sum())), self.edges)
+                         for c in range(len(colours))])
+        shown = busy.sum(0) >= np.diff(self.edges) / 2
+        shade = (colours[busy.argmax(0)] * 255).astype(np.uint8)  # as matplotlib turns colours into bytes
+        shade = np.concatenate([shade, np.full((len(shade), 1), 255, np.uint8)], 1)
+        ax.add_image(_ColumnRow(ax, np.where(shown, 1.0, 0.0)[None], shade[None], self.edges, y))
+
+    def transfers(self, ax: Axes, gpu: int, kinds: Sequence[TaskKind], y: float) -> None:
+        """GPU ``gpu``'s row of ``kinds``: each column stacks the mean rate of each kind over it, in the order the
+        bars stack, up to the port's capacity."""
+        mine = np.flatnonzero(self.seg_gpu == gpu)
+        pieces = [(kind, self.seg_times[:, mine[self.seg_kind[mine] == KIND_INDEX[kind]]]) for kind in TRANSFER_KINDS
+                  if kind in kinds]
+        pieces = [(kind, times) for kind, times in pieces if times.size]
+        if not pieces:
+            return
+        rates = np.array([_busy(t0, t1, rate, self.edges) for _, (t0, t1, rate) in pieces]) / np.diff(self.edges)
+        tops = np.minimum(np.cumsum(rates, 0), 1.0)  # each kind's top, a share of the row from its floor
+        colours = (np.array([(*to_rgb(KIND_COLORS[kind]), 1.0) for kind, _ in pieces]) * 255).astype(np.uint8)
+        ax.add_image(_ColumnRow(ax, tops, np.repeat(colours[:, None], len(self.edges) - 1, 1), self.edges, y))
 
 
 def _draw_memory(ax: Axes, steps: list[tuple[float, float]], y: float, scale: float, end: float) -> None:
@@ -240,14 +300,16 @@ def plot_gantt(ax: Axes, schedule: Schedule, *, layout: str = "single_channel", 
     label_size = 7
     axes_points = cast(Figure, ax.figure).get_size_inches()[0] * 72 * ax.get_position().width
     char_width = span * 1.02 * 0.62 * label_size / axes_points  # data units one label character needs
+    pixels = max(1, round(axes_points / 72 * DPI))
+    run = schedule.run
+    ran = run.end > run.start
+    widths = (run.end - run.start)[ran & (run.part_kind[:, 0] >= 0)]
+    aggregated = bool(widths.size) and float(np.median(widths)) < MIN_BAR_PIXELS * span * 1.02 / pixels
+    columns = _Columns(run, np.linspace(0.0, span * 1.02, pixels + 1), stage_chunk, chunks) if aggregated else None
     by_gpu_kind = defaultdict(list)
-    for task in schedule.tasks:
+    for task in schedule.tasks if not aggregated else ():  # bar by bar: each task's record
         if task.end > task.start:
             by_gpu_kind[task.gpu, task.kind].append(task)
-    pixels = max(1, round(axes_points / 72 * DPI))
-    widths = [task.end - task.start for task in schedule.tasks if task.parts and task.end > task.start]
-    aggregated = bool(widths) and float(np.median(widths)) < MIN_BAR_PIXELS * span * 1.02 / pixels
-    edges = np.linspace(0.0, span * 1.02, pixels + 1)
 
     compute_bars, transfer_bars = _Bars("white"), _Bars("white")
     ticks, tick_labels = [], []
@@ -260,14 +322,12 @@ def plot_gantt(ax: Axes, schedule: Schedule, *, layout: str = "single_channel", 
             if row_name == "activations":
                 _draw_memory(ax, memory[gpu], y, memory_scale, schedule.completion_time)
                 continue
-            if row_name == "compute":
-                if aggregated:
-                    _aggregate_compute(ax, tasks, y, edges, stage_chunk, chunks)
-                for task in tasks if not aggregated else ():
-                    _draw_compute(ax, compute_bars, task, y, stage_chunk, chunks, char_width, label_size)
+            if columns is not None:
+                (columns.compute if row_name == "compute" else columns.transfers)(ax, gpu, kinds, y)
                 continue
-            if aggregated:
-                _aggregate_transfers(ax, tasks, y, edges)
+            if row_name == "compute":
+                for task in tasks:
+                    _draw_compute(ax, compute_bars, task, y, stage_chunk, chunks, char_width, label_size)
                 continue
             widest: dict[int, tuple] = {}
             for task, x0, x1, y0, height in _stacked_pieces(tasks):
@@ -296,14 +356,15 @@ def plot_gantt(ax: Axes, schedule: Schedule, *, layout: str = "single_channel", 
     ax.grid(axis="x", linestyle=":", linewidth=0.5)
     ax.set_axisbelow(True)
 
-    drawn = {part.kind for task in schedule.tasks if task.end > task.start for part in task.parts}
-    drawn |= {task.kind for task in schedule.tasks if task.end > task.start and not task.parts}
+    parts = run.part_kind[ran]
+    drawn = {KINDS[k] for k in np.unique(parts[parts >= 0])}  # the parts of compute tasks, the transfers
+    drawn |= {KINDS[k] for k in np.unique(run.kind[ran][parts[:, 0] < 0])}
     handles: list[Artist] = [Patch(facecolor=KIND_COLORS[kind], label=LEGEND_NAMES.get(kind, str(kind)))
                              for kind in KIND_COLORS
                              if kind in drawn and not (kind is TaskKind.BACKWARD_INPUT and TaskKind.BACKWARD in drawn)]
     if TaskKind.BACKWARD_INPUT in drawn and TaskKind.BACKWARD in drawn:
         handles[[h.get_label() for h in handles].index("backward")].set_label("backward (B, or I when split)")
-    if any(task.kind is TaskKind.OVERLAP_F_B for task in schedule.tasks):
+    if (run.kind == KIND_INDEX[TaskKind.OVERLAP_F_B]).any():
         handles.append(Patch(facecolor="white", edgecolor="#555555", label="pair F|B: one bar in two halves"))
     if chunks > 1:
         handles.append(Patch(facecolor=_shade("#777777", 1, 2), label="lighter: a GPU's later chunk"))
@@ -314,8 +375,8 @@ def plot_gantt(ax: Axes, schedule: Schedule, *, layout: str = "single_channel", 
         handles.append(Patch(facecolor="white", edgecolor=THROTTLE_COLOR, linewidth=1.2, label="throttled"))
     if aggregated:
         handles.append(Patch(facecolor="none", edgecolor="none", label=f"{len(widths):,} compute bars, too narrow "
-                             f"to draw one by one:\neach pixel column shows what ran\nlongest in it, and the mean "
-                             f"rates\nof the transfers"))
+                             f"to draw one by one:\neach pixel column shows what ran\nlongest in it (blank: idle "
+                             f"most of it)\nand the transfers' mean rates over it"))
     if show_completion_time:
         total = schedule.completion_time
         ax.axvline(total, color=THROTTLE_COLOR, linestyle="--", linewidth=1.2)
