@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+import numpy as np
+
 from ..engine import (
     SimulationStuckError,
     bound_of_run,
@@ -393,11 +395,12 @@ def draw(args: argparse.Namespace, params: EnvParams, workload: Workload | None,
 
     rows = params.num_gpus * (len(LAYOUTS[layout]) + args.show_memory + 0.5)
     # wide enough that the shortest compute bar holds a short label, within what a screen can take; an
-    # optimizer step, however short, does not widen the chart
+    # optimizer step, however short, does not widen the chart, nor does a bar of almost nothing (a measured
+    # first stage's input gradient, which computes nothing) among the others
     run = schedule.run
     works = run.length[(run.part_kind[:, 0] >= 0) & (run.length > 0)
                        & (run.kind != KIND_INDEX[TaskKind.OPTIMIZER_STEP])]
-    shortest = float(works.min()) if works.size else schedule.completion_time
+    shortest = max(float(works.min()), float(np.median(works)) / 3) if works.size else schedule.completion_time
     width = min(max(12.0, schedule.completion_time / shortest * 0.22), 40.0)
     fig, ax = plt.subplots(figsize=(width, 1.2 + 0.42 * rows), layout="constrained")
     plot_gantt(ax, schedule, layout=layout, show_throttling=args.show_throttling,
