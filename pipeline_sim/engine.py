@@ -628,10 +628,22 @@ def compile_kernel(parts: Sequence[str] = KERNEL_PARTS) -> None:
         simulate(params, Policy())
         memory_bound(params)
     if jit and not set(parts) <= done:
-        try:
-            _stamp_path().write_text("\n".join([_kernel_stamp(), *sorted(done | set(parts))]))
-        except OSError:
-            pass  # a cache nobody may write to: numba compiles in memory, and so will the next run
+        _write_stamp(done | set(parts))
+
+
+def mark_compiled(parts: Sequence[str]) -> None:
+    """Record that ``parts`` beyond ``KERNEL_PARTS`` (the episodes' entry points, compiled by their own module) are
+    compiled for the kernel as it is, so that ``kernel_is_compiled`` knows them next time."""
+    done = _compiled_parts()
+    if done is not None and not getattr(numba.config, "DISABLE_JIT") and not set(parts) <= done:
+        _write_stamp(done | set(parts))
+
+
+def _write_stamp(parts: set[str]) -> None:
+    try:
+        _stamp_path().write_text("\n".join([_kernel_stamp(), *sorted(parts)]))
+    except OSError:
+        pass  # a cache nobody may write to: numba compiles in memory, and so will the next run
 
 
 def _stuck_message(graph: TaskGraph, ready: list[float], end: list[float], next_compute: list[int],

@@ -298,6 +298,10 @@ def episode_schedule(params: EnvParams, policy: Policy, sample: int, run: Callab
                        memory=episode.memory_limit, lengths=work)
 
 
+#: About how long ``compile_episode`` takes into an empty cache on one core of a 2-core machine (said while waiting).
+EPISODE_COMPILE_SECONDS = 20
+
+
 def compile_episode() -> None:
     """Compile the kernel's step-by-step entry points and the observation, or load them from the cache (a damaged
     entry is compiled again, ``compile_cache``), as ``engine.compile_kernel`` does the rest of the kernel."""

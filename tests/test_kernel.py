@@ -83,5 +83,11 @@ def test_the_first_compile_is_announced_once(tmp_path, monkeypatch, capsys):
     assert engine.kernel_is_compiled()
     ready_kernel()
     assert capsys.readouterr().err == ""
+    ready_kernel(episodes=True)  # the step-by-step entry points: announced once too
+    assert "compiling the step-by-step kernel of learned and look-ahead dispatch, once per installation" in \
+        capsys.readouterr().err
+    assert engine.kernel_is_compiled(("episodes",))
+    ready_kernel(episodes=True)
+    assert capsys.readouterr().err == ""
     (tmp_path / "stamp").write_text("an older kernel")
     assert not engine.kernel_is_compiled()

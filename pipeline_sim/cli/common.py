@@ -82,8 +82,8 @@ def ready_kernel(episodes: bool = False, parts: Sequence[str] = ("figures", "rec
     ``episodes``, its step-by-step entry points too (a learned dispatcher, training). Worker processes forked
     afterwards share them."""
     from ..compile_cache import NOTICES
-    from ..engine import COMPILE_SECONDS, compile_kernel, kernel_is_compiled
-    from ..episode import compile_episode
+    from ..engine import COMPILE_SECONDS, compile_kernel, kernel_is_compiled, mark_compiled
+    from ..episode import EPISODE_COMPILE_SECONDS, compile_episode
 
     said = bool(NOTICES) or not kernel_is_compiled(parts)
     if said:  # nowhere to keep the compiled kernel is said instead of the usual line
@@ -92,8 +92,13 @@ def ready_kernel(episodes: bool = False, parts: Sequence[str] = ("figures", "rec
             compile_kernel(parts)
     else:
         compile_kernel(parts)
-    if episodes:
+    if episodes and kernel_is_compiled(("episodes",)):
         compile_episode()
+    elif episodes:
+        with _waiting("compiling the step-by-step kernel of learned and look-ahead dispatch, once per installation, "
+                      f"about {EPISODE_COMPILE_SECONDS} s"):
+            compile_episode()
+        mark_compiled(("episodes",))
     if NOTICES and not said:  # a damaged cache, found while loading it
         print(NOTICES[0], file=sys.stderr, flush=True)
 
