@@ -61,6 +61,9 @@ from .kernel.state import END_TOLERANCE, HOLD_CLASS  # noqa: E402
 compile_cache.tolerate_damage(kernel)
 _COMM_NUMBER = {kind: number for number, kind in enumerate(COMM_KINDS)}
 _FALLS = (TaskKind.BACKWARD, TaskKind.BACKWARD_WEIGHT)
+#: Per kind number, and -1 for no part (the last entry), whether a part of it raises a GPU's activations as it
+#: starts, and whether one lowers them as it ends.
+_RISING, _FALLING = (np.array([kind in of for kind in (*KINDS, None)]) for of in ((TaskKind.FORWARD,), _FALLS))
 #: How dispatchers rank a compute task's kind: backward work first, then forwards, then weight gradients; an
 #: optimizer step is no choice (it starts itself, section 6.7).
 _KIND_CLASS = {TaskKind.BACKWARD: 0, TaskKind.BACKWARD_INPUT: 0, TaskKind.FORWARD: 1, TaskKind.BACKWARD_WEIGHT: 2,
@@ -131,32 +134,45 @@ class _Skeleton(NamedTuple):
 def _skeleton(params: EnvParams) -> _Skeleton:
     structure = graph_structure(params)
     kind, count = structure.kind, len(structure.kind)
-    comm = np.array([-1 if kind_of.is_compute else _COMM_NUMBER[params.priority_class(kind_of)] for kind_of in KINDS])
-    kind_class = np.array([_KIND_CLASS.get(kind_of, -1) for kind_of in KINDS])[kind]
+    kind_class = _KIND_CLASSES[kind]
     kind_class[structure.holds] = HOLD_CLASS
     # after each task's releases, the transfers its start issues, and last those issued at time 0 (docs/model.md
     # section 15): the kernel reads row ``count + i`` when task i starts and row ``2 count`` at time 0
     issuer = np.where(structure.issued_by < 0, count, structure.issued_by)
     issued = np.lexsort((structure.issued_task, issuer))
-    release_start = np.concatenate([structure.release_start, structure.release_start[-1] + np.cumsum(
-        np.bincount(issuer, minlength=count + 1))])
+    release_start = np.concatenate([structure.release_start, structure.release_start[-1] + np.bincount(
+        issuer, minlength=count + 1).cumsum()])
     empty = np.zeros(0)
     arrays = GraphArrays(
-        structure.gpu, structure.receiver, comm[kind], structure.stage, structure.index, empty,
-        np.diff(structure.needs_start), release_start,
+        structure.gpu, structure.receiver, _comm_numbers(params)[kind], structure.stage, structure.index, empty,
+        structure.needs_start[1:] - structure.needs_start[:-1], release_start,
         np.concatenate([structure.release_task, structure.issued_task[issued]]), structure.order_start,
         structure.order_task, structure.peer_start, structure.peer_task, kind_class, empty, empty, empty)
     for array in arrays:
         array.flags.writeable = False
 
-    def part_stages(kinds: tuple[TaskKind, ...]) -> np.ndarray:
-        """Per task, the stage of its part of ``kinds``, or -1: a task has one such part at most (a pair has a
-        forward and a whole backward)."""
-        numbers = [KIND_INDEX[kind_of] for kind_of in kinds]
-        first, second = (np.isin(structure.part_kind[:, column], numbers) for column in (0, 1))
+    def part_stages(chosen: np.ndarray) -> np.ndarray:
+        """Per task, the stage of its part of the kinds ``chosen`` (``_RISING``, ``_FALLING``), or -1: a task has one
+        such part at most (a pair has a forward and a whole backward)."""
+        first, second = chosen[structure.part_kind].T
         return np.where(first, structure.part_stage[:, 0], np.where(second, structure.part_stage[:, 1], -1))
     first_forward = (kind == KIND_INDEX[TaskKind.FORWARD]) & (structure.stage_chunk[structure.stage] == 0)
-    return _Skeleton(arrays, first_forward, part_stages((TaskKind.FORWARD,)), part_stages(_FALLS))
+    return _Skeleton(arrays, first_forward, part_stages(_RISING), part_stages(_FALLING))
+
+
+#: ``_KIND_CLASS`` per kind number.
+_KIND_CLASSES = np.array([_KIND_CLASS.get(kind_of, -1) for kind_of in KINDS])
+_COMM_NUMBERS: dict[str, np.ndarray] = {}
+
+
+def _comm_numbers(params: EnvParams) -> np.ndarray:
+    """Per kind number, the number in ``COMM_KINDS`` of the class whose priority a transfer of that kind takes under
+    ``params`` (-1: compute), which only its ``a2a_class`` changes."""
+    numbers = _COMM_NUMBERS.get(params.a2a_class)
+    if numbers is None:
+        numbers = _COMM_NUMBERS[params.a2a_class] = np.array(
+            [-1 if kind_of.is_compute else _COMM_NUMBER[params.priority_class(kind_of)] for kind_of in KINDS])
+    return numbers
 
 
 @lru_cache(maxsize=256)
@@ -176,7 +192,7 @@ def graph_arrays(params: EnvParams) -> GraphArrays:
 
 def stage_rooms(params: EnvParams) -> list[int]:
     """Per stage, one micro-batch's activations there, in units (``ROOM_UNIT`` per stage of weight 1)."""
-    return [room_units(params.stage_weight(stage)) for stage in range(params.num_gpus * params.v)]
+    return [room_units(weight) for weight in params.stage_weights or (1.0,) * (params.num_gpus * params.v)]
 
 
 def gpu_rooms(params: EnvParams) -> list[int]:
@@ -233,8 +249,8 @@ def static_order_peaks(params: EnvParams) -> list[float]:
     task = np.cumsum(~second) - 1  # each part's task: a pair is one
     room = np.array(stage_rooms(params), dtype=np.int64)[stages]
     count = int(task[-1]) + 1 if len(task) else 0
-    rises, falls = (np.bincount(task, weights=np.where(np.isin(kinds, [KIND_INDEX[kind] for kind in of]), room, 0),
-                                minlength=count).astype(np.int64) for of in ((TaskKind.FORWARD,), _FALLS))
+    rises, falls = (np.bincount(task, weights=np.where(chosen[kinds], room, 0), minlength=count).astype(np.int64)
+                    for chosen in (_RISING, _FALLING))
     starts = np.zeros(params.num_gpus + 1, dtype=np.int64)
     np.cumsum(np.bincount(gpus[~second], minlength=params.num_gpus), out=starts[1:])
     return _order_peaks(params, rises, falls, starts)

@@ -34,8 +34,11 @@ def _actions(kinds: Iterable[TaskKind], stages: Iterable[int], mbs: Iterable[int
 
 
 def _columns(kind: TaskKind, stages: np.ndarray, mbs: np.ndarray) -> Columns:
-    """Per GPU (rows of ``stages`` and ``mbs``, broadcast), actions of ``kind`` on ``stages`` for ``mbs``."""
-    return np.stack(np.broadcast_arrays(KIND_INDEX[kind], stages, mbs))
+    """Per GPU (rows of ``stages``, broadcast along columns of ``mbs``), actions of ``kind`` on ``stages`` for
+    ``mbs``."""
+    out = np.empty((3, len(stages), mbs.shape[1]), dtype=np.int64)
+    out[0], out[1], out[2] = KIND_INDEX[kind], stages, mbs
+    return out
 
 
 def _one_to_one(forwards: Columns, backwards: Columns, warmup: np.ndarray) -> Columns:

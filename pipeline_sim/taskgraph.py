@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 from contextlib import contextmanager
 from functools import lru_cache, wraps
+from itertools import accumulate
 from typing import Callable, Iterator, Mapping, NamedTuple, TypeVar
 
 import numpy as np
@@ -257,24 +258,32 @@ def per_structure(function: Callable[[EnvParams], _T]) -> Callable[[EnvParams], 
     return cached
 
 
+def _row_form(kind: TaskKind) -> tuple[int, int, int]:
+    """Where ``_work``'s table holds the work of a task of ``kind``: its block's first row, in stages and GPUs
+    (the block starts at ``stages * a + gpus * b``), and what numbers its row within the block: 0 nothing (a
+    transfer's row, the last, and a pair's too: its work is computed apart), 1 its stage, 2 its GPU."""
+    kind = _SAME_ROWS.get(kind, kind)
+    if kind in _PER_STAGE:
+        return _PER_STAGE.index(kind), 0, 1
+    if kind in _PER_GPU:
+        return len(_PER_STAGE), _PER_GPU.index(kind), 2
+    return len(_PER_STAGE), len(_PER_GPU), 0
+
+
+#: Per kind number, ``_row_form``'s three numbers; and its impact: 0 (none), 1 (a forward's) or 2 (a backward's).
+_ROW_IN_STAGES, _ROW_IN_GPUS, _ROW_BY = np.array([_row_form(kind) for kind in KINDS]).T
+_IMPACT_OF = np.array([1 if kind is _F else 2 if kind in (_B, _I, _W) else 0 for kind in KINDS])
+
+
 @per_structure
 def _work_index(params: EnvParams) -> _WorkIndex:
     structure = graph_structure(params)
-    stages, p = params.num_gpus * params.v, params.num_gpus
-    base = np.full(len(KINDS), len(_PER_STAGE) * stages + len(_PER_GPU) * p)  # a transfer's row; a pair's too: its
-    by = np.zeros(len(KINDS), dtype=np.int64)  # work is computed apart. By: 0 nothing, 1 the stage, 2 the GPU
-    for number, kind in enumerate(_PER_STAGE):
-        base[KIND_INDEX[kind]], by[KIND_INDEX[kind]] = number * stages, 1
-    for number, kind in enumerate(_PER_GPU):
-        base[KIND_INDEX[kind]], by[KIND_INDEX[kind]] = len(_PER_STAGE) * stages + number * p, 2
-    for kind, same in _SAME_ROWS.items():
-        base[KIND_INDEX[kind]], by[KIND_INDEX[kind]] = base[KIND_INDEX[same]], by[KIND_INDEX[same]]
     kinds = structure.kind
-    row = base[kinds] + np.choose(by[kinds], (np.zeros_like(kinds), structure.stage, structure.gpu))
-    impact = np.zeros(len(KINDS), dtype=np.int64)
-    impact[KIND_INDEX[_F]], impact[[KIND_INDEX[k] for k in (_B, _I, _W)]] = 1, 2
-    pairs = np.flatnonzero(kinds == KIND_INDEX[TaskKind.OVERLAP_F_B])
-    return _WorkIndex(row, impact[kinds], pairs, structure.part_stage[pairs, 0], structure.part_stage[pairs, 1])
+    by = _ROW_BY[kinds]
+    row = (_ROW_IN_STAGES * (params.num_gpus * params.v) + _ROW_IN_GPUS * params.num_gpus)[kinds] + np.where(
+        by == 1, structure.stage, np.where(by == 2, structure.gpu, 0))
+    pairs = (kinds == KIND_INDEX[TaskKind.OVERLAP_F_B]).nonzero()[0]
+    return _WorkIndex(row, _IMPACT_OF[kinds], pairs, structure.part_stage[pairs, 0], structure.part_stage[pairs, 1])
 
 
 @per_structure
@@ -310,6 +319,13 @@ _RELEASE_RANK = np.array([TRANSFER_KINDS.index(kind) if kind in TRANSFER_KINDS e
 _PART_SLOT = np.array([_PART_KINDS.index(kind) if kind in _PART_KINDS else -1 for kind in KINDS])
 _PER_MICROBATCH = (TaskKind.FWD_PROP, TaskKind.GRAD_PROP, TaskKind.FWD_GATHER, TaskKind.BWD_GATHER,
                    TaskKind.KV_EXCHANGE, TaskKind.KV_GRAD_EXCHANGE, TaskKind.A2A, TaskKind.A2A_GRAD)
+#: Per kind number (and -1, no part: the last entry), which of ``_structure_of``'s tables of inputs a part of that
+#: kind waits for: 0 a forward's, 1 a backward's or I's, 2 a W's, 3 none; and which gather: 0 a forward's, 1 a
+#: backward's or I's, 2 none.
+_INPUT_OF = np.array([{_F: 0, _B: 1, _I: 1, _W: 2}.get(kind, 3) for kind in KINDS] + [3])
+_GATHER_OF = np.array([{_F: 0, _B: 1, _I: 1}.get(kind, 2) for kind in KINDS] + [2])
+#: Per kind number, whether it is an all-to-all's.
+_IS_A2A = np.array([kind in A2A_KINDS for kind in KINDS])
 
 
 class GraphStructure(NamedTuple):
@@ -394,28 +410,47 @@ def graph_structure(params: EnvParams) -> GraphStructure:
     return structure
 
 
+def _starts(counts: np.ndarray | list[int]) -> np.ndarray:
+    """The starts of compressed rows of ``counts`` entries each."""
+    if isinstance(counts, list):  # a few rows: numpy's fixed cost per call is the most of it
+        return np.array([0, *accumulate(counts)], dtype=np.int64)
+    starts = np.zeros(len(counts) + 1, dtype=np.int64)
+    starts[1:] = counts.cumsum()
+    return starts
+
+
+def _none(*shape: int) -> np.ndarray:
+    """An array of ``shape`` holding -1 (no task) everywhere: ``np.full``'s work without its cost per call."""
+    out = np.empty(shape, dtype=np.int64)
+    out.fill(-1)
+    return out
+
+
 def _compressed(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The starts of compressed rows of ``counts`` entries each, and each entry's place within its row."""
-    starts = np.zeros(len(counts) + 1, dtype=np.int64)
-    np.cumsum(counts, out=starts[1:])
-    return starts, np.arange(starts[-1]) - np.repeat(starts[:-1], counts)
+    starts = _starts(counts)
+    return starts, np.arange(starts[-1]) - starts[:-1].repeat(counts)
 
 
 def _structure_of(params: EnvParams) -> GraphStructure:
     """Per GPU: its compute tasks in their order, then its pipeline transfers (forward, then backward), its
     gradient syncs, each stage's gathers, exchanges and all-to-alls, its optimizer step and its gather of updated
     parameters; tasks numbered in that order, each block by stage and micro-batch (docs/model.md sections 2, 6
-    and 15-16)."""
+    and 15-16).
+
+    Small graphs are built in a few hundred microseconds, of which numpy's fixed cost per call is most: a step that
+    a graph has nothing of (no pairs, gathers, exchanges or optimizer steps) is skipped rather than done on empty
+    arrays."""
     spec = get_schedule(params.schedule)
     p, n, v = params.num_gpus, params.n, params.v
     stages = p * v
-    stage_gpu = np.array([spec.placement(s, p, v) for s in range(stages)], dtype=np.int64)
+    placed = [spec.placement(s, p, v) for s in range(stages)]
     mine: list[list[int]] = [[] for _ in range(p)]
-    for s, gpu in enumerate(stage_gpu.tolist()):
-        mine[gpu].append(s)
-    stage_chunk = np.zeros(stages, dtype=np.int64)
-    for own in mine:
-        stage_chunk[own] = np.arange(len(own))
+    chunks = []
+    for s, gpu_of in enumerate(placed):
+        chunks.append(len(mine[gpu_of]))
+        mine[gpu_of].append(s)
+    stage_gpu, stage_chunk = np.array(placed, dtype=np.int64), np.array(chunks, dtype=np.int64)
     syncs = np.array(sync_points(n, params.sync_freq), dtype=np.int64)
     per_use = params.zero == 3 and params.gather_len > 0
     optimizer = params.optimizer_len > 0
@@ -423,7 +458,7 @@ def _structure_of(params: EnvParams) -> GraphStructure:
 
     # the orders' parts, checked: each on its stage's GPU, each once
     part_gpu, part_kind, part_stage, part_mb, second = order_parts(params)
-    outside = (part_stage < 0) | (part_stage >= stages) | (part_mb < 0) | (part_mb >= n)
+    outside = (part_stage.view(np.uint64) >= stages) | (part_mb.view(np.uint64) >= n)  # a negative one too
     if outside.any():
         k = int(np.argmax(outside))
         action = Action(KINDS[part_kind[k]], int(part_stage[k]), int(part_mb[k]))
@@ -435,8 +470,7 @@ def _structure_of(params: EnvParams) -> GraphStructure:
         action = Action(KINDS[part_kind[k]], int(part_stage[k]), int(part_mb[k]))
         raise ScheduleError(f"GPU {part_gpu[k]} runs {action}, but stage {action.stage} lives on GPU "
                             f"{stage_gpu[action.stage]}")
-    slot = _PART_SLOT[part_kind]
-    key = (slot * stages + part_stage) * n + part_mb
+    key = (_PART_SLOT[part_kind] * stages + part_stage) * n + part_mb
     twice = np.bincount(key, minlength=len(_PART_KINDS) * stages * n) > 1
     if twice.any():
         k = int(np.argmax(twice[key]))
@@ -444,7 +478,8 @@ def _structure_of(params: EnvParams) -> GraphStructure:
                             f"the orders of {params.schedule}")
 
     # the blocks of tasks, GPU after GPU: kind number (-1: the GPU's compute tasks), GPU, stage, length, receiver
-    computes = np.bincount(part_gpu[~second], minlength=p).tolist()
+    pairs = bool(second.any())
+    computes = np.bincount(part_gpu[~second] if pairs else part_gpu, minlength=p).tolist()
     blocks: list[tuple[int, int, int, int, int]] = []
     per_stage = [kind for kind, wanted in ((TaskKind.FWD_GATHER, per_use), (TaskKind.BWD_GATHER, per_use),
                                            (TaskKind.KV_EXCHANGE, params.cp_len > 0),
@@ -453,50 +488,56 @@ def _structure_of(params: EnvParams) -> GraphStructure:
                  if wanted]
     gsync, step, gather = KIND_INDEX[TaskKind.GRAD_SYNC], KIND_INDEX[_O], KIND_INDEX[TaskKind.PARAM_GATHER]
     finals: list[tuple[int, int]] = []  # per GPU, the blocks of its compute tasks and of its first sync
-    for gpu, own in enumerate(mine):
+    for gpu_of, own in enumerate(mine):
         finals.append((len(blocks), len(blocks)))
-        blocks.append((-1, gpu, 0, computes[gpu], -1))
-        blocks += [(KIND_INDEX[TaskKind.FWD_PROP], gpu, s, n, int(stage_gpu[s + 1])) for s in own
-                   if s < stages - 1 and stage_gpu[s + 1] != gpu]
-        blocks += [(KIND_INDEX[TaskKind.GRAD_PROP], gpu, s, n, int(stage_gpu[s - 1])) for s in own
-                   if s > 0 and stage_gpu[s - 1] != gpu]
+        blocks.append((-1, gpu_of, 0, computes[gpu_of], -1))
+        blocks += [(KIND_INDEX[TaskKind.FWD_PROP], gpu_of, s, n, placed[s + 1]) for s in own
+                   if s < stages - 1 and placed[s + 1] != gpu_of]
+        blocks += [(KIND_INDEX[TaskKind.GRAD_PROP], gpu_of, s, n, placed[s - 1]) for s in own
+                   if s > 0 and placed[s - 1] != gpu_of]
         finals[-1] = (finals[-1][0], len(blocks))
-        blocks += [(gsync, gpu, s, len(syncs), -1) for s in own]
-        blocks += [(KIND_INDEX[kind], gpu, s, n, -1) for s in own for kind in per_stage]
-        blocks += [(step, gpu, own[0], 1, -1)] * optimizer + [(gather, gpu, own[0], 1, -1)] * param_gather
-    block_kind, block_gpu, block_stage, block_length, block_receiver = (np.array(column, dtype=np.int64)
-                                                                        for column in zip(*blocks))
+        blocks += [(gsync, gpu_of, s, len(syncs), -1) for s in own]
+        blocks += [(KIND_INDEX[kind], gpu_of, s, n, -1) for s in own for kind in per_stage]
+        blocks += [(step, gpu_of, own[0], 1, -1)] * optimizer + [(gather, gpu_of, own[0], 1, -1)] * param_gather
+    of_kind: dict[int, list[int]] = {}  # the blocks of each kind number
+    for number, (kind_number, *_) in enumerate(blocks):
+        of_kind.setdefault(kind_number, []).append(number)
+    block = np.array(blocks, dtype=np.int64).T
+    block_kind, block_gpu, block_stage, block_length, block_receiver = block
     block_start, index = _compressed(block_length)
     count = int(block_start[-1])
-    kind, gpu, stage, receiver = (np.repeat(column, block_length)
-                                  for column in (block_kind, block_gpu, block_stage, block_receiver))
+    kind, gpu, stage, receiver = block[[0, 1, 2, 4]].repeat(block_length, axis=1)
     task = np.arange(count)
 
-    # the compute tasks: a part's task, and each task's parts
-    compute = np.flatnonzero(kind < 0)
-    part_task = compute[np.cumsum(~second) - 1]
-    firsts = ~second
-    parts = [np.full((count, 2), -1, dtype=np.int64) for _ in range(3)]
-    for part, values in zip(parts, (part_kind, part_stage, part_mb)):
-        part[part_task[firsts], 0] = values[firsts]
-        part[part_task[second], 1] = values[second]
-    kind[compute] = np.where(parts[0][compute, 1] >= 0, KIND_INDEX[TaskKind.OVERLAP_F_B], parts[0][compute, 0])
-    stage[compute], index[compute] = parts[1][compute, 0], parts[2][compute, 0]
-    steps = np.flatnonzero(kind == step)
-    parts[0][steps, 0], parts[1][steps, 0], parts[2][steps, 0] = step, stage[steps], 0
-    table = np.full((len(_PART_KINDS), stages, n), -1, dtype=np.int64)
+    # the compute tasks: a part's task, and each task's parts (kind, stage and micro-batch: two columns each)
+    compute = (kind < 0).nonzero()[0]
+    parts = _none(3, count, 2)
+    if pairs:
+        part_task = compute[(~second).cumsum() - 1]
+        parts[:, part_task[~second], 0] = np.array((part_kind, part_stage, part_mb))[:, ~second]
+        parts[:, part_task[second], 1] = np.array((part_kind, part_stage, part_mb))[:, second]
+        kind[compute] = np.where(parts[0, compute, 1] >= 0, KIND_INDEX[TaskKind.OVERLAP_F_B], parts[0, compute, 0])
+    else:
+        part_task = compute
+        parts[:, compute, 0] = part_kind, part_stage, part_mb
+        kind[compute] = part_kind
+    stage[compute], index[compute] = parts[1, compute, 0], parts[2, compute, 0]
+    steps = block_start[of_kind.get(step, [])]
+    parts[0, steps, 0], parts[1, steps, 0], parts[2, steps, 0] = step, stage[steps], 0
+    table = _none(len(_PART_KINDS), stages, n)
     table.reshape(-1)[key] = part_task
 
-    absent = np.full((stages, n), -1, dtype=np.int64)  # read only: every kind of transfer this graph has none of
-
-    def transfers(kind_of: TaskKind) -> np.ndarray:
-        """Per stage and micro-batch, the transfer of ``kind_of`` (-1: none)."""
-        chosen = block_kind == KIND_INDEX[kind_of]
-        if not chosen.any():
-            return absent
-        found = absent.copy()
-        found[block_stage[chosen]] = block_start[:-1][chosen, None] + np.arange(n)
-        return found
+    # per stage and micro-batch, the transfer of each kind of _PER_MICROBATCH (-1: none); the transfers' tasks,
+    # block by block, and their blocks' stages
+    absent = _none(stages, n)  # read only: every kind of transfer this graph has none of
+    tables = dict.fromkeys(_PER_MICROBATCH, absent)
+    rows: dict[TaskKind, tuple[np.ndarray, np.ndarray]] = {}
+    for kind_of in _PER_MICROBATCH:
+        chosen = of_kind.get(KIND_INDEX[kind_of])
+        if chosen:
+            rows[kind_of] = (block_start[chosen, None] + np.arange(n), block_stage[chosen])
+            tables[kind_of] = absent.copy()
+            tables[kind_of][rows[kind_of][1]] = rows[kind_of][0]
 
     forward, whole, split_input, weight = table
     gradient = np.where(whole >= 0, whole, split_input)  # the task computing a (stage, mb)'s input gradient
@@ -505,46 +546,47 @@ def _structure_of(params: EnvParams) -> GraphStructure:
             s, m = np.argwhere(missing)[0].tolist()
             raise ScheduleError(f"the orders of {params.schedule} never run {Action(name, s, m)}" if name else
                                 f"the orders of {params.schedule} split {Action(_I, s, m)} but never run its W")
-    tables = {kind_of: transfers(kind_of) for kind_of in _PER_MICROBATCH}
     sent, returned = tables[TaskKind.FWD_PROP], tables[TaskKind.GRAD_PROP]
-    arrived = np.vstack([np.full((1, n), -1), np.where(sent >= 0, sent, forward)[:-1]])  # what stage s's F waits for
-    returning = np.vstack([np.where(returned >= 0, returned, gradient)[1:], forward[-1:]])  # and its B or I
+    # what a part waits for, by _INPUT_OF its kind, stage and micro-batch: a forward its input from the stage
+    # before, a backward or I the gradient from the stage after (the last stage's: its own forward), a W its I
+    inputs = np.empty((4, stages, n), dtype=np.int64)
+    inputs[0, 0], inputs[3] = -1, -1
+    inputs[0, 1:] = np.where(sent[:-1] >= 0, sent[:-1], forward[:-1])
+    inputs[1, :-1] = np.where(returned[1:] >= 0, returned[1:], gradient[1:])
+    inputs[1, -1], inputs[2] = forward[-1], split_input
 
     # what each task waits for, in order: per part its pipeline input, then its gather (a pair's later duplicates
     # dropped); a transfer's producer; a sync's backward or W
-    wants = np.full((count, 4), -1, dtype=np.int64)
-    for column in (0, 1):
-        its_kind = parts[0][compute, column]
-        its_stage, its_mb = (np.maximum(part[compute, column], 0) for part in parts[1:])
-        forward_part = its_kind == KIND_INDEX[_F]
-        backward_part = (its_kind == KIND_INDEX[_B]) | (its_kind == KIND_INDEX[_I])
-        at_part = (its_stage, its_mb)
-        wants[compute, 2 * column] = np.where(forward_part, arrived[at_part], np.where(
-            backward_part, returning[at_part], np.where(its_kind == KIND_INDEX[_W], split_input[at_part], -1)))
-        gathers = (tables[TaskKind.FWD_GATHER][at_part], tables[TaskKind.BWD_GATHER][at_part])
-        wants[compute, 2 * column + 1] = np.where(forward_part, gathers[0], np.where(backward_part, gathers[1], -1))
-    paired = compute[parts[0][compute, 1] >= 0]
-    for column in (2, 3):  # a pair's second part's needs that its first has
-        repeated = paired[(wants[paired, column:column + 1] == wants[paired, :column]).any(axis=1)]
-        wants[repeated, column] = -1
-    own = (wants[paired] == paired[:, None]).any(axis=1)  # one part never waits for its own task
-    if own.any():
-        i = int(paired[np.argmax(own)])
-        raise ScheduleError(f"{Action(KINDS[parts[0][i, 0]], parts[1][i, 0], parts[2][i, 0])} of {params.schedule} "
-                            "would wait for its own task")
+    wants = _none(count, 4)
+    for column in (0, 1) if pairs else (0,):
+        its_kind, its_stage, its_mb = parts[:, compute, column]  # -1 for no part: _INPUT_OF's and a table's last
+        wants[compute, 2 * column] = inputs[_INPUT_OF[its_kind], its_stage, its_mb]
+        if per_use:
+            gathers = np.array((tables[TaskKind.FWD_GATHER], tables[TaskKind.BWD_GATHER], absent))
+            wants[compute, 2 * column + 1] = gathers[_GATHER_OF[its_kind], its_stage, its_mb]
+    paired = compute[parts[0, compute, 1] >= 0] if pairs else compute[:0]
+    if pairs:
+        for column in (2, 3):  # a pair's second part's needs that its first has
+            repeated = paired[(wants[paired, column:column + 1] == wants[paired, :column]).any(axis=1)]
+            wants[repeated, column] = -1
+        own = (wants[paired] == paired[:, None]).any(axis=1)  # one part never waits for its own task
+        if own.any():
+            i = int(paired[np.argmax(own)])
+            raise ScheduleError(f"{Action(KINDS[parts[0, i, 0]], parts[1, i, 0], parts[2, i, 0])} of "
+                                f"{params.schedule} would wait for its own task")
     for kind_of, producers in ((TaskKind.FWD_PROP, forward), (TaskKind.GRAD_PROP, gradient)):
-        at = np.flatnonzero(kind == KIND_INDEX[kind_of])
-        wants[at, 0] = producers[stage[at], index[at]]
-    at = np.flatnonzero(kind == gsync)
-    point = syncs[index[at]]
-    wants[at, 0] = np.where(weight[stage[at], point] >= 0, weight[stage[at], point], whole[stage[at], point])
+        if kind_of in rows:
+            transfers, sender_stage = rows[kind_of]
+            wants[transfers, 0] = producers[sender_stage]
+    at = (kind == gsync).nonzero()[0]
+    wants[at, 0] = np.where(weight >= 0, weight, whole)[stage[at], syncs[index[at]]]
 
     # the all-to-alls (section 16): issued by their task's end, holding its GPU, or by an overlapped pair's start;
     # the transfers a start issues (section 15); and each issuer's exchanges, which what waits for it waits for too
     pair = KIND_INDEX[TaskKind.OVERLAP_F_B]
     issued_task, issued_by, holds = [], [], []
     exchanging = params.a2a_len > 0 or params.cp_len > 0
-    exchanges = np.full((count if exchanging else 0, 4), -1, dtype=np.int64)
+    exchanges = _none(count if exchanging else 0, 4)
     for column, (kind_of, issuers) in enumerate(((TaskKind.A2A, forward), (TaskKind.A2A_GRAD, gradient))):
         if params.a2a_len > 0:
             transfer, issuer = tables[kind_of].reshape(-1), issuers.reshape(-1)
@@ -554,61 +596,67 @@ def _structure_of(params: EnvParams) -> GraphStructure:
             holds.append(transfer[~paired])
             wants[transfer[~paired], 0] = issuer[~paired]
             exchanges[issuer, column] = transfer
-    previous = np.hstack([np.full((stages, 1), -1), forward[:, :-1]])
-    for column, (kind_of, issuers) in enumerate(((TaskKind.FWD_GATHER, previous),
-                                                 (TaskKind.BWD_GATHER, np.hstack([forward[:, :1], gradient[:, :-1]])),
-                                                 (TaskKind.KV_EXCHANGE, forward),
-                                                 (TaskKind.KV_GRAD_EXCHANGE, gradient))):
+    starters = {TaskKind.FWD_GATHER: lambda: np.hstack([_none(stages, 1), forward[:, :-1]]),
+                TaskKind.BWD_GATHER: lambda: np.hstack([forward[:, :1], gradient[:, :-1]]),
+                TaskKind.KV_EXCHANGE: lambda: forward, TaskKind.KV_GRAD_EXCHANGE: lambda: gradient}
+    for column, (kind_of, starter) in enumerate(starters.items()):
+        if kind_of not in rows:
+            continue
         transfer = tables[kind_of].reshape(-1)
         present = transfer >= 0
+        issuers = starter().reshape(-1)[present]
         issued_task.append(transfer[present])
-        issued_by.append(issuers.reshape(-1)[present])
-        if column >= 2 and present.any():
-            exchanges[issuers.reshape(-1)[present], column] = transfer[present]
+        issued_by.append(issuers)
+        if column >= 2:
+            exchanges[issuers, column] = transfer[present]
 
     # a GPU's optimizer step waits for its compute tasks and syncs; its gather for the step, or for those
     listed = wants >= 0
     counts = listed.sum(axis=1)
-    long_rows = np.flatnonzero((kind == step) | (kind == gather))
-    long_lists = [np.array([i - 1]) if kind[i] == gather and optimizer else
-                  np.concatenate([np.arange(block_start[first], block_start[first + 1]), np.arange(
-                      block_start[syncing], block_start[syncing] + len(mine[gpu[i]]) * len(syncs))])
-                  for i in long_rows.tolist() for first, syncing in (finals[gpu[i]],)]
     needs = wants[listed]  # row by row, each row's in its columns' order
-    if long_lists:  # the steps' and gathers' rows, put in their places
+    long_rows = block_start[sorted(of_kind.get(step, []) + of_kind.get(gather, []))]
+    if len(long_rows):  # the steps' and gathers' rows, put in their places
+        long_lists = [np.array([i - 1]) if kind[i] == gather and optimizer else
+                      np.concatenate([np.arange(block_start[first], block_start[first + 1]), np.arange(
+                          block_start[syncing], block_start[syncing] + len(mine[gpu[i]]) * len(syncs))])
+                      for i in long_rows.tolist() for first, syncing in (finals[gpu[i]],)]
         needs = np.insert(needs, np.repeat(np.cumsum(counts)[long_rows], [len(values) for values in long_lists]),
                           np.concatenate(long_lists))
-    counts[long_rows] = [len(values) for values in long_lists]
-    starts, _ = _compressed(counts)
-    consumer = np.repeat(task, counts)
+        counts[long_rows] = [len(values) for values in long_lists]
+    starts = _starts(counts)
+    consumer = task.repeat(counts)
     if exchanging:  # each need's exchanges appended, in the order of the needs
         extra = exchanges[needs]
-        extra[np.isin(kind[consumer], [KIND_INDEX[a2a] for a2a in A2A_KINDS])] = -1
+        extra[_IS_A2A[kind[consumer]]] = -1
         more = extra >= 0
         per_need = more.sum(axis=1)
         added = np.bincount(consumer, weights=per_need, minlength=count).astype(np.int64)
-        total, _ = _compressed(counts + added)
+        total = _starts(counts + added)
         merged = np.empty(total[-1], dtype=np.int64)
         merged[total[consumer] + np.arange(len(needs)) - starts[consumer]] = needs
         _, extra_place = _compressed(added)
         merged[(total[:-1] + counts)[np.repeat(consumer, per_need)] + extra_place] = extra[more]
         starts, needs, counts = total, merged, counts + added
-        consumer = np.repeat(task, counts)
+        consumer = task.repeat(counts)
 
     # each task's releases: transfers first, in TRANSFER_KINDS order, then compute tasks; by index within a kind
     rank = _RELEASE_RANK[kind[consumer]]
-    place = np.argsort((needs * (len(TRANSFER_KINDS) + 1) + rank) * count + consumer, kind="stable")
-    release_start, _ = _compressed(np.bincount(needs, minlength=count))
+    place = ((needs * (len(TRANSFER_KINDS) + 1) + rank) * count + consumer).argsort(kind="stable")
+    release_start = _starts(np.bincount(needs, minlength=count))
 
-    # each GPU's order: its compute tasks, its optimizer step last; and the GPUs it exchanges transfers with
-    ordered = np.concatenate([compute, steps])
-    ordered = ordered[np.argsort(gpu[ordered], kind="stable")]
-    order_start, _ = _compressed(np.bincount(gpu[ordered], minlength=p))
+    # each GPU's order: its compute tasks (GPU after GPU already), its optimizer step last; and the GPUs it exchanges
+    # transfers with
+    ordered = compute
+    if optimizer:
+        ordered = np.concatenate([compute, steps])
+        ordered = ordered[gpu[ordered].argsort(kind="stable")]
+    order_start = _starts([tasks + optimizer for tasks in computes])
     peers: list[set[int]] = [set() for _ in range(p)]
-    for g, r in {(g, r) for g, r in zip(block_gpu.tolist(), block_receiver.tolist()) if r >= 0}:
-        peers[g].add(r)
-        peers[r].add(g)
-    peer_start, _ = _compressed(np.array([len(row) for row in peers]))
+    for _, sender, _, _, to in blocks:
+        if to >= 0:
+            peers[sender].add(to)
+            peers[to].add(sender)
+    peer_start = _starts([len(row) for row in peers])
     ints = lambda values: np.array(values, dtype=np.int64)  # noqa: E731
     return GraphStructure(kind, gpu, stage, index, receiver, parts[0], parts[1], parts[2], starts, needs, release_start,
                           consumer[place], order_start, ordered, peer_start,
