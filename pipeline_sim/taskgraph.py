@@ -527,8 +527,8 @@ def _structure_of(params: EnvParams) -> GraphStructure:
     table = _none(len(_PART_KINDS), stages, n)
     table.reshape(-1)[key] = part_task
 
-    # per stage and micro-batch, the transfer of each kind of _PER_MICROBATCH (-1: none); the transfers' tasks,
-    # block by block, and their blocks' stages
+    # the transfers of each kind of _PER_MICROBATCH, block by block (rows of n), and their blocks' stages; per
+    # stage and micro-batch, the transfer of each such kind but the pipeline's (-1: none)
     absent = _none(stages, n)  # read only: every kind of transfer this graph has none of
     tables = dict.fromkeys(_PER_MICROBATCH, absent)
     rows: dict[TaskKind, tuple[np.ndarray, np.ndarray]] = {}
@@ -536,24 +536,31 @@ def _structure_of(params: EnvParams) -> GraphStructure:
         chosen = of_kind.get(KIND_INDEX[kind_of])
         if chosen:
             rows[kind_of] = (block_start[chosen, None] + np.arange(n), block_stage[chosen])
-            tables[kind_of] = absent.copy()
-            tables[kind_of][rows[kind_of][1]] = rows[kind_of][0]
+            if kind_of not in (TaskKind.FWD_PROP, TaskKind.GRAD_PROP):
+                tables[kind_of] = absent.copy()
+                tables[kind_of][rows[kind_of][1]] = rows[kind_of][0]
 
     forward, whole, split_input, weight = table
     gradient = np.where(whole >= 0, whole, split_input)  # the task computing a (stage, mb)'s input gradient
-    for missing, name in ((forward < 0, _F), (gradient < 0, _B), ((split_input >= 0) & (weight < 0), None)):
-        if missing.any():
-            s, m = np.argwhere(missing)[0].tolist()
-            raise ScheduleError(f"the orders of {params.schedule} never run {Action(name, s, m)}" if name else
-                                f"the orders of {params.schedule} split {Action(_I, s, m)} but never run its W")
-    sent, returned = tables[TaskKind.FWD_PROP], tables[TaskKind.GRAD_PROP]
+    unsplit = split_input.max() < 0  # no I: nothing waits for a W
+    if forward.min() < 0 or gradient.min() < 0 or not unsplit and ((split_input >= 0) & (weight < 0)).any():
+        for missing, name in ((forward < 0, _F), (gradient < 0, _B), ((split_input >= 0) & (weight < 0), None)):
+            if missing.any():
+                s, m = np.argwhere(missing)[0].tolist()
+                raise ScheduleError(f"the orders of {params.schedule} never run {Action(name, s, m)}" if name else
+                                    f"the orders of {params.schedule} split {Action(_I, s, m)} but never run its W")
     # what a part waits for, by _INPUT_OF its kind, stage and micro-batch: a forward its input from the stage
-    # before, a backward or I the gradient from the stage after (the last stage's: its own forward), a W its I
+    # before, a backward or I the gradient from the stage after (the last stage's: its own forward), a W its I;
+    # what another GPU's stage sends, its transfer
     inputs = np.empty((4, stages, n), dtype=np.int64)
-    inputs[0, 0], inputs[3] = -1, -1
-    inputs[0, 1:] = np.where(sent[:-1] >= 0, sent[:-1], forward[:-1])
-    inputs[1, :-1] = np.where(returned[1:] >= 0, returned[1:], gradient[1:])
-    inputs[1, -1], inputs[2] = forward[-1], split_input
+    inputs[0, 0], inputs[0, 1:], inputs[3] = -1, forward[:-1], -1
+    inputs[1, :-1], inputs[1, -1], inputs[2] = gradient[1:], forward[-1], split_input
+    if TaskKind.FWD_PROP in rows:
+        transfers, sender = rows[TaskKind.FWD_PROP]
+        inputs[0, sender + 1] = transfers
+    if TaskKind.GRAD_PROP in rows:
+        transfers, sender = rows[TaskKind.GRAD_PROP]
+        inputs[1, sender - 1] = transfers
 
     # what each task waits for, in order: per part its pipeline input, then its gather (a pair's later duplicates
     # dropped); a transfer's producer; a sync's backward or W
@@ -657,12 +664,11 @@ def _structure_of(params: EnvParams) -> GraphStructure:
             peers[sender].add(to)
             peers[to].add(sender)
     peer_start = _starts([len(row) for row in peers])
-    ints = lambda values: np.array(values, dtype=np.int64)  # noqa: E731
+    joined = lambda arrays: np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int64)  # noqa: E731
     return GraphStructure(kind, gpu, stage, index, receiver, parts[0], parts[1], parts[2], starts, needs, release_start,
                           consumer[place], order_start, ordered, peer_start,
-                          ints([g for row in peers for g in sorted(row)]), stage_gpu, stage_chunk,
-                          np.concatenate([ints([]), *issued_task]), np.concatenate([ints([]), *issued_by]),
-                          np.sort(np.concatenate([ints([]), *holds])), table)
+                          np.array([g for row in peers for g in sorted(row)], dtype=np.int64), stage_gpu, stage_chunk,
+                          joined(issued_task), joined(issued_by), np.sort(joined(holds)), table)
 
 
 @per_structure
