@@ -201,9 +201,10 @@ def _work_of(params: EnvParams, measured: LengthTable | None) -> tuple[np.ndarra
                             params.step_lengths(), params.gather_lengths(), (params.prop_len,)])
     lengths = table[index.row]
     impact = np.array((0.0, params.fwd_impact, params.bwd_impact))[index.impact]
-    forward, backward = forwards[index.pair_forward], backwards[index.pair_backward]
-    impact[index.pairs] = (forward * params.fwd_impact + backward * params.bwd_impact) / (forward + backward)
-    lengths[index.pairs] = (forward + backward) * (1.0 - params.fb_overlap)
+    if len(index.pairs):
+        forward, backward = forwards[index.pair_forward], backwards[index.pair_backward]
+        impact[index.pairs] = (forward * params.fwd_impact + backward * params.bwd_impact) / (forward + backward)
+        lengths[index.pairs] = (forward + backward) * (1.0 - params.fb_overlap)
     if measured is not None:  # a table gives every task's work; the parameters' still weigh a pair's impact
         lengths = np.array(lengths_of_table(params, measured.lengths, params.lengths))
     lengths.flags.writeable = impact.flags.writeable = False
