@@ -660,10 +660,10 @@ def _structure_of(params: EnvParams) -> GraphStructure:
         ordered = ordered[gpu[ordered].argsort(kind="stable")]
     order_start = _starts([tasks + optimizer for tasks in computes])
     peers: list[set[int]] = [set() for _ in range(p)]
-    for _, sender, _, _, to in blocks:
+    for _, source, _, _, to in blocks:
         if to >= 0:
-            peers[sender].add(to)
-            peers[to].add(sender)
+            peers[source].add(to)
+            peers[to].add(source)
     peer_start = _starts([len(row) for row in peers])
     joined = lambda arrays: np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int64)  # noqa: E731
     return GraphStructure(kind, gpu, stage, index, receiver, parts[0], parts[1], parts[2], starts, needs, release_start,
