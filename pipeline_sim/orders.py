@@ -7,8 +7,7 @@ ordered list of actions (as arrays, ``COLUMNS``, or as actions, ``ORDERS``), fou
 from __future__ import annotations
 
 from collections import deque
-from itertools import repeat
-from operator import itemgetter
+from itertools import chain, repeat
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
@@ -20,6 +19,12 @@ F, B, I, W = TaskKind.FORWARD, TaskKind.BACKWARD, TaskKind.BACKWARD_INPUT, TaskK
 #: A GPU's compute actions in the order it runs them.
 Order = list[Action | Pair]
 
+
+#: An action as the schedules of ``ORDERS`` write it, without an ``Action`` each (their orders of a large environment
+#: hold hundreds of thousands): its kind number (``KIND_INDEX``), stage and micro-batch; a pair as two such.
+Step = tuple[int, int, int]
+Steps = list[Step | tuple[Step, Step]]
+_F, _B, _I, _W = (KIND_INDEX[kind] for kind in (F, B, I, W))
 
 #: The orders of every GPU as three rows, the kind number (``KIND_INDEX``), stage and micro-batch of each action,
 #: each row GPU by GPU and in each GPU's order (shape 3 x p x actions per GPU): the schedules without pairs write
@@ -86,23 +91,23 @@ def _zb_h1(p: int, n: int, v: int) -> Columns:
     return np.take_along_axis(actions, np.argsort(keys, axis=1, kind="stable")[None], axis=2)
 
 
-def _zb_v(p: int, n: int, v: int) -> list[Order]:
+def _zb_v(p: int, n: int, v: int) -> list[Steps]:
     """PyTorch's ScheduleZBVZeroBubble, written for max(2p - 1, n) micro-batches and cut to n."""
     big_n = max(2 * p - 1, n)
-    orders: list[Order] = []
+    orders: list[Steps] = []
     for r in range(p):
         stage = (r, 2 * p - 1 - r)
         f, b = [0, 0], [0, 0]  # next forward and next input-gradient micro-batch of each chunk
-        order: Order = []
+        order: list[Step] = []
 
         def forward(chunk: int) -> None:
-            order.append(Action(F, stage[chunk], f[chunk]))
+            order.append((_F, stage[chunk], f[chunk]))
             f[chunk] += 1
 
         def input_grad(chunk: int, with_weight: bool = False) -> None:
-            order.append(Action(I, stage[chunk], b[chunk]))
+            order.append((_I, stage[chunk], b[chunk]))
             if with_weight:
-                order.append(Action(W, stage[chunk], b[chunk]))
+                order.append((_W, stage[chunk], b[chunk]))
             b[chunk] += 1
 
         for _ in range(2 * (p - r) - 1):
@@ -125,33 +130,33 @@ def _zb_v(p: int, n: int, v: int) -> list[Order]:
             input_grad(1)
         for _ in range(p - r):
             input_grad(0)
-            order.append(Action(W, stage[0], w0))
+            order.append((_W, stage[0], w0))
             w0 += 1
-        order += [Action(W, stage[1], m) for m in range(w1, b[1])]
-        order += [Action(W, stage[0], m) for m in range(w0, b[0])]
-        orders.append([action for action in order if isinstance(action, Action) and action.mb < n])
+        order += [(_W, stage[1], m) for m in range(w1, b[1])]
+        order += [(_W, stage[0], m) for m in range(w0, b[0])]
+        orders.append([step for step in order if step[2] < n])
     return orders
 
 
-def _dualpipe_v(p: int, n: int, v: int) -> list[Order]:
+def _dualpipe_v(p: int, n: int, v: int) -> list[Steps]:
     """DeepSeek's DualPipeV (PyTorch's ScheduleDualPipeV), model section 6.4."""
-    orders: list[Order] = []
+    orders: list[Steps] = []
     for r in range(p):
         stage = (r, 2 * p - 1 - r)
         forwards, backwards = [0, 0], [0, 0]
-        queued_w: deque[Action] = deque()
-        order: Order = []
+        queued_w: deque[Step] = deque()
+        order: Steps = []
 
-        def forward(chunk: int) -> Action:
+        def forward(chunk: int) -> Step:
             forwards[chunk] += 1
-            return Action(F, stage[chunk], forwards[chunk] - 1)
+            return _F, stage[chunk], forwards[chunk] - 1
 
-        def backward(chunk: int, split: bool) -> Action:
+        def backward(chunk: int, split: bool) -> Step:
             backwards[chunk] += 1
-            action = Action(I if split else B, stage[chunk], backwards[chunk] - 1)
+            step = (_I if split else _B, stage[chunk], backwards[chunk] - 1)
             if split:
-                queued_w.append(Action(W, action.stage, action.mb))
-            return action
+                queued_w.append((_W, step[1], step[2]))
+            return step
 
         def weight() -> None:
             if queued_w:
@@ -169,11 +174,11 @@ def _dualpipe_v(p: int, n: int, v: int) -> list[Order]:
             if step == 0 and r == p - 1:  # the turn of the V: B1 needs this very F0's activation
                 order += [forward(0), backward(1, split=False)]
             else:
-                order.append(Pair(forward(0), backward(1, split=False)))
-            order.append(Pair(forward(1), backward(0, split=False)))
+                order.append((forward(0), backward(1, split=False)))
+            order.append((forward(1), backward(0, split=False)))
         for _ in range(p - r - 1):
             order.append(backward(1, split=False))
-            order.append(Pair(forward(1), backward(0, split=False)))
+            order.append((forward(1), backward(0, split=False)))
         split = False
         turn = (r + 1) // 2
         for i in range(r + 1):
@@ -193,10 +198,18 @@ def _dualpipe_v(p: int, n: int, v: int) -> list[Order]:
 
 
 #: Per schedule name (the keys of ``SCHEDULES``), the function ``(num_gpus, n, v) -> per GPU its order``: as
-#: ``Columns`` for the schedules in ``COLUMNS``, as actions for the others.
+#: ``Columns`` for the schedules in ``COLUMNS``, as ``Steps`` for the others.
 COLUMNS: dict[str, Callable[[int, int, int], Columns]] = {
     "gpipe": _gpipe, "1f1b": _one_f_one_b, "interleaved-1f1b": _interleaved, "zb-h1": _zb_h1}
-ORDERS: dict[str, Callable[[int, int, int], list[Order]]] = {"zb-v": _zb_v, "dualpipe-v": _dualpipe_v}
+ORDERS: dict[str, Callable[[int, int, int], list[Steps]]] = {"zb-v": _zb_v, "dualpipe-v": _dualpipe_v}
+
+
+def _action(step: Step) -> Action:
+    return Action(KINDS[step[0]], step[1], step[2])
+
+
+def _step(action: Action) -> Step:
+    return KIND_INDEX[action.kind], action.stage, action.mb
 
 
 def build_orders(params: EnvParams) -> list[Order]:
@@ -206,7 +219,8 @@ def build_orders(params: EnvParams) -> list[Order]:
         columns = COLUMNS[params.schedule](params.num_gpus, params.n, params.v).tolist()
         orders = [_actions(map(KINDS.__getitem__, kinds), stages, mbs) for kinds, stages, mbs in zip(*columns)]
     else:
-        orders = ORDERS[params.schedule](params.num_gpus, params.n, params.v)
+        orders = [[Pair(_action(step[0]), _action(step[1])) if len(step) == 2 else _action(step)
+                   for step in steps] for steps in ORDERS[params.schedule](params.num_gpus, params.n, params.v)]
     return [paired(order) for order in orders] if _pairing(params) else orders
 
 
@@ -243,26 +257,31 @@ def order_parts(params: EnvParams, split: bool | None = None) -> tuple[np.ndarra
         return (np.repeat(np.arange(params.num_gpus), columns.shape[2]), kinds, stages, mbs,
                 np.zeros(len(kinds), dtype=bool))
     split = params.dispatch != "static" if split is None else split
-    flat: list[tuple] = []  # every part: an action
-    gpus: list[int] = []
-    seconds: list[bool] = []
-    for gpu, order in enumerate(build_orders(params)):
-        if Pair in set(map(type, order)):
-            for action in order:
-                if isinstance(action, Pair):
-                    flat += action
-                    seconds += (False, not split)
+    if params.schedule in ORDERS and not _pairing(params):
+        orders = ORDERS[params.schedule](params.num_gpus, params.n, params.v)
+    else:
+        orders = [[(_step(action[0]), _step(action[1])) if isinstance(action, Pair) else _step(action)
+                   for action in order] for order in build_orders(params)]
+    flat: list[Step] = []  # every part
+    counts: list[int] = []  # per GPU, its parts
+    seconds: list[int] = []  # the parts run as the second of a pair's task
+    for order in orders:
+        first = len(flat)
+        if 2 in set(map(len, order)):  # pairs
+            for step in order:
+                if len(step) == 2:
+                    flat += step
+                    if not split:
+                        seconds.append(len(flat) - 1)
                 else:
-                    flat.append(action)
-                    seconds.append(False)
+                    flat.append(step)
         else:
-            flat += order
-            seconds += [False] * len(order)
-        gpus += [gpu] * (len(flat) - len(gpus))
-    column = lambda k: np.fromiter(map(itemgetter(k), flat), np.int64, len(flat))  # noqa: E731
-    return (np.array(gpus, dtype=np.int64), np.fromiter(map(KIND_INDEX.__getitem__, map(itemgetter(0), flat)),
-                                                        np.int64, len(flat)),
-            column(1), column(2), np.array(seconds, dtype=bool))
+            flat += order  # type: ignore[arg-type]
+        counts.append(len(flat) - first)
+    kinds, stages, mbs = np.fromiter(chain.from_iterable(flat), np.int64, 3 * len(flat)).reshape(-1, 3).T.copy()
+    second = np.zeros(len(flat), dtype=bool)
+    second[seconds] = True
+    return np.arange(len(orders)).repeat(counts), kinds, stages, mbs, second
 
 
 def compute_orders(schedule: str, *, num_gpus: int, n: int, chunks: int = 2) -> list[list[str]]:
