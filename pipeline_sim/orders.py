@@ -85,10 +85,10 @@ def _zb_h1(p: int, n: int, v: int) -> Columns:
     step k's at 3k, 3k + 1 and 3k + 2, the last Ws' after 3n."""
     r, m = np.arange(p)[:, None], np.arange(n)[None, :]
     warmup = np.minimum(p - r - 1, n)
-    keys = np.concatenate([np.where(m < warmup, m - warmup, 3 * (m - warmup)), np.broadcast_to(3 * m + 1, (p, n)),
+    keys = np.concatenate([np.where(m < warmup, m - warmup, 3 * (m - warmup)), (3 * m + 1).repeat(p, axis=0),
                            np.where(m + r < n, 3 * (m + r) + 2, 3 * n + m)], axis=1)
     actions = np.concatenate([_columns(F, r, m), _columns(I, r, m), _columns(W, r, m)], axis=2)
-    return np.take_along_axis(actions, np.argsort(keys, axis=1, kind="stable")[None], axis=2)
+    return actions[:, r, keys.argsort(axis=1, kind="stable")]
 
 
 def _zb_v(p: int, n: int, v: int) -> list[Steps]:
@@ -254,7 +254,7 @@ def order_parts(params: EnvParams, split: bool | None = None) -> tuple[np.ndarra
     if params.schedule in COLUMNS and not _pairing(params):
         columns = COLUMNS[params.schedule](params.num_gpus, params.n, params.v)
         kinds, stages, mbs = columns.reshape(3, -1)
-        return (np.repeat(np.arange(params.num_gpus), columns.shape[2]), kinds, stages, mbs,
+        return (np.arange(params.num_gpus).repeat(columns.shape[2]), kinds, stages, mbs,
                 np.zeros(len(kinds), dtype=bool))
     split = params.dispatch != "static" if split is None else split
     if params.schedule in ORDERS and not _pairing(params):
