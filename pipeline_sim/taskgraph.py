@@ -523,8 +523,9 @@ def _structure_of(params: EnvParams) -> GraphStructure:
         parts[:, compute, 0] = part_kind, part_stage, part_mb
         kind[compute] = part_kind
     stage[compute], index[compute] = parts[1, compute, 0], parts[2, compute, 0]
-    steps = block_start[of_kind.get(step, [])]
-    parts[0, steps, 0], parts[1, steps, 0], parts[2, steps, 0] = step, stage[steps], 0
+    steps = block_start[of_kind[step]] if optimizer else compute[:0]
+    if optimizer:
+        parts[0, steps, 0], parts[1, steps, 0], parts[2, steps, 0] = step, stage[steps], 0
     table = _none(len(_PART_KINDS), stages, n)
     table.reshape(-1)[key] = part_task
 
@@ -622,8 +623,8 @@ def _structure_of(params: EnvParams) -> GraphStructure:
     listed = wants >= 0
     counts = listed.sum(axis=1)
     needs = wants[listed]  # row by row, each row's in its columns' order
-    long_rows = block_start[sorted(of_kind.get(step, []) + of_kind.get(gather, []))]
-    if len(long_rows):  # the steps' and gathers' rows, put in their places
+    if optimizer or param_gather:  # the steps' and gathers' rows, put in their places
+        long_rows = block_start[sorted(of_kind.get(step, []) + of_kind.get(gather, []))]
         long_lists = [np.array([i - 1]) if kind[i] == gather and optimizer else
                       np.concatenate([np.arange(block_start[first], block_start[first + 1]), np.arange(
                           block_start[syncing], block_start[syncing] + len(mine[gpu[i]]) * len(syncs))])
