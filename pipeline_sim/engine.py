@@ -185,7 +185,7 @@ def graph_arrays(params: EnvParams) -> GraphArrays:
         impact=task_impacts(params),
         reserve=np.where(skeleton.first_forward, np.array(gpu_rooms(params), dtype=np.int64)[skeleton.arrays.gpu], 0),
         rises=rooms[skeleton.rise_stage], falls=rooms[skeleton.fall_stage])
-    for array in arrays:
+    for array in arrays[-3:]:  # the others are the skeleton's and the work's, read-only already
         array.flags.writeable = False
     return arrays
 
