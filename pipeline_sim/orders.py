@@ -1,7 +1,7 @@
 """Each GPU's compute order under every schedule of ``SCHEDULES`` (docs/model.md section 6.4).
 
 One function per schedule writes, for p GPUs, n micro-batches and v chunks, every GPU's
-ordered list of actions (as arrays, ``COLUMNS``, or as actions, ``ORDERS``), found by the schedule's name.
+ordered list of actions (as arrays, ``COLUMNS``, or as numbers per action, ``ORDERS``), found by the schedule's name.
 """
 
 from __future__ import annotations
