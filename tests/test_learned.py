@@ -89,6 +89,17 @@ def test_the_compiled_play_takes_the_decisions_of_a_step_by_step_episode(schedul
     assert network.act(observation, mask) == int(np.argmax(h))
 
 
+def test_the_networks_tanh_is_the_c_librarys_within_three_units_in_the_last_place():
+    from pipeline_sim.kernel.play import tanh
+    tiny = np.geomspace(1e-300, 1.0, 400)
+    xs = np.concatenate([np.linspace(-25.0, 25.0, 4001), tiny, -tiny, [0.0, 19.06, 19.07, 20.0, 1e300, np.inf]])
+    ours, library = np.array([tanh(x) for x in xs]), np.tanh(xs)
+    assert (np.abs(ours - library) <= 3 * np.spacing(np.abs(library))).all()
+    assert (np.signbit(ours) == np.signbit(xs)).all()  # tanh(-0.0) is -0.0
+    assert ours[-1] == 1.0 and (ours[(xs >= 19.07) & (xs < 30)] == 1.0).all()
+    assert tanh(0.5) == 0.46211715726000974  # docs/model.md's worked example
+
+
 def test_a_different_preference_gives_a_different_valid_run(tmp_path):
     base = EnvParams(n=8, num_gpus=4, schedule="zb-h1", compute_jitter=0.2)
     forward_first = replace(base, dispatch=f"learned:{written(ranked(base, [2.0, 3.0, 1.0, 0.0]), tmp_path / 'f.npz')}")

@@ -48,6 +48,7 @@ from .state import (
     RECEIVER,
     RECEIVER_OF,
     SEED,
+    SEED_LIST,
     SENDER,
     SENDING_COUNT,
     SENDING_SET,
@@ -303,19 +304,17 @@ def sending_sets(now: float, F: np.ndarray, I: np.ndarray, P: np.ndarray, Q: np.
     """New sending sets of the GPUs whose ready transfers changed, and the groups of GPUs whose rates that can
     change: ``P[GROUP]`` lists them one after the other, group g ending at ``P[GROUP_END, g]``. Returns how
     many groups there are."""
-    p = P.shape[1]
     if C[DIRTY_COMM_COUNT] == 0:
         return 0
-    for s in range(p):
-        P[SEED, s] = 0
+    seeds = 0  # listed in P[SEED_LIST], each once: the work of an event follows what it changed, not the GPUs
     for k in range(C[DIRTY_COMM_COUNT]):
         s = P[DIRTY_COMM_LIST, k]
-        P[SEED, s] = 1
+        seeds = _seed(s, seeds, P)
         size = choose_sending_set(s, P[READY_COUNT, s], Q, F, I, A)
         for j in range(P[SENDING_COUNT, s]):
             i = Q[SENDING_SET, s, j]
             if I[RECEIVER, i] >= 0:
-                P[SEED, I[RECEIVER, i]] = 1  # its receiver's other inflow may speed up
+                seeds = _seed(I[RECEIVER, i], seeds, P)  # its receiver's other inflow may speed up
             if F[RATE, i] != 0.0 or I[THROTTLED_NOW, i] == 1:
                 kept = False
                 for c in range(size):
@@ -332,12 +331,13 @@ def sending_sets(now: float, F: np.ndarray, I: np.ndarray, P: np.ndarray, Q: np.
     # that can change are those of the connected groups of coupled GPUs around the
     # seeds; a walk over each GPU's peers in the task graph finds them, whatever the
     # shape of the network (a line, a ring, flows both ways).
-    for s in range(p):
-        P[GROUPED, s] = 0
+    sort_row(P, SEED_LIST, 0, seeds)  # the groups in the order of their lowest seed
     groups = 0
     size = 0
-    for seed in range(p):
-        if P[SEED, seed] == 0 or P[GROUPED, seed] == 1:
+    for m in range(seeds):
+        seed = P[SEED_LIST, m]
+        P[SEED, seed] = 0
+        if P[GROUPED, seed] == 1:
             continue
         P[GROUPED, seed] = 1
         first = size
@@ -356,7 +356,19 @@ def sending_sets(now: float, F: np.ndarray, I: np.ndarray, P: np.ndarray, Q: np.
         sort_row(P, GROUP, first, size)
         P[GROUP_END, groups] = size
         groups += 1
+    for k in range(size):
+        P[GROUPED, P[GROUP, k]] = 0
     return groups
+
+
+@inner
+def _seed(s: int, seeds: int, P: np.ndarray) -> int:
+    """GPU s listed among the seeds (once); returns how many there are."""
+    if P[SEED, s] == 0:
+        P[SEED, s] = 1
+        P[SEED_LIST, seeds] = s
+        seeds += 1
+    return seeds
 
 
 @inner

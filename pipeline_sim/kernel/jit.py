@@ -32,6 +32,9 @@ compiled: Any = _one_signature(dict(cache=True))  # numba's dispatchers take any
 #: The same, for functions that allocate nothing: without reference counting of their array arguments, which
 #: per call cost more than the function's own work.
 inner: Any = _one_signature(dict(cache=True, _nrt=False))
+#: The same as ``inner``, with IEEE arithmetic: a float division by zero gives inf or nan rather than raising, so
+#: that the compiler may turn a loop of divisions into vector instructions.
+vectorized: Any = _one_signature(dict(cache=True, _nrt=False, error_model="numpy"))
 #: The same, with its body compiled into each compiled caller: arrays it allocates are then the caller's own, which
 #: lets the compiler keep them apart from every other array in the caller's loop.
 inlined: Any = njit(cache=True, inline="always")
