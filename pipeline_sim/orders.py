@@ -88,7 +88,7 @@ def _zb_h1(p: int, n: int, v: int) -> Columns:
     keys = np.concatenate([np.where(m < warmup, m - warmup, 3 * (m - warmup)), (3 * m + 1).repeat(p, axis=0),
                            np.where(m + r < n, 3 * (m + r) + 2, 3 * n + m)], axis=1)
     actions = np.concatenate([_columns(F, r, m), _columns(I, r, m), _columns(W, r, m)], axis=2)
-    return actions[:, r, keys.argsort(axis=1, kind="stable")]
+    return np.ascontiguousarray(actions[:, r, keys.argsort(axis=1, kind="stable")])  # the index's order is not C's
 
 
 def _zb_v(p: int, n: int, v: int) -> list[Steps]:
