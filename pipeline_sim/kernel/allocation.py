@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from .events import mark, set_rate, sort_row
-from .jit import compiled, inner
+from .jit import compiled, exposed, inner
 from .state import (
     BUSY,
     CAPACITY,
@@ -66,7 +66,7 @@ from .state import (
 )
 
 
-@inner
+@exposed
 def ready_key(ready: float) -> float:
     """The ready time as exclusive tiers compare it: in units of 1e-9, rounded, so that float noise
     cannot reorder transfers that became ready together."""
@@ -181,7 +181,7 @@ def _fill(count: int, A: np.ndarray, AF: np.ndarray) -> None:
         open_count = still_open
 
 
-@inner
+@exposed
 def _layered(count: int, ingress_capacity: float, num_gpus: int, A: np.ndarray, AF: np.ndarray) -> None:
     """Rates ``AF[RATE_OF, :count]`` of every sending set's flows: layer by layer, lowest layer number first.
 
@@ -239,7 +239,7 @@ def layered_rates(senders: list[int], receivers: list[int | None], weights: list
     return AF[RATE_OF, :count].tolist()
 
 
-@inner
+@exposed
 def choose_sending_set(s: int, count: int, Q: np.ndarray, F: np.ndarray, I: np.ndarray, A: np.ndarray) -> int:
     """Fill ``A[CHOSEN]`` with the sending set among GPU s's ``count`` ready transfers (``Q[READY_QUEUE, s]``, in
     ready order) and return its size; set ``WEIGHT``, ``SHARE`` and ``LAYER`` of each chosen task.

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .jit import compiled
+from .jit import compiled, internal
 from .sorting import stable_order
 from .state import STEP_CLASS
 
 
-@compiled
+@internal
 def topological(needs_count: np.ndarray, release_start: np.ndarray, release_task: np.ndarray) -> np.ndarray:
     """The tasks breadth first over the dependency graph: each after every task it needs."""
     n = len(needs_count)

@@ -1,4 +1,4 @@
-"""The kernel's two decorators: compiled once per installation and kept in numba's cache.
+"""The kernel's decorators: compiled once per installation and kept in numba's cache.
 
 numba caches each function under its own source file; a function's cached code does not
 notice a change to a function it calls in another file, so the engine clears the
@@ -27,14 +27,20 @@ def _one_signature(options: dict[str, Any]) -> Any:
     return decorate
 
 
-#: Compiled once per installation and kept in numba's cache.
-compiled: Any = _one_signature(dict(cache=True))  # numba's dispatchers take any arrays; calls are not type-checked
-#: The same, for functions that allocate nothing: without reference counting of their array arguments, which
-#: per call cost more than the function's own work.
-inner: Any = _one_signature(dict(cache=True, _nrt=False))
-#: The same as ``inner``, with IEEE arithmetic: a float division by zero gives inf or nan rather than raising, so
-#: that the compiler may turn a loop of divisions into vector instructions.
-vectorized: Any = _one_signature(dict(cache=True, _nrt=False, error_model="numpy"))
+#: Compiled once per installation and kept in numba's cache; called from Python. (numba's other wrapper, a C entry
+#: point, is never used: not compiled.)
+compiled: Any = _one_signature(dict(cache=True, no_cfunc_wrapper=True))  # dispatchers take any arrays; not type-checked
 #: The same, with its body compiled into each compiled caller: arrays it allocates are then the caller's own, which
 #: lets the compiler keep them apart from every other array in the caller's loop.
-inlined: Any = njit(cache=True, inline="always")
+inlined: Any = njit(cache=True, inline="always", no_cfunc_wrapper=True)
+#: The same as ``compiled``, for functions called only from compiled code: without the wrapper that converts Python's
+#: arguments, which takes longer to compile than most of these functions (a call from Python would crash).
+internal: Any = _one_signature(dict(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True))
+#: The same, for functions that allocate nothing: without reference counting of their array arguments, which per call
+#: cost more than the function's own work.
+inner: Any = _one_signature(dict(cache=True, _nrt=False, no_cpython_wrapper=True, no_cfunc_wrapper=True))
+#: ``inner``, called from Python as well: an episode's steps, the allocation of the worked examples.
+exposed: Any = _one_signature(dict(cache=True, _nrt=False, no_cfunc_wrapper=True))
+#: The same as ``exposed``, with IEEE arithmetic: a float division by zero gives inf or nan rather than raising, so
+#: that the compiler may turn a loop of divisions into vector instructions.
+vectorized: Any = _one_signature(dict(cache=True, _nrt=False, no_cfunc_wrapper=True, error_model="numpy"))

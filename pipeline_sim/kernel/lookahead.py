@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from .events import heap_push
-from .jit import compiled, inner
+from .jit import compiled, inner, internal
 from .loop import begin, decision, prepare, resume, simulate, try_all
 from .next_task import choices
 from .state import (
@@ -38,7 +38,7 @@ from .state import (
 )
 
 
-@compiled
+@internal
 def _copy(state: tuple) -> tuple:
     """The loop's arrays copied; no segments kept."""
     F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending = state

@@ -16,7 +16,7 @@ from .allocation import (
 )
 from .events import heap_pop, mark, push, set_rate
 from .figures import figures
-from .jit import compiled, inlined, inner
+from .jit import compiled, exposed, inlined, inner
 from .next_task import dispatch, next_decider, take_next, wake
 from .state import (
     BUSY,
@@ -284,7 +284,7 @@ def prepare(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.
     return F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending
 
 
-@inner
+@exposed
 def begin(rule: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, Q: np.ndarray, K: np.ndarray, C: np.ndarray,
           release_start: np.ndarray, release_task: np.ndarray, order_start: np.ndarray,
           order_task: np.ndarray) -> None:
@@ -410,7 +410,7 @@ def resume(memory: int, ingress_capacity: float, release_start: np.ndarray, rele
     return status, C[SEGMENTS], now, decider
 
 
-@inner
+@exposed
 def decision(s: int, task: int, now: float, rule: int, F: np.ndarray, I: np.ndarray, P: np.ndarray,
              Q: np.ndarray, K: np.ndarray, C: np.ndarray, release_start: np.ndarray, release_task: np.ndarray,
              order_start: np.ndarray, order_task: np.ndarray) -> None:

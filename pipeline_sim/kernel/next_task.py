@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .jit import inner
+from .jit import exposed, inner
 from .state import (
     BUSY,
     DECIDE,
@@ -91,7 +91,7 @@ def dispatch(s: int, rule: int, memory: int, F: np.ndarray, I: np.ndarray, P: np
     return best
 
 
-@inner
+@exposed
 def choices(s: int, memory: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, order_start: np.ndarray,
             order_task: np.ndarray, out: np.ndarray) -> int:
     """For a decision handed to the caller (section 12.4): per action (``out``'s index), the task it starts on

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .jit import inner
+from .jit import exposed
 from .state import (
     BUSY,
     END,
@@ -29,7 +29,7 @@ from .state import (
 GPU_WIDTH = 11
 
 
-@inner
+@exposed
 def observe(s: int, now: float, unit: float, memory: int, F: np.ndarray, I: np.ndarray, P: np.ndarray,
             Q: np.ndarray, order_start: np.ndarray, order_task: np.ndarray, out: np.ndarray) -> None:
     """Fill ``out[:3 * GPU_WIDTH]`` for GPUs s - 1, s and s + 1 (zeros past either end), every figure in [0, 1]:

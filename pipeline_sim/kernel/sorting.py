@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .jit import compiled, inner
+from .jit import inner, internal
 
 
 @inner
@@ -21,7 +21,7 @@ def _merge(times: np.ndarray, source: np.ndarray, target: np.ndarray, first: int
             b += 1
 
 
-@compiled
+@internal
 def stable_order(times: np.ndarray) -> np.ndarray:
     """The indices of ``times`` in ascending order, equal times in index order: ``np.argsort(times,
     kind="mergesort")``, written out, as numba's generic sorts take several times longer to compile."""
