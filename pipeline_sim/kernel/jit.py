@@ -32,7 +32,8 @@ def _one_signature(options: dict[str, Any]) -> Any:
 compiled: Any = _one_signature(dict(cache=True, no_cfunc_wrapper=True))  # dispatchers take any arrays; not type-checked
 #: The same, with its body compiled into each compiled caller: arrays it allocates are then the caller's own, which
 #: lets the compiler keep them apart from every other array in the caller's loop.
-inlined: Any = njit(cache=True, inline="always", no_cfunc_wrapper=True)
+_INLINED: dict[str, Any] = dict(cache=True, inline="always", no_cfunc_wrapper=True)  # an option typing omits
+inlined: Any = njit(**_INLINED)
 #: The same as ``compiled``, for functions called only from compiled code: without the wrapper that converts Python's
 #: arguments, which takes longer to compile than most of these functions (a call from Python would crash).
 internal: Any = _one_signature(dict(cache=True, no_cpython_wrapper=True, no_cfunc_wrapper=True))
