@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
+import subprocess
 import sys
 from dataclasses import replace
 from functools import lru_cache, partial
@@ -638,13 +640,63 @@ def compile_kernel(parts: Sequence[str] = KERNEL_PARTS) -> None:
             except OSError:
                 pass  # another process's, or not ours to remove: numba then compiles in memory
     params = EnvParams(n=2, num_gpus=2)
-    if "figures" in parts:
-        simulate_figures(params, [Policy()])
-    if "records" in parts:
-        simulate(params, Policy())
-        memory_bound(params)
+    beside = _compile_beside(parts) if jit and not set(parts) <= done else None
+    try:
+        if "figures" in parts:
+            simulate_figures(params, [Policy()])
+        if beside is not None:
+            _wait_for(beside)
+        if "records" in parts:
+            simulate(params, Policy())
+            memory_bound(params)
+    finally:
+        if beside is not None and beside.poll() is None:
+            beside.kill()
+            beside.wait()
     if jit and not set(parts) <= done:
         _write_stamp(done | set(parts))
+
+
+#: How long a compile waits for the process compiling beside it before compiling what that one has not written.
+BESIDE_SECONDS = 60
+
+
+def _compile_beside(parts: Sequence[str]) -> subprocess.Popen | None:
+    """A second process compiling into the same cache what ``parts`` need apart from the loop, on the machine's
+    other core: ``figures`` (every run's) and, for ``records``, the lower bounds. This process loads whatever it
+    has written by the time they are needed, and compiles the rest itself: a second process that fails, or that
+    cannot start, only makes the compile take as long as it would alone. None when none started."""
+    root = str(Path(__file__).resolve().parent.parent)
+    environment = dict(os.environ, PYTHONPATH=os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])]))
+    folder = getattr(numba.config, "CACHE_DIR")
+    if folder:  # a folder chosen for this run (``compile_cache.ensure_writable``) or by the user
+        environment["NUMBA_CACHE_DIR"] = str(folder)
+    code = "import sys; from pipeline_sim.engine import compile_aside; compile_aside(sys.argv[1:])"
+    try:
+        return subprocess.Popen([sys.executable, "-c", code, *parts], env=environment, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except OSError:
+        return None
+
+
+def _wait_for(beside: subprocess.Popen) -> None:
+    try:
+        beside.wait(BESIDE_SECONDS)
+    except subprocess.TimeoutExpired:
+        pass  # compiled here instead; the process is stopped on the way out of ``compile_kernel``
+
+
+def compile_aside(parts: Sequence[str]) -> None:
+    """What ``_compile_beside`` runs: ``kernel.figures`` first (the loop's compile reaches it last), then, for
+    ``records``, the lower bounds; each on arrays of the types the loop and the engine pass."""
+    params = EnvParams(n=2, num_gpus=2)
+    arrays = graph_arrays(params)
+    tasks, p = len(arrays.gpu), params.num_gpus
+    F = np.zeros((max(kernel.READY, kernel.START, kernel.END, kernel.THROTTLED_TIME) + 1, tasks))
+    kernel.figures(arrays.gpu, arrays.comm, arrays.rises, arrays.falls, p, activation_units(params), F[kernel.START],
+                   F[kernel.END], np.zeros(tasks, dtype=np.int64), F[kernel.THROTTLED_TIME], np.empty(3 + 3 * p))
+    if "records" in parts:
+        memory_bound(params)
 
 
 def mark_compiled(parts: Sequence[str]) -> None:

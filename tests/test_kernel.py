@@ -91,3 +91,24 @@ def test_the_first_compile_is_announced_once(tmp_path, monkeypatch, capsys):
     assert capsys.readouterr().err == ""
     (tmp_path / "stamp").write_text("an older kernel")
     assert not engine.kernel_is_compiled()
+
+
+def test_the_process_compiling_beside_compiles_what_the_run_calls():
+    """What the second process of a first compile writes is each function as the run calls it: compiled the same
+    way here, no function gains a second signature (which would be a compile the run never loads)."""
+    from pipeline_sim import kernel
+
+    engine.compile_kernel()
+    functions = (kernel.figures, kernel.lower_bound, kernel.memory_bound)
+    before = [list(function.signatures) for function in functions]
+    engine.compile_aside(engine.KERNEL_PARTS)
+    assert [list(function.signatures) for function in functions] == before and all(before)
+
+
+def test_a_failed_process_beside_leaves_the_compile_to_the_run(tmp_path, monkeypatch):
+    monkeypatch.setattr(engine, "_stamp_path", lambda: tmp_path / "stamp")
+    monkeypatch.setattr(engine.compile_cache, "cache_folder", lambda module: tmp_path)
+    failing = lambda parts: subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])  # noqa: E731
+    monkeypatch.setattr(engine, "_compile_beside", failing)
+    engine.compile_kernel()
+    assert engine.kernel_is_compiled()
