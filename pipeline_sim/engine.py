@@ -8,6 +8,7 @@ one kernel call. Both run the same kernel; neither asks which schedule built the
 from __future__ import annotations
 
 import hashlib
+import inspect
 import math
 import os
 import subprocess
@@ -15,7 +16,7 @@ import sys
 from dataclasses import replace
 from functools import lru_cache, partial
 from pathlib import Path
-from typing import Mapping, NamedTuple, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 import llvmlite.binding
 import numba
@@ -58,6 +59,7 @@ from .taskgraph import (
 
 compile_cache.ensure_writable()  # before the kernel's functions look for a place to keep their machine code
 from . import kernel  # noqa: E402
+from .kernel import loop  # noqa: E402
 from .kernel.state import END_TOLERANCE, HOLD_CLASS  # noqa: E402
 
 compile_cache.tolerate_damage(kernel)
@@ -695,8 +697,26 @@ def compile_aside(parts: Sequence[str]) -> None:
     F = np.zeros((max(kernel.READY, kernel.START, kernel.END, kernel.THROTTLED_TIME) + 1, tasks))
     kernel.figures(arrays.gpu, arrays.comm, arrays.rises, arrays.falls, p, activation_units(params), F[kernel.START],
                    F[kernel.END], np.zeros(tasks, dtype=np.int64), F[kernel.THROTTLED_TIME], np.empty(3 + 3 * p))
+    # the loop's state as ``prepare`` makes it, run as plain Python (no compile): the types of its arrays
+    tiers, priorities = policy_arrays((Policy(),))
+    arguments = arrays.kernel_arguments(in_unit(task_lengths(params), 1.0), params)
+    named = dict(zip(_parameters(kernel.simulate), (*arguments, tiers[0], priorities[0], params.ingress_capacity, 0)),
+                 num_gpus=p)
+    state = kernel.prepare.py_func(*(named[name] for name in _parameters(kernel.prepare)))
+    names = list(_parameters(loop.advance))
+    named.update(zip(names[names.index("F"):names.index("ending") + 1], state))
+    scalars = {"int": numba.types.int64, "float": numba.types.float64, "bool": numba.types.boolean}
+    for function in loop.LAST_CALLED:
+        function.compile(tuple(numba.typeof(named[name]) if name in named else scalars[annotation]
+                               for name, annotation in _parameters(function).items()))
     if "records" in parts:
         memory_bound(params)
+
+
+def _parameters(function: Any) -> dict[str, str]:
+    """A compiled function's parameters and their annotations, by name, in order."""
+    return {name: str(parameter.annotation) for name, parameter in
+            inspect.signature(function.py_func).parameters.items()}
 
 
 def mark_compiled(parts: Sequence[str]) -> None:

@@ -94,15 +94,18 @@ def test_the_first_compile_is_announced_once(tmp_path, monkeypatch, capsys):
 
 
 def test_the_process_compiling_beside_compiles_what_the_run_calls():
-    """What the second process of a first compile writes is each function as the run calls it: compiled the same
-    way here, no function gains a second signature (which would be a compile the run never loads)."""
+    """What the second process of a first compile writes is each function as the run calls it: here, after the
+    run's compile, none is compiled again, and each one's cache holds one signature only."""
     from pipeline_sim import kernel
 
     engine.compile_kernel()
-    functions = (kernel.figures, kernel.lower_bound, kernel.memory_bound)
-    before = [list(function.signatures) for function in functions]
+    functions = (kernel.figures, kernel.lower_bound, kernel.memory_bound, *kernel.loop.LAST_CALLED)
+    misses = [dict(function.stats.cache_misses) for function in functions]  # of the run's compile, if it was here
     engine.compile_aside(engine.KERNEL_PARTS)
-    assert [list(function.signatures) for function in functions] == before and all(before)
+    assert [dict(function.stats.cache_misses) for function in functions] == misses
+    for function in functions:
+        assert len(function.signatures) == 1
+        assert len(function._cache._cache_file._load_index()) == 1, function.py_func.__name__
 
 
 def test_a_failed_process_beside_leaves_the_compile_to_the_run(tmp_path, monkeypatch):

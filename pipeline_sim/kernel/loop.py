@@ -358,6 +358,11 @@ def advance(rule: int, memory: int, ingress_capacity: float, release_start: np.n
     return status, now, decider
 
 
+#: ``advance``'s callees, the last it calls first: what a second process compiles into the cache while the first,
+#: typing the loop from its start, compiles the others (``engine.compile_aside``).
+LAST_CALLED = (_finish, compute_rates, set_group_rates, contended_rates, group_flows)
+
+
 @compiled
 def simulate(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.ndarray, stage: np.ndarray,
              index: np.ndarray, impact: np.ndarray, needs_count: np.ndarray, release_start: np.ndarray,
