@@ -689,14 +689,12 @@ def _wait_for(beside: subprocess.Popen) -> None:
 
 
 def compile_aside(parts: Sequence[str]) -> None:
-    """What ``_compile_beside`` runs: ``kernel.figures`` first (the loop's compile reaches it last), then, for
-    ``records``, the lower bounds; each on arrays of the types the loop and the engine pass."""
+    """What ``_compile_beside`` runs: the loop's last callees (``loop.LAST_CALLED``), then ``kernel.figures``
+    (which the loop's compile reaches after the loop), then, for ``records``, the lower bounds; each on arrays of
+    the types the loop and the engine pass."""
     params = EnvParams(n=2, num_gpus=2)
     arrays = graph_arrays(params)
     tasks, p = len(arrays.gpu), params.num_gpus
-    F = np.zeros((max(kernel.READY, kernel.START, kernel.END, kernel.THROTTLED_TIME) + 1, tasks))
-    kernel.figures(arrays.gpu, arrays.comm, arrays.rises, arrays.falls, p, activation_units(params), F[kernel.START],
-                   F[kernel.END], np.zeros(tasks, dtype=np.int64), F[kernel.THROTTLED_TIME], np.empty(3 + 3 * p))
     # the loop's state as ``prepare`` makes it, run as plain Python (no compile): the types of its arrays
     tiers, priorities = policy_arrays((Policy(),))
     arguments = arrays.kernel_arguments(in_unit(task_lengths(params), 1.0), params)
@@ -709,6 +707,9 @@ def compile_aside(parts: Sequence[str]) -> None:
     for function in loop.LAST_CALLED:
         function.compile(tuple(numba.typeof(named[name]) if name in named else scalars[annotation]
                                for name, annotation in _parameters(function).items()))
+    F = np.zeros((max(kernel.READY, kernel.START, kernel.END, kernel.THROTTLED_TIME) + 1, tasks))
+    kernel.figures(arrays.gpu, arrays.comm, arrays.rises, arrays.falls, p, activation_units(params), F[kernel.START],
+                   F[kernel.END], np.zeros(tasks, dtype=np.int64), F[kernel.THROTTLED_TIME], np.empty(3 + 3 * p))
     if "records" in parts:
         memory_bound(params)
 
