@@ -23,9 +23,10 @@ GPUs and 8 to 1,024 micro-batches, and 1F1B per doubling of tasks up to 1,306,62
 config's sweep with one worker and with every core; the example pipeline end to end,
 split into start-up, kernel load, simulations and figures; CPU time per heatmap; a noisy
 sweep (20 samples) against a noise-free one as large; the first compile of the kernel
-into an empty cache, before a first sweep and before a first chart; peak memory (proportional set size,
-summed over the processes) of a 1,000,000-simulation sweep and of drawing its heatmaps, against a stated bound; with the
-[cluster] extra, a 200,000-simulation sweep on the process pool and on a local Dask cluster.
+into an empty cache, before a first sweep and before a first chart, wall and CPU seconds; peak memory
+(proportional set size, summed over the processes) of a 1,000,000-simulation sweep and of drawing its heatmaps,
+against a stated bound; with the [cluster] extra, a 200,000-simulation sweep on the process pool and on a local Dask
+cluster.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -393,7 +395,9 @@ def heatmap_cpu(count: int = 18) -> float:
 def first_compile() -> dict:
     """Seconds of the first compile into an empty cache, each in a fresh process: what a first sweep waits for
     (the kernel's ``figures`` part: ``run_full_pipeline.py`` on the example config) and what a first chart waits for
-    (both parts: the visualizers), with the load average when each began (a busy machine compiles slower)."""
+    (both parts: the visualizers), with the CPU seconds of the compiling process and of the one it runs beside it on
+    the other core (user and system, the interpreter's start and imports included), and the load average when each
+    began (a busy machine compiles slower, and a second process then has no idle core to use)."""
     result = {}
     for name, parts in (("sweep", ("figures",)), ("chart", ("figures", "records"))):
         with tempfile.TemporaryDirectory() as folder:
@@ -402,8 +406,11 @@ def first_compile() -> dict:
                     f"compile_kernel; start = time.perf_counter(); compile_kernel({parts!r}); "
                     "print(time.perf_counter() - start)")
             load = os.getloadavg()[0]
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-            result[name] = {"seconds": float(run.stdout), "load_average": load}
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+            result[name] = {"seconds": float(run.stdout), "cpu_seconds": cpu, "load_average": load}
     return result
 
 
@@ -790,10 +797,11 @@ def main() -> int:
     print(f"one heatmap (121 policies, step 0.1): {heatmap:.3f} s of CPU", flush=True)
     compile_seconds = None if args.quick else first_compile()
     if compile_seconds is not None:
-        print(f"first compile of the kernel into an empty cache: {compile_seconds['sweep']['seconds']:.1f} s before "
-              f"a first sweep (load average {compile_seconds['sweep']['load_average']:.1f}), "
-              f"{compile_seconds['chart']['seconds']:.1f} s before a first chart (load average "
-              f"{compile_seconds['chart']['load_average']:.1f})", flush=True)
+        sweep, chart = compile_seconds["sweep"], compile_seconds["chart"]
+        print(f"first compile of the kernel into an empty cache: {sweep['seconds']:.1f} s before a first sweep "
+              f"({sweep['cpu_seconds']:.1f} s of CPU, load average {sweep['load_average']:.1f}), "
+              f"{chart['seconds']:.1f} s before a first chart ({chart['cpu_seconds']:.1f} s of CPU, load average "
+              f"{chart['load_average']:.1f})", flush=True)
 
     serial = sweep_wall_time(1)
     parallel = sweep_wall_time(cores)
