@@ -509,30 +509,30 @@ def schedule_of(params: EnvParams, policy: Policy, sample: int, status: int, F: 
     seg_times = seg_times.copy()
     arrays = graph_arrays(params)
     for row in (kernel.READY, kernel.START, kernel.END, kernel.THROTTLED_TIME):
-        F[row] *= unit
+        F[:, row] *= unit
     seg_times[:2] *= unit  # each segment's t0 and t1; its rate has no unit
     if status == kernel.STUCK:
         graph = _graph(params, sample, lengths)
         if orders is not None:
             graph = graph._replace(orders=tuple(tuple(order) for order in orders))
-        raise SimulationStuckError(_stuck_message(graph, F[kernel.READY].tolist(), F[kernel.END].tolist(),
+        raise SimulationStuckError(_stuck_message(graph, F[:, kernel.READY].tolist(), F[:, kernel.END].tolist(),
                                                   P[kernel.NEXT].tolist(), P[kernel.BUSY].tolist()))
     structure = graph_structure(params)
     by_task = np.argsort(seg_task, kind="stable")  # each task's segments together, in the order they ran
     seg_task, seg_times = seg_task[by_task], seg_times[:, by_task]
     run = Run(arrays.gpu, structure.kind, structure.part_kind, structure.part_stage,
-              task_lengths(params, sample) if lengths is None else lengths, F[kernel.READY], F[kernel.START],
-              F[kernel.END], I[kernel.THROTTLED] == 1, F[kernel.THROTTLED_TIME], seg_task, seg_times)
+              task_lengths(params, sample) if lengths is None else lengths, F[:, kernel.READY], F[:, kernel.START],
+              F[:, kernel.END], I[:, kernel.THROTTLED] == 1, F[:, kernel.THROTTLED_TIME], seg_task, seg_times)
     p = params.num_gpus
     figures = np.empty(3 + 3 * p)
-    kernel.figures(arrays.gpu, arrays.comm, arrays.rises, arrays.falls, p, activation_units(params), F[kernel.START],
-                   F[kernel.END], I[kernel.THROTTLED], F[kernel.THROTTLED_TIME], figures)
-    rank = I[kernel.RANK].tolist()
+    kernel.figures(arrays.gpu, arrays.comm, arrays.rises, arrays.falls, p, activation_units(params), F[:, kernel.START],
+                   F[:, kernel.END], I[:, kernel.THROTTLED], F[:, kernel.THROTTLED_TIME], figures)
+    rank = I[:, kernel.RANK].tolist()
     given = orders is not None
     if orders is None:
         bounds, order_task = arrays.order_start.tolist(), arrays.order_task.tolist()
         orders = [order_task[a:b] for a, b in zip(bounds, bounds[1:])]
-    end = float(F[kernel.END].max())
+    end = float(F[:, kernel.END].max())
     return Schedule(params=params, policy=policy, tasks=RunTasks(run, partial(_records, params, sample, lengths, run)),
                     completion_time=end, spans=tuple(figures[3 + p:3 + 2 * p].tolist()),
                     peak_activations=tuple(figures[3 + 2 * p:].tolist()),

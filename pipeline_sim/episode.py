@@ -239,7 +239,7 @@ class Episode:
 
     @property
     def completion_time(self) -> float:
-        return float(np.max(self._state[0][kernel.END])) * self.unit
+        return float(np.max(self._state[0][:, kernel.END])) * self.unit
 
     def bound(self) -> float:
         return lower_bound(self.params, self.sample)
@@ -257,7 +257,7 @@ class Episode:
         base = len(WINDOW) * GPU_WIDTH
         out[base] = min(10.0, self.clock / self._bound) / 10.0
         out[base + 1] = self.gpu / max(1, P.shape[1] - 1)
-        out[base + 2] = self.tasks_done / F.shape[1]
+        out[base + 2] = self.tasks_done / F.shape[0]
         out[base + 3] = float(mask[-1])
         out[base + 4:] = mask
         return out
@@ -267,8 +267,8 @@ class Episode:
         F, I = self._state[:2]
         a, p = self.arrays, self.params.num_gpus
         out = np.empty(3 + 3 * p)
-        kernel.figures(a.gpu, a.comm, a.rises, a.falls, p, activation_units(self.params), F[kernel.START],
-                       F[kernel.END], I[kernel.THROTTLED], F[kernel.THROTTLED_TIME], out)
+        kernel.figures(a.gpu, a.comm, a.rises, a.falls, p, activation_units(self.params), F[:, kernel.START],
+                       F[:, kernel.END], I[:, kernel.THROTTLED], F[:, kernel.THROTTLED_TIME], out)
         out[:2] *= self.unit
         out[3:3 + 2 * p] *= self.unit
         return out

@@ -42,7 +42,7 @@ def test_replaying_a_dispatcher_gives_its_run(schedule: str, dispatch: str) -> N
         episode = _replay(params, DEFAULT_POLICY, sample, run.orders)
         assert episode.completion_time == run.completion_time
         F = episode.state[0]
-        assert [t.start for t in run.tasks] == F[START].tolist()
+        assert [t.start for t in run.tasks] == F[:, START].tolist()
 
 
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b", "zb-h1", "interleaved-1f1b", "zb-v"])
@@ -54,7 +54,7 @@ def test_replaying_the_static_order_gives_the_static_run(schedule: str) -> None:
         run = simulate(params, DEFAULT_POLICY, sample)
         episode = _replay(params, DEFAULT_POLICY, sample, run.orders, memory_limit=100.0)
         assert episode.completion_time == run.completion_time
-        assert [t.start for t in run.tasks] == episode.state[0][START].tolist()
+        assert [t.start for t in run.tasks] == episode.state[0][:, START].tolist()
 
 
 def test_a_small_model_decides_in_its_own_time_unit() -> None:
@@ -69,7 +69,7 @@ def test_a_small_model_decides_in_its_own_time_unit() -> None:
     run = simulate(replace(params, dispatch="greedy"), DEFAULT_POLICY, 1)
     episode = _replay(params, DEFAULT_POLICY, 1, run.orders)
     assert episode.completion_time == run.completion_time
-    assert [t.start for t in run.tasks] == (episode.state[0][START] * episode.unit).tolist()
+    assert [t.start for t in run.tasks] == (episode.state[0][:, START] * episode.unit).tolist()
     assert 0 < episode.bound() <= run.completion_time
 
 
@@ -89,8 +89,8 @@ def test_masks_only_offer_what_can_start_and_random_play_always_finishes() -> No
             F, I, P = episode.state[:3]
             for action in np.flatnonzero(mask[:-1]):
                 task = out[action]
-                assert I[WAITING, task] == 0 and np.isnan(F[READY, task])  # its needs met, not yet taken
-                assert P[HELD, episode.gpu] + I[RESERVE, task] <= episode.memory_units
+                assert I[task, WAITING] == 0 and np.isnan(F[task, READY])  # its needs met, not yet taken
+                assert P[HELD, episode.gpu] + I[task, RESERVE] <= episode.memory_units
             episode.step(int(rng.choice(np.flatnonzero(mask))))
             decisions += 1
         assert decisions >= sum(len(o) for o in episode.graph.orders)

@@ -202,19 +202,19 @@ class Ready:
 def choose_sending_set(ready):
     """The kernel's sending set of one GPU whose ready transfers are ``ready``, in ready order."""
     count = len(ready)
-    F = np.zeros((state.TASK_FLOATS, count))
-    I = np.zeros((state.TASK_INTS, count), dtype=np.int64)
+    F = np.zeros((count, state.TASK_FLOATS))
+    I = np.zeros((count, state.TASK_INTS), dtype=np.int64)
     Q = np.zeros((2, 1, count), dtype=np.int64)
     A, _ = allocation.scratch(count, 1)
     for i, run in enumerate(ready):
         Q[state.READY_QUEUE, 0, i] = i
-        I[state.TIER, i] = -1 if run.tier_rank is None else run.tier_rank
-        I[state.INDEX, i], I[state.COMM, i] = run.index, run.kind_order
-        F[state.KEY, i], F[state.PRIORITY, i] = allocation.ready_key(run.ready), run.priority
+        I[i, state.TIER] = -1 if run.tier_rank is None else run.tier_rank
+        I[i, state.INDEX], I[i, state.COMM] = run.index, run.kind_order
+        F[i, state.KEY], F[i, state.PRIORITY] = allocation.ready_key(run.ready), run.priority
     size = allocation.choose_sending_set(0, count, Q, F, I, A)
     chosen = [ready[i] for i in A[state.CHOSEN, :size]]
     for i, run in zip(A[state.CHOSEN, :size], chosen):
-        run.weight, run.share, run.layer = F[state.WEIGHT, i], F[state.SHARE, i], I[state.LAYER, i]
+        run.weight, run.share, run.layer = F[i, state.WEIGHT], F[i, state.SHARE], I[i, state.LAYER]
     return chosen
 
 

@@ -252,36 +252,36 @@ def choose_sending_set(s: int, count: int, Q: np.ndarray, F: np.ndarray, I: np.n
     winner = -1
     for k in range(count):
         i = Q[READY_QUEUE, s, k]
-        if I[TIER, i] >= 0 and (winner < 0 or key_before(I[TIER, i], F[KEY, i], I[INDEX, i], I[COMM, i], I[STAGE, i],
-                                                          I[TIER, winner], F[KEY, winner], I[INDEX, winner],
-                                                          I[COMM, winner], I[STAGE, winner])):
+        if I[i, TIER] >= 0 and (winner < 0 or key_before(I[i, TIER], F[i, KEY], I[i, INDEX], I[i, COMM], I[i, STAGE],
+                                                          I[winner, TIER], F[winner, KEY], I[winner, INDEX],
+                                                          I[winner, COMM], I[winner, STAGE])):
             winner = i
     if winner >= 0:
-        F[WEIGHT, winner] = 1.0
-        F[SHARE, winner] = 1.0
-        I[LAYER, winner] = I[TIER, winner]
+        F[winner, WEIGHT] = 1.0
+        F[winner, SHARE] = 1.0
+        I[winner, LAYER] = I[winner, TIER]
         A[CHOSEN, 0] = winner
         return 1
     size = 0
     for k in range(count):
         i = Q[READY_QUEUE, s, k]
-        if F[PRIORITY, i] > 0.0:
+        if F[i, PRIORITY] > 0.0:
             A[CHOSEN, size] = i
             size += 1
-            F[WEIGHT, i] = F[PRIORITY, i]
-            I[LAYER, i] = SHARED_LAYER
+            F[i, WEIGHT] = F[i, PRIORITY]
+            I[i, LAYER] = SHARED_LAYER
     if size == 0:
         for k in range(count):
             i = Q[READY_QUEUE, s, k]
             A[CHOSEN, size] = i
             size += 1
-            F[WEIGHT, i] = 1.0
-            I[LAYER, i] = ZERO_LAYER
+            F[i, WEIGHT] = 1.0
+            I[i, LAYER] = ZERO_LAYER
     total = 0.0
     for k in range(size):
-        total += F[WEIGHT, A[CHOSEN, k]]
+        total += F[A[CHOSEN, k], WEIGHT]
     for k in range(size):
-        F[SHARE, A[CHOSEN, k]] = F[WEIGHT, A[CHOSEN, k]] / total
+        F[A[CHOSEN, k], SHARE] = F[A[CHOSEN, k], WEIGHT] / total
     return size
 
 
@@ -289,10 +289,10 @@ def choose_sending_set(s: int, count: int, Q: np.ndarray, F: np.ndarray, I: np.n
 def _coupled(h: int, other: int, P: np.ndarray, Q: np.ndarray, I: np.ndarray) -> bool:
     """Whether a flow of one GPU's sending set goes to the other."""
     for k in range(P[SENDING_COUNT, h]):
-        if I[RECEIVER, Q[SENDING_SET, h, k]] == other:
+        if I[Q[SENDING_SET, h, k], RECEIVER] == other:
             return True
     for k in range(P[SENDING_COUNT, other]):
-        if I[RECEIVER, Q[SENDING_SET, other, k]] == h:
+        if I[Q[SENDING_SET, other, k], RECEIVER] == h:
             return True
     return False
 
@@ -313,9 +313,9 @@ def sending_sets(now: float, F: np.ndarray, I: np.ndarray, P: np.ndarray, Q: np.
         size = choose_sending_set(s, P[READY_COUNT, s], Q, F, I, A)
         for j in range(P[SENDING_COUNT, s]):
             i = Q[SENDING_SET, s, j]
-            if I[RECEIVER, i] >= 0:
-                seeds = _seed(I[RECEIVER, i], seeds, P)  # its receiver's other inflow may speed up
-            if F[RATE, i] != 0.0 or I[THROTTLED_NOW, i] == 1:
+            if I[i, RECEIVER] >= 0:
+                seeds = _seed(I[i, RECEIVER], seeds, P)  # its receiver's other inflow may speed up
+            if F[i, RATE] != 0.0 or I[i, THROTTLED_NOW] == 1:
                 kept = False
                 for c in range(size):
                     if A[CHOSEN, c] == i:
@@ -386,8 +386,8 @@ def group_flows(g: int, ingress_capacity: float, F: np.ndarray, I: np.ndarray, P
             i = Q[SENDING_SET, h, j]
             A[FLOWS, count] = i
             count += 1
-            if I[RECEIVER, i] >= 0:
-                PF[INFLOW, I[RECEIVER, i]] += F[SHARE, i]  # the group is closed: every receiver lies in it
+            if I[i, RECEIVER] >= 0:
+                PF[INFLOW, I[i, RECEIVER]] += F[i, SHARE]  # the group is closed: every receiver lies in it
     highest = 0.0
     for k in range(first, P[GROUP_END, g]):
         if PF[INFLOW, P[GROUP, k]] > highest:
@@ -401,10 +401,10 @@ def contended_rates(count: int, ingress_capacity: float, num_gpus: int, F: np.nd
     """The layered allocation of the flows ``A[FLOWS, :count]``, into ``AF[RATE_OF, :count]``."""
     for f in range(count):
         i = A[FLOWS, f]
-        A[SENDER, f] = I[GPU, i]
-        A[RECEIVER_OF, f] = I[RECEIVER, i]
-        A[LAYER_OF, f] = I[LAYER, i]
-        AF[WEIGHT_OF, f] = F[WEIGHT, i]
+        A[SENDER, f] = I[i, GPU]
+        A[RECEIVER_OF, f] = I[i, RECEIVER]
+        A[LAYER_OF, f] = I[i, LAYER]
+        AF[WEIGHT_OF, f] = F[i, WEIGHT]
     _layered(count, ingress_capacity, num_gpus, A, AF)
 
 
@@ -418,16 +418,16 @@ def set_group_rates(g: int, count: int, contended: bool, now: float, F: np.ndarr
         i = A[FLOWS, k]
         if contended:
             rate = AF[RATE_OF, k]
-            set_rate(i, rate, rate < F[SHARE, i] * (1.0 - THROTTLE_TOLERANCE), now, F, I, HT, HI, SI, SF, C)
-        elif F[SHARE, i] != F[RATE, i] or I[THROTTLED_NOW, i] == 1:
-            set_rate(i, F[SHARE, i], False, now, F, I, HT, HI, SI, SF, C)
+            set_rate(i, rate, rate < F[i, SHARE] * (1.0 - THROTTLE_TOLERANCE), now, F, I, HT, HI, SI, SF, C)
+        elif F[i, SHARE] != F[i, RATE] or I[i, THROTTLED_NOW] == 1:
+            set_rate(i, F[i, SHARE], False, now, F, I, HT, HI, SI, SF, C)
     for k in range(P[GROUP_END, g - 1] if g > 0 else 0, P[GROUP_END, g]):
         h = P[GROUP, k]
         sync = 0.0
         for j in range(P[SENDING_COUNT, h]):
             i = Q[SENDING_SET, h, j]
-            if I[COMM, i] == GRAD_SYNC:
-                sync += F[RATE, i]
+            if I[i, COMM] == GRAD_SYNC:
+                sync += F[i, RATE]
         if sync != PF[SYNC_RATE, h]:
             PF[SYNC_RATE, h] = sync
             mark(P, C, DIRTY_COMPUTE, DIRTY_COMPUTE_LIST, DIRTY_COMPUTE_COUNT, h)
@@ -444,5 +444,5 @@ def compute_rates(now: float, F: np.ndarray, I: np.ndarray, P: np.ndarray, PF: n
         P[DIRTY_COMPUTE, s] = 0
         task = P[BUSY, s]
         if task >= 0:
-            set_rate(task, 1.0 - F[IMPACT, task] * PF[SYNC_RATE, s], False, now, F, I, HT, HI, SI, SF, C)
+            set_rate(task, 1.0 - F[task, IMPACT] * PF[SYNC_RATE, s], False, now, F, I, HT, HI, SI, SF, C)
     C[DIRTY_COMPUTE_COUNT] = 0

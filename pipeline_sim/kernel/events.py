@@ -59,7 +59,7 @@ def heap_push(HT: np.ndarray, HI: np.ndarray, I: np.ndarray, C: np.ndarray, at: 
     if size == len(HT):
         kept = 0
         for k in range(size):
-            if I[LIVE, HI[1, k]] == HI[0, k]:
+            if I[HI[1, k], LIVE] == HI[0, k]:
                 HT[kept], HI[0, kept], HI[1, kept] = HT[k], HI[0, k], HI[1, k]
                 kept += 1
         size = kept
@@ -92,32 +92,32 @@ def set_rate(i: int, rate: float, throttled: bool, now: float, F: np.ndarray, I:
     A throttled stretch at rate 0 (a flow waiting at a receiver that higher layers
     saturate) counts as throttled time but is no segment: nothing progresses.
     """
-    old = F[RATE, i]
-    if throttled == (I[THROTTLED_NOW, i] == 1) and abs(rate - old) <= RATE_TOLERANCE * old:
+    old = F[i, RATE]
+    if throttled == (I[i, THROTTLED_NOW] == 1) and abs(rate - old) <= RATE_TOLERANCE * old:
         return  # the same rate: a new segment starts only when something really changes
-    since = F[SINCE, i]
+    since = F[i, SINCE]
     if now > since:
         if old > 0.0:
-            F[REMAINING, i] -= old * (now - since)
+            F[i, REMAINING] -= old * (now - since)
             k = C[SEGMENTS]
             if k < len(SI):
                 SI[k], SF[0, k], SF[1, k], SF[2, k] = i, since, now, old
             C[SEGMENTS] = k + 1  # counted even when not kept: the caller then runs again with room
-        if I[THROTTLED_NOW, i] == 1:  # flagged only once the stretch has lasted, never for an instant
-            F[THROTTLED_TIME, i] += now - since
-            I[THROTTLED, i] = 1
-    F[SINCE, i] = now
-    F[RATE, i] = rate
-    I[THROTTLED_NOW, i] = 1 if throttled else 0
+        if I[i, THROTTLED_NOW] == 1:  # flagged only once the stretch has lasted, never for an instant
+            F[i, THROTTLED_TIME] += now - since
+            I[i, THROTTLED] = 1
+    F[i, SINCE] = now
+    F[i, RATE] = rate
+    I[i, THROTTLED_NOW] = 1 if throttled else 0
     if rate > 0.0:
-        if np.isnan(F[START, i]):
-            F[START, i] = now
+        if np.isnan(F[i, START]):
+            F[i, START] = now
         C[SEQ] += 1
-        I[LIVE, i] = C[SEQ]
-        left = F[REMAINING, i] if F[REMAINING, i] > 0.0 else 0.0
+        I[i, LIVE] = C[SEQ]
+        left = F[i, REMAINING] if F[i, REMAINING] > 0.0 else 0.0
         heap_push(HT, HI, I, C, now + left / rate, C[SEQ], i)
     else:
-        I[LIVE, i] = -1
+        I[i, LIVE] = -1
 
 
 @inner

@@ -52,22 +52,22 @@ def expect(now: float, expected: np.ndarray, F: np.ndarray, I: np.ndarray, HT: n
     """Every unfinished task's length set to ``expected``: one not begun takes it whole; one under way takes what
     it lacks of it after the work done by ``now`` (nothing, once it has run longer), its projected end moved to
     match. What has ended keeps its lengths."""
-    for i in range(F.shape[1]):
-        if not np.isnan(F[END, i]):
+    for i in range(F.shape[0]):
+        if not np.isnan(F[i, END]):
             continue
-        if np.isnan(F[START, i]):
-            F[LENGTH, i] = expected[i]
-            F[REMAINING, i] = expected[i]
+        if np.isnan(F[i, START]):
+            F[i, LENGTH] = expected[i]
+            F[i, REMAINING] = expected[i]
             continue
-        rate = F[RATE, i]
-        since = rate * (now - F[SINCE, i])  # the work done since its remaining work was last brought up to date
-        done = F[LENGTH, i] - F[REMAINING, i] + since
+        rate = F[i, RATE]
+        since = rate * (now - F[i, SINCE])  # the work done since its remaining work was last brought up to date
+        done = F[i, LENGTH] - F[i, REMAINING] + since
         left = max(expected[i] - done, 0.0)
-        F[LENGTH, i] = expected[i]
-        F[REMAINING, i] = left + since
+        F[i, LENGTH] = expected[i]
+        F[i, REMAINING] = left + since
         if rate > 0.0:
             C[SEQ] += 1
-            I[LIVE, i] = C[SEQ]
+            I[i, LIVE] = C[SEQ]
             heap_push(HT, HI, I, C, now + left / rate, C[SEQ], i)
 
 
@@ -78,8 +78,8 @@ def planned(s: int, memory: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, or
     limit), or -1."""
     for j in range(order_start[s] + P[NEXT, s], order_start[s + 1]):
         task = order_task[j]
-        if np.isnan(F[READY, task]):
-            if I[WAITING, task] > 0 or I[RESERVE, task] > 0 and P[HELD, s] + I[RESERVE, task] > memory:
+        if np.isnan(F[task, READY]):
+            if I[task, WAITING] > 0 or I[task, RESERVE] > 0 and P[HELD, s] + I[task, RESERVE] > memory:
                 return -1
             return task
     return -1
@@ -140,7 +140,7 @@ def look_ahead(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: 
                                  trial, now)
                 rollouts += 1
                 end = ahead[7] if ahead[0] == DONE else np.inf
-                flow = (TF[END] * (TI[COMM] < 0)).sum() if ahead[0] == DONE else np.inf
+                flow = (TF[:, END] * (TI[:, COMM] < 0)).sum() if ahead[0] == DONE else np.inf
                 if end < best * (1.0 - 1e-9) or (end <= best * (1.0 + 1e-9) and flow < best_flow * (1.0 - 1e-9)):
                     best = end
                     best_flow = flow

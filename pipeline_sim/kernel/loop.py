@@ -81,20 +81,20 @@ def _start(task: int, s: int, now: float, F: np.ndarray, I: np.ndarray, P: np.nd
            C: np.ndarray) -> None:
     """GPU s takes compute task ``task`` now: it runs, or, with no work, ends at once and stacks its releases; either
     way the transfers its start issues (row ``n + task`` of the releases) become ready."""
-    F[READY, task] = now
-    I[RANK, task] = P[TAKEN, s]
+    F[task, READY] = now
+    I[task, RANK] = P[TAKEN, s]
     P[TAKEN, s] += 1
-    P[HELD, s] += I[RESERVE, task]
-    if F[LENGTH, task] == 0.0:  # a W of no work ends the instant it may start
-        F[START, task] = now
-        F[END, task] = now
+    P[HELD, s] += I[task, RESERVE]
+    if F[task, LENGTH] == 0.0:  # a W of no work ends the instant it may start
+        F[task, START] = now
+        F[task, END] = now
         C[DONE_COUNT] += 1
-        P[HELD, s] -= I[FALLS, task]
+        P[HELD, s] -= I[task, FALLS]
         push(K, C, RELEASE, task)
     else:
         P[BUSY, s] = task
         mark(P, C, DIRTY_COMPUTE, DIRTY_COMPUTE_LIST, DIRTY_COMPUTE_COUNT, s)
-    push(K, C, RELEASE, F.shape[1] + task)
+    push(K, C, RELEASE, F.shape[0] + task)
 
 
 @inner
@@ -116,29 +116,29 @@ def _settle(now: float, rule: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, 
                 continue
             K[2, top] = k + 1
             dependent = release_task[release_start[node] + k]
-            if I[COMM, dependent] >= 0:  # a transfer becomes ready once all it waits for has ended
-                if I[WAITING, dependent] > 1:
-                    I[WAITING, dependent] -= 1
+            if I[dependent, COMM] >= 0:  # a transfer becomes ready once all it waits for has ended
+                if I[dependent, WAITING] > 1:
+                    I[dependent, WAITING] -= 1
                     continue
-                I[WAITING, dependent] = 0
-                F[READY, dependent] = now
-                if F[LENGTH, dependent] == 0.0:
-                    F[START, dependent] = now
-                    F[END, dependent] = now
+                I[dependent, WAITING] = 0
+                F[dependent, READY] = now
+                if F[dependent, LENGTH] == 0.0:
+                    F[dependent, START] = now
+                    F[dependent, END] = now
                     C[DONE_COUNT] += 1
                     push(K, C, RELEASE, dependent)
-                    if I[KIND_CLASS, dependent] == HOLD_CLASS:
-                        _release_hold(I[GPU, dependent], P, K, C)
+                    if I[dependent, KIND_CLASS] == HOLD_CLASS:
+                        _release_hold(I[dependent, GPU], P, K, C)
                     continue
-                if I[TIER, dependent] >= 0:
-                    F[KEY, dependent] = ready_key(now)
-                s = I[GPU, dependent]
+                if I[dependent, TIER] >= 0:
+                    F[dependent, KEY] = ready_key(now)
+                s = I[dependent, GPU]
                 Q[READY_QUEUE, s, P[READY_COUNT, s]] = dependent
                 P[READY_COUNT, s] += 1
                 mark(P, C, DIRTY_COMM, DIRTY_COMM_LIST, DIRTY_COMM_COUNT, s)
             else:
-                I[WAITING, dependent] -= 1
-                push(K, C, TRY_START, I[GPU, dependent])
+                I[dependent, WAITING] -= 1
+                push(K, C, TRY_START, I[dependent, GPU])
         else:
             s = K[1, top]
             if P[HOLDING, s] > 0:  # an all-to-all holds the GPU (section 16): it starts nothing
@@ -148,8 +148,8 @@ def _settle(now: float, rule: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, 
                 C[STACK] = top
                 if P[BUSY, s] < 0:
                     last = order_task[max(order_start[s], order_start[s + 1] - 1)]  # an optimizer step is no
-                    if I[KIND_CLASS, last] == STEP_CLASS and I[WAITING, last] == 0 and \
-                            np.isnan(F[READY, last]):  # decision (section 6.7)
+                    if I[last, KIND_CLASS] == STEP_CLASS and I[last, WAITING] == 0 and \
+                            np.isnan(F[last, READY]):  # decision (section 6.7)
                         _start(last, s, now, F, I, P, K, C)
                     else:
                         P[DECIDE, s] = 1
@@ -205,20 +205,20 @@ def _finish(i: int, now: float, F: np.ndarray, I: np.ndarray, P: np.ndarray, Q: 
             release_start: np.ndarray, release_task: np.ndarray) -> None:
     """End task i now and stack what follows: the next compute of its GPU, then its releases."""
     set_rate(i, 0.0, False, now, F, I, HT, HI, SI, SF, C)
-    F[REMAINING, i] = 0.0
-    F[END, i] = now
+    F[i, REMAINING] = 0.0
+    F[i, END] = now
     C[DONE_COUNT] += 1
-    s = I[GPU, i]
+    s = I[i, GPU]
     push(K, C, RELEASE, i)
-    if I[COMM, i] < 0:
+    if I[i, COMM] < 0:
         P[BUSY, s] = -1
-        P[HELD, s] -= I[FALLS, i]
+        P[HELD, s] -= I[i, FALLS]
         for k in range(release_start[i], release_start[i + 1]):  # the all-to-alls its end issues hold the GPU
-            if I[KIND_CLASS, release_task[k]] == HOLD_CLASS:
+            if I[release_task[k], KIND_CLASS] == HOLD_CLASS:
                 P[HOLDING, s] += 1
         push(K, C, TRY_START, s)  # the next compute starts before the releases
     else:
-        if I[KIND_CLASS, i] == HOLD_CLASS:
+        if I[i, KIND_CLASS] == HOLD_CLASS:
             _release_hold(s, P, K, C)
         last = P[READY_COUNT, s] - 1
         j = 0
@@ -239,32 +239,32 @@ def prepare(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.
     SI, SF, K, ending`` that ``advance`` and the decisions carry from event to event."""
     n = len(length)
     p = num_gpus
-    F = np.zeros((TASK_FLOATS, n))
-    I = np.zeros((TASK_INTS, n), dtype=np.int64)
+    F = np.zeros((n, TASK_FLOATS))
+    I = np.zeros((n, TASK_INTS), dtype=np.int64)
     per_gpu = np.zeros(p, dtype=np.int64)
     for i in range(n):  # element by element: a whole-row copy would compile a shape check and its error message
-        F[LENGTH, i] = length[i]
-        F[IMPACT, i] = impact[i]
-        F[REMAINING, i] = length[i]
-        F[START, i] = np.nan
-        F[END, i] = np.nan
-        F[READY, i] = np.nan
-        F[DISPATCH_KEY, i] = dispatch_key[i]
-        I[GPU, i] = gpu[i]
-        I[RECEIVER, i] = receiver[i]
-        I[COMM, i] = comm[i]
-        I[STAGE, i] = stage[i]
-        I[INDEX, i] = index[i]
-        I[WAITING, i] = needs_count[i]
-        I[LIVE, i] = -1
-        I[TIER, i] = -1
-        I[KIND_CLASS, i] = kind_class[i]
-        I[RESERVE, i] = reserve[i]
-        I[FALLS, i] = falls[i]
+        F[i, LENGTH] = length[i]
+        F[i, IMPACT] = impact[i]
+        F[i, REMAINING] = length[i]
+        F[i, START] = np.nan
+        F[i, END] = np.nan
+        F[i, READY] = np.nan
+        F[i, DISPATCH_KEY] = dispatch_key[i]
+        I[i, GPU] = gpu[i]
+        I[i, RECEIVER] = receiver[i]
+        I[i, COMM] = comm[i]
+        I[i, STAGE] = stage[i]
+        I[i, INDEX] = index[i]
+        I[i, WAITING] = needs_count[i]
+        I[i, LIVE] = -1
+        I[i, TIER] = -1
+        I[i, KIND_CLASS] = kind_class[i]
+        I[i, RESERVE] = reserve[i]
+        I[i, FALLS] = falls[i]
         if comm[i] >= 0:
             per_gpu[gpu[i]] += 1
-            I[TIER, i] = kind_tier[comm[i]]
-            F[PRIORITY, i] = kind_priority[comm[i]]
+            I[i, TIER] = kind_tier[comm[i]]
+            F[i, PRIORITY] = kind_priority[comm[i]]
     room = 1
     for s in range(p):  # not per_gpu.max(), which compiles numpy's reduction for a few numbers
         room = max(room, per_gpu[s])
@@ -290,7 +290,7 @@ def begin(rule: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, Q: np.ndarray,
           order_task: np.ndarray) -> None:
     """Time 0: the transfers issued at time 0 become ready (the last row of the releases), then every GPU tries its
     first task."""
-    push(K, C, RELEASE, 2 * F.shape[1])
+    push(K, C, RELEASE, 2 * F.shape[0])
     _settle(0.0, rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
     try_all(0.0, rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
 
@@ -314,7 +314,7 @@ def advance(rule: int, memory: int, ingress_capacity: float, release_start: np.n
     """The event loop from ``now`` to the end of the run, or under ``EXTERNAL`` to the next decision:
     ``(status, now, decider)`` (``simulate``). Its own function, allocating nothing, so that an episode's loop
     resumes it at every decision without counting references to every array."""
-    n = F.shape[1]
+    n = F.shape[0]
     p = len(order_start) - 1
     status = RUNNING
     decider = -1
@@ -336,7 +336,7 @@ def advance(rule: int, memory: int, ingress_capacity: float, release_start: np.n
             status = DONE
             break
         # the next event: every task whose projected end lies within the tolerance of the earliest
-        while C[HEAP_SIZE] > 0 and I[LIVE, HI[1, 0]] != HI[0, 0]:
+        while C[HEAP_SIZE] > 0 and I[HI[1, 0], LIVE] != HI[0, 0]:
             heap_pop(HT, HI, C)
         if C[HEAP_SIZE] == 0:
             status = STUCK
@@ -347,7 +347,7 @@ def advance(rule: int, memory: int, ingress_capacity: float, release_start: np.n
         while C[HEAP_SIZE] > 0 and HT[0] <= limit:
             number, i = HI[0, 0], HI[1, 0]
             heap_pop(HT, HI, C)
-            if I[LIVE, i] == number:
+            if I[i, LIVE] == number:
                 ending[count] = i
                 count += 1
         for k in range(count):
@@ -378,7 +378,7 @@ def simulate(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np
     chooses by ``dispatch_key``, then ``kind_class``, micro-batch and stage, within
     ``memory`` (1/v units; ``reserve`` and ``falls``: the room a task takes and gives back).
     Returns ``(status, F, I, segments, segment_task, segment_times, P, now, decider)``: ``status`` is
-    ``DONE`` or ``STUCK``; the rows ``READY``, ``START``, ``END`` and ``THROTTLED_TIME`` of
+    ``DONE`` or ``STUCK``; the columns ``READY``, ``START``, ``END`` and ``THROTTLED_TIME`` of
     ``F`` and ``THROTTLED`` and ``RANK`` (its place in its GPU's run) of ``I`` are every task's
     record; ``segments`` counts the stretches at a constant positive rate, of which the first ``segment_room`` are kept:
     task, then ``(t0, t1, rate)`` rows. ``P`` holds each GPU's next compute and busy task.
@@ -452,5 +452,6 @@ def simulate_policies(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray,
                           0, None, 0.0)
         status, F, I = result[0], result[1], result[2]
         if status == DONE:
-            figures(gpu, comm, rises, falls, p, units, F[START], F[END], I[THROTTLED], F[THROTTLED_TIME], out[row])
+            figures(gpu, comm, rises, falls, p, units, F[:, START], F[:, END], I[:, THROTTLED], F[:, THROTTLED_TIME],
+                    out[row])
     return out

@@ -33,13 +33,13 @@ def take_next(s: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, order_start: 
     12.7, take tasks out of the order before the static order continues it.)"""
     position = P[NEXT, s]
     count = order_start[s + 1] - order_start[s]
-    while position < count and not np.isnan(F[READY, order_task[order_start[s] + position]]):
+    while position < count and not np.isnan(F[order_task[order_start[s] + position], READY]):
         position += 1
     P[NEXT, s] = position
     if position >= count:
         return -1
     task = order_task[order_start[s] + position]
-    if I[WAITING, task] > 0:
+    if I[task, WAITING] > 0:
         return -1
     P[NEXT, s] = position + 1
     return task
@@ -49,13 +49,13 @@ def take_next(s: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, order_start: 
 def _before(a: int, b: int, F: np.ndarray, I: np.ndarray) -> bool:
     """Whether a dispatcher prefers task a to task b: the rule's key (lowest first), then backward work before
     F before W, then the lowest micro-batch, then the lowest stage."""
-    if F[DISPATCH_KEY, a] != F[DISPATCH_KEY, b]:
-        return F[DISPATCH_KEY, a] < F[DISPATCH_KEY, b]
-    if I[KIND_CLASS, a] != I[KIND_CLASS, b]:
-        return I[KIND_CLASS, a] < I[KIND_CLASS, b]
-    if I[INDEX, a] != I[INDEX, b]:
-        return I[INDEX, a] < I[INDEX, b]
-    return I[STAGE, a] < I[STAGE, b]
+    if F[a, DISPATCH_KEY] != F[b, DISPATCH_KEY]:
+        return F[a, DISPATCH_KEY] < F[b, DISPATCH_KEY]
+    if I[a, KIND_CLASS] != I[b, KIND_CLASS]:
+        return I[a, KIND_CLASS] < I[b, KIND_CLASS]
+    if I[a, INDEX] != I[b, INDEX]:
+        return I[a, INDEX] < I[b, INDEX]
+    return I[a, STAGE] < I[b, STAGE]
 
 
 @inner
@@ -69,7 +69,7 @@ def dispatch(s: int, rule: int, memory: int, F: np.ndarray, I: np.ndarray, P: np
     """
     first, stop = order_start[s], order_start[s + 1]
     position = P[NEXT, s]  # every task before it has been taken
-    while first + position < stop and not np.isnan(F[READY, order_task[first + position]]):
+    while first + position < stop and not np.isnan(F[order_task[first + position], READY]):
         position += 1
     P[NEXT, s] = position
     best = -1
@@ -77,14 +77,14 @@ def dispatch(s: int, rule: int, memory: int, F: np.ndarray, I: np.ndarray, P: np
     held_back = False
     for j in range(first + position, stop):
         task = order_task[j]
-        if I[WAITING, task] > 0 or not np.isnan(F[READY, task]):
+        if I[task, WAITING] > 0 or not np.isnan(F[task, READY]):
             continue
-        if I[RESERVE, task] > 0 and P[HELD, s] + I[RESERVE, task] > memory:
+        if I[task, RESERVE] > 0 and P[HELD, s] + I[task, RESERVE] > memory:
             held_back = True
             continue
         if best < 0 or _before(task, best, F, I):
             best = task
-        if I[KIND_CLASS, task] == WEIGHT_CLASS and (weight < 0 or _before(task, weight, F, I)):
+        if I[task, KIND_CLASS] == WEIGHT_CLASS and (weight < 0 or _before(task, weight, F, I)):
             weight = task
     if rule == ZB_ADAPTIVE and held_back and weight >= 0:
         return weight
@@ -104,16 +104,16 @@ def choices(s: int, memory: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, or
     first, stop = order_start[s], order_start[s + 1]
     for j in range(first + P[NEXT, s], stop):
         task = order_task[j]
-        if I[WAITING, task] > 0 or not np.isnan(F[READY, task]):
+        if I[task, WAITING] > 0 or not np.isnan(F[task, READY]):
             continue
-        if I[RESERVE, task] > 0 and P[HELD, s] + I[RESERVE, task] > memory:
+        if I[task, RESERVE] > 0 and P[HELD, s] + I[task, RESERVE] > memory:
             continue
-        action = int(F[DISPATCH_KEY, task])
+        action = int(F[task, DISPATCH_KEY])
         best = out[action]
         if best < 0:
             count += 1
-        if best < 0 or I[INDEX, task] < I[INDEX, best] or (I[INDEX, task] == I[INDEX, best]
-                                                            and I[STAGE, task] < I[STAGE, best]):
+        if best < 0 or I[task, INDEX] < I[best, INDEX] or (I[task, INDEX] == I[best, INDEX]
+                                                            and I[task, STAGE] < I[best, STAGE]):
             out[action] = task
     for g in range(P.shape[1]):
         if P[BUSY, g] >= 0 or P[HOLDING, g] > 0 or P[READY_COUNT, g] > 0 or (
@@ -128,8 +128,8 @@ def _can_start(s: int, memory: int, F: np.ndarray, I: np.ndarray, P: np.ndarray,
     """Whether free GPU s has a task whose needs are met and that fits the memory limit."""
     for j in range(order_start[s] + P[NEXT, s], order_start[s + 1]):
         task = order_task[j]
-        if I[WAITING, task] == 0 and np.isnan(F[READY, task]) and (
-                I[RESERVE, task] == 0 or P[HELD, s] + I[RESERVE, task] <= memory):
+        if I[task, WAITING] == 0 and np.isnan(F[task, READY]) and (
+                I[task, RESERVE] == 0 or P[HELD, s] + I[task, RESERVE] <= memory):
             return True
     return False
 

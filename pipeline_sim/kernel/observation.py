@@ -47,26 +47,26 @@ def observe(s: int, now: float, unit: float, memory: int, F: np.ndarray, I: np.n
         busy = P[BUSY, g]
         if busy >= 0:
             out[base + 1] = 1.0
-            if F[LENGTH, busy] > 0.0:
-                left = (F[REMAINING, busy] - F[RATE, busy] * (now - F[SINCE, busy])) / F[LENGTH, busy]
+            if F[busy, LENGTH] > 0.0:
+                left = (F[busy, REMAINING] - F[busy, RATE] * (now - F[busy, SINCE])) / F[busy, LENGTH]
                 out[base + 2] = min(1.0, max(0.0, left))
         else:
             since = 0.0
             for j in range(first, stop):
-                end = F[END, order_task[j]]
+                end = F[order_task[j], END]
                 if not np.isnan(end) and end > since:
                     since = end
             out[base + 3] = min(10.0, (now - since) / unit) / 10.0
         out[base + 4] = min(1.0, P[HELD, g] / memory)
         for j in range(first + P[NEXT, g], stop):
             task = order_task[j]
-            if I[WAITING, task] == 0 and np.isnan(F[READY, task]) and I[KIND_CLASS, task] < STEP_CLASS:
-                out[base + 5 + I[KIND_CLASS, task]] += 0.25
+            if I[task, WAITING] == 0 and np.isnan(F[task, READY]) and I[task, KIND_CLASS] < STEP_CLASS:
+                out[base + 5 + I[task, KIND_CLASS]] += 0.25
         for k in range(3):
             out[base + 5 + k] = min(1.0, out[base + 5 + k])
         out[base + 8] = P[TAKEN, g] / max(1, stop - first)
         out[base + 9] = min(1.0, P[READY_COUNT, g] / 4.0)
         rate = 0.0
         for j in range(P[READY_COUNT, g]):
-            rate += F[RATE, Q[READY_QUEUE, g, j]]
+            rate += F[Q[READY_QUEUE, g, j], RATE]
         out[base + 10] = min(1.0, rate)

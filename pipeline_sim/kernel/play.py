@@ -131,7 +131,7 @@ def observe_all(s: int, now: float, unit: float, bound: float, memory: int, mask
     base = WINDOW_GPUS * GPU_WIDTH
     out[base] = min(10.0, now / bound) / 10.0
     out[base + 1] = s / max(1, P.shape[1] - 1)
-    out[base + 2] = C[DONE_COUNT] / F.shape[1]
+    out[base + 2] = C[DONE_COUNT] / F.shape[0]
     out[base + 3] = 1.0 if mask[len(mask) - 1] else 0.0
     for j in range(len(mask)):
         out[base + 4 + j] = 1.0 if mask[j] else 0.0

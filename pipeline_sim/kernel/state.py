@@ -1,4 +1,4 @@
-"""The kernel's constants and the layout of its state: the rows of a few 2D arrays."""
+"""The kernel's constants and the layout of its state: the rows and columns of a few 2D arrays."""
 
 from __future__ import annotations
 
@@ -35,7 +35,10 @@ HOLD_CLASS = -2
 
 # The loop's state lives in a few 2D arrays, one row per quantity, so that helpers take a
 # handful of arguments: numba reference-counts every array passed, and tuples of thirty
-# arrays per call cost more than the simulation itself.
+# arrays per call cost more than the simulation itself. The per-task arrays are the other
+# way round, one row per task (``F[task, END]``): an event reads and writes several
+# quantities of a few tasks, which then share a cache line, where a large run's rows per
+# quantity would each cost a miss.
 # Per task, floats (F):
 LENGTH, IMPACT, REMAINING, RATE, SINCE, START, END, READY, THROTTLED_TIME, KEY, WEIGHT, SHARE, PRIORITY, \
     DISPATCH_KEY = range(14)
