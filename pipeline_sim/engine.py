@@ -525,8 +525,8 @@ def schedule_of(params: EnvParams, policy: Policy, sample: int, status: int, F: 
               F[:, kernel.END], I[:, kernel.THROTTLED] == 1, F[:, kernel.THROTTLED_TIME], seg_task, seg_times)
     p = params.num_gpus
     figures = np.empty(3 + 3 * p)
-    kernel.figures(arrays.gpu, arrays.comm, arrays.rises, arrays.falls, p, activation_units(params), F[:, kernel.START],
-                   F[:, kernel.END], I[:, kernel.THROTTLED], F[:, kernel.THROTTLED_TIME], figures)
+    kernel.figures(arrays.gpu, arrays.comm, arrays.rises, arrays.falls, p, activation_units(params),
+                   *figure_columns(F, I), figures)
     rank = I[:, kernel.RANK].tolist()
     given = orders is not None
     if orders is None:
@@ -558,6 +558,13 @@ def _records(params: EnvParams, sample: int, lengths: np.ndarray | None, run: Ru
             for spec, r, s, e, flag, wait, stretch in zip(graph.tasks, run.ready.tolist(), run.start.tolist(),
                                                          run.end.tolist(), run.throttled.tolist(),
                                                          run.throttled_time.tolist(), segments)]
+
+
+def figure_columns(F: np.ndarray, I: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Every task's start, end, whether it was throttled and for how long, from the kernel's state (one row per task),
+    each a contiguous array, as ``kernel.figures`` takes them."""
+    return (np.ascontiguousarray(F[:, kernel.START]), np.ascontiguousarray(F[:, kernel.END]),
+            np.ascontiguousarray(I[:, kernel.THROTTLED]), np.ascontiguousarray(F[:, kernel.THROTTLED_TIME]))
 
 
 def simulate_figures(params: EnvParams, policies: Sequence[Policy], sample: int = 0,
@@ -694,7 +701,7 @@ def compile_aside(parts: Sequence[str]) -> None:
     the types the loop and the engine pass."""
     params = EnvParams(n=2, num_gpus=2)
     arrays = graph_arrays(params)
-    tasks, p = len(arrays.gpu), params.num_gpus
+    p = params.num_gpus
     # the loop's state as ``prepare`` makes it, run as plain Python (no compile): the types of its arrays
     tiers, priorities = policy_arrays((Policy(),))
     arguments = arrays.kernel_arguments(in_unit(task_lengths(params), 1.0), params)
@@ -707,9 +714,9 @@ def compile_aside(parts: Sequence[str]) -> None:
     for function in loop.LAST_CALLED:
         function.compile(tuple(numba.typeof(named[name]) if name in named else scalars[annotation]
                                for name, annotation in _parameters(function).items()))
-    F = np.zeros((max(kernel.READY, kernel.START, kernel.END, kernel.THROTTLED_TIME) + 1, tasks))
-    kernel.figures(arrays.gpu, arrays.comm, arrays.rises, arrays.falls, p, activation_units(params), F[kernel.START],
-                   F[kernel.END], np.zeros(tasks, dtype=np.int64), F[kernel.THROTTLED_TIME], np.empty(3 + 3 * p))
+    F, I = state[:2]
+    kernel.figures(arrays.gpu, arrays.comm, arrays.rises, arrays.falls, p, activation_units(params),
+                   *figure_columns(F, I), np.empty(3 + 3 * p))
     if "records" in parts:
         memory_bound(params)
 

@@ -14,6 +14,7 @@ import numpy as np
 from .engine import (
     activation_units,
     dispatch_arguments,
+    figure_columns,
     graph_arrays,
     in_unit,
     kernel,
@@ -267,8 +268,7 @@ class Episode:
         F, I = self._state[:2]
         a, p = self.arrays, self.params.num_gpus
         out = np.empty(3 + 3 * p)
-        kernel.figures(a.gpu, a.comm, a.rises, a.falls, p, activation_units(self.params), F[:, kernel.START],
-                       F[:, kernel.END], I[:, kernel.THROTTLED], F[:, kernel.THROTTLED_TIME], out)
+        kernel.figures(a.gpu, a.comm, a.rises, a.falls, p, activation_units(self.params), *figure_columns(F, I), out)
         out[:2] *= self.unit
         out[3:3 + 2 * p] *= self.unit
         return out

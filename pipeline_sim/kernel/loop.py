@@ -452,6 +452,7 @@ def simulate_policies(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray,
                           0, None, 0.0)
         status, F, I = result[0], result[1], result[2]
         if status == DONE:
-            figures(gpu, comm, rises, falls, p, units, F[:, START], F[:, END], I[:, THROTTLED], F[:, THROTTLED_TIME],
-                    out[row])
+            # each column copied whole: the figures' one signature takes contiguous arrays, as a schedule's records
+            figures(gpu, comm, rises, falls, p, units, F[:, START].copy(), F[:, END].copy(), I[:, THROTTLED].copy(),
+                    F[:, THROTTLED_TIME].copy(), out[row])
     return out
