@@ -11,12 +11,14 @@ import hashlib
 import inspect
 import math
 import os
+import select
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from functools import lru_cache, partial
 from pathlib import Path
-from typing import Any, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import llvmlite.binding
 import numba
@@ -652,6 +654,10 @@ def compile_kernel(parts: Sequence[str] = KERNEL_PARTS) -> None:
     beside = _compile_beside(parts) if jit and not set(parts) <= done else None
     try:
         if "figures" in parts:
+            if beside is not None:  # what the loop calls first, while the process beside compiles what it calls last
+                for function in loop.FIRST_CALLED:
+                    _compile_loop_function(function, params)
+                _wait_for(beside, "figures")
             simulate_figures(params, [Policy()])
         if beside is not None:
             _wait_for(beside)
@@ -672,53 +678,78 @@ BESIDE_SECONDS = 60
 
 def _compile_beside(parts: Sequence[str]) -> subprocess.Popen | None:
     """A second process compiling into the same cache what ``parts`` need apart from the loop, on the machine's
-    other core: ``figures`` (every run's) and, for ``records``, the lower bounds. This process loads whatever it
-    has written by the time they are needed, and compiles the rest itself: a second process that fails, or that
-    cannot start, only makes the compile take as long as it would alone. None when none started."""
+    other core (``compile_aside``). This process loads whatever it has written by the time they are needed, and
+    compiles the rest itself: a second process that fails, or that cannot start, only makes the compile take as
+    long as it would alone. None when none started."""
     root = str(Path(__file__).resolve().parent.parent)
     environment = dict(os.environ, PYTHONPATH=os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])]))
     folder = getattr(numba.config, "CACHE_DIR")
     if folder:  # a folder chosen for this run (``compile_cache.ensure_writable``) or by the user
         environment["NUMBA_CACHE_DIR"] = str(folder)
-    code = "import sys; from pipeline_sim.engine import compile_aside; compile_aside(sys.argv[1:])"
+    code = ("import sys; from pipeline_sim.engine import compile_aside; "
+            "compile_aside(sys.argv[1:], lambda part: print(part, flush=True))")
     try:
         return subprocess.Popen([sys.executable, "-c", code, *parts], env=environment, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     except OSError:
         return None
 
 
-def _wait_for(beside: subprocess.Popen) -> None:
+def _wait_for(beside: subprocess.Popen, part: str = "") -> None:
+    """Wait until the process beside has compiled ``part`` (it says so on its output), or without one until it has
+    ended; at most ``BESIDE_SECONDS``, after which the run compiles whatever is missing itself."""
+    deadline = time.monotonic() + BESIDE_SECONDS
+    output = beside.stdout
     try:
-        beside.wait(BESIDE_SECONDS)
+        if not part or output is None:
+            beside.wait(BESIDE_SECONDS)
+            return
+        while (left := deadline - time.monotonic()) > 0 and select.select([output], [], [], left)[0]:
+            line = output.readline()
+            if not line or line.strip() == part:  # said, or ended without saying it
+                return
     except subprocess.TimeoutExpired:
         pass  # compiled here instead; the process is stopped on the way out of ``compile_kernel``
 
 
-def compile_aside(parts: Sequence[str]) -> None:
-    """What ``_compile_beside`` runs: the loop's last callees (``loop.LAST_CALLED``), then ``kernel.figures``
-    (which the loop's compile reaches after the loop), then, for ``records``, the lower bounds; each on arrays of
-    the types the loop and the engine pass."""
+def compile_aside(parts: Sequence[str], done: Callable[[str], None]) -> None:
+    """What ``_compile_beside`` runs while the run compiles ``loop.FIRST_CALLED``: ``kernel.figures`` and the loop's
+    last callees (``loop.LAST_CALLED``), then ``done("figures")`` (the process says it on its output); then, for
+    ``records``, the lower bounds and ``kernel.simulate``. Each on arrays of the types the run passes."""
     params = EnvParams(n=2, num_gpus=2)
     arrays = graph_arrays(params)
-    p = params.num_gpus
-    # the loop's state as ``prepare`` makes it, run as plain Python (no compile): the types of its arrays
+    named = _run_arguments(params)
+    kernel.figures(arrays.gpu, arrays.comm, arrays.rises, arrays.falls, params.num_gpus, activation_units(params),
+                   *figure_columns(named["F"], named["I"]), np.empty(3 + 3 * params.num_gpus))
+    for function in loop.LAST_CALLED:
+        _compile_loop_function(function, params)
+    done("figures")
+    if "records" in parts:
+        memory_bound(params)
+        simulate(params, Policy())
+
+
+def _run_arguments(params: EnvParams) -> dict[str, Any]:
+    """A compiled run's arguments by the names ``simulate``, ``advance`` and the loop's functions give them: the
+    graph's arrays, the policy's, and the state at time 0 as ``prepare`` makes it, run as plain Python (no
+    compile)."""
     tiers, priorities = policy_arrays((Policy(),))
-    arguments = arrays.kernel_arguments(in_unit(task_lengths(params), 1.0), params)
+    arguments = graph_arrays(params).kernel_arguments(in_unit(task_lengths(params), 1.0), params)
     named = dict(zip(_parameters(kernel.simulate), (*arguments, tiers[0], priorities[0], params.ingress_capacity, 0)),
-                 num_gpus=p)
+                 num_gpus=params.num_gpus)
     state = kernel.prepare.py_func(*(named[name] for name in _parameters(kernel.prepare)))
     names = list(_parameters(loop.advance))
     named.update(zip(names[names.index("F"):names.index("ending") + 1], state))
+    return named
+
+
+def _compile_loop_function(function: Any, params: EnvParams) -> None:
+    """Compile one of the loop's functions (or load it from the cache) for the types the compiled run passes it,
+    named as ``simulate`` and ``advance`` name them."""
+    named = _run_arguments(params)
     scalars = {"int": numba.types.int64, "float": numba.types.float64, "bool": numba.types.boolean}
-    for function in loop.LAST_CALLED:
-        function.compile(tuple(numba.typeof(named[name]) if name in named else scalars[annotation]
-                               for name, annotation in _parameters(function).items()))
-    F, I = state[:2]
-    kernel.figures(arrays.gpu, arrays.comm, arrays.rises, arrays.falls, p, activation_units(params),
-                   *figure_columns(F, I), np.empty(3 + 3 * p))
-    if "records" in parts:
-        memory_bound(params)
+    function.compile(tuple(numba.typeof(named[name]) if name in named else scalars[annotation]
+                           for name, annotation in _parameters(function).items()))
 
 
 def _parameters(function: Any) -> dict[str, str]:

@@ -378,9 +378,12 @@ def start(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.nd
     return state
 
 
-#: ``advance``'s callees, the last it calls first: what a second process compiles into the cache while the first,
-#: typing the loop from its start, compiles the others (``engine.compile_aside``).
-LAST_CALLED = (_finish, compute_rates, set_group_rates, contended_rates, group_flows)
+#: What a run compiles at once in two processes (``engine.compile_aside``): the run compiles what it calls first, the
+#: time 0 (``begin``) and ``advance``'s first callees, while a second process on the other core compiles ``advance``'s
+#: last callees into the cache (after ``kernel.figures``, so that the callees both share, such as ``set_rate``, are
+#: in the cache by the time it reaches them), from which the run loads them when it compiles the loop.
+FIRST_CALLED = (begin, next_decider, _decide, sending_sets)
+LAST_CALLED = (contended_rates, group_flows, set_group_rates, compute_rates, _finish)
 
 
 @compiled
