@@ -686,10 +686,10 @@ def _compile_beside(parts: Sequence[str]) -> subprocess.Popen | None:
     folder = getattr(numba.config, "CACHE_DIR")
     if folder:  # a folder chosen for this run (``compile_cache.ensure_writable``) or by the user
         environment["NUMBA_CACHE_DIR"] = str(folder)
-    code = ("import sys; from pipeline_sim.engine import compile_aside; "
-            "compile_aside(sys.argv[1:], lambda part: print(part, flush=True))")
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from pipeline_sim.engine import compile_aside; "
+            "compile_aside(sys.argv[2:], lambda part: print(part, flush=True))")  # this package, whatever the folder
     try:
-        return subprocess.Popen([sys.executable, "-c", code, *parts], env=environment, stdin=subprocess.DEVNULL,
+        return subprocess.Popen([sys.executable, "-c", code, root, *parts], env=environment, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     except OSError:
         return None
