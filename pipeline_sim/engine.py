@@ -655,7 +655,7 @@ def compile_kernel(parts: Sequence[str] = KERNEL_PARTS) -> None:
     try:
         if "figures" in parts:
             if beside is not None:  # what the loop calls first, while the process beside compiles what it calls last
-                for function in loop.FIRST_CALLED:
+                for function in loop.COMPILED_BY_RUN:
                     _compile_loop_function(function, params)
                 _wait_for(beside, "figures")
             simulate_figures(params, [Policy()])
@@ -713,15 +713,15 @@ def _wait_for(beside: subprocess.Popen, part: str = "") -> None:
 
 
 def compile_aside(parts: Sequence[str], done: Callable[[str], None]) -> None:
-    """What ``_compile_beside`` runs while the run compiles ``loop.FIRST_CALLED``: ``kernel.figures`` and the loop's
-    last callees (``loop.LAST_CALLED``), then ``done("figures")`` (the process says it on its output); then, for
+    """What ``_compile_beside`` runs while the run compiles ``loop.COMPILED_BY_RUN``: ``kernel.figures`` and the loop's
+    callees of ``loop.COMPILED_BESIDE``, then ``done("figures")`` (the process says it on its output); then, for
     ``records``, the lower bounds and ``kernel.simulate``. Each on arrays of the types the run passes."""
     params = EnvParams(n=2, num_gpus=2)
     arrays = graph_arrays(params)
     named = _run_arguments(params)
     kernel.figures(arrays.gpu, arrays.comm, arrays.rises, arrays.falls, params.num_gpus, activation_units(params),
                    *figure_columns(named["F"], named["I"]), np.empty(3 + 3 * params.num_gpus))
-    for function in loop.LAST_CALLED:
+    for function in loop.COMPILED_BESIDE:
         _compile_loop_function(function, params)
     done("figures")
     if "records" in parts:

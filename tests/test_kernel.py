@@ -101,7 +101,7 @@ def test_the_process_compiling_beside_compiles_what_the_run_calls(tmp_path):
 from pipeline_sim import engine, kernel
 engine.compile_kernel()
 functions = (kernel.figures, kernel.lower_bound, kernel.memory_bound, kernel.simulate, kernel.loop.begin,
-             kernel.loop.advance, *kernel.loop.LAST_CALLED)
+             kernel.loop.advance, *kernel.loop.COMPILED_BY_RUN, *kernel.loop.COMPILED_BESIDE)
 print([(function.py_func.__name__, len(function._cache._cache_file._load_index()),
         sum(function.stats.cache_misses.values())) for function in functions])
 """

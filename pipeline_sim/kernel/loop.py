@@ -378,12 +378,13 @@ def start(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.nd
     return state
 
 
-#: What a run compiles at once in two processes (``engine.compile_aside``): the run compiles what it calls first, the
-#: time 0 (``begin``) and ``advance``'s first callees, while a second process on the other core compiles ``advance``'s
-#: last callees into the cache (after ``kernel.figures``, so that the callees both share, such as ``set_rate``, are
-#: in the cache by the time it reaches them), from which the run loads them when it compiles the loop.
-FIRST_CALLED = (begin, next_decider, _decide, sending_sets)
-LAST_CALLED = (contended_rates, group_flows, set_group_rates, compute_rates, _finish)
+#: A first compile's two halves, compiled at once (``engine.compile_kernel``): the run compiles what it calls first,
+#: the time 0 (``begin``), and some of ``advance``'s callees, while a second process on the other core compiles
+#: ``kernel.figures`` and the others into the cache, from which the run loads them when it compiles the loop. The
+#: halves take about as long; the callees both use, such as ``set_rate``, the run reaches first and the process beside
+#: finds in the cache.
+COMPILED_BY_RUN = (begin, sending_sets, next_decider, _decide, compute_rates, _finish)
+COMPILED_BESIDE = (contended_rates, group_flows, set_group_rates)
 
 
 @compiled
