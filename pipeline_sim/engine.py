@@ -12,8 +12,10 @@ import inspect
 import math
 import os
 import select
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import replace
 from functools import lru_cache, partial
@@ -651,12 +653,12 @@ def compile_kernel(parts: Sequence[str] = KERNEL_PARTS) -> None:
             except OSError:
                 pass  # another process's, or not ours to remove: numba then compiles in memory
     params = EnvParams(n=2, num_gpus=2)
-    beside = _compile_beside(parts) if jit and not set(parts) <= done else None
+    claims = Path(tempfile.mkdtemp(prefix="pipeline-sim-compile-")) if jit and not set(parts) <= done else None
+    beside = _compile_beside(parts, claims) if claims is not None else None
     try:
         if "figures" in parts:
-            if beside is not None:  # what the loop calls first, while the process beside compiles what it calls last
-                for function in loop.COMPILED_BY_RUN:
-                    _compile_loop_function(function, params)
+            if beside is not None and claims is not None:
+                _compile_shares(claims, params)
                 _wait_for(beside, "figures")
             simulate_figures(params, [Policy()])
         if beside is not None:
@@ -668,6 +670,8 @@ def compile_kernel(parts: Sequence[str] = KERNEL_PARTS) -> None:
         if beside is not None and beside.poll() is None:
             beside.kill()
             beside.wait()
+        if claims is not None:
+            shutil.rmtree(claims, ignore_errors=True)
     if jit and not set(parts) <= done:
         _write_stamp(done | set(parts))
 
@@ -676,21 +680,21 @@ def compile_kernel(parts: Sequence[str] = KERNEL_PARTS) -> None:
 BESIDE_SECONDS = 60
 
 
-def _compile_beside(parts: Sequence[str]) -> subprocess.Popen | None:
-    """A second process compiling into the same cache what ``parts`` need apart from the loop, on the machine's
-    other core (``compile_aside``). This process loads whatever it has written by the time they are needed, and
-    compiles the rest itself: a second process that fails, or that cannot start, only makes the compile take as
-    long as it would alone. None when none started."""
+def _compile_beside(parts: Sequence[str], claims: Path) -> subprocess.Popen | None:
+    """A second process compiling into the same cache, on the machine's other core, a share of what ``parts`` need
+    (``compile_aside``): this process loads what it wrote, and compiles the rest itself, so that a second process
+    that fails, or that cannot start, only makes the compile take as long as it would alone. None when none
+    started."""
     root = str(Path(__file__).resolve().parent.parent)
     environment = dict(os.environ, PYTHONPATH=os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])]))
     folder = getattr(numba.config, "CACHE_DIR")
     if folder:  # a folder chosen for this run (``compile_cache.ensure_writable``) or by the user
         environment["NUMBA_CACHE_DIR"] = str(folder)
     code = ("import sys; sys.path.insert(0, sys.argv[1]); from pipeline_sim.engine import compile_aside; "
-            "compile_aside(sys.argv[2:], lambda part: print(part, flush=True))")  # this package, whatever the folder
+            "compile_aside(sys.argv[3:], sys.argv[2], lambda part: print(part, flush=True))")  # whatever the folder
     try:
-        return subprocess.Popen([sys.executable, "-c", code, root, *parts], env=environment, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        return subprocess.Popen([sys.executable, "-c", code, root, str(claims), *parts], env=environment,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     except OSError:
         return None
 
@@ -712,21 +716,37 @@ def _wait_for(beside: subprocess.Popen, part: str = "") -> None:
         pass  # compiled here instead; the process is stopped on the way out of ``compile_kernel``
 
 
-def compile_aside(parts: Sequence[str], done: Callable[[str], None]) -> None:
-    """What ``_compile_beside`` runs while the run compiles ``loop.COMPILED_BY_RUN``: ``kernel.figures`` and the loop's
-    callees of ``loop.COMPILED_BESIDE``, then ``done("figures")`` (the process says it on its output); then, for
-    ``records``, the lower bounds and ``kernel.simulate``. Each on arrays of the types the run passes."""
+def compile_aside(parts: Sequence[str], claims: str, done: Callable[[str], None]) -> None:
+    """What ``_compile_beside`` runs: its shares of the figures part (``_compile_shares``), then ``done("figures")``
+    (the process says it on its output); then, for ``records``, the lower bounds and ``kernel.simulate``."""
     params = EnvParams(n=2, num_gpus=2)
-    arrays = graph_arrays(params)
-    named = _run_arguments(params)
-    kernel.figures(arrays.gpu, arrays.comm, arrays.rises, arrays.falls, params.num_gpus, activation_units(params),
-                   *figure_columns(named["F"], named["I"]), np.empty(3 + 3 * params.num_gpus))
-    for function in loop.COMPILED_BESIDE:
-        _compile_loop_function(function, params)
+    _compile_shares(Path(claims), params)
     done("figures")
     if "records" in parts:
         memory_bound(params)
         simulate(params, Policy())
+
+
+def _compile_shares(claims: Path, params: EnvParams) -> None:
+    """Compile, of ``kernel.figures`` and ``loop.SHARED_COMPILE`` in turn, each function that the other process
+    compiling beside has not claimed: each process claims a function by creating its file in ``claims``, so that the
+    two share the work, whichever is the faster, and compile each function once. What they compile in common
+    (``set_rate``, say) the second loads from the cache when the first has written it."""
+    arrays = graph_arrays(params)
+    named = _run_arguments(params)
+    shares: list[tuple[str, Callable[[], object]]] = [("figures", partial(
+        kernel.figures, arrays.gpu, arrays.comm, arrays.rises, arrays.falls, params.num_gpus,
+        activation_units(params), *figure_columns(named["F"], named["I"]), np.empty(3 + 3 * params.num_gpus)))]
+    shares += [(function.py_func.__name__, partial(_compile_loop_function, function, named))
+               for function in loop.SHARED_COMPILE]
+    for name, compile_share in shares:
+        try:
+            os.close(os.open(claims / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            continue  # the other process's
+        except OSError:
+            pass  # no claims folder to share (removed): compiled here
+        compile_share()
 
 
 def _run_arguments(params: EnvParams) -> dict[str, Any]:
@@ -743,10 +763,9 @@ def _run_arguments(params: EnvParams) -> dict[str, Any]:
     return named
 
 
-def _compile_loop_function(function: Any, params: EnvParams) -> None:
+def _compile_loop_function(function: Any, named: dict[str, Any]) -> None:
     """Compile one of the loop's functions (or load it from the cache) for the types the compiled run passes it,
-    named as ``simulate`` and ``advance`` name them."""
-    named = _run_arguments(params)
+    its arguments named as ``simulate`` and ``advance`` name them (``_run_arguments``)."""
     scalars = {"int": numba.types.int64, "float": numba.types.float64, "bool": numba.types.boolean}
     function.compile(tuple(numba.typeof(named[name]) if name in named else scalars[annotation]
                            for name, annotation in _parameters(function).items()))

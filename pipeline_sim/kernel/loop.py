@@ -311,15 +311,15 @@ def try_all(now: float, rule: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, 
         _settle(now, rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
 
 
-@inner
+@inlined
 def advance(rule: int, memory: int, ingress_capacity: float, release_start: np.ndarray, release_task: np.ndarray,
             order_start: np.ndarray, order_task: np.ndarray, peer_start: np.ndarray, peer_task: np.ndarray,
             F: np.ndarray, I: np.ndarray, P: np.ndarray, PF: np.ndarray, Q: np.ndarray, A: np.ndarray,
             AF: np.ndarray, C: np.ndarray, HT: np.ndarray, HI: np.ndarray, SI: np.ndarray, SF: np.ndarray,
             K: np.ndarray, ending: np.ndarray, now: float) -> tuple:
     """The event loop from ``now`` to the end of the run, or under ``EXTERNAL`` to the next decision:
-    ``(status, now, decider)`` (``simulate``). Its own function, allocating nothing, so that an episode's loop
-    resumes it at every decision without counting references to every array."""
+    ``(status, now, decider)`` (``simulate``). Compiled into each caller: a function of its own would be optimized
+    and emitted once more by the compiler, which links a callee's code into its caller's."""
     n = F.shape[0]
     p = len(order_start) - 1
     status = RUNNING
@@ -378,13 +378,13 @@ def start(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.nd
     return state
 
 
-#: A first compile's two halves, compiled at once (``engine.compile_kernel``): the run compiles what it calls first,
-#: the time 0 (``begin``), and some of ``advance``'s callees, while a second process on the other core compiles
-#: ``kernel.figures`` and the others into the cache, from which the run loads them when it compiles the loop. The
-#: halves take about as long; the callees both use, such as ``set_rate``, the run reaches first and the process beside
-#: finds in the cache.
-COMPILED_BY_RUN = (begin, sending_sets, next_decider, _decide, compute_rates, _finish)
-COMPILED_BESIDE = (contended_rates, group_flows, set_group_rates)
+#: What a first compile shares between the run and a second process on the other core, besides ``kernel.figures``
+#: (``engine.compile_kernel``): the callees of the run's entry points, each compiled by whichever process reaches it
+#: first, into the cache from which the run then loads them. In an order that starts each process on a function that
+#: needs none of the others, and brings each to a callee both use (``set_rate``, ``_settle``) only once the other
+#: has likely written it.
+SHARED_COMPILE = (begin, contended_rates, sending_sets, group_flows, _decide, next_decider, set_group_rates,
+                  compute_rates, _finish)
 
 
 @compiled
@@ -431,10 +431,21 @@ def resume(memory: int, ingress_capacity: float, release_start: np.ndarray, rele
     """A run whose every decision is its caller's (``EXTERNAL``), continued from ``state`` at ``now`` to its next
     decision or its end: ``(status, segments, now, decider)``, as ``simulate`` gives them."""
     F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending = state
-    status, now, decider = advance(EXTERNAL, memory, ingress_capacity, release_start, release_task, order_start,
-                                   order_task, peer_start, peer_task, F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K,
-                                   ending, now)
+    status, now, decider = _resumed(memory, ingress_capacity, release_start, release_task, order_start, order_task,
+                                    peer_start, peer_task, F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending, now)
     return status, C[SEGMENTS], now, decider
+
+
+@inner
+def _resumed(memory: int, ingress_capacity: float, release_start: np.ndarray, release_task: np.ndarray,
+             order_start: np.ndarray, order_task: np.ndarray, peer_start: np.ndarray, peer_task: np.ndarray,
+             F: np.ndarray, I: np.ndarray, P: np.ndarray, PF: np.ndarray, Q: np.ndarray, A: np.ndarray,
+             AF: np.ndarray, C: np.ndarray, HT: np.ndarray, HI: np.ndarray, SI: np.ndarray, SF: np.ndarray,
+             K: np.ndarray, ending: np.ndarray, now: float) -> tuple:
+    """``advance`` under ``EXTERNAL`` as a function of its own, allocating nothing, so that an episode's loop resumes
+    it at every decision without counting references to every array."""
+    return advance(EXTERNAL, memory, ingress_capacity, release_start, release_task, order_start, order_task,
+                   peer_start, peer_task, F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending, now)
 
 
 @exposed
