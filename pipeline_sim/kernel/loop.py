@@ -311,15 +311,15 @@ def try_all(now: float, rule: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, 
         _settle(now, rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
 
 
-@inlined
+@inner
 def advance(rule: int, memory: int, ingress_capacity: float, release_start: np.ndarray, release_task: np.ndarray,
             order_start: np.ndarray, order_task: np.ndarray, peer_start: np.ndarray, peer_task: np.ndarray,
             F: np.ndarray, I: np.ndarray, P: np.ndarray, PF: np.ndarray, Q: np.ndarray, A: np.ndarray,
             AF: np.ndarray, C: np.ndarray, HT: np.ndarray, HI: np.ndarray, SI: np.ndarray, SF: np.ndarray,
             K: np.ndarray, ending: np.ndarray, now: float) -> tuple:
     """The event loop from ``now`` to the end of the run, or under ``EXTERNAL`` to the next decision:
-    ``(status, now, decider)`` (``simulate``). Compiled into each caller: a function of its own would be optimized
-    and emitted once more by the compiler, which links a callee's code into its caller's."""
+    ``(status, now, decider)`` (``simulate``). Its own function, allocating nothing, so that an episode's loop
+    resumes it at every decision without counting references to every array."""
     n = F.shape[0]
     p = len(order_start) - 1
     status = RUNNING
@@ -431,21 +431,10 @@ def resume(memory: int, ingress_capacity: float, release_start: np.ndarray, rele
     """A run whose every decision is its caller's (``EXTERNAL``), continued from ``state`` at ``now`` to its next
     decision or its end: ``(status, segments, now, decider)``, as ``simulate`` gives them."""
     F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending = state
-    status, now, decider = _resumed(memory, ingress_capacity, release_start, release_task, order_start, order_task,
-                                    peer_start, peer_task, F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending, now)
+    status, now, decider = advance(EXTERNAL, memory, ingress_capacity, release_start, release_task, order_start,
+                                   order_task, peer_start, peer_task, F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K,
+                                   ending, now)
     return status, C[SEGMENTS], now, decider
-
-
-@inner
-def _resumed(memory: int, ingress_capacity: float, release_start: np.ndarray, release_task: np.ndarray,
-             order_start: np.ndarray, order_task: np.ndarray, peer_start: np.ndarray, peer_task: np.ndarray,
-             F: np.ndarray, I: np.ndarray, P: np.ndarray, PF: np.ndarray, Q: np.ndarray, A: np.ndarray,
-             AF: np.ndarray, C: np.ndarray, HT: np.ndarray, HI: np.ndarray, SI: np.ndarray, SF: np.ndarray,
-             K: np.ndarray, ending: np.ndarray, now: float) -> tuple:
-    """``advance`` under ``EXTERNAL`` as a function of its own, allocating nothing, so that an episode's loop resumes
-    it at every decision without counting references to every array."""
-    return advance(EXTERNAL, memory, ingress_capacity, release_start, release_task, order_start, order_task,
-                   peer_start, peer_task, F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending, now)
 
 
 @exposed
