@@ -11,12 +11,16 @@ import hashlib
 import inspect
 import math
 import os
+import select
+import shutil
 import subprocess
 import sys
+import tempfile
+import time
 from dataclasses import replace
 from functools import lru_cache, partial
 from pathlib import Path
-from typing import Any, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Mapping, NamedTuple, Sequence
 
 import llvmlite.binding
 import numba
@@ -649,9 +653,13 @@ def compile_kernel(parts: Sequence[str] = KERNEL_PARTS) -> None:
             except OSError:
                 pass  # another process's, or not ours to remove: numba then compiles in memory
     params = EnvParams(n=2, num_gpus=2)
-    beside = _compile_beside(parts) if jit and not set(parts) <= done else None
+    claims = Path(tempfile.mkdtemp(prefix="pipeline-sim-compile-")) if jit and not set(parts) <= done else None
+    beside = _compile_beside(parts, claims) if claims is not None else None
     try:
         if "figures" in parts:
+            if beside is not None and claims is not None:
+                _compile_shares(claims, params)
+                _wait_for(beside, "figures")
             simulate_figures(params, [Policy()])
         if beside is not None:
             _wait_for(beside)
@@ -662,6 +670,8 @@ def compile_kernel(parts: Sequence[str] = KERNEL_PARTS) -> None:
         if beside is not None and beside.poll() is None:
             beside.kill()
             beside.wait()
+        if claims is not None:
+            shutil.rmtree(claims, ignore_errors=True)
     if jit and not set(parts) <= done:
         _write_stamp(done | set(parts))
 
@@ -670,55 +680,95 @@ def compile_kernel(parts: Sequence[str] = KERNEL_PARTS) -> None:
 BESIDE_SECONDS = 60
 
 
-def _compile_beside(parts: Sequence[str]) -> subprocess.Popen | None:
-    """A second process compiling into the same cache what ``parts`` need apart from the loop, on the machine's
-    other core: ``figures`` (every run's) and, for ``records``, the lower bounds. This process loads whatever it
-    has written by the time they are needed, and compiles the rest itself: a second process that fails, or that
-    cannot start, only makes the compile take as long as it would alone. None when none started."""
+def _compile_beside(parts: Sequence[str], claims: Path) -> subprocess.Popen | None:
+    """A second process compiling into the same cache, on the machine's other core, a share of what ``parts`` need
+    (``compile_aside``): this process loads what it wrote, and compiles the rest itself, so that a second process
+    that fails, or that cannot start, only makes the compile take as long as it would alone. None when none
+    started."""
     root = str(Path(__file__).resolve().parent.parent)
     environment = dict(os.environ, PYTHONPATH=os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])]))
     folder = getattr(numba.config, "CACHE_DIR")
     if folder:  # a folder chosen for this run (``compile_cache.ensure_writable``) or by the user
         environment["NUMBA_CACHE_DIR"] = str(folder)
-    code = "import sys; from pipeline_sim.engine import compile_aside; compile_aside(sys.argv[1:])"
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from pipeline_sim.engine import compile_aside; "
+            "compile_aside(sys.argv[3:], sys.argv[2], lambda part: print(part, flush=True))")  # whatever the folder
     try:
-        return subprocess.Popen([sys.executable, "-c", code, *parts], env=environment, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return subprocess.Popen([sys.executable, "-c", code, root, str(claims), *parts], env=environment,
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     except OSError:
         return None
 
 
-def _wait_for(beside: subprocess.Popen) -> None:
+def _wait_for(beside: subprocess.Popen, part: str = "") -> None:
+    """Wait until the process beside has compiled ``part`` (it says so on its output), or without one until it has
+    ended; at most ``BESIDE_SECONDS``, after which the run compiles whatever is missing itself."""
+    deadline = time.monotonic() + BESIDE_SECONDS
+    output = beside.stdout
     try:
-        beside.wait(BESIDE_SECONDS)
+        if not part or output is None:
+            beside.wait(BESIDE_SECONDS)
+            return
+        while (left := deadline - time.monotonic()) > 0 and select.select([output], [], [], left)[0]:
+            line = output.readline()
+            if not line or line.strip() == part:  # said, or ended without saying it
+                return
     except subprocess.TimeoutExpired:
         pass  # compiled here instead; the process is stopped on the way out of ``compile_kernel``
 
 
-def compile_aside(parts: Sequence[str]) -> None:
-    """What ``_compile_beside`` runs: the loop's last callees (``loop.LAST_CALLED``), then ``kernel.figures``
-    (which the loop's compile reaches after the loop), then, for ``records``, the lower bounds; each on arrays of
-    the types the loop and the engine pass."""
+def compile_aside(parts: Sequence[str], claims: str, done: Callable[[str], None]) -> None:
+    """What ``_compile_beside`` runs: its shares of the figures part (``_compile_shares``), then ``done("figures")``
+    (the process says it on its output); then, for ``records``, the lower bounds, while the run compiles the loop
+    (which ``kernel.simulate`` calls: the run compiles it after)."""
     params = EnvParams(n=2, num_gpus=2)
+    _compile_shares(Path(claims), params)
+    done("figures")
+    if "records" in parts:
+        memory_bound(params)
+
+
+def _compile_shares(claims: Path, params: EnvParams) -> None:
+    """Compile, of ``kernel.figures`` and ``loop.SHARED_COMPILE`` in turn, each function that the other process
+    compiling beside has not claimed: each process claims a function by creating its file in ``claims``, so that the
+    two share the work, whichever is the faster, and compile each function once. What they compile in common
+    (``set_rate``, say) the second loads from the cache when the first has written it."""
     arrays = graph_arrays(params)
-    p = params.num_gpus
-    # the loop's state as ``prepare`` makes it, run as plain Python (no compile): the types of its arrays
+    named = _run_arguments(params)
+    shares: list[tuple[str, Callable[[], object]]] = [("figures", partial(
+        kernel.figures, arrays.gpu, arrays.comm, arrays.rises, arrays.falls, params.num_gpus,
+        activation_units(params), *figure_columns(named["F"], named["I"]), np.empty(3 + 3 * params.num_gpus)))]
+    shares += [(function.py_func.__name__, partial(_compile_loop_function, function, named))
+               for function in loop.SHARED_COMPILE]
+    for name, compile_share in shares:
+        try:
+            os.close(os.open(claims / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            continue  # the other process's
+        except OSError:
+            pass  # no claims folder to share (removed): compiled here
+        compile_share()
+
+
+def _run_arguments(params: EnvParams) -> dict[str, Any]:
+    """A compiled run's arguments by the names ``simulate``, ``advance`` and the loop's functions give them: the
+    graph's arrays, the policy's, and the state at time 0 as ``prepare`` makes it, run as plain Python (no
+    compile)."""
     tiers, priorities = policy_arrays((Policy(),))
-    arguments = arrays.kernel_arguments(in_unit(task_lengths(params), 1.0), params)
+    arguments = graph_arrays(params).kernel_arguments(in_unit(task_lengths(params), 1.0), params)
     named = dict(zip(_parameters(kernel.simulate), (*arguments, tiers[0], priorities[0], params.ingress_capacity, 0)),
-                 num_gpus=p)
+                 num_gpus=params.num_gpus)
     state = kernel.prepare.py_func(*(named[name] for name in _parameters(kernel.prepare)))
     names = list(_parameters(loop.advance))
     named.update(zip(names[names.index("F"):names.index("ending") + 1], state))
+    return named
+
+
+def _compile_loop_function(function: Any, named: dict[str, Any]) -> None:
+    """Compile one of the loop's functions (or load it from the cache) for the types the compiled run passes it,
+    its arguments named as ``simulate`` and ``advance`` name them (``_run_arguments``)."""
     scalars = {"int": numba.types.int64, "float": numba.types.float64, "bool": numba.types.boolean}
-    for function in loop.LAST_CALLED:
-        function.compile(tuple(numba.typeof(named[name]) if name in named else scalars[annotation]
-                               for name, annotation in _parameters(function).items()))
-    F, I = state[:2]
-    kernel.figures(arrays.gpu, arrays.comm, arrays.rises, arrays.falls, p, activation_units(params),
-                   *figure_columns(F, I), np.empty(3 + 3 * p))
-    if "records" in parts:
-        memory_bound(params)
+    function.compile(tuple(numba.typeof(named[name]) if name in named else scalars[annotation]
+                           for name, annotation in _parameters(function).items()))
 
 
 def _parameters(function: Any) -> dict[str, str]:

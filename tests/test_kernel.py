@@ -100,7 +100,7 @@ def test_the_process_compiling_beside_compiles_what_the_run_calls(tmp_path):
     code = """
 from pipeline_sim import engine, kernel
 engine.compile_kernel()
-functions = (kernel.figures, kernel.lower_bound, kernel.memory_bound, *kernel.loop.LAST_CALLED)
+functions = (kernel.figures, kernel.lower_bound, kernel.memory_bound, kernel.simulate, *kernel.loop.SHARED_COMPILE)
 print([(function.py_func.__name__, len(function._cache._cache_file._load_index()),
         sum(function.stats.cache_misses.values())) for function in functions])
 """
@@ -110,10 +110,14 @@ print([(function.py_func.__name__, len(function._cache._cache_file._load_index()
         assert signatures == 1 and compiled <= 1, name
 
 
-def test_a_failed_process_beside_leaves_the_compile_to_the_run(tmp_path, monkeypatch):
+@pytest.mark.parametrize("output", [None, subprocess.PIPE], ids=["no output", "silent"])
+def test_a_failed_process_beside_leaves_the_compile_to_the_run(tmp_path, monkeypatch, output):
+    """A process beside that fails, with its output read or not, never saying what it compiled: the run waits for
+    nothing more and compiles the rest itself."""
     monkeypatch.setattr(engine, "_stamp_path", lambda: tmp_path / "stamp")
     monkeypatch.setattr(engine.compile_cache, "cache_folder", lambda module: tmp_path)
-    failing = lambda parts: subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])  # noqa: E731
+    failing = lambda parts, claims: subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"],  # noqa: E731
+                                             stdout=output, text=True)
     monkeypatch.setattr(engine, "_compile_beside", failing)
     engine.compile_kernel()
     assert engine.kernel_is_compiled()

@@ -292,3 +292,22 @@ def test_the_visualizer_takes_a_tables_environment_unless_a_flag_says_otherwise(
                      cwd=tmp_path)
     assert_one_line_error(wrong, f"--lengths: lengths = '{table}': lacks 1FP0, 1FP1, 1FP2 and 77 more of 1f1b with "
                                  "n = 8 on 4 GPUs")
+
+
+def test_a_chart_of_a_table_names_its_times_by_the_table_and_a_model_chart_in_model_units(tmp_path):
+    """A table carries no unit: its chart's time axis says its times are as in the table."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from pipeline_sim.plotting.gantt import plot_gantt
+
+    base = EnvParams(n=4, num_gpus=2)
+    params = _random_table(np.random.default_rng(2), base, tmp_path / "measured.json")
+    labels = []
+    for environment in (params, base):
+        fig, ax = plt.subplots()
+        plot_gantt(ax, simulate(environment, Policy()))
+        labels.append(ax.get_xlabel())
+        plt.close(fig)
+    assert labels == ["time (as in measured.json)", "time (model units)"]

@@ -219,7 +219,11 @@ def _layered(count: int, ingress_capacity: float, num_gpus: int, A: np.ndarray, 
 def scratch(flows: int, num_gpus: int) -> tuple[np.ndarray, np.ndarray]:
     """Scratch rows for ``flows`` flows among ``num_gpus`` GPUs (``A``, ``AF``)."""
     width = max(2 * flows, num_gpus) + 1
-    return np.zeros((11, width), dtype=np.int64), np.zeros((7, width))
+    A = np.empty((11, width), dtype=np.int64)
+    AF = np.empty((7, width))
+    A[:] = 0
+    AF[:] = 0.0
+    return A, AF
 
 
 def layered_rates(senders: list[int], receivers: list[int | None], weights: list[float], layers: list[int],

@@ -41,7 +41,8 @@ def path_times(length: np.ndarray, needs_count: np.ndarray, release_start: np.nd
     n = len(length)
     order = topological(needs_count, release_start, release_task)
     count = len(order)
-    head = np.zeros(n)
+    head = np.empty(n)
+    head[:] = 0.0
     for k in range(count):
         i = order[k]
         done = head[i] + length[i]
@@ -49,7 +50,8 @@ def path_times(length: np.ndarray, needs_count: np.ndarray, release_start: np.nd
             dependent = release_task[j]
             if done > head[dependent]:
                 head[dependent] = done
-    tail = np.zeros(n)
+    tail = np.empty(n)
+    tail[:] = 0.0
     for k in range(count - 1, -1, -1):
         i = order[k]
         for j in range(release_start[i], release_start[i + 1]):
@@ -67,9 +69,12 @@ def lower_bound(length: np.ndarray, gpu: np.ndarray, comm: np.ndarray, kind_clas
     optimizer step is left out of its sum: it follows every other task there, so it is in each of their tails."""
     head, tail = path_times(length, needs_count, release_start, release_task)
     bound = 0.0
-    first = np.full(num_gpus, np.inf)
-    last = np.full(num_gpus, np.inf)
-    work = np.zeros(num_gpus)
+    first = np.empty(num_gpus)
+    last = np.empty(num_gpus)
+    work = np.empty(num_gpus)
+    first[:] = np.inf
+    last[:] = np.inf
+    work[:] = 0.0
     for i in range(len(length)):
         path = head[i] + length[i] + tail[i]
         if path > bound:
@@ -106,7 +111,8 @@ def memory_bound(length: np.ndarray, needs_count: np.ndarray, release_start: np.
     for i in range(tasks):
         if chain[i] and index[i] + 1 > batches:
             batches = index[i] + 1
-    batch_start = np.zeros(batches + 1, dtype=np.int64)
+    batch_start = np.empty(batches + 1, dtype=np.int64)
+    batch_start[:] = 0
     for i in range(tasks):
         if chain[i]:
             batch_start[index[i] + 1] += 1
@@ -114,7 +120,8 @@ def memory_bound(length: np.ndarray, needs_count: np.ndarray, release_start: np.
         batch_start[m + 1] += batch_start[m]
     filled = batch_start[:-1].copy()
     batch_task = np.empty(batch_start[batches], dtype=np.int64)
-    position = np.full(tasks, -1, dtype=np.int64)
+    position = np.empty(tasks, dtype=np.int64)
+    position[:] = -1
     for k in range(len(order)):
         i = order[k]
         if chain[i]:
@@ -122,9 +129,12 @@ def memory_bound(length: np.ndarray, needs_count: np.ndarray, release_start: np.
             batch_task[filled[index[i]]] = i
             filled[index[i]] += 1
     jobs = len(job_rise)
-    hold = np.zeros(jobs)
-    offset = np.zeros(jobs)
-    reach = np.full(tasks, -np.inf)
+    hold = np.empty(jobs)
+    offset = np.empty(jobs)
+    reach = np.empty(tasks)
+    hold[:] = 0.0
+    offset[:] = 0.0
+    reach[:] = -np.inf
     for j in range(jobs):
         rise = job_rise[j]
         m = index[rise]
@@ -177,9 +187,12 @@ def memory_bound(length: np.ndarray, needs_count: np.ndarray, release_start: np.
         holds = holds[stable_order(holds)]
         # the least work of any k forwards, of any k jobs' backward work, of any k holds: running sums, element by
         # element (a slice assignment would compile a shape check and its error message)
-        forward_work = np.zeros(count + 1)
-        back_work = np.zeros(count + 1)
-        hold_work = np.zeros(count + 1)
+        forward_work = np.empty(count + 1)
+        back_work = np.empty(count + 1)
+        hold_work = np.empty(count + 1)
+        forward_work[:] = 0.0
+        back_work[:] = 0.0
+        hold_work[:] = 0.0
         for k in range(count):
             forward_work[k + 1] = forward_work[k] + forwards[k]
             back_work[k + 1] = back_work[k] + backs[k]

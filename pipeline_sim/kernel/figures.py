@@ -27,8 +27,10 @@ def figures(gpu: np.ndarray, comm: np.ndarray, rises: np.ndarray, falls: np.ndar
     busy = out[3:3 + num_gpus]
     span = out[3 + num_gpus:3 + 2 * num_gpus]
     peak = out[3 + 2 * num_gpus:3 + 3 * num_gpus]
-    first = np.full(num_gpus, np.inf)
-    last = np.full(num_gpus, -np.inf)
+    first = np.empty(num_gpus)
+    last = np.empty(num_gpus)
+    first[:] = np.inf
+    last[:] = -np.inf
     busy[:] = 0.0
     events = 0
     for i in range(n):
@@ -59,8 +61,10 @@ def figures(gpu: np.ndarray, comm: np.ndarray, rises: np.ndarray, falls: np.ndar
         if comm[i] < 0 and rises[i] > 0:
             times[k], owners[k], deltas[k] = start[i], gpu[i], rises[i]
             k += 1
-    level = np.zeros(num_gpus, dtype=np.int64)
-    highest = np.zeros(num_gpus, dtype=np.int64)
+    level = np.empty(num_gpus, dtype=np.int64)
+    highest = np.empty(num_gpus, dtype=np.int64)
+    level[:] = 0
+    highest[:] = 0
     for k in stable_order(times):
         h = owners[k]
         level[h] += deltas[k]

@@ -239,9 +239,12 @@ def prepare(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.
     SI, SF, K, ending`` that ``advance`` and the decisions carry from event to event."""
     n = len(length)
     p = num_gpus
-    F = np.zeros((n, TASK_FLOATS))
-    I = np.zeros((n, TASK_INTS), dtype=np.int64)
-    per_gpu = np.zeros(p, dtype=np.int64)
+    F = np.empty((n, TASK_FLOATS))
+    I = np.empty((n, TASK_INTS), dtype=np.int64)
+    per_gpu = np.empty(p, dtype=np.int64)
+    F[:] = 0.0
+    I[:] = 0
+    per_gpu[:] = 0
     for i in range(n):  # element by element: a whole-row copy would compile a shape check and its error message
         F[i, LENGTH] = length[i]
         F[i, IMPACT] = impact[i]
@@ -268,12 +271,15 @@ def prepare(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.
     room = 1
     for s in range(p):  # not per_gpu.max(), which compiles numpy's reduction for a few numbers
         room = max(room, per_gpu[s])
-    P = np.zeros((GPU_INTS, p), dtype=np.int64)
+    P = np.empty((GPU_INTS, p), dtype=np.int64)
+    P[:] = 0
     P[BUSY] = -1
-    PF = np.zeros((2, p))
+    PF = np.empty((2, p))
+    PF[:] = 0.0
     Q = np.empty((2, p, room), dtype=np.int64)
     A, AF = scratch(p * room, p)
-    C = np.zeros(7, dtype=np.int64)
+    C = np.empty(7, dtype=np.int64)
+    C[:] = 0
     heap_room = 2 * n + 16
     HT = np.empty(heap_room)
     HI = np.empty((2, heap_room), dtype=np.int64)
@@ -358,9 +364,27 @@ def advance(rule: int, memory: int, ingress_capacity: float, release_start: np.n
     return status, now, decider
 
 
-#: ``advance``'s callees, the last it calls first: what a second process compiles into the cache while the first,
-#: typing the loop from its start, compiles the others (``engine.compile_aside``).
-LAST_CALLED = (_finish, compute_rates, set_group_rates, contended_rates, group_flows)
+@inlined
+def start(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.ndarray, stage: np.ndarray,
+          index: np.ndarray, impact: np.ndarray, needs_count: np.ndarray, release_start: np.ndarray,
+          release_task: np.ndarray, order_start: np.ndarray, order_task: np.ndarray, kind_class: np.ndarray,
+          reserve: np.ndarray, falls: np.ndarray, dispatch_key: np.ndarray, rule: int, kind_tier: np.ndarray,
+          kind_priority: np.ndarray, segment_room: int) -> tuple:
+    """An iteration's state (``prepare``) once time 0 is settled (``begin``): what ``advance`` runs from."""
+    state = prepare(length, gpu, receiver, comm, stage, index, impact, needs_count, kind_class, reserve, falls,
+                    dispatch_key, len(order_start) - 1, kind_tier, kind_priority, segment_room)
+    F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending = state
+    begin(rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
+    return state
+
+
+#: What a first compile shares between the run and a second process on the other core, besides ``kernel.figures``
+#: (``engine.compile_kernel``): the callees of the run's entry points, each compiled by whichever process reaches it
+#: first, into the cache from which the run then loads them. In an order that starts each process on a function that
+#: needs none of the others, and brings each to a callee both use (``set_rate``, ``_settle``) only once the other
+#: has likely written it.
+SHARED_COMPILE = (begin, contended_rates, sending_sets, group_flows, _decide, next_decider, set_group_rates,
+                  compute_rates, _finish)
 
 
 @compiled
@@ -389,12 +413,10 @@ def simulate(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np
     Without ``state`` the compiler removes those branches, and the state stays local to this function.
     """
     if state is None:
-        F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending = prepare(
-            length, gpu, receiver, comm, stage, index, impact, needs_count, kind_class, reserve, falls,
-            dispatch_key, len(order_start) - 1, kind_tier, kind_priority, segment_room)
-        begin(rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
-    else:
-        F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending = state
+        state = start(length, gpu, receiver, comm, stage, index, impact, needs_count, release_start, release_task,
+                      order_start, order_task, kind_class, reserve, falls, dispatch_key, rule, kind_tier,
+                      kind_priority, segment_room)
+    F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending = state
     status, now, decider = advance(rule, memory, ingress_capacity, release_start, release_task, order_start,
                                    order_task, peer_start, peer_task, F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K,
                                    ending, now)
@@ -444,13 +466,15 @@ def simulate_policies(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray,
     A stuck simulation's row is all NaN.
     """
     p = len(order_start) - 1
-    out = np.full((len(kind_tiers), 3 + 3 * p), np.nan)
+    out = np.empty((len(kind_tiers), 3 + 3 * p))
+    out[:] = np.nan
     for row in range(len(kind_tiers)):
-        result = simulate(length, gpu, receiver, comm, stage, index, impact, needs_count, release_start,
-                          release_task, order_start, order_task, peer_start, peer_task, kind_class, reserve,
-                          falls, dispatch_key, rule, memory, kind_tiers[row], kind_priorities[row], ingress_capacity,
-                          0, None, 0.0)
-        status, F, I = result[0], result[1], result[2]
+        F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending = start(
+            length, gpu, receiver, comm, stage, index, impact, needs_count, release_start, release_task,
+            order_start, order_task, kind_class, reserve, falls, dispatch_key, rule, kind_tiers[row],
+            kind_priorities[row], 0)
+        status = advance(rule, memory, ingress_capacity, release_start, release_task, order_start, order_task,
+                         peer_start, peer_task, F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending, 0.0)[0]
         if status == DONE:
             # each column copied whole: the figures' one signature takes contiguous arrays, as a schedule's records
             figures(gpu, comm, rises, falls, p, units, F[:, START].copy(), F[:, END].copy(), I[:, THROTTLED].copy(),

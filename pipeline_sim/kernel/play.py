@@ -154,7 +154,8 @@ def play(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.nda
     begin(EXTERNAL, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
     out = np.empty(actions, dtype=np.int64)
     mask = np.empty(actions, dtype=np.bool_)
-    observation = np.zeros(fields)
+    observation = np.empty(fields)
+    observation[:] = 0.0
     room = max(fields, shapes[:, 1].max())
     first, second = np.empty(room), np.empty(room)
     now = 0.0

@@ -26,8 +26,10 @@ def stable_order(times: np.ndarray) -> np.ndarray:
     """The indices of ``times`` in ascending order, equal times in index order: ``np.argsort(times,
     kind="mergesort")``, written out, as numba's generic sorts take several times longer to compile."""
     n = len(times)
-    order = np.arange(n)
+    order = np.empty(n, dtype=np.int64)
     spare = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        order[i] = i
     width = 1
     while width < n:  # bottom-up: runs of width 1, 2, 4, ... merged pairwise
         for first in range(0, n, 2 * width):

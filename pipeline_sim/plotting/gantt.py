@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import defaultdict
+from pathlib import PurePath
 from typing import Sequence, cast
 
 import numpy as np
@@ -351,6 +352,8 @@ def plot_gantt(ax: Axes, schedule: Schedule, *, layout: str = "single_channel", 
         scale, unit = (1e3, "ms") if span < 2.0 else (1.0, "s")
         ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x * scale:g}"))
         ax.set_xlabel(f"time ({unit})")
+    elif schedule.params.lengths:  # a table's lengths are in whatever unit it was written in
+        ax.set_xlabel(f"time (as in {PurePath(schedule.params.lengths).name})")
     else:
         ax.set_xlabel("time (model units)")
     ax.grid(axis="x", linestyle=":", linewidth=0.5)
