@@ -166,8 +166,11 @@ def test_a_scheduler_lost_mid_sweep_is_one_line_and_keeps_the_rows(tmp_path, big
 
 @pytest.mark.parametrize("delay", [1.0, 2.5, None])
 def test_ctrl_c_on_a_local_cluster_prints_only_our_line(tmp_path, delay):
-    """Ctrl-C reaches the whole process group: while the cluster starts, or once rows are written (None). The
-    grid is BIG at twice the micro-batches (about 10 s of work), so that no machine finishes it before the signal."""
+    """Ctrl-C reaches the whole process group: while the cluster starts (``delay`` seconds after its first process
+    appears, whatever the interpreter's start took on a busy machine), or once rows are written (None). The grid is
+    BIG at twice the micro-batches (about 10 s of work), so that no machine finishes it before the signal."""
+    import psutil  # the cluster's own requirement
+
     config = write_config(tmp_path, BIG | {"n": [128, 256]})
     process = subprocess.Popen([sys.executable, str(ROOT / "data_generator.py"), "-c", str(config), "-o", "out.csv",
                                 "--cluster", "local", "--workers", "2"], cwd=tmp_path, stdout=subprocess.PIPE,
@@ -175,6 +178,9 @@ def test_ctrl_c_on_a_local_cluster_prints_only_our_line(tmp_path, delay):
     if delay is None:
         wait_for_rows(tmp_path / "out.csv.partial", process)
     else:
+        deadline = time.monotonic() + 60
+        while not psutil.Process(process.pid).children() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
         time.sleep(delay)
     os.killpg(process.pid, signal.SIGINT)
     _, err = process.communicate(timeout=60)
