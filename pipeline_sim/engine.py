@@ -658,7 +658,7 @@ def compile_kernel(parts: Sequence[str] = KERNEL_PARTS) -> None:
     try:
         if "figures" in parts:
             if beside is not None and claims is not None:
-                _compile_shares(claims, params)
+                _compile_shares(claims, params, lambda: beside is not None and beside.poll() is None)
                 _wait_for(beside, "figures")
             simulate_figures(params, [Policy()])
         if beside is not None:
@@ -721,24 +721,37 @@ def compile_aside(parts: Sequence[str], claims: str, done: Callable[[str], None]
     (the process says it on its output); then, for ``records``, the lower bounds, while the run compiles the loop
     (which ``kernel.simulate`` calls: the run compiles it after)."""
     params = EnvParams(n=2, num_gpus=2)
-    _compile_shares(Path(claims), params)
+    _compile_shares(Path(claims), params, lambda: True)  # the run: it stops this process when it ends
     done("figures")
     if "records" in parts:
         memory_bound(params)
 
 
-def _compile_shares(claims: Path, params: EnvParams) -> None:
-    """Compile, of ``kernel.figures`` and ``loop.SHARED_COMPILE`` in turn, each function that the other process
-    compiling beside has not claimed: each process claims a function by creating its file in ``claims``, so that the
-    two share the work, whichever is the faster, and compile each function once. What they compile in common
-    (``set_rate``, say) the second loads from the cache when the first has written it."""
+def _compile_shares(claims: Path, params: EnvParams, other_alive: Callable[[], bool]) -> None:
+    """Compile, of ``loop.SHARED_COMPILE``, then ``kernel.figures`` and ``loop.advance`` (the loop, once all it calls
+    is written), each function that the other process compiling beside has not claimed: each process claims a
+    function by creating its file in ``claims``, and says it is written with a second file, so that the two share
+    the work, whichever is the faster, and compile each function once. What they compile in common (``set_rate``,
+    say) the second loads from the cache when the first has written it. Waiting for the other's callees of the loop
+    ends when ``other_alive`` says it has ended, or after ``BESIDE_SECONDS``: then the rest is compiled here."""
     arrays = graph_arrays(params)
     named = _run_arguments(params)
-    shares: list[tuple[str, Callable[[], object]]] = [("figures", partial(
-        kernel.figures, arrays.gpu, arrays.comm, arrays.rises, arrays.falls, params.num_gpus,
-        activation_units(params), *figure_columns(named["F"], named["I"]), np.empty(3 + 3 * params.num_gpus)))]
-    shares += [(function.py_func.__name__, partial(_compile_loop_function, function, named))
-               for function in loop.SHARED_COMPILE]
+    callees = [function.py_func.__name__ for function in loop.SHARED_COMPILE]
+
+    def loop_after_callees() -> None:
+        deadline = time.monotonic() + BESIDE_SECONDS
+        while not all((claims / f"{name}.written").exists() for name in callees) and other_alive() and \
+                time.monotonic() < deadline:
+            time.sleep(0.02)
+        _compile_loop_function(loop.advance, named)
+
+    shares: list[tuple[str, Callable[[], object]]] = [
+        *((name, partial(_compile_loop_function, function, named))
+          for name, function in zip(callees, loop.SHARED_COMPILE)),
+        ("figures", partial(kernel.figures, arrays.gpu, arrays.comm, arrays.rises, arrays.falls, params.num_gpus,
+                            activation_units(params), *figure_columns(named["F"], named["I"]),
+                            np.empty(3 + 3 * params.num_gpus))),
+        ("advance", loop_after_callees)]
     for name, compile_share in shares:
         try:
             os.close(os.open(claims / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
@@ -747,6 +760,10 @@ def _compile_shares(claims: Path, params: EnvParams) -> None:
         except OSError:
             pass  # no claims folder to share (removed): compiled here
         compile_share()
+        try:
+            (claims / f"{name}.written").touch()
+        except OSError:
+            pass
 
 
 def _run_arguments(params: EnvParams) -> dict[str, Any]:

@@ -230,7 +230,7 @@ def _finish(i: int, now: float, F: np.ndarray, I: np.ndarray, P: np.ndarray, Q: 
         mark(P, C, DIRTY_COMM, DIRTY_COMM_LIST, DIRTY_COMM_COUNT, s)
 
 
-@inlined
+@compiled
 def prepare(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.ndarray, stage: np.ndarray,
             index: np.ndarray, impact: np.ndarray, needs_count: np.ndarray, kind_class: np.ndarray,
             reserve: np.ndarray, falls: np.ndarray, dispatch_key: np.ndarray, num_gpus: int, kind_tier: np.ndarray,
@@ -378,13 +378,13 @@ def start(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.nd
     return state
 
 
-#: What a first compile shares between the run and a second process on the other core, besides ``kernel.figures``
-#: (``engine.compile_kernel``): the callees of the run's entry points, each compiled by whichever process reaches it
-#: first, into the cache from which the run then loads them. In an order that starts each process on a function that
-#: needs none of the others, and brings each to a callee both use (``set_rate``, ``_settle``) only once the other
-#: has likely written it.
-SHARED_COMPILE = (begin, contended_rates, sending_sets, group_flows, _decide, next_decider, set_group_rates,
-                  compute_rates, _finish)
+#: What a first compile shares between the run and a second process on the other core (``engine.compile_kernel``),
+#: before ``kernel.figures`` and ``advance`` itself: the callees of the run's entry points, each compiled by whichever
+#: process reaches it first, into the cache from which the other loads it. In an order that starts each process on a
+#: function that needs none of the others, and brings each to a callee both use (``set_rate``, ``_settle``) only
+#: once the other has likely written it.
+SHARED_COMPILE = (begin, contended_rates, sending_sets, group_flows, prepare, _decide, next_decider,
+                  set_group_rates, compute_rates, _finish)
 
 
 @compiled
