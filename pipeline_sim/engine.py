@@ -10,10 +10,9 @@ from __future__ import annotations
 import hashlib
 import inspect
 import math
+import multiprocessing.process
 import os
-import select
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -424,14 +423,23 @@ def memory_bound(params: EnvParams, sample: int = 0, limit: float | None = None)
 def bound_of_lengths(params: EnvParams, lengths: np.ndarray, limit: float | None = None) -> float:
     """``memory_bound`` for tasks of ``lengths`` (of ``params``' task graph, in task order)."""
     arrays = graph_arrays(params)
-    jobs = _memory_jobs(params)
-    units = math.floor((memory_in_force(params) if limit is None else limit) * activation_units(params) + 1e-6)
     free = kernel.lower_bound(lengths, arrays.gpu, arrays.comm, arrays.kind_class, arrays.needs_count,
                               arrays.release_start, arrays.release_task, params.num_gpus)
-    held = kernel.memory_bound(lengths, arrays.needs_count, arrays.release_start, arrays.release_task, arrays.gpu,
-                               arrays.index, jobs.chain, jobs.rise, jobs.back, jobs.fall,
-                               arrays.rises[jobs.rise].astype(np.float64), units, params.num_gpus)
-    return max(free, held)
+    return max(free, _memory_term(params, lengths, _units_within(params, limit)))
+
+
+def _units_within(params: EnvParams, limit: float | None) -> int:
+    """``limit`` activations per GPU (None: the limit in force) in the units of ``activation_units``."""
+    return math.floor((memory_in_force(params) if limit is None else limit) * activation_units(params) + 1e-6)
+
+
+def _memory_term(params: EnvParams, lengths: np.ndarray, units: int) -> float:
+    """The memory term of section 12.2 for tasks of ``lengths``, within ``units`` activation units per GPU."""
+    arrays = graph_arrays(params)
+    jobs = _memory_jobs(params)
+    return float(kernel.memory_bound(lengths, arrays.needs_count, arrays.release_start, arrays.release_task,
+                                     arrays.gpu, arrays.index, jobs.chain, jobs.rise, jobs.back, jobs.fall,
+                                     arrays.rises[jobs.rise].astype(np.float64), units, params.num_gpus))
 
 
 def bound_of_run(bound: float, completion: float, params: EnvParams) -> float:
@@ -656,20 +664,18 @@ def compile_kernel(parts: Sequence[str] = KERNEL_PARTS) -> None:
     claims = Path(tempfile.mkdtemp(prefix="pipeline-sim-compile-")) if jit and not set(parts) <= done else None
     beside = _compile_beside(parts, claims) if claims is not None else None
     try:
+        if beside is not None and claims is not None:
+            _compile_shares(claims, parts, params, beside.is_alive)
+            beside.join(BESIDE_SECONDS)  # until what it claimed is written
         if "figures" in parts:
-            if beside is not None and claims is not None:
-                _compile_shares(claims, params, lambda: beside is not None and beside.poll() is None)
-                _wait_for(beside, "figures")
             simulate_figures(params, [Policy()])
-        if beside is not None:
-            _wait_for(beside)
         if "records" in parts:
             simulate(params, Policy())
             memory_bound(params)
     finally:
-        if beside is not None and beside.poll() is None:
+        if beside is not None and beside.is_alive():
             beside.kill()
-            beside.wait()
+            beside.join()
         if claims is not None:
             shutil.rmtree(claims, ignore_errors=True)
     if jit and not set(parts) <= done:
@@ -680,78 +686,69 @@ def compile_kernel(parts: Sequence[str] = KERNEL_PARTS) -> None:
 BESIDE_SECONDS = 60
 
 
-def _compile_beside(parts: Sequence[str], claims: Path) -> subprocess.Popen | None:
+def _compile_beside(parts: Sequence[str], claims: Path) -> multiprocessing.process.BaseProcess | None:
     """A second process compiling into the same cache, on the machine's other core, a share of what ``parts`` need
     (``compile_aside``): this process loads what it wrote, and compiles the rest itself, so that a second process
-    that fails, or that cannot start, only makes the compile take as long as it would alone. None when none
-    started."""
-    root = str(Path(__file__).resolve().parent.parent)
-    environment = dict(os.environ, PYTHONPATH=os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])]))
-    folder = getattr(numba.config, "CACHE_DIR")
-    if folder:  # a folder chosen for this run (``compile_cache.ensure_writable``) or by the user
-        environment["NUMBA_CACHE_DIR"] = str(folder)
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); from pipeline_sim.engine import compile_aside; "
-            "compile_aside(sys.argv[3:], sys.argv[2], lambda part: print(part, flush=True))")  # whatever the folder
+    that fails, or that cannot start, only makes the compile take as long as it would alone. Forked where the
+    platform forks, so that it starts at once, with this process's imports. None when none started."""
+    from .parallel import process_context
+
+    context: Any = process_context()  # a fork or a spawn context: both make a Process
+    beside = context.Process(target=compile_aside, args=(tuple(parts), str(claims), os.getpid()), daemon=True)
     try:
-        return subprocess.Popen([sys.executable, "-c", code, root, str(claims), *parts], env=environment,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        beside.start()
     except OSError:
         return None
+    return beside
 
 
-def _wait_for(beside: subprocess.Popen, part: str = "") -> None:
-    """Wait until the process beside has compiled ``part`` (it says so on its output), or without one until it has
-    ended; at most ``BESIDE_SECONDS``, after which the run compiles whatever is missing itself."""
-    deadline = time.monotonic() + BESIDE_SECONDS
-    output = beside.stdout
-    try:
-        if not part or output is None:
-            beside.wait(BESIDE_SECONDS)
-            return
-        while (left := deadline - time.monotonic()) > 0 and select.select([output], [], [], left)[0]:
-            line = output.readline()
-            if not line or line.strip() == part:  # said, or ended without saying it
-                return
-    except subprocess.TimeoutExpired:
-        pass  # compiled here instead; the process is stopped on the way out of ``compile_kernel``
+def compile_aside(parts: Sequence[str], claims: str, parent: int) -> None:
+    """What ``_compile_beside`` runs: its shares of ``parts`` (``_compile_shares``), while its parent, the run,
+    lives; silent (what it would say, the run says)."""
+    sys.stdout = sys.stderr = open(os.devnull, "w")
+    _compile_shares(Path(claims), parts, EnvParams(n=2, num_gpus=2), lambda: os.getppid() == parent)
 
 
-def compile_aside(parts: Sequence[str], claims: str, done: Callable[[str], None]) -> None:
-    """What ``_compile_beside`` runs: its shares of the figures part (``_compile_shares``), then ``done("figures")``
-    (the process says it on its output); then, for ``records``, the lower bounds, while the run compiles the loop
-    (which ``kernel.simulate`` calls: the run compiles it after)."""
-    params = EnvParams(n=2, num_gpus=2)
-    _compile_shares(Path(claims), params, lambda: True)  # the run: it stops this process when it ends
-    done("figures")
-    if "records" in parts:
-        memory_bound(params)
+def _compile_shares(claims: Path, parts: Sequence[str], params: EnvParams, other_alive: Callable[[], bool]) -> None:
+    """Compile each function of ``parts`` that the other process compiling beside has not claimed: first the
+    callees of the entry points (``loop.SHARED_COMPILE``; the lower bounds for ``records``), then, once all of
+    them are written, the entry points: ``simulate_policies`` (which has the loop within it) for ``figures``, the
+    loop ``advance`` and ``simulate``, which calls it, for ``records``.
 
-
-def _compile_shares(claims: Path, params: EnvParams, other_alive: Callable[[], bool]) -> None:
-    """Compile, of ``loop.SHARED_COMPILE``, then ``kernel.figures`` and ``loop.advance`` (the loop, once all it calls
-    is written), each function that the other process compiling beside has not claimed: each process claims a
-    function by creating its file in ``claims``, and says it is written with a second file, so that the two share
-    the work, whichever is the faster, and compile each function once. What they compile in common (``set_rate``,
-    say) the second loads from the cache when the first has written it. Waiting for the other's callees of the loop
-    ends when ``other_alive`` says it has ended, or after ``BESIDE_SECONDS``: then the rest is compiled here."""
+    A process claims a function by creating its file in ``claims``, and says it is written with a second file, so
+    that the two share the work, whichever is the faster, and compile each function once; what they compile in
+    common (``set_rate``, say) the second loads from the cache once the first has written it. Waiting for the
+    other's callees ends when ``other_alive`` says it has ended, or after ``BESIDE_SECONDS``: then the rest is
+    compiled here."""
     arrays = graph_arrays(params)
     named = _run_arguments(params)
-    callees = [function.py_func.__name__ for function in loop.SHARED_COMPILE]
+    figures = partial(kernel.figures, arrays.gpu, arrays.comm, arrays.rises, arrays.falls, params.num_gpus,
+                      activation_units(params), *figure_columns(named["F"], named["I"]),
+                      np.empty(3 + 3 * params.num_gpus))
+    callees: list[tuple[str, Callable[[], object]]] = [
+        (function.py_func.__name__,
+         figures if function is kernel.figures else partial(_compile_loop_function, function, named))
+        for function in loop.SHARED_COMPILE]
+    entries: list[tuple[str, Callable[[], object]]] = []
+    if "figures" in parts:
+        entries.append(("simulate_policies", partial(simulate_figures, params, [Policy()])))
+    if "records" in parts:
+        lengths = task_lengths(params)
+        # the memory term, the longest, first; the lower bound once the function both call is likely written
+        callees.insert(0, ("memory_bound", partial(_memory_term, params, lengths, _units_within(params, None))))
+        callees.insert(len(callees) // 2, ("lower_bound", partial(lower_bound, params)))
+        entries += [("advance", partial(_compile_loop_function, loop.advance, named)),
+                    ("simulate", partial(simulate, params, Policy()))]
+    _claim_each(claims, callees)
+    deadline = time.monotonic() + BESIDE_SECONDS
+    while not all((claims / f"{name}.written").exists() for name, _ in callees) and other_alive() and \
+            time.monotonic() < deadline:
+        time.sleep(0.02)
+    _claim_each(claims, entries)
 
-    def loop_after_callees() -> None:
-        deadline = time.monotonic() + BESIDE_SECONDS
-        while not all((claims / f"{name}.written").exists() for name in callees) and other_alive() and \
-                time.monotonic() < deadline:
-            time.sleep(0.02)
-        _compile_loop_function(loop.advance, named)
 
-    shares: list[tuple[str, Callable[[], object]]] = [
-        *((name, partial(_compile_loop_function, function, named))
-          for name, function in zip(callees, loop.SHARED_COMPILE)),
-        ("figures", partial(kernel.figures, arrays.gpu, arrays.comm, arrays.rises, arrays.falls, params.num_gpus,
-                            activation_units(params), *figure_columns(named["F"], named["I"]),
-                            np.empty(3 + 3 * params.num_gpus))),
-        ("advance", loop_after_callees)]
+def _claim_each(claims: Path, shares: Sequence[tuple[str, Callable[[], object]]]) -> None:
+    """Compile each of ``shares`` (a name, a call that compiles it) not yet claimed in ``claims``, claiming it."""
     for name, compile_share in shares:
         try:
             os.close(os.open(claims / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
