@@ -660,24 +660,14 @@ def compile_kernel(parts: Sequence[str] = KERNEL_PARTS) -> None:
                 cached.unlink()
             except OSError:
                 pass  # another process's, or not ours to remove: numba then compiles in memory
+    if jit and not set(parts) <= done:
+        compile_shared(partial(_kernel_shares, tuple(parts)))
     params = EnvParams(n=2, num_gpus=2)
-    claims = Path(tempfile.mkdtemp(prefix="pipeline-sim-compile-")) if jit and not set(parts) <= done else None
-    beside = _compile_beside(parts, claims) if claims is not None else None
-    try:
-        if beside is not None and claims is not None:
-            _compile_shares(claims, parts, params, beside.is_alive)
-            beside.join(BESIDE_SECONDS)  # until what it claimed is written
-        if "figures" in parts:
-            simulate_figures(params, [Policy()])
-        if "records" in parts:
-            simulate(params, Policy())
-            memory_bound(params)
-    finally:
-        if beside is not None and beside.is_alive():
-            beside.kill()
-            beside.join()
-        if claims is not None:
-            shutil.rmtree(claims, ignore_errors=True)
+    if "figures" in parts:
+        simulate_figures(params, [Policy()])
+    if "records" in parts:
+        simulate(params, Policy())
+        memory_bound(params)
     if jit and not set(parts) <= done:
         _write_stamp(done | set(parts))
 
@@ -686,15 +676,34 @@ def compile_kernel(parts: Sequence[str] = KERNEL_PARTS) -> None:
 BESIDE_SECONDS = 60
 
 
-def _compile_beside(parts: Sequence[str], claims: Path) -> multiprocessing.process.BaseProcess | None:
-    """A second process compiling into the same cache, on the machine's other core, a share of what ``parts`` need
-    (``compile_aside``): this process loads what it wrote, and compiles the rest itself, so that a second process
-    that fails, or that cannot start, only makes the compile take as long as it would alone. Forked where the
-    platform forks, so that it starts at once, with this process's imports. None when none started."""
+def compile_shared(shares: Callable[[Path, Callable[[], bool]], None]) -> None:
+    """Compile ``shares`` here and, at once, in a second process on the machine's other core, into the same cache:
+    ``shares(claims, other_alive)`` compiles each function that the other process has not claimed in the folder
+    ``claims`` (``claim_in_phases``), so that the two share the work, and this process then loads from the cache
+    what the other wrote. A second process that fails, or that cannot start, only makes the compile take as long as
+    it would alone. ``shares`` is a module's function (or a ``partial`` of one), so that a spawned process can run
+    it too."""
+    claims = Path(tempfile.mkdtemp(prefix="pipeline-sim-compile-"))
+    beside = _compile_beside(shares, claims)
+    try:
+        shares(claims, beside.is_alive if beside is not None else lambda: False)
+        if beside is not None:
+            beside.join(BESIDE_SECONDS)  # until what it claimed is written
+    finally:
+        if beside is not None and beside.is_alive():
+            beside.kill()
+            beside.join()
+        shutil.rmtree(claims, ignore_errors=True)
+
+
+def _compile_beside(shares: Callable[[Path, Callable[[], bool]], None],
+                    claims: Path) -> multiprocessing.process.BaseProcess | None:
+    """The process of ``compile_shared``: forked where the platform forks, so that it starts at once, with this
+    process's imports. None when none started."""
     from .parallel import process_context
 
     context: Any = process_context()  # a fork or a spawn context: both make a Process
-    beside = context.Process(target=compile_aside, args=(tuple(parts), str(claims), os.getpid()), daemon=True)
+    beside = context.Process(target=_compile_aside, args=(shares, str(claims), os.getpid()), daemon=True)
     try:
         beside.start()
     except OSError:
@@ -702,24 +711,46 @@ def _compile_beside(parts: Sequence[str], claims: Path) -> multiprocessing.proce
     return beside
 
 
-def compile_aside(parts: Sequence[str], claims: str, parent: int) -> None:
-    """What ``_compile_beside`` runs: its shares of ``parts`` (``_compile_shares``), while its parent, the run,
-    lives; silent (what it would say, the run says)."""
+def _compile_aside(shares: Callable[[Path, Callable[[], bool]], None], claims: str, parent: int) -> None:
+    """What ``_compile_beside`` runs: ``shares`` while its parent, the run, lives; silent (the run says what it
+    does)."""
     sys.stdout = sys.stderr = open(os.devnull, "w")
-    _compile_shares(Path(claims), parts, EnvParams(n=2, num_gpus=2), lambda: os.getppid() == parent)
+    shares(Path(claims), lambda: os.getppid() == parent)
 
 
-def _compile_shares(claims: Path, parts: Sequence[str], params: EnvParams, other_alive: Callable[[], bool]) -> None:
-    """Compile each function of ``parts`` that the other process compiling beside has not claimed: first the
-    callees of the entry points (``loop.SHARED_COMPILE``; the lower bounds for ``records``), then, once all of
-    them are written, the entry points: ``simulate_policies`` (which has the loop within it) for ``figures``, the
-    loop ``advance`` and ``simulate``, which calls it, for ``records``.
+def claim_in_phases(claims: Path, phases: Sequence[Sequence[tuple[str, Callable[[], object]]]],
+                    other_alive: Callable[[], bool]) -> None:
+    """Compile each share (a name, a call that compiles it) of ``phases`` in turn that the other process compiling
+    beside has not claimed: a process claims a share by creating its file in ``claims``, and says it is written
+    with a second file, so that the two compile each share once, whichever is the faster; what two shares call in
+    common (``set_rate``, say) the second loads from the cache once the first has written it. Before a phase, every
+    share of the phase before is written: waiting for the other's ends when ``other_alive`` says it has ended, or
+    after ``BESIDE_SECONDS``; what it has not written is then compiled here, as it is called."""
+    for number, shares in enumerate(phases):
+        if number:
+            deadline = time.monotonic() + BESIDE_SECONDS
+            while not all((claims / f"{name}.written").exists() for name, _ in phases[number - 1]) and \
+                    other_alive() and time.monotonic() < deadline:
+                time.sleep(0.02)
+        for name, compile_share in shares:
+            try:
+                os.close(os.open(claims / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                continue  # the other process's
+            except OSError:
+                pass  # no claims folder to share (removed): compiled here
+            compile_share()
+            try:
+                (claims / f"{name}.written").touch()
+            except OSError:
+                pass
 
-    A process claims a function by creating its file in ``claims``, and says it is written with a second file, so
-    that the two share the work, whichever is the faster, and compile each function once; what they compile in
-    common (``set_rate``, say) the second loads from the cache once the first has written it. Waiting for the
-    other's callees ends when ``other_alive`` says it has ended, or after ``BESIDE_SECONDS``: then the rest is
-    compiled here."""
+
+def _kernel_shares(parts: Sequence[str], claims: Path, other_alive: Callable[[], bool]) -> None:
+    """The shares of ``compile_kernel``: first the callees of the entry points (``loop.SHARED_COMPILE``; the lower
+    bounds for ``records``), then the entry points: ``simulate_policies`` (which has the loop within it) for
+    ``figures``, the loop ``advance`` and ``simulate``, which calls it, for ``records``."""
+    params = EnvParams(n=2, num_gpus=2)
     arrays = graph_arrays(params)
     named = _run_arguments(params)
     figures = partial(kernel.figures, arrays.gpu, arrays.comm, arrays.rises, arrays.falls, params.num_gpus,
@@ -739,28 +770,7 @@ def _compile_shares(claims: Path, parts: Sequence[str], params: EnvParams, other
         callees.insert(len(callees) // 2, ("lower_bound", partial(lower_bound, params)))
         entries += [("advance", partial(_compile_loop_function, loop.advance, named)),
                     ("simulate", partial(simulate, params, Policy()))]
-    _claim_each(claims, callees)
-    deadline = time.monotonic() + BESIDE_SECONDS
-    while not all((claims / f"{name}.written").exists() for name, _ in callees) and other_alive() and \
-            time.monotonic() < deadline:
-        time.sleep(0.02)
-    _claim_each(claims, entries)
-
-
-def _claim_each(claims: Path, shares: Sequence[tuple[str, Callable[[], object]]]) -> None:
-    """Compile each of ``shares`` (a name, a call that compiles it) not yet claimed in ``claims``, claiming it."""
-    for name, compile_share in shares:
-        try:
-            os.close(os.open(claims / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-        except FileExistsError:
-            continue  # the other process's
-        except OSError:
-            pass  # no claims folder to share (removed): compiled here
-        compile_share()
-        try:
-            (claims / f"{name}.written").touch()
-        except OSError:
-            pass
+    claim_in_phases(claims, [callees, entries], other_alive)
 
 
 def _run_arguments(params: EnvParams) -> dict[str, Any]:
