@@ -679,7 +679,7 @@ BESIDE_SECONDS = 60
 def compile_shared(shares: Callable[[Path, Callable[[], bool]], None]) -> None:
     """Compile ``shares`` here and, at once, in a second process on the machine's other core, into the same cache:
     ``shares(claims, other_alive)`` compiles each function that the other process has not claimed in the folder
-    ``claims`` (``claim_in_phases``), so that the two share the work, and this process then loads from the cache
+    ``claims`` (``claim_shares``), so that the two share the work, and this process then loads from the cache
     what the other wrote. A second process that fails, or that cannot start, only makes the compile take as long as
     it would alone. ``shares`` is a module's function (or a ``partial`` of one), so that a spawned process can run
     it too."""
@@ -718,59 +718,71 @@ def _compile_aside(shares: Callable[[Path, Callable[[], bool]], None], claims: s
     shares(Path(claims), lambda: os.getppid() == parent)
 
 
-def claim_in_phases(claims: Path, phases: Sequence[Sequence[tuple[str, Callable[[], object]]]],
-                    other_alive: Callable[[], bool]) -> None:
-    """Compile each share (a name, a call that compiles it) of ``phases`` in turn that the other process compiling
-    beside has not claimed: a process claims a share by creating its file in ``claims``, and says it is written
-    with a second file, so that the two compile each share once, whichever is the faster; what two shares call in
-    common (``set_rate``, say) the second loads from the cache once the first has written it. Before a phase, every
-    share of the phase before is written: waiting for the other's ends when ``other_alive`` says it has ended, or
-    after ``BESIDE_SECONDS``; what it has not written is then compiled here, as it is called."""
-    for number, shares in enumerate(phases):
-        if number:
-            deadline = time.monotonic() + BESIDE_SECONDS
-            while not all((claims / f"{name}.written").exists() for name, _ in phases[number - 1]) and \
-                    other_alive() and time.monotonic() < deadline:
-                time.sleep(0.02)
-        for name, compile_share in shares:
-            try:
-                os.close(os.open(claims / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-            except FileExistsError:
-                continue  # the other process's
-            except OSError:
-                pass  # no claims folder to share (removed): compiled here
-            compile_share()
-            try:
-                (claims / f"{name}.written").touch()
-            except OSError:
-                pass
+class Share(NamedTuple):
+    """A function of a first compile, as ``claim_shares`` takes it: its name, a call that compiles it (or loads it
+    from the cache), and the names of the shares it calls, which must be written before it starts."""
+
+    name: str
+    compile: Callable[[], object]
+    needs: tuple[str, ...] = ()
+
+
+def claim_shares(claims: Path, shares: Sequence[Share], other_alive: Callable[[], bool]) -> None:
+    """Compile each of ``shares`` that the other process compiling beside has not claimed, in their order, each
+    once all it ``needs`` is written: a process claims a share by creating its file in ``claims``, and says it is
+    written with a second file, so that the two compile each share once, whichever is the faster; what two shares
+    call in common (``set_rate``, say) the second loads from the cache once the first has written it. With nothing
+    ready to claim, a process waits for the other's; when ``other_alive`` says the other has ended, or after
+    ``BESIDE_SECONDS``, it claims the rest without waiting (what it does not find written, it compiles)."""
+    def written(name: str) -> bool:
+        return (claims / f"{name}.written").exists()
+
+    pending = list(shares)
+    deadline = time.monotonic() + BESIDE_SECONDS
+    while pending:
+        waiting = other_alive() and time.monotonic() < deadline
+        share = next((share for share in pending if not waiting or all(map(written, share.needs))), None)
+        if share is None:
+            time.sleep(0.02)
+            continue
+        pending.remove(share)
+        try:
+            os.close(os.open(claims / share.name, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            continue  # the other process's
+        except OSError:
+            pass  # no claims folder to share (removed): compiled here
+        share.compile()
+        try:
+            (claims / f"{share.name}.written").touch()
+        except OSError:
+            pass
 
 
 def _kernel_shares(parts: Sequence[str], claims: Path, other_alive: Callable[[], bool]) -> None:
-    """The shares of ``compile_kernel``: first the callees of the entry points (``loop.SHARED_COMPILE``; the lower
-    bounds for ``records``), then the entry points: ``simulate_policies`` (which has the loop within it) for
-    ``figures``, the loop ``advance`` and ``simulate``, which calls it, for ``records``."""
+    """The shares of ``compile_kernel``: the callees of the entry points (``loop.SHARED_COMPILE``; the lower bounds
+    for ``records``), then the entry points, once those are written: ``simulate_policies`` (which has the loop
+    within it) for ``figures``, the loop ``advance`` and ``simulate``, which calls it, for ``records``."""
     params = EnvParams(n=2, num_gpus=2)
     arrays = graph_arrays(params)
     named = _run_arguments(params)
     figures = partial(kernel.figures, arrays.gpu, arrays.comm, arrays.rises, arrays.falls, params.num_gpus,
                       activation_units(params), *figure_columns(named["F"], named["I"]),
                       np.empty(3 + 3 * params.num_gpus))
-    callees: list[tuple[str, Callable[[], object]]] = [
-        (function.py_func.__name__,
-         figures if function is kernel.figures else partial(_compile_loop_function, function, named))
-        for function in loop.SHARED_COMPILE]
-    entries: list[tuple[str, Callable[[], object]]] = []
-    if "figures" in parts:
-        entries.append(("simulate_policies", partial(simulate_figures, params, [Policy()])))
+    callees = [Share(function.py_func.__name__, figures if function is kernel.figures else
+                     partial(_compile_loop_function, function, named)) for function in loop.SHARED_COMPILE]
     if "records" in parts:
         lengths = task_lengths(params)
         # the memory term, the longest, first; the lower bound once the function both call is likely written
-        callees.insert(0, ("memory_bound", partial(_memory_term, params, lengths, _units_within(params, None))))
-        callees.insert(len(callees) // 2, ("lower_bound", partial(lower_bound, params)))
-        entries += [("advance", partial(_compile_loop_function, loop.advance, named)),
-                    ("simulate", partial(simulate, params, Policy()))]
-    claim_in_phases(claims, [callees, entries], other_alive)
+        callees.insert(0, Share("memory_bound", partial(_memory_term, params, lengths, _units_within(params, None))))
+        callees.insert(len(callees) // 2, Share("lower_bound", partial(lower_bound, params)))
+    loop_callees = tuple(share.name for share in callees if share.name not in ("memory_bound", "lower_bound"))
+    entries = []
+    if "figures" in parts:
+        entries.append(Share("simulate_policies", partial(simulate_figures, params, [Policy()]), loop_callees))
+    if "records" in parts:
+        entries.append(Share("simulate", partial(simulate, params, Policy()), loop_callees))
+    claim_shares(claims, callees + entries, other_alive)
 
 
 def _run_arguments(params: EnvParams) -> dict[str, Any]:

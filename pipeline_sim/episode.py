@@ -14,8 +14,9 @@ import numba
 import numpy as np
 
 from .engine import (
+    Share,
     activation_units,
-    claim_in_phases,
+    claim_shares,
     compile_shared,
     dispatch_arguments,
     figure_columns,
@@ -314,18 +315,17 @@ def compile_episode() -> None:
     first time on an installation, shared with a second process (``engine.compile_shared``)."""
     if not getattr(numba.config, "DISABLE_JIT") and not kernel_is_compiled(("episodes",)):
         compile_shared(_episode_shares)
-    for _, compile_share in _episode_entries():
-        compile_share()
+    for share in _episode_entries():
+        share.compile()
 
 
 def _episode_shares(claims: Path, other_alive: Callable[[], bool]) -> None:
-    claim_in_phases(claims, [_episode_entries()], other_alive)
+    claim_shares(claims, _episode_entries(), other_alive)
 
 
-def _episode_entries() -> list[tuple[str, Callable[[], object]]]:
-    """What ``compile_episode`` compiles, in shares by the entry points they reach (the longest first): the
-    compiled play, by a network of one layer of zeros; the look-ahead; an episode's first steps, and its
-    observation."""
+def _episode_entries() -> list[Share]:
+    """What ``compile_episode`` compiles, in shares by the entry points they reach: the compiled play, by a network
+    of one layer of zeros; an episode's first steps, and its observation; the look-ahead."""
     params = EnvParams(n=2, num_gpus=2)
 
     def play() -> None:
@@ -339,4 +339,6 @@ def _episode_entries() -> list[tuple[str, Callable[[], object]]]:
         episode.reset()
         episode.observe()
         episode.step(int(np.flatnonzero(episode.mask())[0]))
-    return [("play", play), ("look_ahead", lambda: Episode(params, Policy()).look_ahead(0)), ("steps", steps)]
+    # the look-ahead runs its copies by ``kernel.simulate`` from a state, as the steps do: compiled once
+    return [Share("play", play), Share("steps", steps),
+            Share("look_ahead", lambda: Episode(params, Policy()).look_ahead(0), ("steps",))]

@@ -364,11 +364,12 @@ def advance(rule: int, memory: int, ingress_capacity: float, release_start: np.n
     return status, now, decider
 
 
-#: ``advance`` compiled as part of the body of the sweep's entry point, ``simulate_policies``: the entry then carries
-#: one copy of the loop's machine code, where calling ``advance`` would first compile ``advance`` on its own, with the
-#: code of all it calls, and then that code again within the entry (numba emits a callee's code once more in each
-#: caller), all before a first sweep. The one loop, as written above; ``simulate`` and the episodes, which share it,
-#: call it as a function of its own.
+#: ``advance`` compiled as part of the body of each entry point that runs a whole iteration, ``simulate_policies``
+#: and ``simulate``: each then carries one copy of the loop's machine code, where calling ``advance`` would first
+#: compile ``advance`` on its own, with the code of all it calls, and then that code again within the entry (numba
+#: emits a callee's code once more in each caller), all before a first sweep or chart; and the two entries compile
+#: side by side. The one loop, as written above; a learned play, which resumes it at each decision, calls it as a
+#: function of its own.
 advance_within = inlined(getattr(advance, "py_func", advance))  # the plain function under NUMBA_DISABLE_JIT
 
 
@@ -425,9 +426,9 @@ def simulate(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np
                       order_start, order_task, kind_class, reserve, falls, dispatch_key, rule, kind_tier,
                       kind_priority, segment_room)
     F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending = state
-    status, now, decider = advance(rule, memory, ingress_capacity, release_start, release_task, order_start,
-                                   order_task, peer_start, peer_task, F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K,
-                                   ending, now)
+    status, now, decider = advance_within(rule, memory, ingress_capacity, release_start, release_task, order_start,
+                                          order_task, peer_start, peer_task, F, I, P, PF, Q, A, AF, C, HT, HI, SI,
+                                          SF, K, ending, now)
     kept = min(C[SEGMENTS], segment_room)
     return status, F, I, C[SEGMENTS], SI[:kept], SF[:, :kept], P, now, decider
 
