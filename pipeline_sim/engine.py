@@ -78,7 +78,7 @@ _KIND_CLASS = {TaskKind.BACKWARD: 0, TaskKind.BACKWARD_INPUT: 0, TaskKind.FORWAR
 
 
 #: How long the first compile of the kernel takes on a 2-core machine (benchmarks/bench.py).
-COMPILE_SECONDS = 17
+COMPILE_SECONDS = 15
 
 
 class SimulationStuckError(RuntimeError):

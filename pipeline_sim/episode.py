@@ -305,8 +305,8 @@ def episode_schedule(params: EnvParams, policy: Policy, sample: int, run: Callab
                        memory=episode.memory_limit, lengths=work)
 
 
-#: About how long ``compile_episode`` takes into an empty cache on one core of a 2-core machine (said while waiting).
-EPISODE_COMPILE_SECONDS = 20
+#: About how long ``compile_episode`` takes into an empty cache on a 2-core machine (said while waiting).
+EPISODE_COMPILE_SECONDS = 12
 
 
 def compile_episode() -> None:
