@@ -760,9 +760,9 @@ def claim_shares(claims: Path, shares: Sequence[Share], other_alive: Callable[[]
 
 
 def _kernel_shares(parts: Sequence[str], claims: Path, other_alive: Callable[[], bool]) -> None:
-    """The shares of ``compile_kernel``: the callees of the entry points (``loop.SHARED_COMPILE``; the lower bounds
-    for ``records``), then the entry points, once those are written: ``simulate_policies`` (which has the loop
-    within it) for ``figures``, the loop ``advance`` and ``simulate``, which calls it, for ``records``."""
+    """The shares of ``compile_kernel``: the callees of the loop and of the entry points (``loop.SHARED_COMPILE``;
+    the lower bounds for ``records``), the loop ``advance`` once all it calls is written, then the entry points that
+    call it: ``simulate_policies`` for ``figures``, ``simulate`` for ``records``."""
     params = EnvParams(n=2, num_gpus=2)
     arrays = graph_arrays(params)
     named = _run_arguments(params)
@@ -776,12 +776,18 @@ def _kernel_shares(parts: Sequence[str], claims: Path, other_alive: Callable[[],
         # the memory term, the longest, first; the lower bound once the function both call is likely written
         callees.insert(0, Share("memory_bound", partial(_memory_term, params, lengths, _units_within(params, None))))
         callees.insert(len(callees) // 2, Share("lower_bound", partial(lower_bound, params)))
-    loop_callees = tuple(share.name for share in callees if share.name not in ("memory_bound", "lower_bound"))
+    # the loop calls all of them but these (``begin``'s share compiles the loop's ``_settle``)
+    outside = ("memory_bound", "lower_bound", "prepare", "figures")
+    loop_callees = tuple(share.name for share in callees if share.name not in outside)
+    # the loop as soon as it can start, before what the loop does not call
+    callees.insert(callees.index(next(share for share in callees if share.name == "figures")),
+                   Share("advance", partial(_compile_loop_function, loop.advance, named), loop_callees))
     entries = []
     if "figures" in parts:
-        entries.append(Share("simulate_policies", partial(simulate_figures, params, [Policy()]), loop_callees))
+        entries.append(Share("simulate_policies", partial(simulate_figures, params, [Policy()]),
+                             ("advance", "prepare", "figures")))
     if "records" in parts:
-        entries.append(Share("simulate", partial(simulate, params, Policy()), loop_callees))
+        entries.append(Share("simulate", partial(simulate, params, Policy()), ("advance", "prepare", "figures")))
     claim_shares(claims, callees + entries, other_alive)
 
 

@@ -103,7 +103,7 @@ def test_the_process_compiling_beside_compiles_what_the_run_calls(tmp_path):
     code = """
 from pipeline_sim import engine, kernel
 engine.compile_kernel()
-functions = (kernel.simulate_policies, kernel.simulate, kernel.lower_bound, kernel.memory_bound,
+functions = (kernel.simulate_policies, kernel.simulate, kernel.loop.advance, kernel.lower_bound, kernel.memory_bound,
              *kernel.loop.SHARED_COMPILE)
 print([(function.py_func.__name__, len(function._cache._cache_file._load_index()),
         sum(function.stats.cache_misses.values())) for function in functions])
@@ -120,7 +120,7 @@ def _fails(parts, claims, parent):
 
 def _claims_all_then_fails(parts, claims, parent):
     for name in [*(function.py_func.__name__ for function in kernel.loop.SHARED_COMPILE), "lower_bound",
-                 "memory_bound", "simulate_policies", "simulate"]:
+                 "memory_bound", "advance", "simulate_policies", "simulate"]:
         (Path(claims) / name).touch()
     raise SystemExit(3)
 

@@ -364,15 +364,6 @@ def advance(rule: int, memory: int, ingress_capacity: float, release_start: np.n
     return status, now, decider
 
 
-#: ``advance`` compiled as part of the body of each entry point that runs a whole iteration, ``simulate_policies``
-#: and ``simulate``: each then carries one copy of the loop's machine code, where calling ``advance`` would first
-#: compile ``advance`` on its own, with the code of all it calls, and then that code again within the entry (numba
-#: emits a callee's code once more in each caller), all before a first sweep or chart; and the two entries compile
-#: side by side. The one loop, as written above; a learned play, which resumes it at each decision, calls it as a
-#: function of its own.
-advance_within = inlined(getattr(advance, "py_func", advance))  # the plain function under NUMBA_DISABLE_JIT
-
-
 @inlined
 def start(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.ndarray, stage: np.ndarray,
           index: np.ndarray, impact: np.ndarray, needs_count: np.ndarray, release_start: np.ndarray,
@@ -387,13 +378,14 @@ def start(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.nd
     return state
 
 
-#: What a first compile shares between the run and a second process on the other core (``engine.compile_kernel``):
-#: every function the sweep's entry point ``simulate_policies`` calls, each compiled by whichever process reaches it
-#: first, into the cache from which the other loads it. In an order that starts each process on a function that
-#: needs none of the others, brings each to a callee both use (``set_rate``, ``_settle``) only once the other has
-#: likely written it, and ends on short ones, so that the two end together.
-SHARED_COMPILE = (begin, contended_rates, sending_sets, prepare, figures, _decide, group_flows, next_decider,
-                  set_group_rates, compute_rates, _finish, heap_pop, wake)
+#: What a first compile shares between the run and a second process on the other core (``engine.compile_kernel``)
+#: before the loop ``advance`` and the entry points: every function they call, each compiled by whichever process
+#: reaches it first, into the cache from which the other loads it. In an order that starts each process on a function
+#: that needs none of the others, brings each to a callee both use (``set_rate``, ``_settle``) only once the other has
+#: likely written it, and ends on ``figures``, which the loop does not call, so that one process compiles it while the
+#: other compiles the loop.
+SHARED_COMPILE = (begin, contended_rates, sending_sets, prepare, _decide, group_flows, next_decider, set_group_rates,
+                  compute_rates, _finish, heap_pop, wake, figures)
 
 
 @compiled
@@ -426,9 +418,9 @@ def simulate(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np
                       order_start, order_task, kind_class, reserve, falls, dispatch_key, rule, kind_tier,
                       kind_priority, segment_room)
     F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending = state
-    status, now, decider = advance_within(rule, memory, ingress_capacity, release_start, release_task, order_start,
-                                          order_task, peer_start, peer_task, F, I, P, PF, Q, A, AF, C, HT, HI, SI,
-                                          SF, K, ending, now)
+    status, now, decider = advance(rule, memory, ingress_capacity, release_start, release_task, order_start,
+                                   order_task, peer_start, peer_task, F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K,
+                                   ending, now)
     kept = min(C[SEGMENTS], segment_room)
     return status, F, I, C[SEGMENTS], SI[:kept], SF[:, :kept], P, now, decider
 
@@ -482,9 +474,8 @@ def simulate_policies(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray,
             length, gpu, receiver, comm, stage, index, impact, needs_count, release_start, release_task,
             order_start, order_task, kind_class, reserve, falls, dispatch_key, rule, kind_tiers[row],
             kind_priorities[row], 0)
-        status = advance_within(rule, memory, ingress_capacity, release_start, release_task, order_start,
-                                order_task, peer_start, peer_task, F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending,
-                                0.0)[0]
+        status = advance(rule, memory, ingress_capacity, release_start, release_task, order_start, order_task,
+                         peer_start, peer_task, F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending, 0.0)[0]
         if status == DONE:
             # each column copied whole: the figures' one signature takes contiguous arrays, as a schedule's records
             figures(gpu, comm, rises, falls, p, units, F[:, START].copy(), F[:, END].copy(), I[:, THROTTLED].copy(),
