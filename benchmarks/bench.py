@@ -23,7 +23,8 @@ GPUs and 8 to 1,024 micro-batches, and 1F1B per doubling of tasks up to 1,306,62
 config's sweep with one worker and with every core; the example pipeline end to end,
 split into start-up, kernel load, simulations and figures; CPU time per heatmap; a noisy
 sweep (20 samples) against a noise-free one as large; the first compile of the kernel
-into an empty cache, before a first sweep and before a first chart, wall and CPU seconds; peak memory
+into an empty cache, before a first sweep, before a first chart and then of the learned and look-ahead
+dispatchers' step-by-step entry points, wall and CPU seconds; peak memory
 (proportional set size, summed over the processes) of a 1,000,000-simulation sweep and of drawing its heatmaps,
 against a stated bound; with the [cluster] extra, a 200,000-simulation sweep on the process pool and on a local Dask
 cluster.
@@ -394,16 +395,20 @@ def heatmap_cpu(count: int = 18) -> float:
 
 def first_compile() -> dict:
     """Seconds of the first compile into an empty cache, each in a fresh process: what a first sweep waits for
-    (the kernel's ``figures`` part: ``run_full_pipeline.py`` on the example config) and what a first chart waits for
-    (both parts: the visualizers), with the CPU seconds of the compiling process and of the one it runs beside it on
-    the other core (user and system, the interpreter's start and imports included), and the load average when each
-    began (a busy machine compiles slower, and a second process then has no idle core to use)."""
+    (the kernel's ``figures`` part: ``run_full_pipeline.py`` on the example config), what a first chart waits for
+    (the ``records`` part: the visualizers), and the learned and look-ahead dispatchers' step-by-step entry points
+    after both parts (``episode.compile_episode``), with the CPU seconds of the compiling process and of the one it
+    runs beside it on the other core (user and system, the interpreter's start and imports included; for the
+    episodes, both parts' compile too), and the load average when each began (a busy machine compiles slower, and a
+    second process then has no idle core to use)."""
     result = {}
-    for name, parts in (("sweep", ("figures",)), ("chart", ("figures", "records"))):
+    for name, parts in (("sweep", ("figures",)), ("chart", ("records",)), ("episodes", None)):
         with tempfile.TemporaryDirectory() as folder:
             env = dict(os.environ, NUMBA_CACHE_DIR=folder)
+            before_timed, timed = ("", f"compile_kernel({parts!r})") if parts else \
+                ("compile_kernel(); from pipeline_sim.episode import compile_episode; ", "compile_episode()")
             code = (f"import sys, time; sys.path.insert(0, {str(ROOT)!r}); from pipeline_sim.engine import "
-                    f"compile_kernel; start = time.perf_counter(); compile_kernel({parts!r}); "
+                    f"compile_kernel; {before_timed}start = time.perf_counter(); {timed}; "
                     "print(time.perf_counter() - start)")
             load = os.getloadavg()[0]
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -797,11 +802,12 @@ def main() -> int:
     print(f"one heatmap (121 policies, step 0.1): {heatmap:.3f} s of CPU", flush=True)
     compile_seconds = None if args.quick else first_compile()
     if compile_seconds is not None:
-        sweep, chart = compile_seconds["sweep"], compile_seconds["chart"]
+        sweep, chart, episodes = (compile_seconds[name] for name in ("sweep", "chart", "episodes"))
         print(f"first compile of the kernel into an empty cache: {sweep['seconds']:.1f} s before a first sweep "
               f"({sweep['cpu_seconds']:.1f} s of CPU, load average {sweep['load_average']:.1f}), "
               f"{chart['seconds']:.1f} s before a first chart ({chart['cpu_seconds']:.1f} s of CPU, load average "
-              f"{chart['load_average']:.1f})", flush=True)
+              f"{chart['load_average']:.1f}); then the step-by-step entry points of learned and look-ahead dispatch "
+              f"{episodes['seconds']:.1f} s (load average {episodes['load_average']:.1f})", flush=True)
 
     serial = sweep_wall_time(1)
     parallel = sweep_wall_time(cores)

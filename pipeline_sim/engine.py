@@ -10,10 +10,9 @@ from __future__ import annotations
 import hashlib
 import inspect
 import math
+import multiprocessing.process
 import os
-import select
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -79,7 +78,7 @@ _KIND_CLASS = {TaskKind.BACKWARD: 0, TaskKind.BACKWARD_INPUT: 0, TaskKind.FORWAR
 
 
 #: How long the first compile of the kernel takes on a 2-core machine (benchmarks/bench.py).
-COMPILE_SECONDS = 17
+COMPILE_SECONDS = 15
 
 
 class SimulationStuckError(RuntimeError):
@@ -424,14 +423,23 @@ def memory_bound(params: EnvParams, sample: int = 0, limit: float | None = None)
 def bound_of_lengths(params: EnvParams, lengths: np.ndarray, limit: float | None = None) -> float:
     """``memory_bound`` for tasks of ``lengths`` (of ``params``' task graph, in task order)."""
     arrays = graph_arrays(params)
-    jobs = _memory_jobs(params)
-    units = math.floor((memory_in_force(params) if limit is None else limit) * activation_units(params) + 1e-6)
     free = kernel.lower_bound(lengths, arrays.gpu, arrays.comm, arrays.kind_class, arrays.needs_count,
                               arrays.release_start, arrays.release_task, params.num_gpus)
-    held = kernel.memory_bound(lengths, arrays.needs_count, arrays.release_start, arrays.release_task, arrays.gpu,
-                               arrays.index, jobs.chain, jobs.rise, jobs.back, jobs.fall,
-                               arrays.rises[jobs.rise].astype(np.float64), units, params.num_gpus)
-    return max(free, held)
+    return max(free, _memory_term(params, lengths, _units_within(params, limit)))
+
+
+def _units_within(params: EnvParams, limit: float | None) -> int:
+    """``limit`` activations per GPU (None: the limit in force) in the units of ``activation_units``."""
+    return math.floor((memory_in_force(params) if limit is None else limit) * activation_units(params) + 1e-6)
+
+
+def _memory_term(params: EnvParams, lengths: np.ndarray, units: int) -> float:
+    """The memory term of section 12.2 for tasks of ``lengths``, within ``units`` activation units per GPU."""
+    arrays = graph_arrays(params)
+    jobs = _memory_jobs(params)
+    return float(kernel.memory_bound(lengths, arrays.needs_count, arrays.release_start, arrays.release_task,
+                                     arrays.gpu, arrays.index, jobs.chain, jobs.rise, jobs.back, jobs.fall,
+                                     arrays.rises[jobs.rise].astype(np.float64), units, params.num_gpus))
 
 
 def bound_of_run(bound: float, completion: float, params: EnvParams) -> float:
@@ -652,26 +660,14 @@ def compile_kernel(parts: Sequence[str] = KERNEL_PARTS) -> None:
                 cached.unlink()
             except OSError:
                 pass  # another process's, or not ours to remove: numba then compiles in memory
+    if jit and not set(parts) <= done:
+        compile_shared(partial(_kernel_shares, tuple(parts)))
     params = EnvParams(n=2, num_gpus=2)
-    claims = Path(tempfile.mkdtemp(prefix="pipeline-sim-compile-")) if jit and not set(parts) <= done else None
-    beside = _compile_beside(parts, claims) if claims is not None else None
-    try:
-        if "figures" in parts:
-            if beside is not None and claims is not None:
-                _compile_shares(claims, params, lambda: beside is not None and beside.poll() is None)
-                _wait_for(beside, "figures")
-            simulate_figures(params, [Policy()])
-        if beside is not None:
-            _wait_for(beside)
-        if "records" in parts:
-            simulate(params, Policy())
-            memory_bound(params)
-    finally:
-        if beside is not None and beside.poll() is None:
-            beside.kill()
-            beside.wait()
-        if claims is not None:
-            shutil.rmtree(claims, ignore_errors=True)
+    if "figures" in parts:
+        simulate_figures(params, [Policy()])
+    if "records" in parts:
+        simulate(params, Policy())
+        memory_bound(params)
     if jit and not set(parts) <= done:
         _write_stamp(done | set(parts))
 
@@ -680,90 +676,119 @@ def compile_kernel(parts: Sequence[str] = KERNEL_PARTS) -> None:
 BESIDE_SECONDS = 60
 
 
-def _compile_beside(parts: Sequence[str], claims: Path) -> subprocess.Popen | None:
-    """A second process compiling into the same cache, on the machine's other core, a share of what ``parts`` need
-    (``compile_aside``): this process loads what it wrote, and compiles the rest itself, so that a second process
-    that fails, or that cannot start, only makes the compile take as long as it would alone. None when none
-    started."""
-    root = str(Path(__file__).resolve().parent.parent)
-    environment = dict(os.environ, PYTHONPATH=os.pathsep.join([root, *filter(None, [os.environ.get("PYTHONPATH")])]))
-    folder = getattr(numba.config, "CACHE_DIR")
-    if folder:  # a folder chosen for this run (``compile_cache.ensure_writable``) or by the user
-        environment["NUMBA_CACHE_DIR"] = str(folder)
-    code = ("import sys; sys.path.insert(0, sys.argv[1]); from pipeline_sim.engine import compile_aside; "
-            "compile_aside(sys.argv[3:], sys.argv[2], lambda part: print(part, flush=True))")  # whatever the folder
+def compile_shared(shares: Callable[[Path, Callable[[], bool]], None]) -> None:
+    """Compile ``shares`` here and, at once, in a second process on the machine's other core, into the same cache:
+    ``shares(claims, other_alive)`` compiles each function that the other process has not claimed in the folder
+    ``claims`` (``claim_shares``), so that the two share the work, and this process then loads from the cache
+    what the other wrote. A second process that fails, or that cannot start, only makes the compile take as long as
+    it would alone. ``shares`` is a module's function (or a ``partial`` of one), so that a spawned process can run
+    it too."""
+    claims = Path(tempfile.mkdtemp(prefix="pipeline-sim-compile-"))
+    beside = _compile_beside(shares, claims)
     try:
-        return subprocess.Popen([sys.executable, "-c", code, root, str(claims), *parts], env=environment,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        shares(claims, beside.is_alive if beside is not None else lambda: False)
+        if beside is not None:
+            beside.join(BESIDE_SECONDS)  # until what it claimed is written
+    finally:
+        if beside is not None and beside.is_alive():
+            beside.kill()
+            beside.join()
+        shutil.rmtree(claims, ignore_errors=True)
+
+
+def _compile_beside(shares: Callable[[Path, Callable[[], bool]], None],
+                    claims: Path) -> multiprocessing.process.BaseProcess | None:
+    """The process of ``compile_shared``: forked where the platform forks, so that it starts at once, with this
+    process's imports. None when none started."""
+    from .parallel import process_context
+
+    context: Any = process_context()  # a fork or a spawn context: both make a Process
+    beside = context.Process(target=_compile_aside, args=(shares, str(claims), os.getpid()), daemon=True)
+    try:
+        beside.start()
     except OSError:
         return None
+    return beside
 
 
-def _wait_for(beside: subprocess.Popen, part: str = "") -> None:
-    """Wait until the process beside has compiled ``part`` (it says so on its output), or without one until it has
-    ended; at most ``BESIDE_SECONDS``, after which the run compiles whatever is missing itself."""
+def _compile_aside(shares: Callable[[Path, Callable[[], bool]], None], claims: str, parent: int) -> None:
+    """What ``_compile_beside`` runs: ``shares`` while its parent, the run, lives; silent (the run says what it
+    does)."""
+    sys.stdout = sys.stderr = open(os.devnull, "w")
+    shares(Path(claims), lambda: os.getppid() == parent)
+
+
+class Share(NamedTuple):
+    """A function of a first compile, as ``claim_shares`` takes it: its name, a call that compiles it (or loads it
+    from the cache), and the names of the shares it calls, which must be written before it starts."""
+
+    name: str
+    compile: Callable[[], object]
+    needs: tuple[str, ...] = ()
+
+
+def claim_shares(claims: Path, shares: Sequence[Share], other_alive: Callable[[], bool]) -> None:
+    """Compile each of ``shares`` that the other process compiling beside has not claimed, in their order, each
+    once all it ``needs`` is written: a process claims a share by creating its file in ``claims``, and says it is
+    written with a second file, so that the two compile each share once, whichever is the faster; what two shares
+    call in common (``set_rate``, say) the second loads from the cache once the first has written it. With nothing
+    ready to claim, a process waits for the other's; when ``other_alive`` says the other has ended, or after
+    ``BESIDE_SECONDS``, it claims the rest without waiting (what it does not find written, it compiles)."""
+    def written(name: str) -> bool:
+        return (claims / f"{name}.written").exists()
+
+    pending = list(shares)
     deadline = time.monotonic() + BESIDE_SECONDS
-    output = beside.stdout
-    try:
-        if not part or output is None:
-            beside.wait(BESIDE_SECONDS)
-            return
-        while (left := deadline - time.monotonic()) > 0 and select.select([output], [], [], left)[0]:
-            line = output.readline()
-            if not line or line.strip() == part:  # said, or ended without saying it
-                return
-    except subprocess.TimeoutExpired:
-        pass  # compiled here instead; the process is stopped on the way out of ``compile_kernel``
-
-
-def compile_aside(parts: Sequence[str], claims: str, done: Callable[[str], None]) -> None:
-    """What ``_compile_beside`` runs: its shares of the figures part (``_compile_shares``), then ``done("figures")``
-    (the process says it on its output); then, for ``records``, the lower bounds, while the run compiles the loop
-    (which ``kernel.simulate`` calls: the run compiles it after)."""
-    params = EnvParams(n=2, num_gpus=2)
-    _compile_shares(Path(claims), params, lambda: True)  # the run: it stops this process when it ends
-    done("figures")
-    if "records" in parts:
-        memory_bound(params)
-
-
-def _compile_shares(claims: Path, params: EnvParams, other_alive: Callable[[], bool]) -> None:
-    """Compile, of ``loop.SHARED_COMPILE``, then ``kernel.figures`` and ``loop.advance`` (the loop, once all it calls
-    is written), each function that the other process compiling beside has not claimed: each process claims a
-    function by creating its file in ``claims``, and says it is written with a second file, so that the two share
-    the work, whichever is the faster, and compile each function once. What they compile in common (``set_rate``,
-    say) the second loads from the cache when the first has written it. Waiting for the other's callees of the loop
-    ends when ``other_alive`` says it has ended, or after ``BESIDE_SECONDS``: then the rest is compiled here."""
-    arrays = graph_arrays(params)
-    named = _run_arguments(params)
-    callees = [function.py_func.__name__ for function in loop.SHARED_COMPILE]
-
-    def loop_after_callees() -> None:
-        deadline = time.monotonic() + BESIDE_SECONDS
-        while not all((claims / f"{name}.written").exists() for name in callees) and other_alive() and \
-                time.monotonic() < deadline:
+    while pending:
+        waiting = other_alive() and time.monotonic() < deadline
+        share = next((share for share in pending if not waiting or all(map(written, share.needs))), None)
+        if share is None:
             time.sleep(0.02)
-        _compile_loop_function(loop.advance, named)
-
-    shares: list[tuple[str, Callable[[], object]]] = [
-        *((name, partial(_compile_loop_function, function, named))
-          for name, function in zip(callees, loop.SHARED_COMPILE)),
-        ("figures", partial(kernel.figures, arrays.gpu, arrays.comm, arrays.rises, arrays.falls, params.num_gpus,
-                            activation_units(params), *figure_columns(named["F"], named["I"]),
-                            np.empty(3 + 3 * params.num_gpus))),
-        ("advance", loop_after_callees)]
-    for name, compile_share in shares:
+            continue
+        pending.remove(share)
         try:
-            os.close(os.open(claims / name, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            os.close(os.open(claims / share.name, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
         except FileExistsError:
             continue  # the other process's
         except OSError:
             pass  # no claims folder to share (removed): compiled here
-        compile_share()
+        share.compile()
         try:
-            (claims / f"{name}.written").touch()
+            (claims / f"{share.name}.written").touch()
         except OSError:
             pass
+
+
+def _kernel_shares(parts: Sequence[str], claims: Path, other_alive: Callable[[], bool]) -> None:
+    """The shares of ``compile_kernel``: the callees of the loop and of the entry points (``loop.SHARED_COMPILE``;
+    the lower bounds for ``records``), the loop ``advance`` once all it calls is written, then the entry points that
+    call it: ``simulate_policies`` for ``figures``, ``simulate`` for ``records``."""
+    params = EnvParams(n=2, num_gpus=2)
+    arrays = graph_arrays(params)
+    named = _run_arguments(params)
+    figures = partial(kernel.figures, arrays.gpu, arrays.comm, arrays.rises, arrays.falls, params.num_gpus,
+                      activation_units(params), *figure_columns(named["F"], named["I"]),
+                      np.empty(3 + 3 * params.num_gpus))
+    callees = [Share(function.py_func.__name__, figures if function is kernel.figures else
+                     partial(_compile_loop_function, function, named)) for function in loop.SHARED_COMPILE]
+    if "records" in parts:
+        lengths = task_lengths(params)
+        # the memory term, the longest, first; the lower bound once the function both call is likely written
+        callees.insert(0, Share("memory_bound", partial(_memory_term, params, lengths, _units_within(params, None))))
+        callees.insert(len(callees) // 2, Share("lower_bound", partial(lower_bound, params)))
+    # the loop calls all of them but these (``begin``'s share compiles the loop's ``_settle``)
+    outside = ("memory_bound", "lower_bound", "prepare", "figures")
+    loop_callees = tuple(share.name for share in callees if share.name not in outside)
+    # the loop as soon as it can start, before what the loop does not call
+    callees.insert(callees.index(next(share for share in callees if share.name == "figures")),
+                   Share("advance", partial(_compile_loop_function, loop.advance, named), loop_callees))
+    entries = []
+    if "figures" in parts:
+        entries.append(Share("simulate_policies", partial(simulate_figures, params, [Policy()]),
+                             ("advance", "prepare", "figures")))
+    if "records" in parts:
+        entries.append(Share("simulate", partial(simulate, params, Policy()), ("advance", "prepare", "figures")))
+    claim_shares(claims, callees + entries, other_alive)
 
 
 def _run_arguments(params: EnvParams) -> dict[str, Any]:

@@ -7,17 +7,23 @@ This is what a learned scheduler trains on; it is the same loop as every other r
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 from typing import Callable
 
+import numba
 import numpy as np
 
 from .engine import (
+    Share,
     activation_units,
+    claim_shares,
+    compile_shared,
     dispatch_arguments,
     figure_columns,
     graph_arrays,
     in_unit,
     kernel,
+    kernel_is_compiled,
     lower_bound,
     memory_in_force,
     policy_arrays,
@@ -80,6 +86,7 @@ class Episode:
         choosable = (self.arrays.kind_class >= 0) & (self.arrays.kind_class < len(ACTION_KINDS))  # not a step
         key = np.where(choosable,
                        self.arrays.kind_class * self.chunks + stage_chunk[self.arrays.stage], 0).astype(float)
+        key.flags.writeable = False  # as every graph array: the compiled functions the kernel shares take it so
         tiers, priorities = policy_arrays((policy,))
         a = self.arrays
         self._structure = (*a[:15], a.falls, key, _EXTERNAL, memory, tiers[0], priorities[0],
@@ -298,18 +305,40 @@ def episode_schedule(params: EnvParams, policy: Policy, sample: int, run: Callab
                        memory=episode.memory_limit, lengths=work)
 
 
-#: About how long ``compile_episode`` takes into an empty cache on one core of a 2-core machine (said while waiting).
-EPISODE_COMPILE_SECONDS = 20
+#: About how long ``compile_episode`` takes into an empty cache on a 2-core machine (said while waiting).
+EPISODE_COMPILE_SECONDS = 12
 
 
 def compile_episode() -> None:
     """Compile the kernel's step-by-step entry points and the observation, or load them from the cache (a damaged
-    entry is compiled again, ``compile_cache``), as ``engine.compile_kernel`` does the rest of the kernel."""
-    episode = Episode(EnvParams(n=2, num_gpus=2), Policy())
-    episode.reset()
-    episode.observe()
-    episode.step(int(np.flatnonzero(episode.mask())[0]))
-    width = len(episode.fields)  # the compiled play, by a network of one layer of zeros
-    episode.play(0, np.zeros(width * episode.actions), np.zeros(episode.actions),
-                 np.array([[width, episode.actions]], dtype=np.int64))
-    episode.look_ahead(0)
+    entry is compiled again, ``compile_cache``), as ``engine.compile_kernel`` does the rest of the kernel: the
+    first time on an installation, shared with a second process (``engine.compile_shared``)."""
+    if not getattr(numba.config, "DISABLE_JIT") and not kernel_is_compiled(("episodes",)):
+        compile_shared(_episode_shares)
+    for share in _episode_entries():
+        share.compile()
+
+
+def _episode_shares(claims: Path, other_alive: Callable[[], bool]) -> None:
+    claim_shares(claims, _episode_entries(), other_alive)
+
+
+def _episode_entries() -> list[Share]:
+    """What ``compile_episode`` compiles, in shares by the entry points they reach: the compiled play, by a network
+    of one layer of zeros; an episode's first steps, and its observation; the look-ahead."""
+    params = EnvParams(n=2, num_gpus=2)
+
+    def play() -> None:
+        episode = Episode(params, Policy())
+        width = len(episode.fields)
+        episode.play(0, np.zeros(width * episode.actions), np.zeros(episode.actions),
+                     np.array([[width, episode.actions]], dtype=np.int64))
+
+    def steps() -> None:
+        episode = Episode(params, Policy())
+        episode.reset()
+        episode.observe()
+        episode.step(int(np.flatnonzero(episode.mask())[0]))
+    # the look-ahead runs its copies by ``kernel.simulate`` from a state, as the steps do: compiled once
+    return [Share("play", play), Share("steps", steps),
+            Share("look_ahead", lambda: Episode(params, Policy()).look_ahead(0), ("steps",))]

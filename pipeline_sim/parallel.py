@@ -47,7 +47,7 @@ def ordered_map(function: Callable[[_Item], _Result], items: Iterable[_Item],
     if workers <= 1 and not isolate:
         yield from map(function, items)
         return
-    context = _context()
+    context = process_context()
     if context.get_start_method() == "fork":
         # Forked workers share the parent's memory until a page is written. The cyclic collector writes to
         # every object it visits, so in each worker it would copy all that the parent holds (a drawing's
@@ -89,7 +89,7 @@ def _stop_now(pool: ProcessPoolExecutor) -> None:
         result_queue._writer.close()
 
 
-def _context() -> multiprocessing.context.BaseContext:
+def process_context() -> multiprocessing.context.BaseContext:
     """Fork where the platform has it (workers start at once and share the parent's imports), else spawn."""
     methods = multiprocessing.get_all_start_methods()
     return multiprocessing.get_context("fork" if "fork" in methods else "spawn")

@@ -1,16 +1,19 @@
 """The compiled kernel against the same functions run as plain Python, and its compile-once behaviour."""
 
 import json
+import multiprocessing
 import os
 import random
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 from conftest import ROOT
 from test_invariants import random_case
 
-from pipeline_sim import engine, simulate
+from pipeline_sim import engine, kernel, simulate
 from pipeline_sim.metrics import schedule_metrics
 
 # Plain Python runs the kernel about a hundred times slower: a sample of cases, every schedule among them.
@@ -100,7 +103,7 @@ def test_the_process_compiling_beside_compiles_what_the_run_calls(tmp_path):
     code = """
 from pipeline_sim import engine, kernel
 engine.compile_kernel()
-functions = (kernel.figures, kernel.lower_bound, kernel.memory_bound, kernel.simulate, kernel.loop.advance,
+functions = (kernel.simulate_policies, kernel.simulate, kernel.loop.advance, kernel.lower_bound, kernel.memory_bound,
              *kernel.loop.SHARED_COMPILE)
 print([(function.py_func.__name__, len(function._cache._cache_file._load_index()),
         sum(function.stats.cache_misses.values())) for function in functions])
@@ -111,14 +114,34 @@ print([(function.py_func.__name__, len(function._cache._cache_file._load_index()
         assert signatures == 1 and compiled <= 1, name
 
 
-@pytest.mark.parametrize("output", [None, subprocess.PIPE], ids=["no output", "silent"])
-def test_a_failed_process_beside_leaves_the_compile_to_the_run(tmp_path, monkeypatch, output):
-    """A process beside that fails, with its output read or not, never saying what it compiled: the run waits for
-    nothing more and compiles the rest itself."""
+def _fails(parts, claims, parent):
+    raise SystemExit(3)
+
+
+def _claims_all_then_fails(parts, claims, parent):
+    for name in [*(function.py_func.__name__ for function in kernel.loop.SHARED_COMPILE), "lower_bound",
+                 "memory_bound", "advance", "simulate_policies", "simulate"]:
+        (Path(claims) / name).touch()
+    raise SystemExit(3)
+
+
+@pytest.mark.parametrize("beside", [_fails, _claims_all_then_fails, None],
+                         ids=["fails at once", "claims everything, writes nothing", "never starts"])
+def test_a_failed_process_beside_leaves_the_compile_to_the_run(tmp_path, monkeypatch, beside):
+    """A process beside that fails, even one that claimed every function first, or none at all: the run waits
+    for it no longer than it lives, and compiles the rest itself."""
     monkeypatch.setattr(engine, "_stamp_path", lambda: tmp_path / "stamp")
     monkeypatch.setattr(engine.compile_cache, "cache_folder", lambda module: tmp_path)
-    failing = lambda parts, claims: subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"],  # noqa: E731
-                                             stdout=output, text=True)
-    monkeypatch.setattr(engine, "_compile_beside", failing)
+    monkeypatch.setattr(engine, "BESIDE_SECONDS", 600)
+
+    def start(parts, claims):
+        if beside is None:
+            return None
+        process = multiprocessing.get_context("fork").Process(target=beside, args=(parts, str(claims), os.getpid()))
+        process.start()
+        return process
+    monkeypatch.setattr(engine, "_compile_beside", start)
+    started = time.monotonic()
     engine.compile_kernel()
     assert engine.kernel_is_compiled()
+    assert time.monotonic() - started < 300  # not the wait for a process beside that has ended

@@ -355,9 +355,11 @@ def draw(args: argparse.Namespace, params: EnvParams, workload: Workload | None,
          network: LearnedPolicy | None, texts: list[list[str]] | None, output: Path, image_format: str,
          layout: str) -> int:
     """Simulate the chart's run, draw it into ``output`` (locked by the caller) and report it."""
-    ready_kernel(episodes=bool(params.learned) or params.dispatch == LOOKAHEAD)
+    splits = workload.layers_per_stage == "auto" if workload is not None else False  # each split's figures
+    ready_kernel(episodes=bool(params.learned) or params.dispatch == LOOKAHEAD,
+                 parts=("figures", "records") if splits else ("records",))
     auto = ""
-    if workload is not None and workload.layers_per_stage == "auto":
+    if workload is not None and splits:
         # every candidate split under this policy and draw; the first is balanced, which auto is measured against
         timed = [(float(simulate_figures(p, [policy], args.sample)[0, 0]), w, p)
                  for w, p in auto_candidates(workload, params)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from .events import mark, set_rate, sort_row
-from .jit import compiled, exposed, inner
+from .jit import exposed, inner, within
 from .state import (
     BUSY,
     CAPACITY,
@@ -215,9 +215,10 @@ def _layered(count: int, ingress_capacity: float, num_gpus: int, A: np.ndarray, 
         previous = layer
 
 
-@compiled
+@within
 def scratch(flows: int, num_gpus: int) -> tuple[np.ndarray, np.ndarray]:
-    """Scratch rows for ``flows`` flows among ``num_gpus`` GPUs (``A``, ``AF``)."""
+    """Scratch rows for ``flows`` flows among ``num_gpus`` GPUs (``A``, ``AF``): compiled into the compiled code that
+    calls it, and plain numpy from Python (no compile before a first compile's first function)."""
     width = max(2 * flows, num_gpus) + 1
     A = np.empty((11, width), dtype=np.int64)
     AF = np.empty((7, width))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from numba import njit, types
+from numba.extending import register_jitable
 
 
 def _one_signature(options: dict[str, Any]) -> Any:
@@ -45,3 +46,6 @@ exposed: Any = _one_signature(dict(cache=True, _nrt=False, no_cfunc_wrapper=True
 #: The same as ``exposed``, with IEEE arithmetic: a float division by zero gives inf or nan rather than raising, so
 #: that the compiler may turn a loop of divisions into vector instructions.
 vectorized: Any = _one_signature(dict(cache=True, _nrt=False, no_cfunc_wrapper=True, error_model="numpy"))
+#: Compiled within each compiled caller, and plain Python when called from Python: for a small helper that Python
+#: calls too, where compiling it would come before anything else of a first compile.
+within: Any = register_jitable

@@ -378,13 +378,14 @@ def start(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.nd
     return state
 
 
-#: What a first compile shares between the run and a second process on the other core (``engine.compile_kernel``),
-#: before ``kernel.figures`` and ``advance`` itself: the callees of the run's entry points, each compiled by whichever
-#: process reaches it first, into the cache from which the other loads it. In an order that starts each process on a
-#: function that needs none of the others, and brings each to a callee both use (``set_rate``, ``_settle``) only
-#: once the other has likely written it.
-SHARED_COMPILE = (begin, contended_rates, sending_sets, group_flows, prepare, _decide, next_decider,
-                  set_group_rates, compute_rates, _finish)
+#: What a first compile shares between the run and a second process on the other core (``engine.compile_kernel``)
+#: before the loop ``advance`` and the entry points: every function they call, each compiled by whichever process
+#: reaches it first, into the cache from which the other loads it. In an order that starts each process on a function
+#: that needs none of the others, brings each to a callee both use (``set_rate``, ``_settle``) only once the other has
+#: likely written it, and ends on ``figures``, which the loop does not call, so that one process compiles it while the
+#: other compiles the loop.
+SHARED_COMPILE = (begin, contended_rates, sending_sets, prepare, _decide, group_flows, next_decider, set_group_rates,
+                  compute_rates, _finish, heap_pop, wake, figures)
 
 
 @compiled
