@@ -733,7 +733,8 @@ def claim_shares(claims: Path, shares: Sequence[Share], other_alive: Callable[[]
     written with a second file, so that the two compile each share once, whichever is the faster; what two shares
     call in common (``set_rate``, say) the second loads from the cache once the first has written it. With nothing
     ready to claim, a process waits for the other's; when ``other_alive`` says the other has ended, or after
-    ``BESIDE_SECONDS``, it claims the rest without waiting (what it does not find written, it compiles)."""
+    ``BESIDE_SECONDS`` with nothing claimed, it claims the rest without waiting (what it does not find written, it
+    compiles)."""
     def written(name: str) -> bool:
         return (claims / f"{name}.written").exists()
 
@@ -746,6 +747,7 @@ def claim_shares(claims: Path, shares: Sequence[Share], other_alive: Callable[[]
             time.sleep(0.02)
             continue
         pending.remove(share)
+        deadline = time.monotonic() + BESIDE_SECONDS  # for the next share: the whole compile may take longer
         try:
             os.close(os.open(claims / share.name, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
         except FileExistsError:
