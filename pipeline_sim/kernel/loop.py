@@ -379,13 +379,13 @@ def start(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.nd
 
 
 #: What a first compile shares between the run and a second process on the other core (``engine.compile_kernel``)
-#: before the loop ``advance`` and the entry points: every function they call, each compiled by whichever process
+#: besides the loop ``advance`` and the entry points: every function they call, each compiled by whichever process
 #: reaches it first, into the cache from which the other loads it. In an order that starts each process on a function
 #: that needs none of the others, brings each to a callee both use (``set_rate``, ``_settle``) only once the other has
-#: likely written it, and ends on ``figures``, which the loop does not call, so that one process compiles it while the
-#: other compiles the loop.
-SHARED_COMPILE = (begin, contended_rates, sending_sets, prepare, _decide, group_flows, next_decider, set_group_rates,
-                  compute_rates, _finish, heap_pop, wake, figures)
+#: likely written it, and ends on ``prepare``, which the loop does not call, so that one process compiles it while
+#: the other compiles the loop.
+SHARED_COMPILE = (begin, contended_rates, sending_sets, _decide, figures, group_flows, next_decider, set_group_rates,
+                  compute_rates, _finish, heap_pop, wake, prepare)
 
 
 @compiled
