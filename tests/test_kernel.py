@@ -92,6 +92,12 @@ def test_the_first_compile_is_announced_once(tmp_path, monkeypatch, capsys):
     assert engine.kernel_is_compiled(("episodes",))
     ready_kernel(episodes=True)
     assert capsys.readouterr().err == ""
+    # one part compiled before: what a run adds is the rest, which takes less than a first compile
+    (tmp_path / "stamp").write_text(f"{engine._kernel_stamp()}\nfigures")
+    ready_kernel(parts=("records",))
+    assert f"compiling the rest of the simulation kernel, once per installation, about {engine.REST_SECONDS} s" in \
+        capsys.readouterr().err
+    assert engine.kernel_is_compiled()
     (tmp_path / "stamp").write_text("an older kernel")
     assert not engine.kernel_is_compiled()
 

@@ -82,13 +82,15 @@ def ready_kernel(episodes: bool = False, parts: Sequence[str] = ("figures", "rec
     ``episodes``, its step-by-step entry points too (a learned dispatcher, training). Worker processes forked
     afterwards share them."""
     from ..compile_cache import NOTICES
-    from ..engine import COMPILE_SECONDS, compile_kernel, kernel_is_compiled, mark_compiled
+    from ..engine import COMPILE_SECONDS, KERNEL_PARTS, REST_SECONDS, compile_kernel, kernel_is_compiled, mark_compiled
     from ..episode import EPISODE_COMPILE_SECONDS, compile_episode
 
     said = bool(NOTICES) or not kernel_is_compiled(parts)
     if said:  # nowhere to keep the compiled kernel is said instead of the usual line
-        with _waiting(f"{NOTICES[0] if NOTICES else 'compiling the simulation kernel, once per installation'}, "
-                      f"about {COMPILE_SECONDS} s"):
+        rest = not NOTICES and any(kernel_is_compiled((part,)) for part in KERNEL_PARTS)
+        what = "the rest of the simulation kernel" if rest else "the simulation kernel"
+        with _waiting(f"{NOTICES[0] if NOTICES else f'compiling {what}, once per installation'}, "
+                      f"about {REST_SECONDS if rest else COMPILE_SECONDS} s"):
             compile_kernel(parts)
     else:
         compile_kernel(parts)
