@@ -6,6 +6,7 @@ Run ``python schedule_visualizer_duel_channel.py --help`` for the options.
 """
 
 from pipeline_sim import calculate_full_pipeline_schedule  # noqa: F401 - part of this script's API
+from pipeline_sim.cli.common import exit_with
 from pipeline_sim.cli.visualize import script_main
 from pipeline_sim.model import DEFAULT_POLICY
 
@@ -15,4 +16,4 @@ DEFAULT_PRIORITIES: dict[str, float] = dict(DEFAULT_POLICY.priorities)  # fwd_pr
 DEFAULT_EXCLUSIVE_TIERS: dict[str, str] = dict(DEFAULT_POLICY.exclusive_tiers)
 
 if __name__ == "__main__":
-    raise SystemExit(script_main("dual_channel", DEFAULT_PRIORITIES, DEFAULT_EXCLUSIVE_TIERS))
+    exit_with(script_main("dual_channel", DEFAULT_PRIORITIES, DEFAULT_EXCLUSIVE_TIERS))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import re
@@ -12,7 +13,7 @@ import sys
 import textwrap
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, NoReturn, Sequence
 
 from ..cluster import CLUSTER_VARIABLE
 
@@ -194,6 +195,14 @@ def run_command(prog: str, body: Callable[[], int]) -> int:
             signal.signal(signal.SIGINT, previous_int)
         if not _INTERRUPTS:  # after an interrupt, the exit's destructors stay silent too
             sys.unraisablehook = previous_hook
+
+
+def exit_with(status: int) -> NoReturn:
+    """End a script's process with ``status``. Every object is frozen first (kept out of the collector's reach),
+    which spares the interpreter's exit its collections over all that the libraries loaded, numba's most: 0.8 s of
+    the main command's 7 on this package's 2-core reference machine. The process ends and its memory with it."""
+    gc.freeze()
+    raise SystemExit(status)
 
 
 def positive_int(text: str) -> int:
