@@ -63,7 +63,6 @@ from .taskgraph import (
 compile_cache.ensure_writable()  # before the kernel's functions look for a place to keep their machine code
 from . import kernel  # noqa: E402
 from .kernel import loop  # noqa: E402
-from .kernel.jit import optimized_once  # noqa: E402
 from .kernel.state import END_TOLERANCE, HOLD_CLASS  # noqa: E402
 
 compile_cache.tolerate_damage(kernel)
@@ -794,8 +793,7 @@ def _kernel_shares(parts: Sequence[str], claims: Path, other_alive: Callable[[],
                              ("advance", "prepare", "figures")))
     if "records" in parts:
         entries.append(Share("simulate", partial(simulate, params, Policy()), ("advance", "prepare", "figures")))
-    with optimized_once((loop.simulate_policies, loop.simulate)):
-        claim_shares(claims, callees + entries, other_alive)
+    claim_shares(claims, callees + entries, other_alive)
 
 
 def _run_arguments(params: EnvParams) -> dict[str, Any]:

@@ -102,48 +102,6 @@ def test_the_first_compile_is_announced_once(tmp_path, monkeypatch, capsys):
     assert not engine.kernel_is_compiled()
 
 
-def test_an_entry_point_is_compiled_without_optimizing_its_callees_again():
-    """``jit.optimized_once``: an entry point's own module at ``ENTRY_LEVEL``, a function compiled on the way (its
-    callee, not compiled before) at the usual level, and the usual level back afterwards."""
-    from numba import njit
-    from numba.core import config, event
-
-    from pipeline_sim.kernel.jit import ENTRY_LEVEL, optimized_once
-
-    @njit
-    def callee(x):
-        return x * 2.0
-
-    @njit
-    def entry(x):
-        return callee(x) + 1.0
-
-    levels = {}
-
-    class Levels(event.Listener):
-        def on_start(self, started):
-            levels[started.data["dispatcher"].py_func.__name__] = int(getattr(config, "OPT"))
-
-        def on_end(self, ended):
-            pass
-
-    usual = int(getattr(config, "OPT"))
-    assert usual > ENTRY_LEVEL
-    with optimized_once([entry]), event.install_listener("numba:compile", Levels()):
-        assert entry(2.0) == 5.0
-    assert levels == {"entry": ENTRY_LEVEL, "callee": usual}
-    assert int(getattr(config, "OPT")) == usual
-
-
-def test_the_entry_points_can_be_cached():
-    """Compiled as ``optimized_once`` compiles them, the kernel's entry points hold nothing that numba's cache refuses
-    (it would compile them again in every run)."""
-    engine.compile_kernel()
-    for entry in (kernel.simulate_policies, kernel.simulate):
-        assert entry.overloads
-        assert not any(result.library.has_dynamic_globals for result in entry.overloads.values())
-
-
 def test_the_process_compiling_beside_compiles_what_the_run_calls(tmp_path):
     """What the second process of a first compile writes is each function as the run calls it: a first compile
     into an empty cache, the run and the process beside it together, leaves one signature of each in the cache (a

@@ -7,12 +7,9 @@ kernel's cache whenever any file of this package changed (``engine.compile_kerne
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import Any, Collection, Iterator
+from typing import Any
 
 from numba import njit, types
-from numba.core import config, event
-from numba.core.registry import cpu_target
 from numba.extending import register_jitable
 
 
@@ -52,40 +49,3 @@ vectorized: Any = _one_signature(dict(cache=True, _nrt=False, no_cfunc_wrapper=T
 #: Compiled within each compiled caller, and plain Python when called from Python: for a small helper that Python
 #: calls too, where compiling it would come before anything else of a first compile.
 within: Any = register_jitable
-
-
-#: numba's optimization level for an entry point's own module (``optimized_once``): 1, which still drops dead code;
-#: at 0 a dead reference to a Python object would stay, and numba would refuse to cache the function.
-ENTRY_LEVEL = 1
-
-
-@contextmanager
-def optimized_once(entries: Collection[Any]) -> Iterator[None]:
-    """While the block runs, compile ``entries`` (dispatchers of entry points whose own code is little more than calls
-    to functions compiled before them) without optimizing their callees' code a second time.
-
-    numba links the code of every function a function calls into its module, then optimizes that module whole, the
-    callees' code included, although each callee's was optimized in its own module when it was compiled: for an entry
-    point that calls the loop, the loop's every function optimized again, most of the entry point's compile. An entry
-    point's module is optimized at ``ENTRY_LEVEL``; its machine code is generated at the usual level, from its
-    callees' code as optimized. Every other function compiled meanwhile (a callee not in the cache yet) is optimized
-    at the usual level.
-    """
-    usual = getattr(config, "OPT")  # set from the environment: unknown to type checkers
-    # numba's generator of machine code, made now, at the usual level, rather than by a compile below
-    cpu_target.target_context  # noqa: B018
-    levels = []
-
-    class Levels(event.Listener):
-        def on_start(self, started: event.Event) -> None:
-            levels.append(getattr(config, "OPT"))
-            setattr(config, "OPT", type(usual)(ENTRY_LEVEL) if started.data["dispatcher"] in entries else usual)
-
-        def on_end(self, ended: event.Event) -> None:
-            setattr(config, "OPT", levels.pop())
-
-    try:
-        with event.install_listener("numba:compile", Levels()):
-            yield
-    finally:
-        setattr(config, "OPT", usual)
