@@ -148,6 +148,22 @@ def test_a_missing_training_extra_is_one_line(tmp_path):
                                   "requirements-rl.txt")
 
 
+def test_help_answers_without_loading_pytorch():
+    """train.py's --help and its argument errors need the extra's presence, not PyTorch loaded (3 s)."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    code = ("import sys; sys.argv = ['train.py', '--help']\n"
+            "from pipeline_sim.cli.train import main\n"
+            "try:\n    main()\nexcept SystemExit as end:\n    assert end.code == 0\n"
+            "assert 'torch' not in sys.modules and 'sb3_contrib' not in sys.modules, 'loaded'")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "--steps" in result.stdout and "decisions to train on (default 300,000)" in " ".join(result.stdout.split())
+
+
 def test_the_vectorised_form_steps_copies_with_their_masks():
     from pipeline_sim.rl.train import vector_env
 

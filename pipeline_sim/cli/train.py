@@ -8,12 +8,13 @@ import sys
 import time
 from dataclasses import fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
 from ..config import ConfigError, EnvironmentGrid
 from ..files import atomic_output, check_locks, exclusive_writer, output_target
 from ..learned import LearnedPolicy
 from ..model import DEFAULT_POLICY, EnvParams
+from ..rl.settings import Settings, extra_missing
 from .common import (
     Parser,
     UserError,
@@ -24,9 +25,6 @@ from .common import (
     script_name,
     use_display,
 )
-
-if TYPE_CHECKING:
-    from ..rl.train import Settings
 
 
 def build_parser(prog: str, defaults: Settings) -> Parser:
@@ -134,15 +132,18 @@ def save_training(policy: LearnedPolicy, curve: list, output: Path, curve_csv: P
 
 def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     prog = prog or script_name(sys.argv[0])
-    try:  # the [rl] extra: without it even --help has nothing to offer but how to install it
-        from ..rl.env import reference_name
-        from ..rl.train import REFERENCE, Settings, check_layouts, train
-    except ImportError as error:
-        print(f"{prog}: error: {error}", file=sys.stderr)
+    missing = extra_missing()  # without the [rl] extra even --help has nothing to offer but how to install it
+    if missing:
+        print(f"{prog}: error: {missing}", file=sys.stderr)
         return 2
     args = build_parser(prog, Settings()).parse_args(argv)
 
     def body() -> int:
+        try:  # PyTorch and the rest of the extra, loaded once the arguments are good
+            from ..rl.env import reference_name
+            from ..rl.train import REFERENCE, check_layouts, train
+        except ImportError as error:
+            raise UserError(str(error)) from None
         try:
             output, environments = training_environments(args.config, args.policy_file)
         except ConfigError as error:

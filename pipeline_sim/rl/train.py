@@ -17,12 +17,13 @@ from typing import Any, Callable, Sequence
 import gymnasium as gym
 import numpy as np
 
+from .settings import Settings, missing_extra
+
 try:
     import sb3_contrib  # noqa: F401
     import torch
 except ImportError as error:  # one line naming the extra, not a traceback far from its cause
-    raise ImportError(f"training needs the [rl] extra ({error.name} is missing): pip install -r requirements-rl.txt "
-                      "(or pip install 'pipeline-sim[rl]')") from error
+    raise ImportError(missing_extra(error.name or "a library")) from error
 
 from ..engine import simulate
 from ..episode import Episode
@@ -38,32 +39,6 @@ RULE = "greedy"
 #: The wait action's logit starts this much below the others: about 1 decision in 60 waits at first, not 1 in 4, and
 #: what waiting is worth is left to be learned.
 WAIT_PRIOR = 3.0
-
-
-@dataclass(frozen=True)
-class Settings:
-    """What a training run does; the defaults train ``configs/learned.json`` in about three minutes on 2 cores. No
-    entropy bonus: the file keeps the network's most likely action, which an entropy bonus keeps unsure."""
-
-    steps: int = 300_000
-    environments_per_update: int = 4  # parallel copies, each ``rollout`` steps per update
-    rollout: int = 1024
-    batch_size: int = 256
-    epochs: int = 4
-    learning_rate: float = 3e-4
-    entropy: float = 0.0
-    hidden: tuple[int, ...] = (64, 64)
-    evaluate_every: int = 20_000
-    validation_samples: int = 8
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        for name in ("steps", "environments_per_update", "rollout", "batch_size", "epochs", "evaluate_every",
-                     "validation_samples"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise ParameterError(name, getattr(self, name), "must be an integer >= 1")
-        if not 0 < self.learning_rate < 1:
-            raise ParameterError("learning_rate", self.learning_rate, "must be between 0 and 1")
 
 
 @dataclass(frozen=True)
