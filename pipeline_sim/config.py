@@ -27,12 +27,9 @@ from decimal import Decimal
 from functools import cached_property
 from itertools import islice, product
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
-from .engine import memory_in_force
-from .hindsight import check_hindsight
 from .inputs import TooLarge, read_at_most
-from .learned import LearnedPolicy, load_policy, read_policy
 from .model import (
     EP_OVERLAP_SCHEDULES,
     HINDSIGHT,
@@ -57,6 +54,9 @@ from .workload import (
     Workload,
     workload_environment,
 )
+
+if TYPE_CHECKING:
+    from .learned import LearnedPolicy
 
 
 def _keys(kind: type) -> tuple[str, ...]:
@@ -383,6 +383,11 @@ class EnvironmentGrid:
     def _scan(self) -> tuple[int, tuple[tuple[str, str], ...], int, int, str, dict[str, LearnedPolicy]]:
         """Valid count, the invalid combinations, the summed and the largest estimated tasks (and where), and the
         networks of the policy files the valid ones name, each file read once."""
+        # the checks that need the kernel, loaded once a config is read, not when a command only shows its --help
+        from .engine import memory_in_force
+        from .hindsight import check_hindsight
+        from .learned import LearnedPolicy, load_policy, read_policy
+
         valid, invalid, total, largest, where = 0, [], 0, 0, ""
         networks: dict[str, LearnedPolicy | ParameterError] = {}
         for combo in self._combinations():

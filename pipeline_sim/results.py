@@ -40,6 +40,10 @@ from .workload import (
 if TYPE_CHECKING:
     import pandas as pd
 
+#: The simulators a row may name (one core under both: their numbers are equal).
+SIMULATORS = ("single_channel", "dual_channel")
+#: What a sweep's output can be.
+FORMATS = ("csv", "parquet")
 #: Columns every generator CSV has; later metric columns are optional for reading.
 REQUIRED_COLUMNS = ("n", "num_gpus", "policy", *(f"prio_{kind}" for kind in COMM_KINDS),
                     *(f"tier_{kind}" for kind in COMM_KINDS), "completion_time")

@@ -39,6 +39,7 @@ from .model import COMM_KINDS, HINDSIGHT, LIST_KEYS, PARAMETER, EnvParams, Param
 from .parallel import ordered_map
 from .parameters import OPTIONAL_GROUPS, Weights
 from .parquet import Parts, PartWriter, merge_parts, require_pyarrow, schema, verified_parts
+from .results import FORMATS, SIMULATORS
 from .scenarios import DEFAULT_STEP, check_step, policy_grid, steps_per_unit
 from .tables import LengthTable, given
 from .taskgraph import MAX_TASKS
@@ -47,9 +48,6 @@ from .workload import AUTO_COLUMNS, REPORT_COLUMNS, Workload, auto_candidates, w
 if TYPE_CHECKING:
     import pyarrow as pa
 
-SIMULATORS = ("single_channel", "dual_channel")
-#: What a sweep's output can be.
-FORMATS = ("csv", "parquet")
 POLICY_COLUMNS = ("policy", *(f"prio_{kind}" for kind in COMM_KINDS), *(f"tier_{kind}" for kind in COMM_KINDS))
 #: Completion-time statistics over samples; percentiles by linear interpolation (numpy's default, Hyndman-Fan 7).
 STATISTICS = ("completion_std", "completion_min", "completion_p50", "completion_p95", "completion_p99",

@@ -1,8 +1,11 @@
 """The installable package: every console command of pyproject.toml is a callable of the package."""
 
 import importlib
+import subprocess
+import sys
 import tomllib
 
+import pytest
 from conftest import ROOT
 
 
@@ -32,3 +35,17 @@ def test_the_extras_pin_what_their_requirements_files_install():
         pinned = _pinned(f"requirements-{extra}.txt")
         assert {dependency.split(">=")[0] for dependency in project["optional-dependencies"][extra]} == pinned
         assert f"-r requirements-{extra}.txt" in (ROOT / "requirements-test.txt").read_text().splitlines()
+
+
+@pytest.mark.parametrize("script", ["run_full_pipeline.py", "data_generator.py", "plot_heatmap.py", "train.py"])
+def test_help_answers_without_the_compiler_or_the_plotting_libraries(script):
+    """A command's --help (and so its argument errors) loads neither numba, pandas, matplotlib nor PyTorch: what a
+    run needs is loaded once its arguments are read."""
+    code = (f"import runpy, sys\nsys.argv = [{script!r}, '--help']\n"
+            f"try:\n    runpy.run_path({str(ROOT / script)!r}, run_name='__main__')\nexcept SystemExit as end:\n"
+            "    assert end.code == 0, end.code\n"
+            "loaded = [name for name in ('numba', 'pandas', 'matplotlib', 'torch') if name in sys.modules]\n"
+            "assert not loaded, loaded")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"usage: {script}")

@@ -8,14 +8,14 @@ import time
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Callable, Generator, Sequence
+from typing import TYPE_CHECKING, Callable, Generator, Sequence
 
 from ..cluster import ClusterError, ClusterLost, TaskKilled, connected
 from ..config import EnvironmentGrid
 from ..files import LockLost, exclusive_writer, output_folder, output_target
 from ..model import LOOKAHEAD
+from ..results import FORMATS, SIMULATORS
 from ..scenarios import DEFAULT_STEP
-from ..sweep import FORMATS, SIMULATORS, SweepPlan, finished, partial_paths, resumable, run_sweep, useful_workers
 from .common import (
     Parser,
     UserError,
@@ -26,6 +26,9 @@ from .common import (
     run_command,
     script_name,
 )
+
+if TYPE_CHECKING:
+    from ..sweep import SweepPlan
 
 DATA_DIR = Path("outputs/data")
 
@@ -66,6 +69,8 @@ def default_output(config: Path, plan: SweepPlan, resume: bool) -> Path:
     """``outputs/data/<config name>_<timestamp>.csv`` (``.parquet``); with ``resume``, the newest unfinished sweep of
     this plan, found by its partial's record: written first and removed last, it is there whatever the sweep's
     state (a partial file or folder, or a finished output whose cleanup was cut short)."""
+    from ..sweep import finished, partial_paths, resumable
+
     if resume:
         candidates = sorted(DATA_DIR.glob(f"{config.stem}_*.{plan.format}.partial.json"), reverse=True)
         for meta in candidates:
@@ -99,6 +104,7 @@ def generate(config: Path, *, step: float, simulator: str, output: Path | None, 
     written, and so is ``also_lock(output)``, a folder the caller writes next; given ``locks``,
     they stay locked until it closes, so that a whole pipeline holds everything it writes.
     """
+    from ..sweep import SweepPlan, partial_paths, useful_workers  # the simulator's, once the arguments are read
 
     if output is not None and output.suffix.lower() in (".csv", ".parquet") and output.suffix.lower()[1:] != format:
         raise UserError(f"--output {output}: a {format.replace('csv', 'CSV').replace('parquet', 'Parquet')} file "
@@ -125,6 +131,8 @@ def generate(config: Path, *, step: float, simulator: str, output: Path | None, 
 
 def _run(plan: SweepPlan, output: Path, partial: Path, workers: int, asked: int, resume: bool,
          samples_output: Path | None, overwrite: bool, cluster: str | None) -> None:
+    from ..sweep import run_sweep
+
     with connected(cluster, workers) as dask:  # an unreachable one: one line, no files
         progress = run_sweep(plan, output, workers=workers, resume=resume, samples_output=samples_output,
                              overwrite=overwrite, cluster=dask, report=lambda line: print(line, flush=True))

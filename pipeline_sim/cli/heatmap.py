@@ -8,10 +8,9 @@ from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from itertools import chain
 from pathlib import Path
-from typing import Any, BinaryIO, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, BinaryIO, Iterator, Sequence
 
 import numpy as np
-import pandas as pd
 
 from ..files import atomic_output, check_locks, exclusive_writer, output_folder
 from ..model import EnvParams
@@ -43,6 +42,9 @@ from ..results import (
 from ..scenarios import policy_count
 from ..workload import Workload
 from .common import Parser, check_interrupt, positive_int, run_command, script_name
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,10 @@ import sys
 import time
 from dataclasses import fields
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from ..config import ConfigError, EnvironmentGrid
 from ..files import atomic_output, check_locks, exclusive_writer, output_target
-from ..learned import LearnedPolicy
 from ..model import DEFAULT_POLICY, EnvParams
 from ..rl.settings import Settings, extra_missing
 from .common import (
@@ -25,6 +24,9 @@ from .common import (
     script_name,
     use_display,
 )
+
+if TYPE_CHECKING:
+    from ..learned import LearnedPolicy
 
 
 def build_parser(prog: str, defaults: Settings) -> Parser:
