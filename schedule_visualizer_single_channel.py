@@ -3,8 +3,8 @@
 Run ``python schedule_visualizer_single_channel.py --help`` for the options.
 """
 
-from pipeline_sim import calculate_full_pipeline_schedule  # noqa: F401 - part of this script's API
 from pipeline_sim.cli.common import exit_with
+from pipeline_sim.cli.visualize import script_attribute as __getattr__  # noqa: F401 - calculate_full_pipeline_schedule
 from pipeline_sim.cli.visualize import script_main
 from pipeline_sim.model import DEFAULT_POLICY
 

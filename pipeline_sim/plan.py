@@ -21,7 +21,6 @@ from typing import Callable, Iterable, Iterator, Mapping, Sequence, TypeVar
 import numpy as np
 
 from .cluster import DaskCluster
-from .engine import simulate_figures, static_order_peaks
 from .model import EnvParams, ParameterError, Policy
 from .parallel import ordered_map
 from .scenarios import policy_grid
@@ -416,6 +415,8 @@ def _shortened(params: EnvParams, rounds: int) -> EnvParams:
 @lru_cache(maxsize=256)
 def _unit_peaks(schedule: str, num_gpus: int, chunks: int, n: int) -> tuple[float, ...]:
     """Each GPU's peak activations under the static order of equal stages."""
+    from .engine import static_order_peaks  # the simulator, loaded by a search, not by the planner's --help
+
     return tuple(static_order_peaks(EnvParams(schedule=schedule, num_gpus=num_gpus, chunks=chunks, n=n, sync_freq=n)))
 
 
@@ -437,6 +438,8 @@ def _draws(params: EnvParams, samples: int) -> int:
 def _measure(params: EnvParams, policies: tuple[Policy, ...], samples: int) -> tuple[np.ndarray, np.ndarray]:
     """Per policy, the iteration seconds (mean of the draws, or their 95th percentile under jitter), and the first
     policy's per-GPU peak activations (the static order's: the same for every draw)."""
+    from .engine import simulate_figures
+
     figures = [simulate_figures(params, policies, sample) for sample in range(_draws(params, samples))]
     times = np.array([f[:, 0] for f in figures])
     seconds = np.percentile(times, 95, axis=0) if params.jittered else times[0]

@@ -37,7 +37,9 @@ def test_the_extras_pin_what_their_requirements_files_install():
         assert f"-r requirements-{extra}.txt" in (ROOT / "requirements-test.txt").read_text().splitlines()
 
 
-@pytest.mark.parametrize("script", ["run_full_pipeline.py", "data_generator.py", "plot_heatmap.py", "train.py"])
+@pytest.mark.parametrize("script", ["run_full_pipeline.py", "data_generator.py", "plot_heatmap.py", "train.py",
+                                    "schedule_visualizer_single_channel.py", "schedule_visualizer_duel_channel.py",
+                                    "plan.py", "pipeline_trace.py"])
 def test_help_answers_without_the_compiler_or_the_plotting_libraries(script):
     """A command's --help (and so its argument errors) loads neither numba, pandas, matplotlib nor PyTorch: what a
     run needs is loaded once its arguments are read."""

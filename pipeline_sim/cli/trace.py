@@ -13,9 +13,7 @@ from typing import Sequence
 
 from ..files import atomic_output
 from ..measured import fit_comm, read_run
-from ..replay import predicted_time, replay, runtime_costs
 from ..schedules import SCHEDULES, get_schedule
-from ..tracestudy import SOURCE, study, study_runs
 from .common import Parser, UserError, positive_int, run_command, script_name, use_display
 
 #: The schedules PyTorch runs that the simulator also has (``recorder.TORCH_SCHEDULES``; said here without torch).
@@ -134,6 +132,8 @@ def _record(args) -> int:
 
 
 def _replay(args) -> int:
+    from ..replay import replay  # the simulator, once the arguments are read
+
     if args.plot and args.plot.suffix.lower() not in PLOT_FORMATS:
         raise UserError(f"--plot {args.plot}: the file name must end in one of {', '.join(PLOT_FORMATS)}")
     run = read_run(args.run, args.schedule)
@@ -176,6 +176,8 @@ def _replay(args) -> int:
 
 
 def _predict(args) -> int:
+    from ..replay import predicted_time, runtime_costs
+
     source = read_run([args.source])
     comm = fit_comm(source.iterations)
     n = args.microbatches or source.microbatches
@@ -213,6 +215,8 @@ def _predict(args) -> int:
 
 
 def _study(args) -> int:
+    from ..tracestudy import SOURCE, study, study_runs
+
     runs = study_runs(args.folder)
     total = sum(len(own) for own in runs.values())
     print(f"studying {len(runs)} schedule(s), {total} run(s) in {args.folder}", file=sys.stderr)

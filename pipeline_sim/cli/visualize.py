@@ -6,26 +6,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..engine import (
-    SimulationStuckError,
-    bound_of_run,
-    given_order,
-    memory_bound,
-    memory_in_force,
-    order_peak,
-    simulate,
-    simulate_figures,
-)
 from ..files import atomic_output, exclusive_writer, output_target
-from ..hindsight import simulate_hindsight
 from ..inputs import TooLarge, read_at_most
-from ..learned import LearnedPolicy, load_policy, simulate_learned
-from ..lookahead import simulate_lookahead
-from ..metrics import schedule_metrics
 from ..model import (
     COMM_KINDS,
     DEFAULT_POLICY,
@@ -45,7 +31,6 @@ from ..parameters import Dispatchers, Parameter, Weights
 from ..results import layout_words, memory_name, schedule_name, workload_title
 from ..tables import read_table
 from ..taskgraph import check_size, graph_structure, task_lengths
-from ..trace import chrome_trace
 from ..workload import (
     DERIVED_KEYS,
     MODEL_PRESETS,
@@ -59,6 +44,9 @@ from ..workload import (
     workload_report,
 )
 from .common import Parser, UserError, preset_or_object, ready_kernel, run_command, script_name, use_display
+
+if TYPE_CHECKING:
+    from ..learned import LearnedPolicy
 
 #: The flag that sets each library parameter, for error messages.
 FLAGS = {
@@ -307,6 +295,9 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
     given = _given(build_parser(prog, layout, default_priorities, default_exclusive_tiers), argv)
 
     def body() -> int:
+        from ..engine import given_order, memory_in_force, order_peak  # the simulator, once the arguments are read
+        from ..learned import load_policy
+
         try:
             params, workload = _environment(args, given)
             SAMPLES.check("sample", args.sample)
@@ -355,6 +346,13 @@ def draw(args: argparse.Namespace, params: EnvParams, workload: Workload | None,
          network: LearnedPolicy | None, texts: list[list[str]] | None, output: Path, image_format: str,
          layout: str) -> int:
     """Simulate the chart's run, draw it into ``output`` (locked by the caller) and report it."""
+    from ..engine import SimulationStuckError, bound_of_run, memory_bound, simulate, simulate_figures
+    from ..hindsight import simulate_hindsight
+    from ..learned import simulate_learned
+    from ..lookahead import simulate_lookahead
+    from ..metrics import schedule_metrics
+    from ..trace import chrome_trace
+
     splits = workload.layers_per_stage == "auto" if workload is not None else False  # each split's figures
     ready_kernel(episodes=bool(params.learned) or params.dispatch == LOOKAHEAD,
                  parts=("figures", "records") if splits else ("records",))
@@ -437,6 +435,16 @@ def draw(args: argparse.Namespace, params: EnvParams, workload: Workload | None,
         plt.show()
     plt.close(fig)
     return 0
+
+
+def script_attribute(name: str) -> object:
+    """A visualizer script's ``__getattr__``: ``calculate_full_pipeline_schedule``, part of the scripts' API, loaded
+    when first asked for, as it brings the compiler, which ``--help`` does not need."""
+    if name != "calculate_full_pipeline_schedule":
+        raise AttributeError(f"a visualizer script has no attribute {name!r}")
+    from ..engine import calculate_full_pipeline_schedule
+
+    return calculate_full_pipeline_schedule
 
 
 def script_main(layout: str, default_priorities: Mapping[str, float],
