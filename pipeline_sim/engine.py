@@ -62,10 +62,10 @@ from .taskgraph import (
 
 compile_cache.ensure_writable()  # before the kernel's functions look for a place to keep their machine code
 from . import kernel  # noqa: E402
-from .kernel import loop  # noqa: E402
+from .kernel import jit, loop  # noqa: E402
 from .kernel.state import END_TOLERANCE, HOLD_CLASS  # noqa: E402
 
-compile_cache.tolerate_damage(kernel)
+compile_cache.guard_loads(kernel, jit.loadable)
 _COMM_NUMBER = {kind: number for number, kind in enumerate(COMM_KINDS)}
 _FALLS = (TaskKind.BACKWARD, TaskKind.BACKWARD_WEIGHT)
 #: Per kind number, and -1 for no part (the last entry), whether a part of it raises a GPU's activations as it

@@ -7,10 +7,16 @@ kernel's cache whenever any file of this package changed (``engine.compile_kerne
 
 from __future__ import annotations
 
+import hashlib
+import re
+from pathlib import Path
 from typing import Any
 
-from numba import njit, types
-from numba.extending import register_jitable
+import llvmlite.binding
+from numba import config, njit, types
+from numba.core import cgutils
+from numba.core.typing import signature
+from numba.extending import intrinsic, register_jitable
 
 
 def _one_signature(options: dict[str, Any]) -> Any:
@@ -49,3 +55,113 @@ vectorized: Any = _one_signature(dict(cache=True, _nrt=False, no_cfunc_wrapper=T
 #: Compiled within each compiled caller, and plain Python when called from Python: for a small helper that Python
 #: calls too, where compiling it would come before anything else of a first compile.
 within: Any = register_jitable
+
+
+#: The functions that compiled code calls at their address (``at_address``), callees before their callers.
+AT_ADDRESS: list[Any] = []
+#: The names under which this process knows their addresses.
+_LINKED: set[str] = set()
+_linking = False
+
+
+def at_address(function: Any) -> Any:
+    """``function`` (a kernel function) as its compiled callers call it: at the address of its own machine code,
+    rather than with a copy of its code compiled into each caller, which numba's call would make.
+
+    A call is no slower: these are functions the compiler keeps out of line in any case (the loop's rate updates,
+    its settling of what an event made ready, the loop itself from an entry point). What it saves is time to compile:
+    numba optimizes and emits a callee's code again in every caller, so the loop was compiled once for itself and
+    once more for each entry point, one after the other, as no part of it could start before its callees.
+
+    The caller names the address by a name of the function and its argument types, the same in every process, which
+    ``link_cached`` gives the address of the function's cached code before any caller is loaded from the cache.
+    Without the compiler (``NUMBA_DISABLE_JIT``) this is ``function`` itself."""
+    if config.DISABLE_JIT:
+        return function
+    AT_ADDRESS.append(function)
+
+    @intrinsic
+    def call(typingctx: Any, *args: Any) -> Any:
+        argtypes = tuple(types.unliteral(arg) for arg in args)
+        called = typingctx.resolve_function_type(typingctx.resolve_value_type(function), argtypes, {})
+
+        def lower(context: Any, builder: Any, sig: Any, values: Any) -> Any:
+            name = _link(function, called.args)
+            native = context.call_conv.get_function_type(called.return_type, called.args)
+            callee = cgutils.get_or_insert_function(builder.module, native, name)
+            given = cgutils.unpack_tuple(builder, values[0])
+            arguments = [context.cast(builder, value, fromty, toty)
+                         for value, fromty, toty in zip(given, args, called.args)]
+            status, result = context.call_conv.call_function(builder, callee, called.return_type, called.args,
+                                                             arguments)
+            with cgutils.if_unlikely(builder, status.is_error):
+                context.call_conv.return_status_propagate(builder, status)
+            return result
+        return signature(called.return_type, types.StarArgTuple.from_types(args)), lower
+    return call
+
+
+def _symbol(function: Any, argtypes: tuple) -> str:
+    """The name by which compiled callers call ``function`` compiled for ``argtypes``, the same in every process
+    (numba's own names for its functions count the functions a process compiled)."""
+    python = function.py_func
+    described = f"{python.__module__}.{python.__qualname__}{argtypes}"
+    return f"pipeline_sim.{python.__qualname__}.{hashlib.sha256(described.encode()).hexdigest()[:20]}"
+
+
+def _link(function: Any, argtypes: tuple) -> str:
+    """``function`` compiled for ``argtypes`` (or loaded from the cache), its address known by ``_symbol``."""
+    name = _symbol(function, argtypes)
+    if name not in _LINKED:
+        function.compile(argtypes)
+        compiled = function.overloads[argtypes]
+        address = compiled.library.get_pointer_to_function(compiled.fndesc.llvm_func_name)
+        if not address:
+            raise RuntimeError(f"the kernel's {function.py_func.__qualname__} has no machine code to call")
+        llvmlite.binding.add_symbol(name, address)
+        _LINKED.add(name)
+    return name
+
+
+def link_cached() -> None:
+    """The address of every function of ``AT_ADDRESS`` compiled in this process or kept in the cache, in their
+    order, each once: before a kernel function is loaded from the cache (``loadable``), so that its code finds what
+    it calls."""
+    global _linking
+    if _linking:
+        return  # loading one of them: what it calls comes before it
+    _linking = True
+    try:
+        for function in AT_ADDRESS:
+            for argtypes in sorted(set(function.overloads) | _cached_signatures(function), key=str):
+                _link(function, argtypes)
+    finally:
+        _linking = False
+
+
+def loadable(cache: Any, argtypes: tuple, target: Any) -> bool:
+    """Whether the cached code of ``cache``'s function for ``argtypes`` may be loaded: every address it calls is
+    known (``link_cached``). A cached caller whose callee has no code (its cache files removed by hand) would crash
+    the process as it loads; it is compiled anew instead."""
+    link_cached()
+    try:
+        name = cache._cache_file._load_index().get(cache._index_key(argtypes, target.codegen()))
+        code = Path(cache._cache_file._data_path(name)).read_bytes() if name else b""
+    except Exception:  # unreadable: the load itself finds it so, and compiles
+        return True
+    return {symbol.decode() for symbol in _SYMBOL.findall(code)} <= _LINKED
+
+
+#: A name of ``_symbol`` within machine code.
+_SYMBOL = re.compile(rb"pipeline_sim\.[A-Za-z_][A-Za-z_0-9]*\.[0-9a-f]{20}")
+
+
+def _cached_signatures(function: Any) -> set[tuple]:
+    """The argument types for which numba's cache keeps ``function``'s code for this machine and this source."""
+    cache = function._cache
+    try:
+        index = cache._cache_file._load_index()
+    except Exception:  # unreadable: nothing cached (its load removes it, and compiles)
+        return set()
+    codegen = function.targetctx.codegen()
+    return {key[0] for key in index if key == cache._index_key(key[0], codegen)}

@@ -16,7 +16,7 @@ from .allocation import (
 )
 from .events import heap_pop, mark, push, set_rate
 from .figures import figures
-from .jit import compiled, exposed, inlined, inner
+from .jit import at_address, compiled, exposed, inlined, inner
 from .next_task import dispatch, next_decider, take_next, wake
 from .state import (
     BUSY,
@@ -311,6 +311,15 @@ def try_all(now: float, rule: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, 
         _settle(now, rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
 
 
+_decide_far = at_address(_decide)
+sending_sets_far = at_address(sending_sets)
+group_flows_far = at_address(group_flows)
+contended_rates_far = at_address(contended_rates)
+set_group_rates_far = at_address(set_group_rates)
+_finish_far = at_address(_finish)
+_settle_far = at_address(_settle)
+
+
 @inner
 def advance(rule: int, memory: int, ingress_capacity: float, release_start: np.ndarray, release_task: np.ndarray,
             order_start: np.ndarray, order_task: np.ndarray, peer_start: np.ndarray, peer_task: np.ndarray,
@@ -330,13 +339,13 @@ def advance(rule: int, memory: int, ingress_capacity: float, release_start: np.n
             if decider >= 0:
                 break
         elif rule != STATIC:
-            _decide(now, rule, memory, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
+            _decide_far(now, rule, memory, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
         # new rates where the last event's changes reach
-        for group in range(sending_sets(now, F, I, P, Q, A, HT, HI, SI, SF, C, peer_start, peer_task)):
-            count = group_flows(group, ingress_capacity, F, I, P, PF, Q, A)
+        for group in range(sending_sets_far(now, F, I, P, Q, A, HT, HI, SI, SF, C, peer_start, peer_task)):
+            count = group_flows_far(group, ingress_capacity, F, I, P, PF, Q, A)
             if count > 0:
-                contended_rates(count, ingress_capacity, p, F, I, A, AF)
-            set_group_rates(group, abs(count), count > 0, now, F, I, P, PF, Q, A, AF, HT, HI, SI, SF, C)
+                contended_rates_far(count, ingress_capacity, p, F, I, A, AF)
+            set_group_rates_far(group, abs(count), count > 0, now, F, I, P, PF, Q, A, AF, HT, HI, SI, SF, C)
         compute_rates(now, F, I, P, PF, HT, HI, SI, SF, C)
         if C[DONE_COUNT] >= n:
             status = DONE
@@ -357,11 +366,17 @@ def advance(rule: int, memory: int, ingress_capacity: float, release_start: np.n
                 ending[count] = i
                 count += 1
         for k in range(count):
-            _finish(ending[k], now, F, I, P, Q, K, HT, HI, SI, SF, C, release_start, release_task)
-            _settle(now, rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
+            _finish_far(ending[k], now, F, I, P, Q, K, HT, HI, SI, SF, C, release_start, release_task)
+            _settle_far(now, rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
         if rule == EXTERNAL:
             wake(P)
     return status, now, decider
+
+
+advance_far = at_address(advance)
+prepare_far = at_address(prepare)
+begin_far = at_address(begin)
+figures_far = at_address(figures)
 
 
 @inlined
@@ -371,10 +386,10 @@ def start(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.nd
           reserve: np.ndarray, falls: np.ndarray, dispatch_key: np.ndarray, rule: int, kind_tier: np.ndarray,
           kind_priority: np.ndarray, segment_room: int) -> tuple:
     """An iteration's state (``prepare``) once time 0 is settled (``begin``): what ``advance`` runs from."""
-    state = prepare(length, gpu, receiver, comm, stage, index, impact, needs_count, kind_class, reserve, falls,
+    state = prepare_far(length, gpu, receiver, comm, stage, index, impact, needs_count, kind_class, reserve, falls,
                     dispatch_key, len(order_start) - 1, kind_tier, kind_priority, segment_room)
     F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending = state
-    begin(rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
+    begin_far(rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
     return state
 
 
@@ -418,7 +433,7 @@ def simulate(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np
                       order_start, order_task, kind_class, reserve, falls, dispatch_key, rule, kind_tier,
                       kind_priority, segment_room)
     F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending = state
-    status, now, decider = advance(rule, memory, ingress_capacity, release_start, release_task, order_start,
+    status, now, decider = advance_far(rule, memory, ingress_capacity, release_start, release_task, order_start,
                                    order_task, peer_start, peer_task, F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K,
                                    ending, now)
     kept = min(C[SEGMENTS], segment_room)
@@ -432,7 +447,7 @@ def resume(memory: int, ingress_capacity: float, release_start: np.ndarray, rele
     """A run whose every decision is its caller's (``EXTERNAL``), continued from ``state`` at ``now`` to its next
     decision or its end: ``(status, segments, now, decider)``, as ``simulate`` gives them."""
     F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending = state
-    status, now, decider = advance(EXTERNAL, memory, ingress_capacity, release_start, release_task, order_start,
+    status, now, decider = advance_far(EXTERNAL, memory, ingress_capacity, release_start, release_task, order_start,
                                    order_task, peer_start, peer_task, F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K,
                                    ending, now)
     return status, C[SEGMENTS], now, decider
@@ -474,10 +489,10 @@ def simulate_policies(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray,
             length, gpu, receiver, comm, stage, index, impact, needs_count, release_start, release_task,
             order_start, order_task, kind_class, reserve, falls, dispatch_key, rule, kind_tiers[row],
             kind_priorities[row], 0)
-        status = advance(rule, memory, ingress_capacity, release_start, release_task, order_start, order_task,
-                         peer_start, peer_task, F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending, 0.0)[0]
+        status = advance_far(rule, memory, ingress_capacity, release_start, release_task, order_start, order_task,
+                             peer_start, peer_task, F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending, 0.0)[0]
         if status == DONE:
             # each column copied whole: the figures' one signature takes contiguous arrays, as a schedule's records
-            figures(gpu, comm, rises, falls, p, units, F[:, START].copy(), F[:, END].copy(), I[:, THROTTLED].copy(),
+            figures_far(gpu, comm, rises, falls, p, units, F[:, START].copy(), F[:, END].copy(), I[:, THROTTLED].copy(),
                     F[:, THROTTLED_TIME].copy(), out[row])
     return out
