@@ -784,15 +784,13 @@ def _kernel_shares(parts: Sequence[str], claims: Path, other_alive: Callable[[],
     # the loop calls all of them but these (``begin``'s share compiles the loop's ``_settle``)
     outside = ("memory_bound", "lower_bound", "prepare", "figures")
     loop_callees = tuple(share.name for share in callees if share.name not in outside)
-    # the loop as soon as it can start, before the last of what it does not call
-    callees.insert(callees.index(next(share for share in callees if share.name == "prepare")),
-                   Share("advance", partial(_compile_loop_function, loop.advance, named), loop_callees))
+    callees.append(Share("advance", partial(_compile_loop_function, loop.advance, named), loop_callees))
     entries = []
+    called = ("begin", "advance", "prepare", "figures")
     if "figures" in parts:
-        entries.append(Share("simulate_policies", partial(simulate_figures, params, [Policy()]),
-                             ("advance", "prepare", "figures")))
+        entries.append(Share("simulate_policies", partial(simulate_figures, params, [Policy()]), called))
     if "records" in parts:
-        entries.append(Share("simulate", partial(simulate, params, Policy()), ("advance", "prepare", "figures")))
+        entries.append(Share("simulate", partial(simulate, params, Policy()), called))
     claim_shares(claims, callees + entries, other_alive)
 
 

@@ -57,11 +57,10 @@ vectorized: Any = _one_signature(dict(cache=True, _nrt=False, no_cfunc_wrapper=T
 within: Any = register_jitable
 
 
-#: The functions that compiled code calls at their address (``at_address``), callees before their callers.
+#: The functions that compiled code calls at their address (``at_address``).
 AT_ADDRESS: list[Any] = []
-#: The names under which this process knows their addresses.
+#: The names (``_symbol``) under which this process knows their addresses.
 _LINKED: set[str] = set()
-_linking = False
 
 
 def at_address(function: Any) -> Any:
@@ -74,9 +73,9 @@ def at_address(function: Any) -> Any:
     once more for each entry point, one after the other, as no part of it could start before its callees.
 
     The caller names the address by a name of the function and its argument types, the same in every process, which
-    ``link_cached`` gives the address of the function's cached code before any caller is loaded from the cache.
+    ``loadable`` gives the address of the function's cached code before a caller is loaded from the cache.
     Without the compiler (``NUMBA_DISABLE_JIT``) this is ``function`` itself."""
-    if config.DISABLE_JIT:
+    if getattr(config, "DISABLE_JIT"):
         return function
     AT_ADDRESS.append(function)
 
@@ -123,33 +122,25 @@ def _link(function: Any, argtypes: tuple) -> str:
     return name
 
 
-def link_cached() -> None:
-    """The address of every function of ``AT_ADDRESS`` compiled in this process or kept in the cache, in their
-    order, each once: before a kernel function is loaded from the cache (``loadable``), so that its code finds what
-    it calls."""
-    global _linking
-    if _linking:
-        return  # loading one of them: what it calls comes before it
-    _linking = True
-    try:
-        for function in AT_ADDRESS:
-            for argtypes in sorted(set(function.overloads) | _cached_signatures(function), key=str):
-                _link(function, argtypes)
-    finally:
-        _linking = False
-
-
 def loadable(cache: Any, argtypes: tuple, target: Any) -> bool:
     """Whether the cached code of ``cache``'s function for ``argtypes`` may be loaded: every address it calls is
-    known (``link_cached``). A cached caller whose callee has no code (its cache files removed by hand) would crash
-    the process as it loads; it is compiled anew instead."""
-    link_cached()
+    known in this process, once the functions it calls at their address are loaded (or compiled) and linked. False
+    when one of them has no code (its cache files removed while its callers' were kept): loaded, the caller would
+    crash the process, so it is compiled anew."""
     try:
         name = cache._cache_file._load_index().get(cache._index_key(argtypes, target.codegen()))
         code = Path(cache._cache_file._data_path(name)).read_bytes() if name else b""
     except Exception:  # unreadable: the load itself finds it so, and compiles
         return True
-    return {symbol.decode() for symbol in _SYMBOL.findall(code)} <= _LINKED
+    needed = {symbol.decode() for symbol in _SYMBOL.findall(code)} - _LINKED
+    if needed:
+        sources = {_symbol(function, compiled): (function, compiled) for function in AT_ADDRESS
+                   for compiled in set(function.overloads) | _cached_signatures(function)}
+        if not needed <= sources.keys():
+            return False
+        for symbol in sorted(needed):
+            _link(*sources[symbol])
+    return True
 
 
 #: A name of ``_symbol`` within machine code.
