@@ -3,6 +3,11 @@
 numba caches each function under its own source file; a function's cached code does not
 notice a change to a function it calls in another file, so the engine clears the
 kernel's cache whenever any file of this package changed (``engine.compile_kernel``).
+
+numba compiles a function's callees into it: their code is optimized and emitted again
+in every caller. The loop's large steps and the loop itself are called instead at the
+address of their own machine code (``at_address``), so that each is compiled once, and
+the compiles of a first run need not wait for one another.
 """
 
 from __future__ import annotations
@@ -69,8 +74,8 @@ def at_address(function: Any) -> Any:
 
     A call is no slower: these are functions the compiler keeps out of line in any case (the loop's rate updates,
     its settling of what an event made ready, the loop itself from an entry point). What it saves is time to compile:
-    numba optimizes and emits a callee's code again in every caller, so the loop was compiled once for itself and
-    once more for each entry point, one after the other, as no part of it could start before its callees.
+    the loop was otherwise compiled once for itself, with all it calls, and once more within each entry point, one
+    after the other, as neither could start before its callees were compiled.
 
     The caller names the address by a name of the function and its argument types, the same in every process, which
     ``loadable`` gives the address of the function's cached code before a caller is loaded from the cache.
