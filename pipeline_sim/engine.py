@@ -741,27 +741,40 @@ def claim_shares(claims: Path, shares: Sequence[Share], other_alive: Callable[[]
     def written(name: str) -> bool:
         return (claims / f"{name}.written").exists()
 
+    mine: set[str] = set()
+
+    def wait_for(name: str) -> None:  # a function the other process compiles, which a caller here is to call
+        deadline = time.monotonic() + BESIDE_SECONDS
+        while name not in mine and (claims / name).exists() and not written(name) and other_alive() and \
+                time.monotonic() < deadline:
+            time.sleep(0.02)
+
     pending = list(shares)
     deadline = time.monotonic() + BESIDE_SECONDS
-    while pending:
-        waiting = other_alive() and time.monotonic() < deadline
-        share = next((share for share in pending if not waiting or all(map(written, share.needs))), None)
-        if share is None:
-            time.sleep(0.02)
-            continue
-        pending.remove(share)
-        deadline = time.monotonic() + BESIDE_SECONDS  # for the next share: the whole compile may take longer
-        try:
-            os.close(os.open(claims / share.name, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-        except FileExistsError:
-            continue  # the other process's
-        except OSError:
-            pass  # no claims folder to share (removed): compiled here
-        share.compile()
-        try:
-            (claims / f"{share.name}.written").touch()
-        except OSError:
-            pass
+    jit.awaiting = wait_for
+    try:
+        while pending:
+            waiting = other_alive() and time.monotonic() < deadline
+            share = next((share for share in pending if not waiting or all(map(written, share.needs))), None)
+            if share is None:
+                time.sleep(0.02)
+                continue
+            pending.remove(share)
+            deadline = time.monotonic() + BESIDE_SECONDS  # for the next share: the whole compile may take longer
+            try:
+                os.close(os.open(claims / share.name, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                continue  # the other process's
+            except OSError:
+                pass  # no claims folder to share (removed): compiled here
+            mine.add(share.name)
+            share.compile()
+            try:
+                (claims / f"{share.name}.written").touch()
+            except OSError:
+                pass
+    finally:
+        jit.awaiting = jit.no_wait
 
 
 def _kernel_shares(parts: Sequence[str], claims: Path, other_alive: Callable[[], bool]) -> None:
@@ -786,7 +799,7 @@ def _kernel_shares(parts: Sequence[str], claims: Path, other_alive: Callable[[],
     loop_callees = tuple(share.name for share in callees if share.name not in outside)
     callees.append(Share("advance", partial(_compile_loop_function, loop.advance, named), loop_callees))
     entries = []
-    called = ("begin", "advance", "prepare", "figures")
+    called = ("begin", "prepare", "figures")  # and the loop, which it waits for as it is compiled (``jit.awaiting``)
     if "figures" in parts:
         entries.append(Share("simulate_policies", partial(simulate_figures, params, [Policy()]), called))
     if "records" in parts:

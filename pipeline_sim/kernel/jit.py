@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import llvmlite.binding
 from numba import config, njit, types
@@ -68,7 +68,7 @@ AT_ADDRESS: list[Any] = []
 _LINKED: set[str] = set()
 
 
-def at_address(function: Any) -> Any:
+def at_address(function: Any, returns: Any = None) -> Any:
     """``function`` (a kernel function) as its compiled callers call it: at the address of its own machine code,
     rather than with a copy of its code compiled into each caller, which numba's call would make.
 
@@ -77,6 +77,8 @@ def at_address(function: Any) -> Any:
     the loop was otherwise compiled once for itself, with all it calls, and once more within each entry point, one
     after the other, as neither could start before its callees were compiled.
 
+    With ``returns`` (numba's type of what ``function`` returns) a caller is typed without ``function``, which then
+    need only be compiled as the caller's code is made, so that the two compile at the same time (``awaiting``).
     The caller names the address by a name of the function and its argument types, the same in every process, which
     ``loadable`` gives the address of the function's cached code before a caller is loaded from the cache.
     Without the compiler (``NUMBA_DISABLE_JIT``) this is ``function`` itself."""
@@ -87,10 +89,13 @@ def at_address(function: Any) -> Any:
     @intrinsic
     def call(typingctx: Any, *args: Any) -> Any:
         argtypes = tuple(types.unliteral(arg) for arg in args)
-        called = typingctx.resolve_function_type(typingctx.resolve_value_type(function), argtypes, {})
+        if returns is None:
+            called = typingctx.resolve_function_type(typingctx.resolve_value_type(function), argtypes, {})
+        else:
+            called = signature(returns, *argtypes)
 
         def lower(context: Any, builder: Any, sig: Any, values: Any) -> Any:
-            name = _link(function, called.args)
+            name = _link(function, called.args, called.return_type)
             native = context.call_conv.get_function_type(called.return_type, called.args)
             callee = cgutils.get_or_insert_function(builder.module, native, name)
             given = cgutils.unpack_tuple(builder, values[0])
@@ -105,6 +110,16 @@ def at_address(function: Any) -> Any:
     return call
 
 
+def no_wait(name: str) -> None:
+    """What ``awaiting`` is outside a first compile shared between two processes: nothing to wait for."""
+
+
+#: Called with a function's name before it is compiled, or loaded from the cache, for a caller to call it: during
+#: a first compile shared with a second process (``engine.claim_shares``), it waits while the other one compiles
+#: it, so that it is loaded, not compiled twice.
+awaiting: Callable[[str], None] = no_wait
+
+
 def _symbol(function: Any, argtypes: tuple) -> str:
     """The name by which compiled callers call ``function`` compiled for ``argtypes``, the same in every process
     (numba's own names for its functions count the functions a process compiled)."""
@@ -113,12 +128,17 @@ def _symbol(function: Any, argtypes: tuple) -> str:
     return f"pipeline_sim.{python.__qualname__}.{hashlib.sha256(described.encode()).hexdigest()[:20]}"
 
 
-def _link(function: Any, argtypes: tuple) -> str:
-    """``function`` compiled for ``argtypes`` (or loaded from the cache), its address known by ``_symbol``."""
+def _link(function: Any, argtypes: tuple, returns: Any = None) -> str:
+    """``function`` compiled for ``argtypes`` (or loaded from the cache), its address known by ``_symbol``; what it
+    returns checked against ``returns``, the type its callers were given."""
     name = _symbol(function, argtypes)
     if name not in _LINKED:
+        awaiting(function.py_func.__name__)
         function.compile(argtypes)
         compiled = function.overloads[argtypes]
+        if returns is not None and compiled.signature.return_type != returns:
+            raise TypeError(f"the kernel's {function.py_func.__qualname__} returns {compiled.signature.return_type}, "
+                            f"its callers were told {returns}")
         address = compiled.library.get_pointer_to_function(compiled.fndesc.llvm_func_name)
         if not address:
             raise RuntimeError(f"the kernel's {function.py_func.__qualname__} has no machine code to call")

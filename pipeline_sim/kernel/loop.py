@@ -4,6 +4,7 @@ iteration from time 0 to its last end."""
 from __future__ import annotations
 
 import numpy as np
+from numba import types
 
 from .allocation import (
     compute_rates,
@@ -378,8 +379,9 @@ def advance(rule: int, memory: int, ingress_capacity: float, release_start: np.n
 
 
 #: What the entry points call, each at its own address: the loop and its start and end, which then are compiled once,
-#: not again in each entry point, one after the other.
-advance_apart = at_address(advance)
+#: not again in each entry point; the loop's ``(status, now, decider)`` as its type, so that an entry point compiles
+#: at the same time as the loop.
+advance_apart = at_address(advance, types.Tuple((types.int64, types.float64, types.int64)))
 prepare_apart = at_address(prepare)
 begin_apart = at_address(begin)
 figures_apart = at_address(figures)
