@@ -321,7 +321,6 @@ contended_rates_apart = at_address(contended_rates)
 set_group_rates_apart = at_address(set_group_rates)
 _finish_apart = at_address(_finish)
 _settle_apart = at_address(_settle)
-compute_rates_apart = at_address(compute_rates)
 next_decider_apart = at_address(next_decider)
 
 
@@ -351,7 +350,7 @@ def advance(rule: int, memory: int, ingress_capacity: float, release_start: np.n
             if count > 0:
                 contended_rates_apart(count, ingress_capacity, p, F, I, A, AF)
             set_group_rates_apart(group, abs(count), count > 0, now, F, I, P, PF, Q, A, AF, HT, HI, SI, SF, C)
-        compute_rates_apart(now, F, I, P, PF, HT, HI, SI, SF, C)
+        compute_rates(now, F, I, P, PF, HT, HI, SI, SF, C)
         if C[DONE_COUNT] >= n:
             status = DONE
             break
