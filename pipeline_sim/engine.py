@@ -737,7 +737,8 @@ def claim_shares(claims: Path, shares: Sequence[Share], other_alive: Callable[[]
     call in common (``set_rate``, say) the second loads from the cache once the first has written it. With nothing
     ready to claim, a process waits for the other's; when ``other_alive`` says the other has ended, or after
     ``BESIDE_SECONDS`` with nothing claimed, it claims the rest without waiting (what it does not find written, it
-    compiles)."""
+    compiles). A function that a share calls at its address (``jit.at_address``) and that the other process is
+    compiling, the share waits for as it is compiled (``jit.awaiting``), so that the two compile at once."""
     def written(name: str) -> bool:
         return (claims / f"{name}.written").exists()
 
@@ -779,8 +780,8 @@ def claim_shares(claims: Path, shares: Sequence[Share], other_alive: Callable[[]
 
 def _kernel_shares(parts: Sequence[str], claims: Path, other_alive: Callable[[], bool]) -> None:
     """The shares of ``compile_kernel``: the callees of the loop and of the entry points (``loop.SHARED_COMPILE``;
-    the lower bounds for ``records``), the loop ``advance`` once all it calls is written, then the entry points that
-    call it: ``simulate_policies`` for ``figures``, ``simulate`` for ``records``."""
+    the lower bounds for ``records``), the loop ``advance`` once all it calls is written, and the entry points that
+    call it, at the same time: ``simulate_policies`` for ``figures``, ``simulate`` for ``records``."""
     params = EnvParams(n=2, num_gpus=2)
     arrays = graph_arrays(params)
     named = _run_arguments(params)
