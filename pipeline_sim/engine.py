@@ -80,7 +80,7 @@ _KIND_CLASS = {TaskKind.BACKWARD: 0, TaskKind.BACKWARD_INPUT: 0, TaskKind.FORWAR
 #: How long the first compile of the kernel takes on a 2-core machine (benchmarks/bench.py); and that of a part of it
 #: once the other part is compiled, which shares the loop and its callees (a first sweep after a first chart: 4 s; a
 #: first chart after a first sweep: 6 s).
-COMPILE_SECONDS = 15
+COMPILE_SECONDS = 13
 REST_SECONDS = 6
 
 
