@@ -17,7 +17,7 @@ import shutil
 import tempfile
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Callable
 
 #: The module whose numba functions are the kernel (a package: its modules too).
 KERNEL = "pipeline_sim.kernel"
@@ -61,9 +61,11 @@ def ensure_writable() -> None:
                    f"this run only")
 
 
-def tolerate_damage(kernel: ModuleType) -> None:
-    """Make a damaged cache entry of any of the kernel's functions a miss: its files are removed, and numba
-    compiles the function again and writes them anew."""
+def guard_loads(kernel: ModuleType, loadable: Callable[..., bool]) -> None:
+    """Every load of one of the kernel's functions from the cache: first ``loadable(cache, argument types,
+    target)``, which gives the cached code the addresses it calls (``jit.loadable``) and with False makes the load a
+    miss; then the load, a damaged entry being a miss too (its files removed, and numba compiles the function again
+    and writes them anew)."""
     import sys
 
     modules = [module for name, module in list(sys.modules.items())
@@ -72,13 +74,15 @@ def tolerate_damage(kernel: ModuleType) -> None:
         for function in vars(module).values():
             cache = getattr(function, "_cache", None)
             if cache is not None and callable(getattr(cache, "load_overload", None)) and \
-                    not getattr(cache, "_tolerant", False):
-                cache.load_overload = _tolerant_load(cache, cache.load_overload)
-                cache._tolerant = True
+                    not getattr(cache, "_guarded", False):
+                cache.load_overload = _guarded_load(cache, cache.load_overload, loadable)
+                cache._guarded = True
 
 
-def _tolerant_load(cache: Any, load: Any) -> Any:
+def _guarded_load(cache: Any, load: Any, loadable: Callable[..., bool]) -> Any:
     def load_overload(*args: Any, **kwargs: Any) -> Any:
+        if not loadable(cache, *args, **kwargs):
+            return None  # a miss: numba compiles
         try:
             return load(*args, **kwargs)
         except Exception as error:  # an unreadable index or data file: numba raises whatever unpickling raised

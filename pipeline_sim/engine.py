@@ -62,10 +62,10 @@ from .taskgraph import (
 
 compile_cache.ensure_writable()  # before the kernel's functions look for a place to keep their machine code
 from . import kernel  # noqa: E402
-from .kernel import loop  # noqa: E402
+from .kernel import jit, loop  # noqa: E402
 from .kernel.state import END_TOLERANCE, HOLD_CLASS  # noqa: E402
 
-compile_cache.tolerate_damage(kernel)
+compile_cache.guard_loads(kernel, jit.loadable)
 _COMM_NUMBER = {kind: number for number, kind in enumerate(COMM_KINDS)}
 _FALLS = (TaskKind.BACKWARD, TaskKind.BACKWARD_WEIGHT)
 #: Per kind number, and -1 for no part (the last entry), whether a part of it raises a GPU's activations as it
@@ -80,7 +80,7 @@ _KIND_CLASS = {TaskKind.BACKWARD: 0, TaskKind.BACKWARD_INPUT: 0, TaskKind.FORWAR
 #: How long the first compile of the kernel takes on a 2-core machine (benchmarks/bench.py); and that of a part of it
 #: once the other part is compiled, which shares the loop and its callees (a first sweep after a first chart: 4 s; a
 #: first chart after a first sweep: 6 s).
-COMPILE_SECONDS = 15
+COMPILE_SECONDS = 13
 REST_SECONDS = 6
 
 
@@ -737,37 +737,51 @@ def claim_shares(claims: Path, shares: Sequence[Share], other_alive: Callable[[]
     call in common (``set_rate``, say) the second loads from the cache once the first has written it. With nothing
     ready to claim, a process waits for the other's; when ``other_alive`` says the other has ended, or after
     ``BESIDE_SECONDS`` with nothing claimed, it claims the rest without waiting (what it does not find written, it
-    compiles)."""
+    compiles). A function that a share calls at its address (``jit.at_address``) and that the other process is
+    compiling, the share waits for as it is compiled (``jit.awaiting``), so that the two compile at once."""
     def written(name: str) -> bool:
         return (claims / f"{name}.written").exists()
 
+    mine: set[str] = set()
+
+    def wait_for(name: str) -> None:  # a function the other process compiles, which a caller here is to call
+        deadline = time.monotonic() + BESIDE_SECONDS
+        while name not in mine and (claims / name).exists() and not written(name) and other_alive() and \
+                time.monotonic() < deadline:
+            time.sleep(0.02)
+
     pending = list(shares)
     deadline = time.monotonic() + BESIDE_SECONDS
-    while pending:
-        waiting = other_alive() and time.monotonic() < deadline
-        share = next((share for share in pending if not waiting or all(map(written, share.needs))), None)
-        if share is None:
-            time.sleep(0.02)
-            continue
-        pending.remove(share)
-        deadline = time.monotonic() + BESIDE_SECONDS  # for the next share: the whole compile may take longer
-        try:
-            os.close(os.open(claims / share.name, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-        except FileExistsError:
-            continue  # the other process's
-        except OSError:
-            pass  # no claims folder to share (removed): compiled here
-        share.compile()
-        try:
-            (claims / f"{share.name}.written").touch()
-        except OSError:
-            pass
+    jit.awaiting = wait_for
+    try:
+        while pending:
+            waiting = other_alive() and time.monotonic() < deadline
+            share = next((share for share in pending if not waiting or all(map(written, share.needs))), None)
+            if share is None:
+                time.sleep(0.02)
+                continue
+            pending.remove(share)
+            deadline = time.monotonic() + BESIDE_SECONDS  # for the next share: the whole compile may take longer
+            try:
+                os.close(os.open(claims / share.name, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            except FileExistsError:
+                continue  # the other process's
+            except OSError:
+                pass  # no claims folder to share (removed): compiled here
+            mine.add(share.name)
+            share.compile()
+            try:
+                (claims / f"{share.name}.written").touch()
+            except OSError:
+                pass
+    finally:
+        jit.awaiting = jit.no_wait
 
 
 def _kernel_shares(parts: Sequence[str], claims: Path, other_alive: Callable[[], bool]) -> None:
     """The shares of ``compile_kernel``: the callees of the loop and of the entry points (``loop.SHARED_COMPILE``;
-    the lower bounds for ``records``), the loop ``advance`` once all it calls is written, then the entry points that
-    call it: ``simulate_policies`` for ``figures``, ``simulate`` for ``records``."""
+    the lower bounds for ``records``), the loop ``advance`` once all it calls is written, and the entry points that
+    call it, at the same time: ``simulate_policies`` for ``figures``, ``simulate`` for ``records``."""
     params = EnvParams(n=2, num_gpus=2)
     arrays = graph_arrays(params)
     named = _run_arguments(params)
@@ -784,15 +798,13 @@ def _kernel_shares(parts: Sequence[str], claims: Path, other_alive: Callable[[],
     # the loop calls all of them but these (``begin``'s share compiles the loop's ``_settle``)
     outside = ("memory_bound", "lower_bound", "prepare", "figures")
     loop_callees = tuple(share.name for share in callees if share.name not in outside)
-    # the loop as soon as it can start, before the last of what it does not call
-    callees.insert(callees.index(next(share for share in callees if share.name == "prepare")),
-                   Share("advance", partial(_compile_loop_function, loop.advance, named), loop_callees))
+    callees.append(Share("advance", partial(_compile_loop_function, loop.advance, named), loop_callees))
     entries = []
+    called = ("begin", "prepare", "figures")  # and the loop, which it waits for as it is compiled (``jit.awaiting``)
     if "figures" in parts:
-        entries.append(Share("simulate_policies", partial(simulate_figures, params, [Policy()]),
-                             ("advance", "prepare", "figures")))
+        entries.append(Share("simulate_policies", partial(simulate_figures, params, [Policy()]), called))
     if "records" in parts:
-        entries.append(Share("simulate", partial(simulate, params, Policy()), ("advance", "prepare", "figures")))
+        entries.append(Share("simulate", partial(simulate, params, Policy()), called))
     claim_shares(claims, callees + entries, other_alive)
 
 

@@ -306,7 +306,7 @@ def episode_schedule(params: EnvParams, policy: Policy, sample: int, run: Callab
 
 
 #: About how long ``compile_episode`` takes into an empty cache on a 2-core machine (said while waiting).
-EPISODE_COMPILE_SECONDS = 12
+EPISODE_COMPILE_SECONDS = 9
 
 
 def compile_episode() -> None:

@@ -479,6 +479,24 @@ def test_a_damaged_compile_cache_is_compiled_again_with_one_line(tmp_path):
     assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "b.csv").read_bytes()
 
 
+def test_a_cache_kept_for_callers_but_not_for_the_function_they_call_is_compiled_again(tmp_path):
+    """The loop's code removed from the cache by hand, its callers' kept: they call it at its address, which no
+    cached code gives any more, so they are compiled again with it, where loading them would crash the process."""
+    shutil.copytree(ROOT / "pipeline_sim", tmp_path / "pipeline_sim")
+    cache = tmp_path / "pipeline_sim" / "kernel" / "__pycache__"
+    removed = list(cache.glob("loop.advance-*"))
+    assert removed and list(cache.glob("loop.simulate_policies-*.nbi"))
+    for path in removed:
+        path.unlink()
+    first = run_copy(tmp_path, "-c", str(QUICK), "-o", "a.csv", "--step", "0.5")
+    assert first.returncode == 0 and "Traceback" not in first.stderr, first.stderr
+    assert list(cache.glob("loop.advance-*.nbi"))  # written anew
+    second = run_copy(tmp_path, "-c", str(QUICK), "-o", "b.csv", "--step", "0.5")
+    assert second.returncode == 0, second.stderr
+    rows = (tmp_path / "a.csv").read_bytes()
+    assert rows.count(b"\n") > 10 and rows == (tmp_path / "b.csv").read_bytes()
+
+
 def test_no_writable_compile_cache_compiles_in_a_temporary_one(tmp_path):
     shutil.copytree(ROOT / "pipeline_sim", tmp_path / "pipeline_sim", ignore=shutil.ignore_patterns("__pycache__"))
     (tmp_path / "pipeline_sim" / "kernel" / "__pycache__").write_text("")  # no folder can be made there, even by root

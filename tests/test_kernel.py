@@ -110,7 +110,7 @@ def test_the_process_compiling_beside_compiles_what_the_run_calls(tmp_path):
 from pipeline_sim import engine, kernel
 engine.compile_kernel()
 functions = (kernel.simulate_policies, kernel.simulate, kernel.loop.advance, kernel.lower_bound, kernel.memory_bound,
-             *kernel.loop.SHARED_COMPILE)
+             *kernel.loop.SHARED_COMPILE, *kernel.jit.AT_ADDRESS)
 print([(function.py_func.__name__, len(function._cache._cache_file._load_index()),
         sum(function.stats.cache_misses.values())) for function in functions])
 """

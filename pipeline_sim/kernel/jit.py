@@ -3,14 +3,25 @@
 numba caches each function under its own source file; a function's cached code does not
 notice a change to a function it calls in another file, so the engine clears the
 kernel's cache whenever any file of this package changed (``engine.compile_kernel``).
+
+numba compiles a function's callees into it: their code is optimized and emitted again
+in every caller. The loop's large steps and the loop itself are called instead at the
+address of their own machine code (``at_address``), so that each is compiled once, and
+the compiles of a first run need not wait for one another.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import hashlib
+import re
+from pathlib import Path
+from typing import Any, Callable
 
-from numba import njit, types
-from numba.extending import register_jitable
+import llvmlite.binding
+from numba import config, njit, types
+from numba.core import cgutils
+from numba.core.typing import signature
+from numba.extending import intrinsic, register_jitable
 
 
 def _one_signature(options: dict[str, Any]) -> Any:
@@ -49,3 +60,124 @@ vectorized: Any = _one_signature(dict(cache=True, _nrt=False, no_cfunc_wrapper=T
 #: Compiled within each compiled caller, and plain Python when called from Python: for a small helper that Python
 #: calls too, where compiling it would come before anything else of a first compile.
 within: Any = register_jitable
+
+
+#: The functions that compiled code calls at their address (``at_address``).
+AT_ADDRESS: list[Any] = []
+#: The names (``_symbol``) under which this process knows their addresses.
+_LINKED: set[str] = set()
+
+
+def at_address(function: Any, returns: Any = None) -> Any:
+    """``function`` (a kernel function) as its compiled callers call it: at the address of its own machine code,
+    rather than with a copy of its code compiled into each caller, which numba's call would make.
+
+    A call is no slower: these are functions the compiler keeps out of line in any case (the loop's rate updates,
+    its settling of what an event made ready, the loop itself from an entry point). What it saves is time to compile:
+    the loop was otherwise compiled once for itself, with all it calls, and once more within each entry point, one
+    after the other, as neither could start before its callees were compiled.
+
+    With ``returns`` (numba's type of what ``function`` returns) a caller is typed without ``function``, which then
+    need only be compiled as the caller's code is made, so that the two compile at the same time (``awaiting``).
+    The caller names the address by a name of the function and its argument types, the same in every process, which
+    ``loadable`` gives the address of the function's cached code before a caller is loaded from the cache.
+    Without the compiler (``NUMBA_DISABLE_JIT``) this is ``function`` itself."""
+    if getattr(config, "DISABLE_JIT"):
+        return function
+    AT_ADDRESS.append(function)
+
+    @intrinsic
+    def call(typingctx: Any, *args: Any) -> Any:
+        argtypes = tuple(types.unliteral(arg) for arg in args)
+        if returns is None:
+            called = typingctx.resolve_function_type(typingctx.resolve_value_type(function), argtypes, {})
+        else:
+            called = signature(returns, *argtypes)
+
+        def lower(context: Any, builder: Any, sig: Any, values: Any) -> Any:
+            name = _link(function, called.args, called.return_type)
+            native = context.call_conv.get_function_type(called.return_type, called.args)
+            callee = cgutils.get_or_insert_function(builder.module, native, name)
+            given = cgutils.unpack_tuple(builder, values[0])
+            arguments = [context.cast(builder, value, fromty, toty)
+                         for value, fromty, toty in zip(given, args, called.args)]
+            status, result = context.call_conv.call_function(builder, callee, called.return_type, called.args,
+                                                             arguments)
+            with cgutils.if_unlikely(builder, status.is_error):
+                context.call_conv.return_status_propagate(builder, status)
+            return result
+        return signature(called.return_type, types.StarArgTuple.from_types(args)), lower
+    return call
+
+
+def no_wait(name: str) -> None:
+    """What ``awaiting`` is outside a first compile shared between two processes: nothing to wait for."""
+
+
+#: Called with a function's name before it is compiled, or loaded from the cache, for a caller to call it: during
+#: a first compile shared with a second process (``engine.claim_shares``), it waits while the other one compiles
+#: it, so that it is loaded, not compiled twice.
+awaiting: Callable[[str], None] = no_wait
+
+
+def _symbol(function: Any, argtypes: tuple) -> str:
+    """The name by which compiled callers call ``function`` compiled for ``argtypes``, the same in every process
+    (numba's own names for its functions count the functions a process compiled)."""
+    python = function.py_func
+    described = f"{python.__module__}.{python.__qualname__}{argtypes}"
+    return f"pipeline_sim.{python.__qualname__}.{hashlib.sha256(described.encode()).hexdigest()[:20]}"
+
+
+def _link(function: Any, argtypes: tuple, returns: Any = None) -> str:
+    """``function`` compiled for ``argtypes`` (or loaded from the cache), its address known by ``_symbol``; what it
+    returns checked against ``returns``, the type its callers were given."""
+    name = _symbol(function, argtypes)
+    if name not in _LINKED:
+        awaiting(function.py_func.__name__)
+        function.compile(argtypes)
+        compiled = function.overloads[argtypes]
+        if returns is not None and compiled.signature.return_type != returns:
+            raise TypeError(f"the kernel's {function.py_func.__qualname__} returns {compiled.signature.return_type}, "
+                            f"its callers were told {returns}")
+        address = compiled.library.get_pointer_to_function(compiled.fndesc.llvm_func_name)
+        if not address:
+            raise RuntimeError(f"the kernel's {function.py_func.__qualname__} has no machine code to call")
+        llvmlite.binding.add_symbol(name, address)
+        _LINKED.add(name)
+    return name
+
+
+def loadable(cache: Any, argtypes: tuple, target: Any) -> bool:
+    """Whether the cached code of ``cache``'s function for ``argtypes`` may be loaded: every address it calls is
+    known in this process, once the functions it calls at their address are loaded (or compiled) and linked. False
+    when one of them has no code (its cache files removed while its callers' were kept): loaded, the caller would
+    crash the process, so it is compiled anew."""
+    try:
+        name = cache._cache_file._load_index().get(cache._index_key(argtypes, target.codegen()))
+        code = Path(cache._cache_file._data_path(name)).read_bytes() if name else b""
+    except Exception:  # unreadable: the load itself finds it so, and compiles
+        return True
+    needed = {symbol.decode() for symbol in _SYMBOL.findall(code)} - _LINKED
+    if needed:
+        sources = {_symbol(function, compiled): (function, compiled) for function in AT_ADDRESS
+                   for compiled in set(function.overloads) | _cached_signatures(function)}
+        if not needed <= sources.keys():
+            return False
+        for symbol in sorted(needed):
+            _link(*sources[symbol])
+    return True
+
+
+#: A name of ``_symbol`` within machine code.
+_SYMBOL = re.compile(rb"pipeline_sim\.[A-Za-z_][A-Za-z_0-9]*\.[0-9a-f]{20}")
+
+
+def _cached_signatures(function: Any) -> set[tuple]:
+    """The argument types for which numba's cache keeps ``function``'s code for this machine and this source."""
+    cache = function._cache
+    try:
+        index = cache._cache_file._load_index()
+    except Exception:  # unreadable: nothing cached (its load removes it, and compiles)
+        return set()
+    codegen = function.targetctx.codegen()
+    return {key[0] for key in index if key == cache._index_key(key[0], codegen)}

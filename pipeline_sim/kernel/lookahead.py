@@ -13,7 +13,7 @@ import numpy as np
 
 from .events import heap_push
 from .jit import compiled, inner, internal
-from .loop import begin, decision, prepare, resume, simulate, try_all
+from .loop import begin_apart, decision, prepare_apart, resume, simulate, try_all
 from .next_task import choices
 from .state import (
     COMM,
@@ -98,10 +98,10 @@ def look_ahead(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: 
     (``expect``), which the static order, each GPU's untaken tasks in order, runs to the end; the candidate of the
     earliest end is taken, the first on a tie. Returns ``(status, now, segments, state, rollouts)``: the state the
     arrays of ``prepare``, as ``simulate`` leaves them; ``rollouts`` how many copies ran to the end."""
-    state = prepare(length, gpu, receiver, comm, stage, index, impact, needs_count, kind_class, reserve, falls,
-                    dispatch_key, len(order_start) - 1, kind_tier, kind_priority, segment_room)
+    state = prepare_apart(length, gpu, receiver, comm, stage, index, impact, needs_count, kind_class, reserve, falls,
+                          dispatch_key, len(order_start) - 1, kind_tier, kind_priority, segment_room)
     F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending = state
-    begin(EXTERNAL, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
+    begin_apart(EXTERNAL, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
     out = np.empty(actions, dtype=np.int64)
     candidates = np.empty(actions + 1, dtype=np.int64)
     now = 0.0

@@ -4,6 +4,7 @@ iteration from time 0 to its last end."""
 from __future__ import annotations
 
 import numpy as np
+from numba import types
 
 from .allocation import (
     compute_rates,
@@ -16,7 +17,7 @@ from .allocation import (
 )
 from .events import heap_pop, mark, push, set_rate
 from .figures import figures
-from .jit import compiled, exposed, inlined, inner
+from .jit import at_address, compiled, exposed, inlined, inner
 from .next_task import dispatch, next_decider, take_next, wake
 from .state import (
     BUSY,
@@ -311,6 +312,18 @@ def try_all(now: float, rule: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, 
         _settle(now, rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
 
 
+#: The loop's work at an event, called at each function's own address (``jit.at_address``): functions the compiler
+#: keeps out of line in any case, whose code is then compiled once for all, in parallel, rather than again in the loop.
+_decide_apart = at_address(_decide)
+sending_sets_apart = at_address(sending_sets)
+group_flows_apart = at_address(group_flows)
+contended_rates_apart = at_address(contended_rates)
+set_group_rates_apart = at_address(set_group_rates)
+_finish_apart = at_address(_finish)
+_settle_apart = at_address(_settle)
+next_decider_apart = at_address(next_decider)
+
+
 @inner
 def advance(rule: int, memory: int, ingress_capacity: float, release_start: np.ndarray, release_task: np.ndarray,
             order_start: np.ndarray, order_task: np.ndarray, peer_start: np.ndarray, peer_task: np.ndarray,
@@ -326,17 +339,17 @@ def advance(rule: int, memory: int, ingress_capacity: float, release_start: np.n
     decider = -1
     while True:
         if rule == EXTERNAL:
-            decider = next_decider(memory, F, I, P, order_start, order_task)
+            decider = next_decider_apart(memory, F, I, P, order_start, order_task)
             if decider >= 0:
                 break
         elif rule != STATIC:
-            _decide(now, rule, memory, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
+            _decide_apart(now, rule, memory, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
         # new rates where the last event's changes reach
-        for group in range(sending_sets(now, F, I, P, Q, A, HT, HI, SI, SF, C, peer_start, peer_task)):
-            count = group_flows(group, ingress_capacity, F, I, P, PF, Q, A)
+        for group in range(sending_sets_apart(now, F, I, P, Q, A, HT, HI, SI, SF, C, peer_start, peer_task)):
+            count = group_flows_apart(group, ingress_capacity, F, I, P, PF, Q, A)
             if count > 0:
-                contended_rates(count, ingress_capacity, p, F, I, A, AF)
-            set_group_rates(group, abs(count), count > 0, now, F, I, P, PF, Q, A, AF, HT, HI, SI, SF, C)
+                contended_rates_apart(count, ingress_capacity, p, F, I, A, AF)
+            set_group_rates_apart(group, abs(count), count > 0, now, F, I, P, PF, Q, A, AF, HT, HI, SI, SF, C)
         compute_rates(now, F, I, P, PF, HT, HI, SI, SF, C)
         if C[DONE_COUNT] >= n:
             status = DONE
@@ -357,11 +370,20 @@ def advance(rule: int, memory: int, ingress_capacity: float, release_start: np.n
                 ending[count] = i
                 count += 1
         for k in range(count):
-            _finish(ending[k], now, F, I, P, Q, K, HT, HI, SI, SF, C, release_start, release_task)
-            _settle(now, rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
+            _finish_apart(ending[k], now, F, I, P, Q, K, HT, HI, SI, SF, C, release_start, release_task)
+            _settle_apart(now, rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
         if rule == EXTERNAL:
             wake(P)
     return status, now, decider
+
+
+#: What the entry points call, each at its own address: the loop and its start and end, which then are compiled once,
+#: not again in each entry point; the loop's ``(status, now, decider)`` as its type, so that an entry point compiles
+#: at the same time as the loop.
+advance_apart = at_address(advance, types.Tuple((types.int64, types.float64, types.int64)))
+prepare_apart = at_address(prepare)
+begin_apart = at_address(begin)
+figures_apart = at_address(figures)
 
 
 @inlined
@@ -371,10 +393,10 @@ def start(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.nd
           reserve: np.ndarray, falls: np.ndarray, dispatch_key: np.ndarray, rule: int, kind_tier: np.ndarray,
           kind_priority: np.ndarray, segment_room: int) -> tuple:
     """An iteration's state (``prepare``) once time 0 is settled (``begin``): what ``advance`` runs from."""
-    state = prepare(length, gpu, receiver, comm, stage, index, impact, needs_count, kind_class, reserve, falls,
-                    dispatch_key, len(order_start) - 1, kind_tier, kind_priority, segment_room)
+    state = prepare_apart(length, gpu, receiver, comm, stage, index, impact, needs_count, kind_class, reserve, falls,
+                          dispatch_key, len(order_start) - 1, kind_tier, kind_priority, segment_room)
     F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending = state
-    begin(rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
+    begin_apart(rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
     return state
 
 
@@ -382,10 +404,10 @@ def start(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.nd
 #: besides the loop ``advance`` and the entry points: every function they call, each compiled by whichever process
 #: reaches it first, into the cache from which the other loads it. In an order that starts each process on a function
 #: that needs none of the others, brings each to a callee both use (``set_rate``, ``_settle``) only once the other has
-#: likely written it, and ends on ``prepare``, which the loop does not call, so that one process compiles it while
-#: the other compiles the loop.
-SHARED_COMPILE = (begin, contended_rates, sending_sets, _decide, figures, group_flows, next_decider, set_group_rates,
-                  compute_rates, _finish, heap_pop, wake, prepare)
+#: likely written it, and ends on the loop's short functions, so that both processes are done at about the same time,
+#: the loop then compiled (it needs all it calls at their addresses), then the entry points.
+SHARED_COMPILE = (begin, contended_rates, sending_sets, _decide, figures, prepare, group_flows, next_decider,
+                  set_group_rates, compute_rates, _finish, heap_pop, wake)
 
 
 @compiled
@@ -418,9 +440,9 @@ def simulate(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np
                       order_start, order_task, kind_class, reserve, falls, dispatch_key, rule, kind_tier,
                       kind_priority, segment_room)
     F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending = state
-    status, now, decider = advance(rule, memory, ingress_capacity, release_start, release_task, order_start,
-                                   order_task, peer_start, peer_task, F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K,
-                                   ending, now)
+    status, now, decider = advance_apart(rule, memory, ingress_capacity, release_start, release_task, order_start,
+                                         order_task, peer_start, peer_task, F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF,
+                                         K, ending, now)
     kept = min(C[SEGMENTS], segment_room)
     return status, F, I, C[SEGMENTS], SI[:kept], SF[:, :kept], P, now, decider
 
@@ -432,9 +454,9 @@ def resume(memory: int, ingress_capacity: float, release_start: np.ndarray, rele
     """A run whose every decision is its caller's (``EXTERNAL``), continued from ``state`` at ``now`` to its next
     decision or its end: ``(status, segments, now, decider)``, as ``simulate`` gives them."""
     F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending = state
-    status, now, decider = advance(EXTERNAL, memory, ingress_capacity, release_start, release_task, order_start,
-                                   order_task, peer_start, peer_task, F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K,
-                                   ending, now)
+    status, now, decider = advance_apart(EXTERNAL, memory, ingress_capacity, release_start, release_task,
+                                         order_start, order_task, peer_start, peer_task, F, I, P, PF, Q, A, AF, C, HT,
+                                         HI, SI, SF, K, ending, now)
     return status, C[SEGMENTS], now, decider
 
 
@@ -474,10 +496,10 @@ def simulate_policies(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray,
             length, gpu, receiver, comm, stage, index, impact, needs_count, release_start, release_task,
             order_start, order_task, kind_class, reserve, falls, dispatch_key, rule, kind_tiers[row],
             kind_priorities[row], 0)
-        status = advance(rule, memory, ingress_capacity, release_start, release_task, order_start, order_task,
-                         peer_start, peer_task, F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending, 0.0)[0]
+        status = advance_apart(rule, memory, ingress_capacity, release_start, release_task, order_start, order_task,
+                               peer_start, peer_task, F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending, 0.0)[0]
         if status == DONE:
             # each column copied whole: the figures' one signature takes contiguous arrays, as a schedule's records
-            figures(gpu, comm, rises, falls, p, units, F[:, START].copy(), F[:, END].copy(), I[:, THROTTLED].copy(),
-                    F[:, THROTTLED_TIME].copy(), out[row])
+            figures_apart(gpu, comm, rises, falls, p, units, F[:, START].copy(), F[:, END].copy(),
+                          I[:, THROTTLED].copy(), F[:, THROTTLED_TIME].copy(), out[row])
     return out

@@ -16,7 +16,7 @@ from numba import types
 from numba.extending import intrinsic, overload
 
 from .jit import compiled, inlined, inner, vectorized
-from .loop import begin, decision, prepare, resume
+from .loop import begin_apart, decision, prepare_apart, resume
 from .next_task import choices
 from .observation import GPU_WIDTH, observe
 from .state import DONE, DONE_COUNT, EXTERNAL, RUNNING
@@ -148,10 +148,10 @@ def play(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.nda
     """One iteration to its end, every decision the network's (``act``) on the deciding GPU's view
     (``observe_all``, ``fields`` wide), a decision with one possible action taken without asking it. Returns
     ``(status, now, segments, state)``: the state the arrays of ``prepare``, as ``simulate`` leaves them."""
-    state = prepare(length, gpu, receiver, comm, stage, index, impact, needs_count, kind_class, reserve, falls,
-                    dispatch_key, len(order_start) - 1, kind_tier, kind_priority, segment_room)
+    state = prepare_apart(length, gpu, receiver, comm, stage, index, impact, needs_count, kind_class, reserve, falls,
+                          dispatch_key, len(order_start) - 1, kind_tier, kind_priority, segment_room)
     F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending = state
-    begin(EXTERNAL, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
+    begin_apart(EXTERNAL, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
     out = np.empty(actions, dtype=np.int64)
     mask = np.empty(actions, dtype=np.bool_)
     observation = np.empty(fields)
