@@ -216,6 +216,9 @@ class Weights:
     high: float = 1e3
 
     def check(self, name: str, value: object) -> None:
+        if type(value) is tuple and value and set(map(type, value)) == {float} and \
+                not any(map(math.isnan, value)) and self.low <= min(value) and max(value) <= self.high:
+            return  # the common case, a tuple of floats, without a Python step per stage
         if not isinstance(value, (list, tuple)) or \
                 not all(_is_real(x) and self.low <= float(x) <= self.high for x in value):
             raise ParameterError(name, value, f"must be {self.describe()}")
