@@ -381,7 +381,7 @@ class EnvParams:
                                  "chunk (gpipe, 1f1b, zb-h1)")
         stages = self.num_gpus * spec.v(self.chunks)
         for name in STAGE_LISTS:
-            object.__setattr__(self, name, tuple(float(w) for w in getattr(self, name)))
+            object.__setattr__(self, name, tuple(map(float, getattr(self, name))))
             if getattr(self, name) and len(getattr(self, name)) != stages:
                 raise ParameterError(name, getattr(self, name),
                                      f"must have one weight per stage: {stages} for {spec.name} on {self.num_gpus} "

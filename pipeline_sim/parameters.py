@@ -40,6 +40,8 @@ class ParameterError(ValueError):
 
 
 def _is_real(value: object) -> bool:
+    if type(value) is float or type(value) is int:  # most values: without numbers.Real's slower abstract check
+        return math.isfinite(value)
     return isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -52,7 +54,8 @@ class Integers:
     maximum_text: str = ""  # how the bound reads, when its digits would not (``2^63 - 1``)
 
     def check(self, name: str, value: object) -> None:
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < self.minimum or \
+        if type(value) is not int and (isinstance(value, bool) or not isinstance(value, numbers.Integral)) or \
+                int(value) < self.minimum or \
                 (self.maximum is not None and int(value) > self.maximum):
             raise ParameterError(name, value, f"must be {self.describe()}")
 
@@ -213,6 +216,9 @@ class Weights:
     high: float = 1e3
 
     def check(self, name: str, value: object) -> None:
+        if type(value) is tuple and value and set(map(type, value)) == {float} and \
+                not any(map(math.isnan, value)) and self.low <= min(value) and max(value) <= self.high:
+            return  # the common case, a tuple of floats, without a Python step per stage
         if not isinstance(value, (list, tuple)) or \
                 not all(_is_real(x) and self.low <= float(x) <= self.high for x in value):
             raise ParameterError(name, value, f"must be {self.describe()}")

@@ -194,12 +194,12 @@ def workload_environment(workload: Workload, **env: Any) -> EnvParams:
         raise ParameterError("n", env["n"], "is derived from global_batch_size; give one of them")
     # checks num_gpus, schedule...; with the workload's own n, which a schedule's requirement on n judges
     base = EnvParams(**{key: value for key, value in env.items() if key != "n"},
-                     n=workload.micro_batches(env.get("n", EnvParams().n)))
+                     n=workload.micro_batches(env.get("n", PARAMETER["n"].default)))
     if base.zero and workload.bytes_per_param < 2 * workload.dtype_bytes:
         raise ParameterError("bytes_per_param", workload.bytes_per_param, f"must hold a weight and a gradient (2 x "
                              f"dtype_bytes = {2 * workload.dtype_bytes}) for zero {base.zero} to shard the rest")
     derived = derived_parameters(workload, num_gpus=base.num_gpus, schedule=base.schedule, chunks=base.chunks,
-                                 n=env.get("n", EnvParams().n), zero=base.zero)
+                                 n=env.get("n", PARAMETER["n"].default), zero=base.zero)
     # zero 2 and 3 reduce-scatter each micro-batch's gradients as its backward ends (section 15)
     sync_freq = env.get("sync_freq", 1 if base.zero >= 2 else derived["n"])
     compute = "with this gpu, compute_efficiency, micro_batch_size, seq_len and tensor_parallel" + \

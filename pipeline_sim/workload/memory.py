@@ -51,9 +51,9 @@ def gpu_params(workload: Workload, num_gpus: int, schedule: str = "1f1b", chunks
     elif workload.layers_per_stage == "balanced" and shape.layers % stages == 0:
         held = [shape.layers / num_gpus * layer_params(shape) / t] * num_gpus  # the even split, as it always was
     else:
-        held = [0.0] * num_gpus
+        held, per_layer = [0.0] * num_gpus, layer_params(shape)
         for stage, count in enumerate(layers):
-            held[spec.placement(stage, num_gpus, v)] += count * layer_params(shape) / t
+            held[spec.placement(stage, num_gpus, v)] += count * per_layer / t
     embedding = shape.vocab * shape.hidden / t
     for stage in (0, stages - 1):
         held[spec.placement(stage, num_gpus, v)] += embedding
@@ -64,8 +64,11 @@ def stage_params(workload: Workload, stages: int) -> list[float]:
     """Parameters of each stage (per tensor-parallel rank): its layers, the input embedding on the first stage and the
     output layer on the last (both where gradients are synced, whatever ``embedding_on_first`` says of the work)."""
     shape, t = workload.shape, workload.tensor_parallel
-    held = [sum(split) for split in stage_param_split(workload, stages)] if not shape.plain else \
-        [count * layer_params(shape) / t for count in stage_layers(workload, stages)]
+    if shape.plain:
+        per_layer = layer_params(shape)
+        held = [count * per_layer / t for count in stage_layers(workload, stages)]
+    else:
+        held = [sum(split) for split in stage_param_split(workload, stages)]
     for stage in (0, stages - 1):
         held[stage] += shape.vocab * shape.hidden / t
     return held

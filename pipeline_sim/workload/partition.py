@@ -55,15 +55,13 @@ def bottleneck_split(costs: Sequence[float], first: float, last: float, stages: 
         raise ParameterError("stages", stages, f"must be from 1 to the {count} layers")
     prefix = np.concatenate(([0.0], np.cumsum(np.asarray(costs, dtype=float))))
     span = prefix[None, :] - prefix[:, None]  # span[i, j]: layers i..j-1
+    span[np.tril_indices(count + 1)] = np.inf  # j <= i: no layer, never a stage
     best = np.full(count + 1, np.inf)
     best[1:] = prefix[1:] + first  # stage 0 holds layers 0..j-1
     starts = np.zeros((stages, count + 1), dtype=int)
-    empty = np.tril_indices(count + 1)  # j <= i: no layer
     for k in range(1, stages):
-        extra = last if k == stages - 1 else 0.0
         # stage k holds layers i..j-1 (i >= k: a layer for each stage before it, j > i)
-        candidates = np.maximum(best[:, None], span + extra)
-        candidates[empty] = np.inf
+        candidates = np.maximum(best[:, None], span + last if k == stages - 1 else span)
         candidates[:k, :] = np.inf
         starts[k] = np.argmin(candidates, axis=0)
         best = candidates[starts[k], np.arange(count + 1)]
