@@ -423,8 +423,13 @@ def _partitions(base: Workload, t: int, c: int, e: int, d: int, b: int, recomput
 def _shortened(params: EnvParams, rounds: int) -> EnvParams:
     """``params`` on ``rounds`` x p micro-batches (at most its own), its gradients synced as in the iteration: once
     at the end, or after every ``sync_freq`` micro-batches when it syncs more often (zero 2 and 3 after each)."""
-    n = min(params.n, rounds * params.num_gpus)
+    n = _shortened_n(params, rounds)
     return replace(params, n=n, sync_freq=n if params.sync_freq >= params.n else params.sync_freq)
+
+
+def _shortened_n(params: EnvParams, rounds: int) -> int:
+    """The micro-batches of ``_shortened(params, rounds)``, without making it."""
+    return min(params.n, rounds * params.num_gpus)
 
 
 @lru_cache(maxsize=256)
@@ -441,7 +446,7 @@ def estimated_memory_gb(layout: Layout) -> float:
     instant are a sum of its stages' weights over the micro-batches in flight, so at least the lightest weight
     times their count). Equal stages share one count per schedule, p and n, whatever the model."""
     params = layout.params
-    peaks = _unit_peaks(params.schedule, params.num_gpus, params.chunks, _shortened(params, PEAK_ROUNDS).n)
+    peaks = _unit_peaks(params.schedule, params.num_gpus, params.chunks, _shortened_n(params, PEAK_ROUNDS))
     lightest = min(params.stage_weights, default=1.0)
     return max(gpu_memory_gb(layout.workload, params, tuple(lightest * peak for peak in peaks)))
 
