@@ -25,6 +25,7 @@ from .model import EnvParams, ParameterError, Policy
 from .parallel import ordered_map
 from .scenarios import policy_grid
 from .schedules import get_schedule
+from .taskgraph import estimated_tasks
 from .workload import (
     RECOMPUTE_MODES,
     Workload,
@@ -320,7 +321,7 @@ def _allowed(filters: Filters | None, dimension: str, values: Iterable) -> list:
 
 
 def enumerate_layouts(base: Workload, gpus: int, env: dict[str, object] | None = None,
-                      filters: Filters | None = None, headroom_gb: float = 0.0) -> Enumeration:
+                      filters: Filters | None = None, headroom_gb: float = 0.0, workers: int = 1) -> Enumeration:
     """Every layout of ``base`` (its model, GPU, batch and network) on ``gpus`` GPUs that is a valid environment,
     within ``filters``; those whose parameters and optimizer state leave no room in the GPU (less ``headroom_gb``)
     are set apart before their environment is built.
@@ -329,12 +330,13 @@ def enumerate_layouts(base: Workload, gpus: int, env: dict[str, object] | None =
     sequence parallelism; context degrees cut the sequence into 2c chunks of ``MIN_CONTEXT_TOKENS`` or more;
     pipeline degrees divide what is left, with a layer for each stage; the micro-batch size times the
     data-parallel degree divides the global batch; zero 1 to 3 only with data parallelism. ``env``: the
-    environment's other parameters (jitter, seed).
+    environment's other parameters (jitter, seed). The choices' partitions are built on ``workers`` processes, in
+    chunks, and gathered in order: the result is the same on any number.
     """
     shape = base.shape
     assert base.global_batch_size is not None and base.seq_len is not None
     budget = base.device.memory_gb - headroom_gb
-    layouts, enumerated, least, too_large = [], 0, (math.inf, ""), []
+    choices = []  # the arguments of ``_partitions``, in the order their layouts are listed
     tensors = [t for t in _divisors(gpus) if t <= GPUS_PER_NODE and not shape.heads % t and
                not (shape.kv_heads or shape.heads) % t and (t == 1 or base.tp_bandwidth is not None)]
     for t in _allowed(filters, "tensor_parallel", tensors):
@@ -359,14 +361,27 @@ def enumerate_layouts(base: Workload, gpus: int, env: dict[str, object] | None =
                             for recompute in _allowed(filters, "recompute", RECOMPUTE_MODES):
                                 if recompute == "selective" and base.flash_attention:
                                     continue  # what selective recomputes, flash attention never keeps: none again
-                                found = _partitions(base, t, c, e, d, b, recompute, p, schedule, v, env, filters,
-                                                    budget)
-                                enumerated += found[0]
-                                layouts.extend(found[1])
-                                too_large.extend(found[2])
-                                if found[3][0] < least[0]:
-                                    least = found[3]
+                                choices.append((base, t, c, e, d, b, recompute, p, schedule, v, env, filters,
+                                                budget))
+    layouts, enumerated, least, too_large = [], 0, (math.inf, ""), []
+    size = max(1, -(-len(choices) // (ENUMERATION_CHUNKS * workers)))
+    chunks = [choices[k:k + size] for k in range(0, len(choices), size)]
+    for chunk in ordered_map(_partitions_of, chunks, workers if len(chunks) > 1 else 1):
+        for found in chunk:
+            enumerated += found[0]
+            layouts.extend(found[1])
+            too_large.extend(found[2])
+            if found[3][0] < least[0]:
+                least = found[3]
     return Enumeration(layouts, enumerated, least, too_large)
+
+
+#: Chunks per worker of an enumeration: enough that the workers end together, few enough that each is worth a call.
+ENUMERATION_CHUNKS = 8
+
+
+def _partitions_of(chunk: list[tuple]) -> list[tuple[int, list[Layout], list[Unsimulated], tuple[float, str]]]:
+    return [_partitions(*arguments) for arguments in chunk]
 
 
 def _partitions(base: Workload, t: int, c: int, e: int, d: int, b: int, recompute: str, p: int, schedule: str, v: int,
@@ -408,8 +423,13 @@ def _partitions(base: Workload, t: int, c: int, e: int, d: int, b: int, recomput
 def _shortened(params: EnvParams, rounds: int) -> EnvParams:
     """``params`` on ``rounds`` x p micro-batches (at most its own), its gradients synced as in the iteration: once
     at the end, or after every ``sync_freq`` micro-batches when it syncs more often (zero 2 and 3 after each)."""
-    n = min(params.n, rounds * params.num_gpus)
+    n = _shortened_n(params, rounds)
     return replace(params, n=n, sync_freq=n if params.sync_freq >= params.n else params.sync_freq)
+
+
+def _shortened_n(params: EnvParams, rounds: int) -> int:
+    """The micro-batches of ``_shortened(params, rounds)``, without making it."""
+    return min(params.n, rounds * params.num_gpus)
 
 
 @lru_cache(maxsize=256)
@@ -426,7 +446,7 @@ def estimated_memory_gb(layout: Layout) -> float:
     instant are a sum of its stages' weights over the micro-batches in flight, so at least the lightest weight
     times their count). Equal stages share one count per schedule, p and n, whatever the model."""
     params = layout.params
-    peaks = _unit_peaks(params.schedule, params.num_gpus, params.chunks, _shortened(params, PEAK_ROUNDS).n)
+    peaks = _unit_peaks(params.schedule, params.num_gpus, params.chunks, _shortened_n(params, PEAK_ROUNDS))
     lightest = min(params.stage_weights, default=1.0)
     return max(gpu_memory_gb(layout.workload, params, tuple(lightest * peak for peak in peaks)))
 
@@ -537,7 +557,7 @@ def plan(base: Workload, gpus: int, *, env: dict[str, object] | None = None, sam
     ``workers`` processes; the result is the same."""
     if base.global_batch_size is None:
         raise PlanError("global_batch_size = None: the planner needs the global batch (sequences per iteration)")
-    found = enumerate_layouts(base, gpus, env, filters, headroom_gb)
+    found = enumerate_layouts(base, gpus, env, filters, headroom_gb, workers)
     degrees = f"tensor degrees dividing {gpus} up to {GPUS_PER_NODE} and its {base.shape.heads} heads" \
         if base.tp_bandwidth is not None else f"tensor degree 1 only ({NO_TENSOR_PARALLEL})"
     pinned = "; within " + ", ".join(f"{key} {'/'.join(map(str, sorted(values)))}"
@@ -620,8 +640,9 @@ def plan(base: Workload, gpus: int, *, env: dict[str, object] | None = None, sam
     # the fastest runs and layouts, again over the policy grid and in full; until those listed are all such (a
     # run simulated in full may turn out slower than the screening's extrapolation of the next)
     ranked = fitting
-    while pending := [o for o in _leading(ranked) if not o.full or o.policy == Policy().label
-                      and id(o) not in passed]:
+    while pending := sorted((o for o in _leading(ranked) if not o.full or o.policy == Policy().label
+                             and id(o) not in passed), key=lambda o: -estimated_tasks(o.layout.params)):
+        # the largest first, so that the workers end at about the same time (the result is the same in any order)
         for old, new in zip(pending, _map(_policy_pass, ((o, samples) for o in pending), workers, cluster)):
             passed.add(id(new))
             tried[tried.index(old)] = new

@@ -134,6 +134,13 @@ def test_layouts_divide_and_pruning_never_drops_what_simulation_keeps():
         assert estimated_memory_gb(layout) <= memory * (1 + 1e-5)  # peaks in units of 2^-20 of a stage
 
 
+def test_layouts_enumerated_on_workers_are_those_enumerated_alone_in_the_same_order():
+    alone = enumerate_layouts(tiny(), 16)
+    shared = enumerate_layouts(tiny(), 16, workers=2)
+    assert len(alone.layouts) > 40 and alone.too_large  # enough choices that each worker gets chunks
+    assert shared == alone
+
+
 def test_the_best_of_a_small_plan_is_the_best_of_every_layout():
     base = tiny()
     result = plan(base, 4)
