@@ -60,6 +60,8 @@ SEQ, DONE_COUNT, SEGMENTS, HEAP_SIZE, DIRTY_COMM_COUNT, DIRTY_COMPUTE_COUNT, STA
 
 
 # Scratch of the allocation: rows of A (integers) and AF (floats), each at least twice as
-# wide as the flows of a group and as wide as the GPUs. A flow's number is its column.
-FLOWS, CHOSEN, SENDER, RECEIVER_OF, LAYER_OF, MEMBER, EGRESS_OF, INGRESS_OF, PORTS, OPEN, FROZEN = range(11)
+# wide as the flows of a group and as wide as the GPUs. A flow's number is its column;
+# BOUND_START and BOUND_MEMBER are compressed rows: per capacity, its flows.
+FLOWS, CHOSEN, SENDER, RECEIVER_OF, LAYER_OF, MEMBER, EGRESS_OF, INGRESS_OF, PORTS, OPEN, FROZEN, BOUND_START, \
+    BOUND_MEMBER = range(13)
 WEIGHT_OF, RATE_OF, CAPACITY, FREE, UNFROZEN, LEVEL, LEFT = range(7)
