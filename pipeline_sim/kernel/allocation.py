@@ -13,6 +13,7 @@ from .state import (
     BUSY,
     CAPACITY,
     CHOSEN,
+    CHOSEN_NOW,
     COMM,
     DIRTY_COMM,
     DIRTY_COMM_COUNT,
@@ -339,19 +340,17 @@ def sending_sets(now: float, F: np.ndarray, I: np.ndarray, P: np.ndarray, Q: np.
         s = P[DIRTY_COMM_LIST, k]
         seeds = _seed(s, seeds, P)
         size = choose_sending_set(s, P[READY_COUNT, s], Q, F, I, A)
+        for c in range(size):
+            I[A[CHOSEN, c], CHOSEN_NOW] = 1
         for j in range(P[SENDING_COUNT, s]):
             i = Q[SENDING_SET, s, j]
             if I[i, RECEIVER] >= 0:
                 seeds = _seed(I[i, RECEIVER], seeds, P)  # its receiver's other inflow may speed up
-            if F[i, RATE] != 0.0 or I[i, THROTTLED_NOW] == 1:
-                kept = False
-                for c in range(size):
-                    if A[CHOSEN, c] == i:
-                        kept = True
-                if not kept:
-                    set_rate(i, 0.0, False, now, F, I, HT, HI, SI, SF, C)
+            if (F[i, RATE] != 0.0 or I[i, THROTTLED_NOW] == 1) and I[i, CHOSEN_NOW] == 0:
+                set_rate(i, 0.0, False, now, F, I, HT, HI, SI, SF, C)  # no longer sending
         for c in range(size):
             Q[SENDING_SET, s, c] = A[CHOSEN, c]
+            I[A[CHOSEN, c], CHOSEN_NOW] = 0
         P[SENDING_COUNT, s] = size
         P[DIRTY_COMM, s] = 0
     C[DIRTY_COMM_COUNT] = 0
