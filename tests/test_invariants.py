@@ -223,3 +223,27 @@ def test_the_from_scratch_check_has_teeth(good):
     prop.segments[0] = (t0, t1, rate * 0.9)
     assert from_scratch_mismatches(good) == []
     assert any("0FP1" in problem for problem in from_scratch_mismatches(broken))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_kernels_layered_allocation_is_the_references_to_the_bit(seed):
+    """Many flows among many GPUs, in several layers, some leaving the modelled GPUs: every rate the kernel's
+    progressive filling gives is the plain-Python reference's float, bit for bit (each capacity's sums over its
+    flows in their order)."""
+    from pipeline_sim.kernel import SHARED_LAYER, ZERO_LAYER
+    from pipeline_sim.kernel import layered_rates as kernel_rates
+
+    rng = random.Random(seed)
+    for _ in range(150):
+        gpus, count = rng.randint(2, 10), rng.randint(1, 40)
+        senders = [rng.randrange(gpus) for _ in range(count)]
+        receivers = [None if rng.random() < 0.1 else rng.choice([g for g in range(gpus) if g != sender])
+                     for sender in senders]
+        # a GPU's sending set is of one layer: one layer per sender
+        layer_of = {g: rng.choice([0, 1, SHARED_LAYER, ZERO_LAYER]) for g in range(gpus)}
+        layers = [layer_of[sender] for sender in senders]
+        weights = [rng.choice([1.0, 0.5, 0.3, round(rng.uniform(0.01, 1), 2), rng.uniform(0.01, 1)])
+                   for _ in range(count)]
+        ingress = rng.choice([0.5, 1.0, 1.5, rng.uniform(0.1, 3)])
+        assert kernel_rates(senders, receivers, weights, layers, ingress) == \
+            layered_rates(senders, receivers, weights, layers, ingress)

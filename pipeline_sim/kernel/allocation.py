@@ -8,9 +8,12 @@ import numpy as np
 from .events import mark, set_rate, sort_row
 from .jit import exposed, inner, within
 from .state import (
+    BOUND_MEMBER,
+    BOUND_START,
     BUSY,
     CAPACITY,
     CHOSEN,
+    CHOSEN_NOW,
     COMM,
     DIRTY_COMM,
     DIRTY_COMM_COUNT,
@@ -134,6 +137,8 @@ def _fill(count: int, A: np.ndarray, AF: np.ndarray) -> None:
     for k in range(count):
         if A[RECEIVER_OF, A[MEMBER, k]] >= 0:
             total = _insert(A, egress, total, A[RECEIVER_OF, A[MEMBER, k]])
+    for c in range(total + 1):
+        A[BOUND_START, c] = 0
     for c in range(total):
         AF[CAPACITY, c] = 1.0 if c < egress else AF[LEFT, A[PORTS, c]]
         A[OPEN, c] = c
@@ -143,6 +148,24 @@ def _fill(count: int, A: np.ndarray, AF: np.ndarray) -> None:
         A[INGRESS_OF, k] = _position(A, egress, total, A[RECEIVER_OF, f]) if A[RECEIVER_OF, f] >= 0 else -1
         A[FROZEN, k] = 0
         AF[RATE_OF, f] = 0.0
+        A[BOUND_START, A[EGRESS_OF, k] + 1] += 1
+        if A[INGRESS_OF, k] >= 0:
+            A[BOUND_START, A[INGRESS_OF, k] + 1] += 1
+    # each capacity's flows, in their order: every sum over them below adds in the order of the flows, the same
+    # floats whichever way they are found
+    for c in range(total):
+        A[BOUND_START, c + 1] += A[BOUND_START, c]
+    for k in range(count):
+        c = A[EGRESS_OF, k]
+        A[BOUND_MEMBER, A[BOUND_START, c]] = k
+        A[BOUND_START, c] += 1
+        c = A[INGRESS_OF, k]
+        if c >= 0:
+            A[BOUND_MEMBER, A[BOUND_START, c]] = k
+            A[BOUND_START, c] += 1
+    for c in range(total, 0, -1):
+        A[BOUND_START, c] = A[BOUND_START, c - 1]
+    A[BOUND_START, 0] = 0
     open_count = total
     while open_count > 0:
         lowest = np.inf
@@ -150,12 +173,12 @@ def _fill(count: int, A: np.ndarray, AF: np.ndarray) -> None:
             c = A[OPEN, j]
             used = 0.0
             unfrozen = 0.0
-            for k in range(count):
-                if A[EGRESS_OF, k] == c or A[INGRESS_OF, k] == c:
-                    if A[FROZEN, k] == 1:
-                        used += AF[RATE_OF, A[MEMBER, k]]
-                    else:
-                        unfrozen += AF[WEIGHT_OF, A[MEMBER, k]]
+            for m in range(A[BOUND_START, c], A[BOUND_START, c + 1]):
+                k = A[BOUND_MEMBER, m]
+                if A[FROZEN, k] == 1:
+                    used += AF[RATE_OF, A[MEMBER, k]]
+                else:
+                    unfrozen += AF[WEIGHT_OF, A[MEMBER, k]]
             left = AF[CAPACITY, c] - used
             AF[FREE, c] = left if left > 0.0 else 0.0
             AF[UNFROZEN, c] = unfrozen
@@ -165,16 +188,17 @@ def _fill(count: int, A: np.ndarray, AF: np.ndarray) -> None:
         for j in range(open_count):
             c = A[OPEN, j]
             if AF[LEVEL, c] <= lowest * (1.0 + LEVEL_TOLERANCE):
-                for k in range(count):
-                    if (A[EGRESS_OF, k] == c or A[INGRESS_OF, k] == c) and A[FROZEN, k] == 0:
+                for m in range(A[BOUND_START, c], A[BOUND_START, c + 1]):
+                    k = A[BOUND_MEMBER, m]
+                    if A[FROZEN, k] == 0:
                         f = A[MEMBER, k]
                         AF[RATE_OF, f] = AF[WEIGHT_OF, f] * AF[FREE, c] / AF[UNFROZEN, c]
                         A[FROZEN, k] = 1
         still_open = 0
         for j in range(open_count):
             c = A[OPEN, j]
-            for k in range(count):
-                if (A[EGRESS_OF, k] == c or A[INGRESS_OF, k] == c) and A[FROZEN, k] == 0:
+            for m in range(A[BOUND_START, c], A[BOUND_START, c + 1]):
+                if A[FROZEN, A[BOUND_MEMBER, m]] == 0:
                     A[OPEN, still_open] = c
                     still_open += 1
                     break
@@ -220,7 +244,7 @@ def scratch(flows: int, num_gpus: int) -> tuple[np.ndarray, np.ndarray]:
     """Scratch rows for ``flows`` flows among ``num_gpus`` GPUs (``A``, ``AF``): compiled into the compiled code that
     calls it, and plain numpy from Python (no compile before a first compile's first function)."""
     width = max(2 * flows, num_gpus) + 1
-    A = np.empty((11, width), dtype=np.int64)
+    A = np.empty((13, width), dtype=np.int64)
     AF = np.empty((7, width))
     A[:] = 0
     AF[:] = 0.0
@@ -316,19 +340,17 @@ def sending_sets(now: float, F: np.ndarray, I: np.ndarray, P: np.ndarray, Q: np.
         s = P[DIRTY_COMM_LIST, k]
         seeds = _seed(s, seeds, P)
         size = choose_sending_set(s, P[READY_COUNT, s], Q, F, I, A)
+        for c in range(size):
+            I[A[CHOSEN, c], CHOSEN_NOW] = 1
         for j in range(P[SENDING_COUNT, s]):
             i = Q[SENDING_SET, s, j]
             if I[i, RECEIVER] >= 0:
                 seeds = _seed(I[i, RECEIVER], seeds, P)  # its receiver's other inflow may speed up
-            if F[i, RATE] != 0.0 or I[i, THROTTLED_NOW] == 1:
-                kept = False
-                for c in range(size):
-                    if A[CHOSEN, c] == i:
-                        kept = True
-                if not kept:
-                    set_rate(i, 0.0, False, now, F, I, HT, HI, SI, SF, C)
+            if (F[i, RATE] != 0.0 or I[i, THROTTLED_NOW] == 1) and I[i, CHOSEN_NOW] == 0:
+                set_rate(i, 0.0, False, now, F, I, HT, HI, SI, SF, C)  # no longer sending
         for c in range(size):
             Q[SENDING_SET, s, c] = A[CHOSEN, c]
+            I[A[CHOSEN, c], CHOSEN_NOW] = 0
         P[SENDING_COUNT, s] = size
         P[DIRTY_COMM, s] = 0
     C[DIRTY_COMM_COUNT] = 0

@@ -43,10 +43,10 @@ HOLD_CLASS = -2
 LENGTH, IMPACT, REMAINING, RATE, SINCE, START, END, READY, THROTTLED_TIME, KEY, WEIGHT, SHARE, PRIORITY, \
     DISPATCH_KEY = range(14)
 TASK_FLOATS = 14
-# per task, integers (I):
+# per task, integers (I; ``CHOSEN_NOW`` is 1 only while its GPU's new sending set is put in place):
 GPU, RECEIVER, COMM, STAGE, INDEX, WAITING, LIVE, THROTTLED_NOW, THROTTLED, TIER, LAYER, KIND_CLASS, RESERVE, FALLS, \
-    RANK = range(15)
-TASK_INTS = 15
+    RANK, CHOSEN_NOW = range(16)
+TASK_INTS = 16
 # per GPU, integers (P; a list fills a row from the left, its length in C or in a count row):
 NEXT, BUSY, READY_COUNT, SENDING_COUNT, DIRTY_COMM, DIRTY_COMPUTE, DIRTY_COMM_LIST, DIRTY_COMPUTE_LIST, SEED, \
     SEED_LIST, GROUPED, GROUP, GROUP_END, HELD, DECIDE, TAKEN, WAITED, HOLDING = range(18)
@@ -60,6 +60,8 @@ SEQ, DONE_COUNT, SEGMENTS, HEAP_SIZE, DIRTY_COMM_COUNT, DIRTY_COMPUTE_COUNT, STA
 
 
 # Scratch of the allocation: rows of A (integers) and AF (floats), each at least twice as
-# wide as the flows of a group and as wide as the GPUs. A flow's number is its column.
-FLOWS, CHOSEN, SENDER, RECEIVER_OF, LAYER_OF, MEMBER, EGRESS_OF, INGRESS_OF, PORTS, OPEN, FROZEN = range(11)
+# wide as the flows of a group and as wide as the GPUs. A flow's number is its column;
+# BOUND_START and BOUND_MEMBER are compressed rows: per capacity, its flows.
+FLOWS, CHOSEN, SENDER, RECEIVER_OF, LAYER_OF, MEMBER, EGRESS_OF, INGRESS_OF, PORTS, OPEN, FROZEN, BOUND_START, \
+    BOUND_MEMBER = range(13)
 WEIGHT_OF, RATE_OF, CAPACITY, FREE, UNFROZEN, LEVEL, LEFT = range(7)
