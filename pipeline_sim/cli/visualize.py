@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -392,6 +392,7 @@ def draw(args: argparse.Namespace, params: EnvParams, workload: Workload | None,
 
     from ..plotting import fitted
     from ..plotting.gantt import LAYOUTS, gantt_title, plot_gantt
+    from ..plotting.png import save_figure
 
     rows = params.num_gpus * (len(LAYOUTS[layout]) + args.show_memory + 0.5)
     # wide enough that the shortest compute bar holds a short label, within what a screen can take; an
@@ -411,9 +412,7 @@ def draw(args: argparse.Namespace, params: EnvParams, workload: Workload | None,
                         workload=workload_title(params, workload) if workload else None)
     ax.set_title(fitted(title, fig, 9, share=0.88), fontsize=9, loc="left")
     with atomic_output(output) as temporary:
-        # the fastest PNG compression, as the heatmaps': a 64-GPU chart's 46 million pixels take seconds at the default
-        png: dict[str, Any] = {"pil_kwargs": {"compress_level": 1}} if image_format == "png" else {}
-        fig.savefig(temporary, dpi=130, format=image_format, **png)
+        save_figure(fig, temporary, 130, image_format)  # a 64-GPU chart's 46 million pixels: the fast PNG writer
     peak = metrics.peak_activations
     unit = " s" if workload is not None else ""
     held = bound_of_run(memory_bound(schedule.params, args.sample, schedule.memory_limit), schedule.completion_time,

@@ -24,11 +24,11 @@ from matplotlib.patches import Patch, Rectangle
 from matplotlib.path import Path
 from matplotlib.textpath import TextPath, text_to_path
 from matplotlib.ticker import AutoLocator, FuncFormatter
-from PIL import Image
 
 from ..model import COMM_KINDS
 from ..results import METRICS, PRIO_COLUMNS, TIER_COLUMNS, best_rows, policy_family
 from . import fitted
+from .png import write_png
 
 CMAP = "RdYlGn_r"  # green = fast
 DPI = 110
@@ -318,8 +318,7 @@ class HeatmapFigure:
         self.canvas.restore_region(self.background)
         for artist in self._changing():
             self.fig.draw_artist(artist)
-        Image.fromarray(np.asarray(self.canvas.buffer_rgba())).save(target, format="png", compress_level=1,
-                                                                    dpi=(DPI, DPI))
+        write_png(np.asarray(self.canvas.buffer_rgba()), target, DPI)
 
 
 @lru_cache(maxsize=4)
