@@ -37,7 +37,17 @@ def test_a_binary_file_takes_the_same_bytes_as_a_path(tmp_path):
     assert buffer.getvalue() == (tmp_path / "p.png").read_bytes()
 
 
-@pytest.mark.parametrize("pixels", [np.zeros((4, 4, 3), dtype=np.uint8), np.zeros((4, 4, 4), dtype=np.float64)])
+def test_pixels_in_any_memory_order_are_written_as_they_read(tmp_path):
+    pixels = np.random.default_rng(1).integers(0, 256, (300, 40, 4), dtype=np.uint8)
+    for view in (pixels[::-1], pixels[:, ::2], pixels[..., ::-1], np.asfortranarray(pixels)):
+        write_png(view, tmp_path / "p.png", 110)
+        with Image.open(tmp_path / "p.png") as image:
+            assert np.array_equal(np.asarray(image), view)
+
+
+@pytest.mark.parametrize("pixels", [np.zeros((4, 4, 3), dtype=np.uint8), np.zeros((4, 4, 4), dtype=np.float64),
+                                    np.zeros((0, 4, 4), dtype=np.uint8), np.zeros((4, 0, 4), dtype=np.uint8),
+                                    np.zeros((16,), dtype=np.uint8)])
 def test_what_is_not_rgba_bytes_is_refused(pixels, tmp_path):
     with pytest.raises(ValueError, match="RGBA pixels of 8 bits"):
         write_png(pixels, tmp_path / "p.png", 110)

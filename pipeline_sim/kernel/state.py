@@ -59,9 +59,10 @@ READY_QUEUE, SENDING_SET = range(2)
 SEQ, DONE_COUNT, SEGMENTS, HEAP_SIZE, DIRTY_COMM_COUNT, DIRTY_COMPUTE_COUNT, STACK = range(7)
 
 
-# Scratch of the allocation: rows of A (integers) and AF (floats), each at least twice as
-# wide as the flows of a group and as wide as the GPUs. A flow's number is its column;
-# BOUND_START and BOUND_MEMBER are compressed rows: per capacity, its flows.
+# Scratch of the allocation: rows of A (integers) and AF (floats), each wider than twice the
+# flows of a group and at least as wide as the GPUs. A flow's number is its column;
+# BOUND_START and BOUND_MEMBER are compressed rows: per capacity (up to two per flow), its
+# flows, BOUND_START one longer than the capacities.
 FLOWS, CHOSEN, SENDER, RECEIVER_OF, LAYER_OF, MEMBER, EGRESS_OF, INGRESS_OF, PORTS, OPEN, FROZEN, BOUND_START, \
     BOUND_MEMBER = range(13)
 WEIGHT_OF, RATE_OF, CAPACITY, FREE, UNFROZEN, LEVEL, LEFT = range(7)

@@ -32,9 +32,9 @@ def _chunk(kind: bytes, data: bytes) -> bytes:
 def write_png(pixels: np.ndarray, target: str | os.PathLike | IO[bytes], dpi: float) -> None:
     """Write ``pixels`` (height x width x 4, RGBA, 8 bits each, rows top to bottom) to ``target`` (a path or a binary
     file) as a PNG of ``dpi`` dots per inch."""
-    height, width, channels = pixels.shape
-    if channels != 4 or pixels.dtype != np.uint8:
-        raise ValueError(f"write_png takes RGBA pixels of 8 bits, not {channels} channels of {pixels.dtype}")
+    if pixels.ndim != 3 or pixels.shape[2] != 4 or pixels.dtype != np.uint8 or 0 in pixels.shape:
+        raise ValueError(f"write_png takes RGBA pixels of 8 bits, at least one of them, not an array of shape "
+                         f"{pixels.shape} of {pixels.dtype}")
     if isinstance(target, (str, os.PathLike)):
         with open(target, "wb") as file:
             _write(pixels, file, dpi)
