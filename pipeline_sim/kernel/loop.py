@@ -38,7 +38,6 @@ from .state import (
     FALLS,
     GPU,
     GPU_INTS,
-    HEAP_AT,
     HEAP_SIZE,
     HELD,
     HOLD_CLASS,
@@ -260,7 +259,6 @@ def prepare(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.
         I[i, STAGE] = stage[i]
         I[i, INDEX] = index[i]
         I[i, WAITING] = needs_count[i]
-        I[i, HEAP_AT] = -1
         I[i, TIER] = -1
         I[i, KIND_CLASS] = kind_class[i]
         I[i, RESERVE] = reserve[i]
@@ -281,8 +279,11 @@ def prepare(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.
     A, AF = scratch(p * room, p)
     C = np.empty(7, dtype=np.int64)
     C[:] = 0
-    HT = np.empty(n)  # the heap of projected ends: one entry a task at most
-    HI = np.empty((2, n), dtype=np.int64)
+    # the heap of projected ends, one entry a task at most: per entry its time (HT), number and task (HI rows 0
+    # and 1); per task the place of its entry (HI row 2, -1: none)
+    HT = np.empty(n)
+    HI = np.empty((3, n), dtype=np.int64)
+    HI[2] = -1
     SI = np.empty(segment_room, dtype=np.int64)
     SF = np.empty((3, segment_room))
     K = np.empty((3, 3 * n + 2 * p + 8), dtype=np.int64)
@@ -363,7 +364,7 @@ def advance(rule: int, memory: int, ingress_capacity: float, release_start: np.n
         while C[HEAP_SIZE] > 0 and HT[0] <= limit:
             ending[count] = HI[1, 0]
             count += 1
-            heap_pop(HT, HI, I, C)
+            heap_pop(HT, HI, C)
         for k in range(count):
             _finish_apart(ending[k], now, F, I, P, Q, K, HT, HI, SI, SF, C, release_start, release_task)
             _settle_apart(now, rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)

@@ -43,11 +43,10 @@ HOLD_CLASS = -2
 LENGTH, IMPACT, REMAINING, RATE, SINCE, START, END, READY, THROTTLED_TIME, KEY, WEIGHT, SHARE, PRIORITY, \
     DISPATCH_KEY = range(14)
 TASK_FLOATS = 14
-# per task, integers (I; ``HEAP_AT``, its entry's place in the heap of projected ends, -1 for none;
-# ``CHOSEN_NOW`` is 1 only while its GPU's new sending set is put in place):
-GPU, RECEIVER, COMM, STAGE, INDEX, WAITING, HEAP_AT, THROTTLED_NOW, THROTTLED, TIER, LAYER, KIND_CLASS, RESERVE, \
-    FALLS, RANK, CHOSEN_NOW = range(16)
-TASK_INTS = 16
+# per task, integers (I; ``CHOSEN_NOW`` is 1 only while its GPU's new sending set is put in place):
+GPU, RECEIVER, COMM, STAGE, INDEX, WAITING, THROTTLED_NOW, THROTTLED, TIER, LAYER, KIND_CLASS, RESERVE, FALLS, RANK, \
+    CHOSEN_NOW = range(15)
+TASK_INTS = 15
 # per GPU, integers (P; a list fills a row from the left, its length in C or in a count row):
 NEXT, BUSY, READY_COUNT, SENDING_COUNT, DIRTY_COMM, DIRTY_COMPUTE, DIRTY_COMM_LIST, DIRTY_COMPUTE_LIST, SEED, \
     SEED_LIST, GROUPED, GROUP, GROUP_END, HELD, DECIDE, TAKEN, WAITED, HOLDING = range(18)
