@@ -48,6 +48,55 @@ def test_pure_python_run_gives_the_same_bits():
         assert compiled == expected, (params, policy)  # JSON keeps every bit of a float
 
 
+_HEAP_RUN = """
+import json, random, sys
+sys.path[:0] = [{root!r}]
+import numpy as np
+from pipeline_sim.kernel.events import heap_pop, heap_remove, heap_set
+from pipeline_sim.kernel.state import HEAP_SIZE
+rng = random.Random(5)
+problems, pops = [], 0
+for trial in range(200):
+    tasks = rng.randint(1, 40)
+    HT, HI, C = np.empty(tasks), np.empty((3, tasks), dtype=np.int64), np.zeros(7, dtype=np.int64)
+    HI[2] = -1
+    expected, number = {{}}, 0  # task: (time, number), what the heap should hold
+    for _ in range(rng.randint(1, 200)):
+        task, action = rng.randrange(tasks), rng.random()
+        if action < 0.6:
+            number += 1
+            at = float(rng.randint(0, 8))  # few times: many ties, ordered by number
+            heap_set(HT, HI, C, at, number, task)
+            expected[task] = (at, number)
+        elif action < 0.8:
+            heap_remove(HT, HI, C, task)
+            expected.pop(task, None)
+        elif expected:
+            first = min(expected, key=expected.get)
+            if (HT[0], HI[0, 0], HI[1, 0]) != (*expected.pop(first), first):
+                problems.append(f"trial {{trial}}: popped task {{HI[1, 0]}}, expected {{first}}")
+            heap_pop(HT, HI, C)
+            pops += 1
+        size = C[HEAP_SIZE]
+        held = {{int(HI[1, k]): (float(HT[k]), int(HI[0, k])) for k in range(size)}}
+        if held != expected or any(HI[2, HI[1, k]] != k for k in range(size)) or sum(HI[2] >= 0) != size:
+            problems.append(f"trial {{trial}}: the heap holds {{held}}, expected {{expected}}")
+print(json.dumps([problems[:3], pops]))
+"""
+
+
+def test_the_heap_of_projected_ends_pops_in_order_and_holds_one_entry_a_task():
+    """Random sets, moves and removals of tasks' projected ends, run as plain Python (the heap's functions are called
+    only from compiled code): each pop is the earliest end, equal ends by sequence number, and every task's recorded
+    place is its entry's."""
+    env = dict(os.environ, NUMBA_DISABLE_JIT="1")
+    result = subprocess.run([sys.executable, "-c", _HEAP_RUN.format(root=str(ROOT))], env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    problems, pops = json.loads(result.stdout)
+    assert problems == [] and pops > 1000
+
+
 @pytest.mark.parametrize("seed", range(200))
 def test_figures_of_many_policies_equal_one_simulation_each(seed):
     rng = random.Random(9000 + seed)

@@ -8,7 +8,6 @@ import numpy as np
 from .jit import inner
 from .state import (
     HEAP_SIZE,
-    LIVE,
     RATE,
     RATE_TOLERANCE,
     REMAINING,
@@ -33,6 +32,20 @@ def _heap_swap(HT: np.ndarray, HI: np.ndarray, a: int, b: int) -> None:
     HT[a], HT[b] = HT[b], HT[a]
     HI[0, a], HI[0, b] = HI[0, b], HI[0, a]
     HI[1, a], HI[1, b] = HI[1, b], HI[1, a]
+    HI[2, HI[1, a]] = a
+    HI[2, HI[1, b]] = b
+
+
+@inner
+def _sift_up(HT: np.ndarray, HI: np.ndarray, i: int) -> int:
+    """Move entry i up to its place; returns where it ends."""
+    while i > 0:
+        parent = (i - 1) // 2
+        if not _heap_less(HT, HI, i, parent):
+            break
+        _heap_swap(HT, HI, i, parent)
+        i = parent
+    return i
 
 
 @inner
@@ -50,38 +63,40 @@ def _sift_down(HT: np.ndarray, HI: np.ndarray, size: int, i: int) -> None:
 
 
 @inner
-def heap_push(HT: np.ndarray, HI: np.ndarray, I: np.ndarray, C: np.ndarray, at: float, number: int,
-               task: int) -> None:
-    """Push ``(at, number, task)`` (time, sequence number, task) on the heap of projected ends.
+def heap_set(HT: np.ndarray, HI: np.ndarray, C: np.ndarray, at: float, number: int, task: int) -> None:
+    """Give ``task`` the projected end ``at`` with sequence number ``number`` (which orders equal times) on the heap
+    of projected ends: its one entry moved, or a new one. A task holds one entry at most, at ``HI[2, task]``, so
+    the heap holds no stale entries: it pops the tasks in the order of their latest ends and numbers."""
+    i = HI[2, task]
+    if i < 0:
+        i = C[HEAP_SIZE]
+        C[HEAP_SIZE] = i + 1
+        HI[1, i] = task
+        HI[2, task] = i
+    HT[i], HI[0, i] = at, number
+    if _sift_up(HT, HI, i) == i:
+        _sift_down(HT, HI, C[HEAP_SIZE], i)
 
-    A full heap first drops its stale entries: at most one per task is live."""
-    size = C[HEAP_SIZE]
-    if size == len(HT):
-        kept = 0
-        for k in range(size):
-            if I[HI[1, k], LIVE] == HI[0, k]:
-                HT[kept], HI[0, kept], HI[1, kept] = HT[k], HI[0, k], HI[1, k]
-                kept += 1
-        size = kept
-        for k in range(size // 2 - 1, -1, -1):
-            _sift_down(HT, HI, size, k)
-    HT[size], HI[0, size], HI[1, size] = at, number, task
-    i = size
-    while i > 0:
-        parent = (i - 1) // 2
-        if not _heap_less(HT, HI, i, parent):
-            break
-        _heap_swap(HT, HI, i, parent)
-        i = parent
-    C[HEAP_SIZE] = size + 1
+
+@inner
+def heap_remove(HT: np.ndarray, HI: np.ndarray, C: np.ndarray, task: int) -> None:
+    """Take ``task``'s entry, if it has one, off the heap of projected ends."""
+    i = HI[2, task]
+    if i < 0:
+        return
+    last = C[HEAP_SIZE] - 1
+    C[HEAP_SIZE] = last
+    HI[2, task] = -1
+    if i < last:
+        HT[i], HI[0, i], HI[1, i] = HT[last], HI[0, last], HI[1, last]
+        HI[2, HI[1, i]] = i
+        if _sift_up(HT, HI, i) == i:
+            _sift_down(HT, HI, last, i)
 
 
 @inner
 def heap_pop(HT: np.ndarray, HI: np.ndarray, C: np.ndarray) -> None:
-    size = C[HEAP_SIZE] - 1
-    _heap_swap(HT, HI, 0, size)
-    C[HEAP_SIZE] = size
-    _sift_down(HT, HI, size, 0)
+    heap_remove(HT, HI, C, HI[1, 0])
 
 
 @inner
@@ -113,11 +128,10 @@ def set_rate(i: int, rate: float, throttled: bool, now: float, F: np.ndarray, I:
         if np.isnan(F[i, START]):
             F[i, START] = now
         C[SEQ] += 1
-        I[i, LIVE] = C[SEQ]
         left = F[i, REMAINING] if F[i, REMAINING] > 0.0 else 0.0
-        heap_push(HT, HI, I, C, now + left / rate, C[SEQ], i)
+        heap_set(HT, HI, C, now + left / rate, C[SEQ], i)
     else:
-        I[i, LIVE] = -1
+        heap_remove(HT, HI, C, i)
 
 
 @inner

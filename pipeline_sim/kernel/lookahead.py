@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .events import heap_push
+from .events import heap_set
 from .jit import compiled, inner, internal
 from .loop import begin_apart, decision, prepare_apart, resume, simulate, try_all
 from .next_task import choices
@@ -22,7 +22,6 @@ from .state import (
     EXTERNAL,
     HELD,
     LENGTH,
-    LIVE,
     NEXT,
     RATE,
     READY,
@@ -67,8 +66,7 @@ def expect(now: float, expected: np.ndarray, F: np.ndarray, I: np.ndarray, HT: n
         F[i, REMAINING] = left + since
         if rate > 0.0:
             C[SEQ] += 1
-            I[i, LIVE] = C[SEQ]
-            heap_push(HT, HI, I, C, now + left / rate, C[SEQ], i)
+            heap_set(HT, HI, C, now + left / rate, C[SEQ], i)
 
 
 @inner

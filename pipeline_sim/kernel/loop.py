@@ -47,7 +47,6 @@ from .state import (
     KEY,
     KIND_CLASS,
     LENGTH,
-    LIVE,
     PRIORITY,
     RANK,
     READY,
@@ -260,7 +259,6 @@ def prepare(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.
         I[i, STAGE] = stage[i]
         I[i, INDEX] = index[i]
         I[i, WAITING] = needs_count[i]
-        I[i, LIVE] = -1
         I[i, TIER] = -1
         I[i, KIND_CLASS] = kind_class[i]
         I[i, RESERVE] = reserve[i]
@@ -281,9 +279,11 @@ def prepare(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.
     A, AF = scratch(p * room, p)
     C = np.empty(7, dtype=np.int64)
     C[:] = 0
-    heap_room = 2 * n + 16
-    HT = np.empty(heap_room)
-    HI = np.empty((2, heap_room), dtype=np.int64)
+    # the heap of projected ends, one entry a task at most: per entry its time (HT), number and task (HI rows 0
+    # and 1); per task the place of its entry (HI row 2, -1: none)
+    HT = np.empty(n)
+    HI = np.empty((3, n), dtype=np.int64)
+    HI[2] = -1
     SI = np.empty(segment_room, dtype=np.int64)
     SF = np.empty((3, segment_room))
     K = np.empty((3, 3 * n + 2 * p + 8), dtype=np.int64)
@@ -355,8 +355,6 @@ def advance(rule: int, memory: int, ingress_capacity: float, release_start: np.n
             status = DONE
             break
         # the next event: every task whose projected end lies within the tolerance of the earliest
-        while C[HEAP_SIZE] > 0 and I[HI[1, 0], LIVE] != HI[0, 0]:
-            heap_pop(HT, HI, C)
         if C[HEAP_SIZE] == 0:
             status = STUCK
             break
@@ -364,11 +362,9 @@ def advance(rule: int, memory: int, ingress_capacity: float, release_start: np.n
         limit = now + END_TOLERANCE * max(1.0, abs(now))
         count = 0
         while C[HEAP_SIZE] > 0 and HT[0] <= limit:
-            number, i = HI[0, 0], HI[1, 0]
+            ending[count] = HI[1, 0]
+            count += 1
             heap_pop(HT, HI, C)
-            if I[i, LIVE] == number:
-                ending[count] = i
-                count += 1
         for k in range(count):
             _finish_apart(ending[k], now, F, I, P, Q, K, HT, HI, SI, SF, C, release_start, release_task)
             _settle_apart(now, rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
