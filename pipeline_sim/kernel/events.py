@@ -96,6 +96,7 @@ def heap_remove(HT: np.ndarray, HI: np.ndarray, C: np.ndarray, task: int) -> Non
 
 @inner
 def heap_pop(HT: np.ndarray, HI: np.ndarray, C: np.ndarray) -> None:
+    """Take the earliest end (``HT[0]``, its task ``HI[1, 0]``) off a heap that holds one."""
     heap_remove(HT, HI, C, HI[1, 0])
 
 
