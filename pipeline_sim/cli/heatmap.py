@@ -193,7 +193,7 @@ INCOMPLETE_MARKER = "INCOMPLETE.txt"
 def _write_heatmaps(csv: Path, source: BinaryIO, output_dir: Path, workers: int, metric: str,
                     skip_incomplete: bool, lock: ExitStack) -> Drawn:
     heatmaps, left_out, summaries = [], [], []
-    drawable: list[list[tuple] | None] = []  # per environment, its jitter families; None: left out
+    drawable: list[tuple[list[tuple], int] | None] = []  # per environment, its jitter families and steps; None: none
     steps_used: set[int] = set()
     levels: dict[tuple, list[float]] = {}  # per family of jitter levels, the levels of its environments
     for params, rows in environments(read_results(csv, source=source), where=f"CSV {csv}"):
@@ -219,7 +219,7 @@ def _write_heatmaps(csv: Path, source: BinaryIO, output_dir: Path, workers: int,
         families = jitter_keys(params, workload)
         for family in families:
             levels.setdefault(family, []).append(jitter_level(params, family[0]))
-        drawable.append(families)
+        drawable.append((families, steps))
     comparisons = [(params, workload, summary, output_dir / f"compare_{group_slug(params, workload)}.png")
                    for params, workload, summary in schedule_groups(summaries)]
     dispatch = [DispatchJob(params, workload, key, family,
@@ -227,8 +227,9 @@ def _write_heatmaps(csv: Path, source: BinaryIO, output_dir: Path, workers: int,
                 for params, workload, key, family in dispatch_families(summaries)]
     drawn = {family for family, values in levels.items() if len(set(values)) == len(values) >= 2}
     robustness: list[Path] = []
-    draw = _Drawing(csv, source, output_dir, metric, [families if families is None else
-                                                      bool(drawn.intersection(families)) for families in drawable])
+    draw = _Drawing(csv, source, output_dir, metric, [None if planned is None else
+                                                      (bool(drawn.intersection(planned[0])), planned[1])
+                                                      for planned in drawable])
     jobs: Iterator[HeatmapJob | ComparisonJob | RobustnessJob | DispatchJob] = chain(
         draw.heatmaps(), (ComparisonJob(*comparison) for comparison in comparisons), iter(dispatch),
         draw.robustness(robustness))
@@ -253,22 +254,22 @@ def _lowest(key: str) -> dict[str, Any]:
 
 class _Drawing:
     """The second reading of a sweep's output: its heatmap jobs, and on the way the curves of the environments
-    that a robustness figure follows (``in_family``: None for an environment left out)."""
+    that a robustness figure follows. ``planned``, per environment as the first reading found it: whether a
+    robustness figure follows it and its policy grid's steps per unit; None for an environment left out."""
 
     def __init__(self, path: Path, source: BinaryIO, output_dir: Path, metric: str,
-                 in_family: list[bool | None]) -> None:
-        self.path, self.source, self.output_dir, self.metric, self.in_family = path, source, output_dir, metric, \
-            in_family
+                 planned: list[tuple[bool, int] | None]) -> None:
+        self.path, self.source, self.output_dir, self.metric, self.planned = path, source, output_dir, metric, planned
         self.curves: list[tuple[EnvParams, Workload | None, pd.DataFrame]] = []
 
     def heatmaps(self) -> Iterator[HeatmapJob]:
-        for (params, rows), in_family in zip(environments(read_results(self.path, source=self.source)),
-                                           self.in_family):
-            if in_family is not None:
+        for (params, rows), planned in zip(environments(read_results(self.path, source=self.source)), self.planned):
+            if planned is not None:
+                in_family, steps = planned
                 workload = workload_of(rows)
                 if in_family:
                     self.curves.append((params, workload, curve_rows(rows)))
-                yield HeatmapJob(params, workload, rows, _complete(rows),
+                yield HeatmapJob(params, workload, rows, steps,
                                  self.output_dir / f"{env_slug(params, workload)}.png", self.metric)
 
     def robustness(self, paths: list[Path]) -> Iterator[RobustnessJob]:
