@@ -45,6 +45,7 @@ from .model import (
     TaskKind,
     room_units,
 )
+from .noise import standard_normals
 from .orders import order_parts
 from .schedules import get_schedule
 from .tables import LengthTable
@@ -795,8 +796,10 @@ def _kernel_shares(parts: Sequence[str], claims: Path, other_alive: Callable[[],
         # the memory term, the longest, first; the lower bound once the function both call is likely written
         callees.insert(0, Share("memory_bound", partial(_memory_term, params, lengths, _units_within(params, None))))
         callees.insert(len(callees) // 2, Share("lower_bound", partial(lower_bound, params)))
+    # the noise draw's uniforms, which a run with jitter asks for before it starts
+    callees.insert(1, Share("uniforms", partial(standard_normals, 0, 0, np.zeros((1, 3), dtype=np.int64))))
     # the loop calls all of them but these (``begin``'s share compiles the loop's ``_settle``)
-    outside = ("memory_bound", "lower_bound", "prepare", "figures")
+    outside = ("memory_bound", "lower_bound", "prepare", "figures", "uniforms")
     loop_callees = tuple(share.name for share in callees if share.name not in outside)
     callees.append(Share("advance", partial(_compile_loop_function, loop.advance, named), loop_callees))
     entries = []
