@@ -2,8 +2,9 @@
 
 A task's factor is a fixed function of ``(seed, sample, kind, stage, index)`` and of
 nothing else, so every policy of an environment sees the same draws in one sample and
-no result depends on worker count or run order. The generator, written out here so
-that a result can be reproduced years later whatever library versions are installed:
+no result depends on worker count or run order. The generator, written out here (steps 1
+and 2 compiled, in ``kernel.draws``) so that a result can be reproduced years later
+whatever library versions are installed:
 
 1. the identity is folded into one 64-bit state with SplitMix64 (Steele, Lea and Flood,
    "Fast splittable pseudorandom number generators", 2014): ``h = mix(seed)``, then

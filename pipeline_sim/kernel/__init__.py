@@ -14,8 +14,8 @@ state arrays), ``events`` (rate changes, the heap of projected ends), ``allocati
 (sending sets and rates), ``next_task`` (which compute task a free GPU starts: its static order or a
 dispatch rule), ``bound`` (the lower bound of section 12.2), ``observation`` (what a deciding GPU sees), ``play``
 (a learned dispatcher's decisions, its network evaluated in the loop), ``lookahead`` (candidates tried forward on
-expected lengths), ``loop`` (readiness chains and the loop itself), ``figures`` (what a sweep keeps) and
-``sorting`` (the one sort the figures and the bound use).
+expected lengths), ``loop`` (readiness chains and the loop itself), ``figures`` (what a sweep keeps),
+``sorting`` (the one sort the figures and the bound use) and ``draws`` (the integer steps of the noise draw).
 
 The functions take the task graph as arrays (``engine.GraphArrays``) and never ask
 which schedule produced it. They are plain Python that numba compiles once per
