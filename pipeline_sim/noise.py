@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .compile_cache import load_kernel
+
 JITTER_DISTRIBUTIONS = ("lognormal", "normal")
 
 #: A kind's number in the identity of its draws; fixed forever, whatever the order of TaskKind.
@@ -30,10 +32,10 @@ KIND_NUMBERS = {"forward": 1, "backward": 2, "backward_input": 3, "backward_weig
 def standard_normals(seed: int, sample: int, identities: np.ndarray) -> np.ndarray:
     """One standard normal per row ``(kind number, stage, index)`` of ``identities``: steps 1 and 2 compiled
     (``kernel.draws``), Box-Muller here."""
-    from .kernel.draws import uniforms  # the compiler loaded only by what draws noise
     u1, u2 = np.empty(len(identities)), np.empty(len(identities))
     with np.errstate(over="ignore"):  # SplitMix64's products wrap, and warn when run uncompiled
-        uniforms(np.uint64(seed), np.uint64(sample), np.ascontiguousarray(identities, dtype=np.int64), u1, u2)
+        load_kernel().uniforms(np.uint64(seed), np.uint64(sample), np.ascontiguousarray(identities, dtype=np.int64),
+                               u1, u2)
     return np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)
 
 

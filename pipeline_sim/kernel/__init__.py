@@ -30,6 +30,7 @@ GPU other than through ``grad_sync`` traffic, and the receiving side of ``grad_s
 
 from .allocation import layered_rates
 from .bound import lower_bound, memory_bound, path_times
+from .draws import uniforms
 from .figures import figures
 from .lookahead import look_ahead
 from .loop import begin, decision, prepare, simulate, simulate_policies
@@ -56,4 +57,4 @@ from .state import (
 __all__ = ["BUSY", "DONE", "END", "EXTERNAL", "NEXT", "RANK", "READY", "RUNNING", "SHARED_LAYER", "START", "STUCK",
            "THROTTLED", "THROTTLED_TIME", "ZERO_LAYER", "act", "begin", "choices", "decision", "figures",
            "layered_rates", "look_ahead", "lower_bound", "memory_bound", "observe", "path_times", "play", "prepare",
-           "simulate", "simulate_policies"]
+           "simulate", "simulate_policies", "uniforms"]

@@ -15,7 +15,7 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic, overload
 
-from .jit import at_address, compiled, inlined, inner, vectorized
+from .jit import compiled, inlined, inner, vectorized
 from .loop import advance_apart, begin_apart, decision, prepare_apart
 from .next_task import choices
 from .observation import GPU_WIDTH, observe
@@ -123,10 +123,6 @@ def act(observation: np.ndarray, mask: np.ndarray, weights: np.ndarray, biases: 
     return best
 
 
-# the play calls the network's own code (no reference counting of its slices, its tanh as vector instructions)
-act_apart = at_address(act)
-
-
 @inner
 def observe_all(s: int, now: float, unit: float, bound: float, memory: int, mask: np.ndarray, F: np.ndarray,
                 I: np.ndarray, P: np.ndarray, Q: np.ndarray, C: np.ndarray, order_start: np.ndarray,
@@ -198,6 +194,6 @@ def _decide_all(memory: int, ingress_capacity: float, release_start: np.ndarray,
             action = int(np.argmax(mask))
         else:
             observe_all(s, now, unit, bound, memory, mask, F, I, P, Q, C, order_start, order_task, observation)
-            action = act_apart(observation, mask, weights, biases, shapes, first, second)
+            action = act(observation, mask, weights, biases, shapes, first, second)
         task = out[action] if action < actions - 1 else -1
         decision(s, task, now, EXTERNAL, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
