@@ -143,12 +143,12 @@ def dispatched(seconds: float, rounds: int = 3) -> list[dict]:
 
 
 def random_network(params: EnvParams, rng: np.random.Generator) -> LearnedPolicy:
-    """A 64 x 64 tanh network of random weights for ``params``' episodes."""
+    """A 64 x 64 tanh network of random weights for ``params``' episodes, 32-bit floats as training gives them."""
     from pipeline_sim.episode import Episode
     fields, actions = Episode.layout(params)
     shapes = ((len(fields), 64), (64, 64), (64, len(actions)))
-    return LearnedPolicy(tuple((rng.normal(size=shape) / np.sqrt(shape[0]), np.zeros(shape[1])) for shape in shapes),
-                         fields, actions, {})
+    return LearnedPolicy(tuple(((rng.normal(size=shape) / np.sqrt(shape[0])).astype(np.float32).astype(np.float64),
+                                np.zeros(shape[1])) for shape in shapes), fields, actions, {})
 
 
 def learned_cost(rounds: int = 5, draws: int = 20, repeats: int = 10) -> dict:

@@ -12,9 +12,11 @@ temporary folder for this run only. ``NOTICES`` says what happened, in one line 
 from __future__ import annotations
 
 import atexit
+import importlib
 import importlib.util
 import shutil
 import tempfile
+from functools import cache
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
@@ -59,6 +61,16 @@ def ensure_writable() -> None:
     atexit.register(shutil.rmtree, config.CACHE_DIR, True)
     NOTICES.append(f"no writable compile cache (neither {places[0]} nor {places[-1]}): the kernel is compiled for "
                    f"this run only")
+
+
+@cache
+def load_kernel() -> ModuleType:
+    """The kernel, imported once as every run needs it: a place to keep its machine code found first
+    (``ensure_writable``), then every load of its functions from the cache guarded (``guard_loads``)."""
+    ensure_writable()
+    kernel = importlib.import_module(KERNEL)
+    guard_loads(kernel, kernel.jit.loadable)
+    return kernel
 
 
 def guard_loads(kernel: ModuleType, loadable: Callable[..., bool]) -> None:

@@ -45,6 +45,7 @@ from .model import (
     TaskKind,
     room_units,
 )
+from .noise import standard_normals
 from .orders import order_parts
 from .schedules import get_schedule
 from .tables import LengthTable
@@ -60,12 +61,11 @@ from .taskgraph import (
     task_texts,
 )
 
-compile_cache.ensure_writable()  # before the kernel's functions look for a place to keep their machine code
+compile_cache.load_kernel()  # a place to keep the kernel's machine code found before its functions look for one
 from . import kernel  # noqa: E402
 from .kernel import jit, loop  # noqa: E402
 from .kernel.state import END_TOLERANCE, HOLD_CLASS  # noqa: E402
 
-compile_cache.guard_loads(kernel, jit.loadable)
 _COMM_NUMBER = {kind: number for number, kind in enumerate(COMM_KINDS)}
 _FALLS = (TaskKind.BACKWARD, TaskKind.BACKWARD_WEIGHT)
 #: Per kind number, and -1 for no part (the last entry), whether a part of it raises a GPU's activations as it
@@ -668,6 +668,7 @@ def compile_kernel(parts: Sequence[str] = KERNEL_PARTS) -> None:
     params = EnvParams(n=2, num_gpus=2)
     if "figures" in parts:
         simulate_figures(params, [Policy()])
+        _draw_once()  # loaded here, before a sweep's workers are forked, rather than by each of them
     if "records" in parts:
         simulate(params, Policy())
         memory_bound(params)
@@ -795,8 +796,9 @@ def _kernel_shares(parts: Sequence[str], claims: Path, other_alive: Callable[[],
         # the memory term, the longest, first; the lower bound once the function both call is likely written
         callees.insert(0, Share("memory_bound", partial(_memory_term, params, lengths, _units_within(params, None))))
         callees.insert(len(callees) // 2, Share("lower_bound", partial(lower_bound, params)))
+    callees.insert(1, Share("uniforms", _draw_once))  # the noise draw's, which a run with jitter asks for first
     # the loop calls all of them but these (``begin``'s share compiles the loop's ``_settle``)
-    outside = ("memory_bound", "lower_bound", "prepare", "figures")
+    outside = ("memory_bound", "lower_bound", "prepare", "figures", "uniforms")
     loop_callees = tuple(share.name for share in callees if share.name not in outside)
     callees.append(Share("advance", partial(_compile_loop_function, loop.advance, named), loop_callees))
     entries = []
@@ -806,6 +808,11 @@ def _kernel_shares(parts: Sequence[str], claims: Path, other_alive: Callable[[],
     if "records" in parts:
         entries.append(Share("simulate", partial(simulate, params, Policy()), called))
     claim_shares(claims, callees + entries, other_alive)
+
+
+def _draw_once() -> None:
+    """A noise draw: its compiled steps compiled, or loaded from the cache."""
+    standard_normals(0, 0, np.zeros((1, 3), dtype=np.int64))
 
 
 def _run_arguments(params: EnvParams) -> dict[str, Any]:

@@ -325,13 +325,14 @@ def _episode_shares(claims: Path, other_alive: Callable[[], bool]) -> None:
 
 def _episode_entries() -> list[Share]:
     """What ``compile_episode`` compiles, in shares by the entry points they reach: the compiled play, by a network
-    of one layer of zeros; an episode's first steps, and its observation; the look-ahead."""
+    of one layer of zeros (in 32 bits, as a trained network's weights are packed); an episode's first steps, and its
+    observation; the look-ahead."""
     params = EnvParams(n=2, num_gpus=2)
 
     def play() -> None:
         episode = Episode(params, Policy())
         width = len(episode.fields)
-        episode.play(0, np.zeros(width * episode.actions), np.zeros(episode.actions),
+        episode.play(0, np.zeros(width * episode.actions, dtype=np.float32), np.zeros(episode.actions),
                      np.array([[width, episode.actions]], dtype=np.int64))
 
     def steps() -> None:

@@ -51,8 +51,13 @@ class LearnedPolicy:
 
     @cached_property
     def packed(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The layers as ``kernel.act`` reads them: every weight row after row, every bias, each layer's shape."""
-        return (np.concatenate([weight.ravel() for weight, _ in self.layers]),
+        """The layers as ``kernel.act`` reads them: every weight row after row, every bias, each layer's shape.
+        The weights in 32 bits when every one of them is a 32-bit float, as a network trained by ``train.py`` has
+        them: the same values in half the memory, which the network's evaluation reads at every decision."""
+        weights = np.concatenate([weight.ravel() for weight, _ in self.layers])
+        with np.errstate(over="ignore"):  # a weight beyond 32 bits' range becomes inf, unequal: kept in 64
+            narrow = weights.astype(np.float32)
+        return (narrow if np.array_equal(narrow, weights) else weights,
                 np.concatenate([bias for _, bias in self.layers]),
                 np.array([weight.shape for weight, _ in self.layers], dtype=np.int64))
 

@@ -2,8 +2,9 @@
 
 A task's factor is a fixed function of ``(seed, sample, kind, stage, index)`` and of
 nothing else, so every policy of an environment sees the same draws in one sample and
-no result depends on worker count or run order. The generator, written out here so
-that a result can be reproduced years later whatever library versions are installed:
+no result depends on worker count or run order. The generator, written out here (steps 1
+and 2 compiled, in ``kernel.draws``) so that a result can be reproduced years later
+whatever library versions are installed:
 
 1. the identity is folded into one 64-bit state with SplitMix64 (Steele, Lea and Flood,
    "Fast splittable pseudorandom number generators", 2014): ``h = mix(seed)``, then
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .compile_cache import load_kernel
+
 JITTER_DISTRIBUTIONS = ("lognormal", "normal")
 
 #: A kind's number in the identity of its draws; fixed forever, whatever the order of TaskKind.
@@ -26,30 +29,13 @@ KIND_NUMBERS = {"forward": 1, "backward": 2, "backward_input": 3, "backward_weig
                 "grad_prop": 6, "grad_sync": 7, "optimizer_step": 8, "param_gather": 9, "fwd_gather": 10,
                 "bwd_gather": 11, "kv_exchange": 12, "kv_grad_exchange": 13, "a2a": 14, "a2a_grad": 15}
 
-_GAMMA = np.uint64(0x9E3779B97F4A7C15)
-_M1 = np.uint64(0xBF58476D1CE4E5B9)
-_M2 = np.uint64(0x94D049BB133111EB)
-
-
-def _mix(x: np.ndarray) -> np.ndarray:
-    """One SplitMix64 step of every element (uint64 arithmetic wraps modulo 2^64)."""
-    z = x + _GAMMA
-    z = (z ^ (z >> np.uint64(30))) * _M1
-    z = (z ^ (z >> np.uint64(27))) * _M2
-    return z ^ (z >> np.uint64(31))
-
-
 def standard_normals(seed: int, sample: int, identities: np.ndarray) -> np.ndarray:
-    """One standard normal per row ``(kind number, stage, index)`` of ``identities``."""
-    with np.errstate(over="ignore"):
-        h = _mix(np.full(len(identities), seed, dtype=np.uint64))
-        h = _mix(h ^ np.uint64(sample))
-        for column in range(3):
-            h = _mix(h ^ identities[:, column].astype(np.uint64))
-        first = _mix(h)
-        second = _mix(first)
-    u1 = ((first >> np.uint64(11)).astype(np.float64) + 0.5) / 2.0 ** 53
-    u2 = ((second >> np.uint64(11)).astype(np.float64) + 0.5) / 2.0 ** 53
+    """One standard normal per row ``(kind number, stage, index)`` of ``identities``: steps 1 and 2 compiled
+    (``kernel.draws``), Box-Muller here."""
+    u1, u2 = np.empty(len(identities)), np.empty(len(identities))
+    with np.errstate(over="ignore"):  # SplitMix64's products wrap, and warn when run uncompiled
+        load_kernel().uniforms(np.uint64(seed), np.uint64(sample), np.ascontiguousarray(identities, dtype=np.int64),
+                               u1, u2)
     return np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)
 
 

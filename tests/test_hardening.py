@@ -479,6 +479,22 @@ def test_a_damaged_compile_cache_is_compiled_again_with_one_line(tmp_path):
     assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "b.csv").read_bytes()
 
 
+def test_a_damaged_cache_entry_of_the_noise_draw_is_compiled_again_with_one_line(tmp_path):
+    shutil.copytree(ROOT / "pipeline_sim", tmp_path / "pipeline_sim")
+    (data,) = (tmp_path / "pipeline_sim" / "kernel" / "__pycache__").glob("draws.uniforms-*.1.nbc")
+    data.write_bytes(bytes(range(256)) * 16)
+    noisy = tmp_path / "noisy.json"
+    noisy.write_text(json.dumps({"n": 8, "num_gpus": 4, "compute_jitter": 0.2, "samples": 3}))
+    first = run_copy(tmp_path, "-c", str(noisy), "-o", "a.csv", "--step", "0.5")
+    assert first.returncode == 0 and "Traceback" not in first.stderr, first.stderr
+    (notice,) = notices(first)
+    assert notice.startswith("the compile cache was damaged"), notice
+    second = run_copy(tmp_path, "-c", str(noisy), "-o", "b.csv", "--step", "0.5")
+    assert second.returncode == 0 and notices(second) == [], second.stderr
+    rows = (tmp_path / "a.csv").read_bytes()
+    assert rows.count(b"\n") > 10 and rows == (tmp_path / "b.csv").read_bytes()
+
+
 def test_a_cache_kept_for_callers_but_not_for_the_function_they_call_is_compiled_again(tmp_path):
     """The loop's code removed from the cache by hand, its callers' kept: they call it at its address, which no
     cached code gives any more, so they are compiled again with it, where loading them would crash the process."""

@@ -57,8 +57,9 @@ def test_a_policy_ranking_as_greedy_plays_greedy_to_the_bit(tmp_path, schedule, 
         assert validate_schedule(run) == []
 
 
-@pytest.mark.parametrize("schedule, jitter", [("zb-h1", 0.2), ("1f1b", 0.0), ("interleaved-1f1b", 0.3)])
-def test_the_compiled_play_takes_the_decisions_of_a_step_by_step_episode(schedule, jitter):
+@pytest.mark.parametrize("schedule, jitter, bits", [("zb-h1", 0.2, 64), ("1f1b", 0.0, 64),
+                                                    ("interleaved-1f1b", 0.3, 64), ("zb-h1", 0.2, 32)])
+def test_the_compiled_play_takes_the_decisions_of_a_step_by_step_episode(schedule, jitter, bits):
     params = EnvParams(n=8, num_gpus=4, schedule=schedule, compute_jitter=jitter, comm_jitter=jitter, seed=2,
                        memory_limit=3.0)
     fields, actions = Episode.layout(params)
@@ -66,7 +67,10 @@ def test_the_compiled_play_takes_the_decisions_of_a_step_by_step_episode(schedul
     layers = ((rng.normal(size=(len(fields), 16)), rng.normal(size=16)),
               (rng.normal(size=(16, 16)) / 4, rng.normal(size=16)), (rng.normal(size=(16, len(actions))),
                                                                       rng.normal(size=len(actions))))
+    if bits == 32:  # weights of 32-bit floats, as training gives them: packed in 32 bits
+        layers = tuple((weight.astype(np.float32).astype(np.float64), bias) for weight, bias in layers)
     network = LearnedPolicy(layers, fields, actions, {"made": "at random"})
+    assert network.packed[0].dtype == {32: np.float32, 64: np.float64}[bits]
     for sample in (0, 1):
         stepped, decisions = Episode(params, DEFAULT_POLICY), 0
         stepped.reset(sample)
@@ -87,6 +91,29 @@ def test_the_compiled_play_takes_the_decisions_of_a_step_by_step_episode(schedul
     for k, (weight, bias) in enumerate(layers):
         h = h @ weight + bias if k == len(layers) - 1 else np.tanh(h @ weight + bias)
     assert network.act(observation, mask) == int(np.argmax(h))
+
+
+def test_a_network_of_32_bit_weights_plays_the_same_packed_in_either_width():
+    params = EnvParams(n=8, num_gpus=4, schedule="zb-h1", compute_jitter=0.3, comm_jitter=0.3)
+    fields, actions = Episode.layout(params)
+    rng = np.random.default_rng(3)
+    shapes = ((len(fields), 32), (32, 32), (32, len(actions)))
+    layers = tuple(((rng.normal(size=shape) / np.sqrt(shape[0])).astype(np.float32).astype(np.float64),
+                    rng.normal(size=shape[1]) / 10) for shape in shapes)
+    network = LearnedPolicy(layers, fields, actions, {})
+    narrow, biases, widths = network.packed
+    assert narrow.dtype == np.float32 and np.array_equal(narrow, np.concatenate([w.ravel() for w, _ in layers]))
+    for sample in range(6):
+        played = [Episode(params, DEFAULT_POLICY), Episode(params, DEFAULT_POLICY)]
+        played[0].play(sample, narrow, biases, widths)
+        played[1].play(sample, narrow.astype(np.float64), biases, widths)
+        assert (played[0].figures() == played[1].figures()).all()
+        for a, b in zip(played[0].state[:3], played[1].state[:3]):
+            assert np.array_equal(a, b, equal_nan=True)
+    # one weight that a 32-bit float cannot hold keeps the whole network in 64 bits
+    wider = (layers[0][0].copy(), layers[0][1])
+    wider[0][0, 0] += 2.0 ** -40
+    assert LearnedPolicy((wider, *layers[1:]), fields, actions, {}).packed[0].dtype == np.float64
 
 
 def test_the_networks_tanh_is_the_c_librarys_within_three_units_in_the_last_place():

@@ -76,8 +76,8 @@ def test_the_generator_is_fixed_across_processes():
     assert here == pytest.approx([documented_normal(0, 0, 1, 0, 0), documented_normal(0, 0, 7, 3, 1)], rel=1e-14)
 
 
-def documented_normal(seed, sample, kind, stage, index):
-    """The generator as pipeline_sim/noise.py documents it, in plain Python integers."""
+def documented_uniforms(seed, sample, kind, stage, index):
+    """Steps 1 and 2 of the generator as pipeline_sim/noise.py documents them, in plain Python integers."""
     mask = (1 << 64) - 1
 
     def mix(x):
@@ -91,8 +91,26 @@ def documented_normal(seed, sample, kind, stage, index):
         h = mix(h ^ value)
     first = mix(h)
     second = mix(first)
-    u1, u2 = ((first >> 11) + 0.5) / 2 ** 53, ((second >> 11) + 0.5) / 2 ** 53
+    return ((first >> 11) + 0.5) / 2 ** 53, ((second >> 11) + 0.5) / 2 ** 53
+
+
+def documented_normal(seed, sample, kind, stage, index):
+    """The generator as pipeline_sim/noise.py documents it."""
+    u1, u2 = documented_uniforms(seed, sample, kind, stage, index)
     return math.sqrt(-2 * math.log(u1)) * math.cos(2 * math.pi * u2)
+
+
+def test_the_compiled_uniforms_are_the_documented_generators_to_the_bit():
+    from pipeline_sim.kernel.draws import uniforms
+    rng = np.random.default_rng(4)
+    for seed, sample in [(0, 0), (2 ** 63 - 1, 0), (11, 2 ** 31 - 1), *rng.integers(0, 2 ** 62, (6, 2)).tolist()]:
+        identities = np.column_stack([rng.integers(1, 16, 40), rng.integers(0, 4096, 40),
+                                      rng.integers(0, 10 ** 6, 40)]).astype(np.int64)
+        first, second = np.empty(40), np.empty(40)
+        with np.errstate(over="ignore"):  # run uncompiled, numpy's scalars warn as SplitMix64's products wrap
+            uniforms(np.uint64(seed), np.uint64(sample), identities, first, second)
+        assert list(zip(first.tolist(), second.tolist())) == [documented_uniforms(seed, sample, *map(int, row))
+                                                              for row in identities]
 
 
 @pytest.mark.parametrize("distribution", ["lognormal", "normal"])

@@ -14,8 +14,8 @@ state arrays), ``events`` (rate changes, the heap of projected ends), ``allocati
 (sending sets and rates), ``next_task`` (which compute task a free GPU starts: its static order or a
 dispatch rule), ``bound`` (the lower bound of section 12.2), ``observation`` (what a deciding GPU sees), ``play``
 (a learned dispatcher's decisions, its network evaluated in the loop), ``lookahead`` (candidates tried forward on
-expected lengths), ``loop`` (readiness chains and the loop itself), ``figures`` (what a sweep keeps) and
-``sorting`` (the one sort the figures and the bound use).
+expected lengths), ``loop`` (readiness chains and the loop itself), ``figures`` (what a sweep keeps),
+``sorting`` (the one sort the figures and the bound use) and ``draws`` (the integer steps of the noise draw).
 
 The functions take the task graph as arrays (``engine.GraphArrays``) and never ask
 which schedule produced it. They are plain Python that numba compiles once per
@@ -30,6 +30,7 @@ GPU other than through ``grad_sync`` traffic, and the receiving side of ``grad_s
 
 from .allocation import layered_rates
 from .bound import lower_bound, memory_bound, path_times
+from .draws import uniforms
 from .figures import figures
 from .lookahead import look_ahead
 from .loop import begin, decision, prepare, simulate, simulate_policies
@@ -56,4 +57,4 @@ from .state import (
 __all__ = ["BUSY", "DONE", "END", "EXTERNAL", "NEXT", "RANK", "READY", "RUNNING", "SHARED_LAYER", "START", "STUCK",
            "THROTTLED", "THROTTLED_TIME", "ZERO_LAYER", "act", "begin", "choices", "decision", "figures",
            "layered_rates", "look_ahead", "lower_bound", "memory_bound", "observe", "path_times", "play", "prepare",
-           "simulate", "simulate_policies"]
+           "simulate", "simulate_policies", "uniforms"]

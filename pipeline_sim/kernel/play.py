@@ -16,10 +16,10 @@ from numba import types
 from numba.extending import intrinsic, overload
 
 from .jit import compiled, inlined, inner, vectorized
-from .loop import begin_apart, decision, prepare_apart, resume
+from .loop import advance_apart, begin_apart, decision, prepare_apart
 from .next_task import choices
 from .observation import GPU_WIDTH, observe
-from .state import DONE, DONE_COUNT, EXTERNAL, RUNNING
+from .state import DONE_COUNT, EXTERNAL, RUNNING, SEGMENTS
 
 #: GPUs a deciding GPU sees: the one above it, itself and the one below.
 WINDOW_GPUS = 3
@@ -73,6 +73,8 @@ def act(observation: np.ndarray, mask: np.ndarray, weights: np.ndarray, biases: 
     """The allowed action of the highest logit (the first of equal ones) of the network whose layers are
     ``shapes[k] = (inputs, outputs)``, their weights row after row in ``weights`` and biases in ``biases``,
     ``tanh`` between them; the observation taken at 32-bit precision, as the network saw it in training.
+    ``weights`` of 32 or 64 bits (compiled for each): each is taken as a double, so that a network whose weights are
+    32-bit floats gives the same sums from either, and stored in 32 bits takes half the cache.
     ``first`` and ``second``: two arrays, each with room for any layer's outputs, the one layer's inputs and the
     other's outputs in turn."""
     for j in range(len(observation)):
@@ -98,12 +100,13 @@ def act(observation: np.ndarray, mask: np.ndarray, weights: np.ndarray, biases: 
                 r2 = weights[w + (i + 2) * outputs:w + (i + 3) * outputs]
                 r3 = weights[w + (i + 3) * outputs:w + (i + 4) * outputs]
                 for j in range(outputs):
-                    out[j] = out[j] + v0 * r0[j] + v1 * r1[j] + v2 * r2[j] + v3 * r3[j]
+                    out[j] = (out[j] + v0 * np.float64(r0[j]) + v1 * np.float64(r1[j]) + v2 * np.float64(r2[j])
+                              + v3 * np.float64(r3[j]))
             i += 4
         for i in range(i, inputs):
             value, row = source[i], weights[w + i * outputs:w + (i + 1) * outputs]
             for j in range(outputs):
-                out[j] += value * row[j]
+                out[j] += value * np.float64(row[j])
         if k < layers - 1:
             for j in range(outputs):
                 out[j] = tanh(out[j] + bias[j])
@@ -158,12 +161,30 @@ def play(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.nda
     observation[:] = 0.0
     room = max(fields, shapes[:, 1].max())
     first, second = np.empty(room), np.empty(room)
+    status, now = _decide_all(memory, ingress_capacity, release_start, release_task, order_start, order_task,
+                              peer_start, peer_task, F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending, unit, bound,
+                              weights, biases, shapes, out, mask, observation, first, second)
+    return status, now, C[SEGMENTS], state
+
+
+@inner
+def _decide_all(memory: int, ingress_capacity: float, release_start: np.ndarray, release_task: np.ndarray,
+                order_start: np.ndarray, order_task: np.ndarray, peer_start: np.ndarray, peer_task: np.ndarray,
+                F: np.ndarray, I: np.ndarray, P: np.ndarray, PF: np.ndarray, Q: np.ndarray, A: np.ndarray,
+                AF: np.ndarray, C: np.ndarray, HT: np.ndarray, HI: np.ndarray, SI: np.ndarray, SF: np.ndarray,
+                K: np.ndarray, ending: np.ndarray, unit: float, bound: float, weights: np.ndarray,
+                biases: np.ndarray, shapes: np.ndarray, out: np.ndarray, mask: np.ndarray, observation: np.ndarray,
+                first: np.ndarray, second: np.ndarray) -> tuple:
+    """``play``'s run from its start to its end, ``(status, now)``: its own function, allocating nothing, so that
+    its calls at every decision count no references to the arrays they are given."""
+    actions = len(out)
     now = 0.0
     while True:
-        status, segments, now, s = resume(memory, ingress_capacity, release_start, release_task, order_start,
-                                          order_task, peer_start, peer_task, state, now)
+        status, now, s = advance_apart(EXTERNAL, memory, ingress_capacity, release_start, release_task, order_start,
+                                       order_task, peer_start, peer_task, F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF,
+                                       K, ending, now)
         if status != RUNNING:  # DONE or STUCK
-            return status, now, segments, state
+            return status, now
         choices(s, memory, F, I, P, order_start, order_task, out)
         allowed = 0
         for j in range(actions):
@@ -176,4 +197,3 @@ def play(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.nda
             action = act(observation, mask, weights, biases, shapes, first, second)
         task = out[action] if action < actions - 1 else -1
         decision(s, task, now, EXTERNAL, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
-    return DONE, now, 0, state
