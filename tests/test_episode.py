@@ -11,7 +11,7 @@ import pytest
 from pipeline_sim import EnvParams
 from pipeline_sim.engine import simulate, texts_of
 from pipeline_sim.episode import ACTION_KINDS, Episode
-from pipeline_sim.kernel.state import HELD, READY, RESERVE, START, WAITING
+from pipeline_sim.kernel.state import AFTER, BEFORE, CANDIDATES, HELD, READY, RESERVE, START, WAITING
 from pipeline_sim.model import DEFAULT_POLICY, ParameterError, Policy
 
 
@@ -116,3 +116,31 @@ def test_pairs_and_small_limits_are_refused_in_one_line() -> None:
         Episode(EnvParams(n=10, schedule="dualpipe-v", fb_overlap=0.2), DEFAULT_POLICY)
     with pytest.raises(ParameterError, match="memory_limit"):
         Episode(EnvParams(dispatch="greedy", memory_limit=0.5), DEFAULT_POLICY)
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "interleaved-1f1b", "zb-h1", "zb-v", "dualpipe-v"])
+def test_each_gpus_candidates_are_its_tasks_whose_needs_are_met_and_not_yet_taken(schedule):
+    """The list the dispatchers, a decision's choices and the observation read holds, at every decision of random
+    episodes, exactly the GPU's compute tasks whose needs are met and that it has not taken, each once, linked
+    both ways."""
+    rng = np.random.default_rng(11)
+    params = EnvParams(n=6, num_gpus=3, schedule=schedule, compute_jitter=0.3, comm_jitter=0.3, memory_limit=2.0)
+    checked = 0
+    for sample in range(3):
+        episode = Episode(params, DEFAULT_POLICY)
+        episode.reset(sample)
+        while not episode.done:
+            F, I, P = episode.state[:3]
+            arrays = episode.arrays
+            for s in range(params.num_gpus):
+                listed, task, before = [], P[CANDIDATES, s], -1
+                while task >= 0:
+                    assert I[task, BEFORE] == before
+                    listed.append(int(task))
+                    before, task = task, I[task, AFTER]
+                order = arrays.order_task[arrays.order_start[s]:arrays.order_start[s + 1]]
+                expected = [int(t) for t in order if I[t, WAITING] == 0 and np.isnan(F[t, READY])]
+                assert sorted(listed) == sorted(expected) and len(set(listed)) == len(listed)
+                checked += len(listed)
+            episode.step(int(rng.choice(np.flatnonzero(episode.mask()))))
+    assert checked > 100

@@ -18,9 +18,11 @@ from .allocation import (
 from .events import heap_pop, mark, push, set_rate
 from .figures import figures
 from .jit import at_address, compiled, exposed, inlined, inner
-from .next_task import dispatch, next_decider, take_next, wake
+from .next_task import dispatch, enter_candidates, leave_candidates, next_decider, take_next, wake
 from .state import (
+    BEFORE,
     BUSY,
+    CANDIDATES,
     COMM,
     DECIDE,
     DIRTY_COMM,
@@ -46,6 +48,7 @@ from .state import (
     INDEX,
     KEY,
     KIND_CLASS,
+    LAST_TAKEN,
     LENGTH,
     PRIORITY,
     RANK,
@@ -82,6 +85,8 @@ def _start(task: int, s: int, now: float, F: np.ndarray, I: np.ndarray, P: np.nd
     """GPU s takes compute task ``task`` now: it runs, or, with no work, ends at once and stacks its releases; either
     way the transfers its start issues (row ``n + task`` of the releases) become ready."""
     F[task, READY] = now
+    leave_candidates(task, I, P)
+    P[LAST_TAKEN, s] = task
     I[task, RANK] = P[TAKEN, s]
     P[TAKEN, s] += 1
     P[HELD, s] += I[task, RESERVE]
@@ -138,6 +143,8 @@ def _settle(now: float, rule: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, 
                 mark(P, C, DIRTY_COMM, DIRTY_COMM_LIST, DIRTY_COMM_COUNT, s)
             else:
                 I[dependent, WAITING] -= 1
+                if I[dependent, WAITING] == 0:
+                    enter_candidates(dependent, I, P)
                 push(K, C, TRY_START, I[dependent, GPU])
         else:
             s = K[1, top]
@@ -273,6 +280,12 @@ def prepare(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.
     P = np.empty((GPU_INTS, p), dtype=np.int64)
     P[:] = 0
     P[BUSY] = -1
+    P[CANDIDATES] = -1
+    P[LAST_TAKEN] = -1
+    for i in range(n):
+        I[i, BEFORE] = -2
+        if comm[i] < 0 and needs_count[i] == 0:  # a compute task that may start at time 0
+            enter_candidates(i, I, P)
     PF = np.empty((2, p))
     PF[:] = 0.0
     Q = np.empty((2, p, room), dtype=np.int64)

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from .jit import exposed, inner
+from .jit import exposed, inner, within
 from .state import (
+    AFTER,
+    BEFORE,
     BUSY,
+    CANDIDATES,
     DECIDE,
     DISPATCH_KEY,
+    GPU,
     HELD,
     HOLDING,
     INDEX,
@@ -23,6 +27,33 @@ from .state import (
     WEIGHT_CLASS,
     ZB_ADAPTIVE,
 )
+
+
+@within
+def enter_candidates(task: int, I: np.ndarray, P: np.ndarray) -> None:
+    """Compute task ``task``, its needs now met, joins its GPU's candidates (first in their list)."""
+    s = I[task, GPU]
+    first = P[CANDIDATES, s]
+    I[task, AFTER] = first
+    I[task, BEFORE] = -1
+    if first >= 0:
+        I[first, BEFORE] = task
+    P[CANDIDATES, s] = task
+
+
+@within
+def leave_candidates(task: int, I: np.ndarray, P: np.ndarray) -> None:
+    """Compute task ``task``, taken by its GPU, leaves its candidates."""
+    before, after = I[task, BEFORE], I[task, AFTER]
+    if before == -2:
+        return
+    if before >= 0:
+        I[before, AFTER] = after
+    else:
+        P[CANDIDATES, I[task, GPU]] = after
+    if after >= 0:
+        I[after, BEFORE] = before
+    I[task, BEFORE] = -2
 
 
 @inner
@@ -75,17 +106,16 @@ def dispatch(s: int, rule: int, memory: int, F: np.ndarray, I: np.ndarray, P: np
     best = -1
     weight = -1
     held_back = False
-    for j in range(first + position, stop):
-        task = order_task[j]
-        if I[task, WAITING] > 0 or not np.isnan(F[task, READY]):
-            continue
+    task = P[CANDIDATES, s]
+    while task >= 0:  # its tasks not yet taken whose needs are met, in any order: the choice is the same
         if I[task, RESERVE] > 0 and P[HELD, s] + I[task, RESERVE] > memory:
             held_back = True
-            continue
-        if best < 0 or _before(task, best, F, I):
-            best = task
-        if I[task, KIND_CLASS] == WEIGHT_CLASS and (weight < 0 or _before(task, weight, F, I)):
-            weight = task
+        else:
+            if best < 0 or _before(task, best, F, I):
+                best = task
+            if I[task, KIND_CLASS] == WEIGHT_CLASS and (weight < 0 or _before(task, weight, F, I)):
+                weight = task
+        task = I[task, AFTER]
     if rule == ZB_ADAPTIVE and held_back and weight >= 0:
         return weight
     return best
@@ -101,20 +131,17 @@ def choices(s: int, memory: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, or
     asked later, cannot wait with nothing under way. Returns how many tasks can start."""
     out[:] = -1
     count = 0
-    first, stop = order_start[s], order_start[s + 1]
-    for j in range(first + P[NEXT, s], stop):
-        task = order_task[j]
-        if I[task, WAITING] > 0 or not np.isnan(F[task, READY]):
-            continue
-        if I[task, RESERVE] > 0 and P[HELD, s] + I[task, RESERVE] > memory:
-            continue
-        action = int(F[task, DISPATCH_KEY])
-        best = out[action]
-        if best < 0:
-            count += 1
-        if best < 0 or I[task, INDEX] < I[best, INDEX] or (I[task, INDEX] == I[best, INDEX]
-                                                            and I[task, STAGE] < I[best, STAGE]):
-            out[action] = task
+    task = P[CANDIDATES, s]
+    while task >= 0:
+        if I[task, RESERVE] == 0 or P[HELD, s] + I[task, RESERVE] <= memory:
+            action = int(F[task, DISPATCH_KEY])
+            best = out[action]
+            if best < 0:
+                count += 1
+            if best < 0 or I[task, INDEX] < I[best, INDEX] or (I[task, INDEX] == I[best, INDEX]
+                                                                and I[task, STAGE] < I[best, STAGE]):
+                out[action] = task
+        task = I[task, AFTER]
     for g in range(P.shape[1]):
         if P[BUSY, g] >= 0 or P[HOLDING, g] > 0 or P[READY_COUNT, g] > 0 or (
                 g > s and P[DECIDE, g] == 1 and _can_start(g, memory, F, I, P, order_start, order_task)):
@@ -126,11 +153,11 @@ def choices(s: int, memory: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, or
 def _can_start(s: int, memory: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, order_start: np.ndarray,
                order_task: np.ndarray) -> bool:
     """Whether free GPU s has a task whose needs are met and that fits the memory limit."""
-    for j in range(order_start[s] + P[NEXT, s], order_start[s + 1]):
-        task = order_task[j]
-        if I[task, WAITING] == 0 and np.isnan(F[task, READY]) and (
-                I[task, RESERVE] == 0 or P[HELD, s] + I[task, RESERVE] <= memory):
+    task = P[CANDIDATES, s]
+    while task >= 0:
+        if I[task, RESERVE] == 0 or P[HELD, s] + I[task, RESERVE] <= memory:
             return True
+        task = I[task, AFTER]
     return False
 
 

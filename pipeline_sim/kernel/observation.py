@@ -7,21 +7,21 @@ import numpy as np
 
 from .jit import exposed
 from .state import (
+    AFTER,
     BUSY,
+    CANDIDATES,
     END,
     HELD,
     KIND_CLASS,
+    LAST_TAKEN,
     LENGTH,
-    NEXT,
     RATE,
-    READY,
     READY_COUNT,
     READY_QUEUE,
     REMAINING,
     SINCE,
     STEP_CLASS,
     TAKEN,
-    WAITING,
 )
 
 #: Per GPU of the window: present, busy, busy_left, idle_for, held, ready per class (3), progress, sends queued,
@@ -51,17 +51,18 @@ def observe(s: int, now: float, unit: float, memory: int, F: np.ndarray, I: np.n
                 left = (F[busy, REMAINING] - F[busy, RATE] * (now - F[busy, SINCE])) / F[busy, LENGTH]
                 out[base + 2] = min(1.0, max(0.0, left))
         else:
+            # the latest end of its tasks: the last it took's (it runs one at a time, and free, that one has ended)
             since = 0.0
-            for j in range(first, stop):
-                end = F[order_task[j], END]
-                if not np.isnan(end) and end > since:
-                    since = end
+            last = P[LAST_TAKEN, g]
+            if last >= 0 and F[last, END] > since:
+                since = F[last, END]
             out[base + 3] = min(10.0, (now - since) / unit) / 10.0
         out[base + 4] = min(1.0, P[HELD, g] / memory)
-        for j in range(first + P[NEXT, g], stop):
-            task = order_task[j]
-            if I[task, WAITING] == 0 and np.isnan(F[task, READY]) and I[task, KIND_CLASS] < STEP_CLASS:
+        task = P[CANDIDATES, g]
+        while task >= 0:
+            if I[task, KIND_CLASS] < STEP_CLASS:
                 out[base + 5 + I[task, KIND_CLASS]] += 0.25
+            task = I[task, AFTER]
         for k in range(3):
             out[base + 5 + k] = min(1.0, out[base + 5 + k])
         out[base + 8] = P[TAKEN, g] / max(1, stop - first)

@@ -43,14 +43,17 @@ HOLD_CLASS = -2
 LENGTH, IMPACT, REMAINING, RATE, SINCE, START, END, READY, THROTTLED_TIME, KEY, WEIGHT, SHARE, PRIORITY, \
     DISPATCH_KEY = range(14)
 TASK_FLOATS = 14
-# per task, integers (I; ``CHOSEN_NOW`` is 1 only while its GPU's new sending set is put in place):
+# per task, integers (I; ``CHOSEN_NOW`` is 1 only while its GPU's new sending set is put in place; ``AFTER`` and
+# ``BEFORE`` link a compute task into its GPU's candidates, ``BEFORE`` -2 when it is in none):
 GPU, RECEIVER, COMM, STAGE, INDEX, WAITING, THROTTLED_NOW, THROTTLED, TIER, LAYER, KIND_CLASS, RESERVE, FALLS, RANK, \
-    CHOSEN_NOW = range(15)
-TASK_INTS = 15
-# per GPU, integers (P; a list fills a row from the left, its length in C or in a count row):
+    CHOSEN_NOW, AFTER, BEFORE = range(17)
+TASK_INTS = 17
+# per GPU, integers (P; a list fills a row from the left, its length in C or in a count row; ``CANDIDATES``: the
+# first of the GPU's compute tasks whose needs are met and that it has not taken, linked by ``AFTER``, -1 for none;
+# ``LAST_TAKEN``: the compute task it took last, -1 for none):
 NEXT, BUSY, READY_COUNT, SENDING_COUNT, DIRTY_COMM, DIRTY_COMPUTE, DIRTY_COMM_LIST, DIRTY_COMPUTE_LIST, SEED, \
-    SEED_LIST, GROUPED, GROUP, GROUP_END, HELD, DECIDE, TAKEN, WAITED, HOLDING = range(18)
-GPU_INTS = 18
+    SEED_LIST, GROUPED, GROUP, GROUP_END, HELD, DECIDE, TAKEN, WAITED, HOLDING, CANDIDATES, LAST_TAKEN = range(20)
+GPU_INTS = 20
 # per GPU, floats (PF):
 SYNC_RATE, INFLOW = range(2)
 # queues Q[READY_QUEUE, g] and Q[SENDING_SET, g]: task numbers in ready order
