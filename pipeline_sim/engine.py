@@ -25,7 +25,7 @@ import llvmlite.binding
 import numba
 import numpy as np
 
-from . import allocator, compile_cache
+from . import compile_cache
 from .model import (
     COMM_KINDS,
     DISPATCHERS,
@@ -62,7 +62,6 @@ from .taskgraph import (
 )
 
 compile_cache.load_kernel()  # a place to keep the kernel's machine code found before its functions look for one
-allocator.keep_freed_memory()  # each simulation's arrays reused by the next, not faulted in again
 from . import kernel  # noqa: E402
 from .kernel import jit, loop  # noqa: E402
 from .kernel.state import END_TOLERANCE, HOLD_CLASS  # noqa: E402
