@@ -15,6 +15,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Callable, Iterator, NoReturn, Sequence
 
+from ..allocator import keep_freed_memory
 from ..cluster import CLUSTER_VARIABLE
 
 if TYPE_CHECKING:
@@ -166,8 +167,10 @@ def check_interrupt() -> None:
 def run_command(prog: str, body: Callable[[], int]) -> int:
     """Run a command's body, turning user mistakes and interrupts into one line and an exit status.
 
-    SIGTERM is handled as Ctrl-C is: the run stops cleanly and says how to resume.
+    SIGTERM is handled as Ctrl-C is: the run stops cleanly and says how to resume. The command owns its process:
+    the allocator keeps what a simulation frees for the next one (``allocator.keep_freed_memory``).
     """
+    keep_freed_memory()
     _INTERRUPTS.clear()
     previous = signal.signal(signal.SIGTERM, _terminated)
     previous_int = signal.signal(signal.SIGINT, _interrupted)

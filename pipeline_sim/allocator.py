@@ -1,0 +1,62 @@
+"""The process's memory allocator, told to keep what a simulation frees for the next one (glibc only).
+
+Every simulation allocates its state arrays (a few hundred bytes a task) at its start and frees them at its end.
+glibc, left to itself, returns the freed top of its heap to the system once it exceeds twice the largest block
+freed so far, and blocks larger than its current threshold to the system at once; the next simulation then faults
+every page of them in again, for an environment of thousands of tasks a third to a half of its time. With the
+thresholds here, blocks below ``MMAP_THRESHOLD`` come from the heap and its freed top is kept up to
+``TRIM_THRESHOLD``: the next simulation reuses those pages. The peak is the same; the difference is that memory a
+large simulation freed stays with the process, up to ``TRIM_THRESHOLD``, until it exits.
+
+This changes the whole process, so only the command line does it (``cli.common.run_command``; a sweep's workers,
+forked from it, inherit it), never the library on its own: a program that imports the package keeps its
+allocator as it was, and may call ``keep_freed_memory`` itself. Nothing is changed when the user set glibc's
+thresholds (``USER_SETTINGS``, or their names in ``GLIBC_TUNABLES``), when ``PIPELINE_SIM_KEEP_FREED_MEMORY`` is
+``0``, or where there is no ``mallopt`` (musl, macOS, Windows).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from functools import cache
+from typing import Mapping
+
+#: glibc's ``mallopt`` parameters (malloc.h).
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+#: Blocks from this size up are taken from the system and given back when freed, as glibc's highest automatic
+#: threshold does: a simulation's arrays of up to about 240,000 tasks come from the heap.
+MMAP_THRESHOLD = 32 << 20
+#: The freed top of the heap kept for later allocations, at most.
+TRIM_THRESHOLD = 256 << 20
+#: The environment variables by which a user sets glibc's thresholds (each stops glibc's own adjustment of them).
+USER_SETTINGS = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")
+#: The same settings in ``GLIBC_TUNABLES``.
+USER_TUNABLES = ("glibc.malloc.trim_threshold", "glibc.malloc.mmap_threshold", "glibc.malloc.top_pad",
+                 "glibc.malloc.mmap_max")
+#: Set to ``0``, the environment variable that leaves the allocator as it is.
+SWITCH = "PIPELINE_SIM_KEEP_FREED_MEMORY"
+
+
+def left_as_it_is(environ: Mapping[str, str]) -> bool:
+    """Whether ``environ`` asks for the allocator to be left alone: the user set one of glibc's thresholds, or
+    ``SWITCH`` to ``0``."""
+    tunables = {item.partition("=")[0].strip() for item in environ.get("GLIBC_TUNABLES", "").split(":")}
+    return environ.get(SWITCH, "").strip() == "0" or any(name in environ for name in USER_SETTINGS) or \
+        bool(tunables.intersection(USER_TUNABLES))
+
+
+@cache
+def keep_freed_memory() -> bool:
+    """Set glibc's thresholds to ``MMAP_THRESHOLD`` and ``TRIM_THRESHOLD``, once per process; whether they were set
+    (not when ``left_as_it_is``, nor without ``mallopt``)."""
+    if left_as_it_is(os.environ):
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (AttributeError, OSError, TypeError):  # no mallopt: not glibc (musl, macOS, Windows)
+        return False
+    mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
+    # the mmap threshold first: setting either stops glibc's own adjustment of both, and a trim threshold alone,
+    # with the mmap threshold left at its initial 128 KiB, would send every large block to the system
+    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))

@@ -1,0 +1,90 @@
+"""The allocator keeps what a simulation frees for the next one (pipeline_sim/allocator.py): measured in page faults
+of repeated simulations in fresh processes, against glibc's own behaviour; what the user set is left as it is; only
+the command line changes the process."""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline_sim import allocator
+from pipeline_sim.cli import common
+
+ROOT = Path(__file__).resolve().parents[1]
+
+#: Simulations of 16 GPUs x 128 micro-batches (9,984 tasks) one after another: the page faults of the last, in a
+#: process that imported the package and, unless told not to, asked for freed memory to be kept.
+_REPEATED = """
+import json, resource, sys
+sys.path.insert(0, {root!r})
+from pipeline_sim import EnvParams, Policy, allocator
+from pipeline_sim.engine import simulate_figures
+kept = allocator.keep_freed_memory()
+params = EnvParams(num_gpus=16, n=128)
+for _ in range(3):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    simulate_figures(params, [Policy()])
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+print(json.dumps({{"kept": kept, "faults": faults}}))
+"""
+
+
+def _repeated(**environment: str) -> dict:
+    env = {name: value for name, value in os.environ.items()
+           if not allocator.left_as_it_is({name: value}) and name != "GLIBC_TUNABLES"}
+    result = subprocess.run([sys.executable, "-c", _REPEATED.format(root=str(ROOT))], env={**env, **environment},
+                            capture_output=True, text=True, check=True)
+    return json.loads(result.stdout)
+
+
+@pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc's allocator")
+def test_a_simulation_reuses_the_memory_the_one_before_freed():
+    glibc = _repeated(**{allocator.SWITCH: "0"})  # glibc's own behaviour
+    assert glibc["kept"] is False
+    if glibc["faults"] < 200:
+        pytest.skip(f"glibc alone faults only {glibc['faults']} pages in again here: nothing to keep")
+    kept = _repeated()
+    assert kept["kept"] is True
+    assert kept["faults"] * 10 < glibc["faults"]
+
+
+@pytest.mark.parametrize("environ, left", [
+    ({}, False),
+    ({"MALLOC_ARENA_MAX": "2", "GLIBC_TUNABLES": "glibc.pthread.rseq=0:glibc.elision.enable=1"}, False),
+    ({allocator.SWITCH: "1"}, False),
+    ({allocator.SWITCH: "0"}, True),
+    *[({name: "131072"}, True) for name in allocator.USER_SETTINGS],
+    *[({"GLIBC_TUNABLES": f"glibc.pthread.rseq=0:{name}=131072"}, True) for name in allocator.USER_TUNABLES],
+])
+def test_what_the_user_set_is_left_as_it_is(environ, left):
+    assert allocator.left_as_it_is(environ) is left
+
+
+def test_without_mallopt_nothing_is_changed(monkeypatch):
+    class NoMallopt:
+        def __init__(self, name: object) -> None:
+            pass
+    monkeypatch.setattr(ctypes, "CDLL", NoMallopt)
+    monkeypatch.delenv(allocator.SWITCH, raising=False)
+    for name in allocator.USER_SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    assert allocator.keep_freed_memory.__wrapped__() is False
+
+
+def test_the_command_line_keeps_freed_memory_and_the_library_alone_does_not(monkeypatch):
+    calls = []
+    monkeypatch.setattr(common, "keep_freed_memory", lambda: calls.append(True))
+    assert common.run_command("prog", lambda: 0) == 0
+    assert calls == [True]
+    code = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); import pipeline_sim, pipeline_sim.engine, "
+            "pipeline_sim.allocator as a; print(a.keep_freed_memory.cache_info().currsize)")
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True).stdout.strip() == "0"
