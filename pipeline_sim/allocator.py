@@ -5,14 +5,17 @@ glibc, left to itself, returns the freed top of its heap to the system once it e
 freed so far, and blocks larger than its current threshold to the system at once; the next simulation then faults
 every page of them in again, for an environment of thousands of tasks a third to a half of its time. With the
 thresholds here, blocks below ``MMAP_THRESHOLD`` come from the heap and its freed top is kept up to
-``TRIM_THRESHOLD``: the next simulation reuses those pages. The peak is the same; the difference is that memory a
-large simulation freed stays with the process, up to ``TRIM_THRESHOLD``, until it exits.
+``TRIM_THRESHOLD``: the next simulation reuses those pages. A simulation's peak is the same; the difference is
+that memory a large simulation freed stays with the process, up to ``TRIM_THRESHOLD``, until it exits.
 
-This changes the whole process, so only the command line does it (``cli.common.run_command``; a sweep's workers,
-forked from it, inherit it), never the library on its own: a program that imports the package keeps its
-allocator as it was, and may call ``keep_freed_memory`` itself. Nothing is changed when the user set glibc's
-thresholds (``USER_SETTINGS``, or their names in ``GLIBC_TUNABLES``), when ``PIPELINE_SIM_KEEP_FREED_MEMORY`` is
-``0``, or where there is no ``mallopt`` (musl, macOS, Windows).
+This changes the whole process, so only a command that simulates does it, before its first simulation
+(``cli.common.ready_kernel``; a sweep's workers, forked from it, inherit it), never the library on its own: a program
+that imports the package keeps its allocator as it was, and may call ``keep_freed_memory`` itself. Drawing figures
+gains nothing from it and would hold more memory at its peak (a tenth more for 827 heatmaps), so ``plot_heatmap.py``
+leaves it; ``run_full_pipeline.py`` draws after its sweep, in the same process, with it.
+
+Nothing is changed when the user set glibc's thresholds (``USER_SETTINGS``, or their names in ``GLIBC_TUNABLES``),
+when ``PIPELINE_SIM_KEEP_FREED_MEMORY`` is ``0``, or where there is no ``mallopt`` (musl, macOS, Windows).
 """
 
 from __future__ import annotations

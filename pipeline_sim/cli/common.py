@@ -82,7 +82,9 @@ def ready_kernel(episodes: bool = False, parts: Sequence[str] = ("figures", "rec
     """Compile the entry points of ``parts`` of the simulation kernel (``engine.KERNEL_PARTS``) before any work, or
     load them, saying so, and how long it took, when this installation has not compiled them before; with
     ``episodes``, its step-by-step entry points too (a learned dispatcher, training). Worker processes forked
-    afterwards share them."""
+    afterwards share them. The command owns its process: from here on its allocator keeps what a simulation frees
+    for the next one (``allocator.keep_freed_memory``; forked workers inherit it)."""
+    keep_freed_memory()
     from ..compile_cache import NOTICES
     from ..engine import COMPILE_SECONDS, KERNEL_PARTS, REST_SECONDS, compile_kernel, kernel_is_compiled, mark_compiled
     from ..episode import EPISODE_COMPILE_SECONDS, compile_episode
@@ -167,10 +169,8 @@ def check_interrupt() -> None:
 def run_command(prog: str, body: Callable[[], int]) -> int:
     """Run a command's body, turning user mistakes and interrupts into one line and an exit status.
 
-    SIGTERM is handled as Ctrl-C is: the run stops cleanly and says how to resume. The command owns its process:
-    the allocator keeps what a simulation frees for the next one (``allocator.keep_freed_memory``).
+    SIGTERM is handled as Ctrl-C is: the run stops cleanly and says how to resume.
     """
-    keep_freed_memory()
     _INTERRUPTS.clear()
     previous = signal.signal(signal.SIGTERM, _terminated)
     previous_int = signal.signal(signal.SIGINT, _interrupted)
