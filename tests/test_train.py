@@ -57,7 +57,9 @@ def tiny_run():
 def test_a_few_thousand_decisions_beat_a_random_policy(tiny_run):
     policy, curve, completed = tiny_run
     assert completed and curve[-1].steps >= TINY.steps
-    assert [point.steps for point in curve[:3]] == [4, 2048, 4096]  # one update of 4 x 256 decisions a step
+    # one update of 4 x 256 decisions a step; the last checkpoint, on a rollout's last decision, comes before the
+    # network is trained on that rollout, and the network after it is played too
+    assert [point.steps for point in curve] == [4, 2048, 4096, 6144, 6144]
     samples = range(10)  # sweep samples: neither training nor validation draws
     learned, random = played_time(ENVIRONMENTS[0], policy, samples), random_time(ENVIRONMENTS[0], samples)
     assert learned < 0.97 * random, (learned, random)
@@ -92,6 +94,9 @@ def test_the_command_trains_from_a_sweep_config_and_the_sweep_reads_it(tmp_path)
                       "--validation-samples", "1", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "training policies/tiny.npz on 2 environments" in result.stderr
+    assert "train.py: note: --steps 1,024 is less than one update of the network (4 x 1,024 decisions): the " \
+        "network written is the untrained one" in result.stderr
+    assert "pull it below 0" not in result.stdout  # ZB-H1 environments alone, as the reference
     assert "policy: policies/tiny.npz" in result.stdout
     policy = LearnedPolicy.from_file(tmp_path / "policies" / "tiny.npz")
     assert policy.actions == ("B/I.0", "F.0", "W.0", "wait") and policy.about["environments"] == 2
@@ -120,6 +125,9 @@ def test_the_command_trains_from_a_sweep_config_and_the_sweep_reads_it(tmp_path)
 
 def test_bad_training_requests_in_one_line(tmp_path):
     config = tmp_path / "none.json"
+    config.write_text(json.dumps({"n": 8, "num_gpus": 4, "schedule": "zb-h1"}))  # no dispatch at all
+    assert_one_line_error(run_here("train.py", "-c", str(config), cwd=tmp_path),
+                          "no dispatch value is learned:<file>")
     config.write_text(json.dumps({"n": 8, "num_gpus": 4, "schedule": "zb-h1", "dispatch": ["greedy"]}))
     assert_one_line_error(run_here("train.py", "-c", str(config), cwd=tmp_path),
                           "no dispatch value is learned:<file>")

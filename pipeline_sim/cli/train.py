@@ -56,7 +56,7 @@ def training_environments(config: Path, chosen: Path | None) -> tuple[Path, list
     """The policy file to write and the environments to train it on: the config's with ``learned:<that file>``."""
     grid = EnvironmentGrid.load(config)
     raw = grid.given_dict()
-    names = sorted({value[len("learned:"):] for value in raw["dispatch"] if str(value).startswith("learned:")})
+    names = sorted({value[len("learned:"):] for value in raw.get("dispatch", ()) if str(value).startswith("learned:")})
     if not names:
         raise UserError(f"config {config}: no dispatch value is learned:<file>; add one (\"dispatch\": [..., "
                         f"\"learned:outputs/learned/{config.stem}.npz\"]) to say which environments to train on and "
@@ -170,6 +170,11 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         with exclusive_writer(output), exclusive_writer(curve_csv), exclusive_writer(curve_png):
             print(f"training {output} on {len(environments)} environment{'s' * (len(environments) > 1)} of "
                   f"{args.config} for {settings.steps:,} decisions (seed {settings.seed})", file=sys.stderr)
+            update = settings.environments_per_update * settings.rollout
+            if settings.steps < update:
+                print(f"{prog}: note: --steps {settings.steps:,} is less than one update of the network "
+                      f"({settings.environments_per_update} x {settings.rollout:,} decisions): the network written is "
+                      f"the untrained one", file=sys.stderr)
             started = time.monotonic()
             bar = tqdm(total=settings.steps, unit="decision", unit_scale=True, file=sys.stderr, dynamic_ncols=True,
                        mininterval=0.5, leave=False)
@@ -191,7 +196,9 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         best = max(curve, key=lambda p: p.validation_saving)
         print(f"trained {curve[-1].steps:,} decisions ({curve[-1].episodes:,} iterations) in "
               f"{(time.monotonic() - started) / 60:.1f} min")
-        below = "" if any(params.lengths for params in environments) else "; 1f1b environments pull it below 0"
+        # a schedule other than the reference's cannot match its static order by dispatching alone
+        others = sorted({params.schedule for params in environments if not params.lengths} - {REFERENCE})
+        below = f"; {', '.join(others)} environments pull it below 0" if others else ""
         print(f"validation draws, time saved against {against} (higher is better{below}): the kept network "
               f"(decision {best.steps:,}) {best.validation_saving:+.2%}, greedy {best.rule_saving:+.2%}")
         print(f"policy: {output}\ncurve: {curve_csv}, {curve_png}")

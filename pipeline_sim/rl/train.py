@@ -175,6 +175,10 @@ def train(environments: Sequence[EnvParams], policy: Policy, settings: Settings 
         def __init__(self) -> None:
             super().__init__()
             self.next_evaluation = 0
+            self.updated = False  # whether the network was trained on a rollout since the last checkpoint
+
+        def _on_rollout_end(self) -> None:  # a full rollout, which the network is trained on next
+            self.updated = True
 
         def _on_step(self) -> bool:
             for info, done in zip(self.locals["infos"], self.locals["dones"]):
@@ -190,6 +194,7 @@ def train(environments: Sequence[EnvParams], policy: Policy, settings: Settings 
                 checkpoint = Checkpoint(steps, len(returns), math.fsum(recent) / len(recent) if recent else math.nan,
                                         saving, rule)
                 curve.append(checkpoint)
+                self.updated = False
                 if not best or saving > best[0][0]:
                     best[:] = [(saving, played)]
             if progress is not None:
@@ -198,13 +203,16 @@ def train(environments: Sequence[EnvParams], policy: Policy, settings: Settings 
             # trained on only when it is full
             return steps < settings.steps or model.rollout_buffer.pos == model.n_steps - 1
 
+    report = Report()
     try:
-        model.learn(total_timesteps=settings.steps, callback=Report())
+        model.learn(total_timesteps=settings.steps, callback=report)
     except KeyboardInterrupt:  # the best network so far is a result: the caller writes it and says so
         if not best:
             raise
         return best[0][1], curve, False
-    if curve[-1].steps < model.num_timesteps:  # the last update ended between two evaluations
+    # the last update ended between two evaluations, or right after one (taken on the rollout's last decision,
+    # before the network was trained on it)
+    if curve[-1].steps < model.num_timesteps or report.updated:
         final = extract(model, fields, actions, note | {"trained_steps": model.num_timesteps})
         saving = savings(environments, policy, final, validation)
         recent = returns[-200:]
