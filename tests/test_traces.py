@@ -328,6 +328,16 @@ def test_replay_and_predict_commands_write_and_report(tmp_path):
     assert lines[0].startswith("zb-v: 2 ranks, 4 stages, 8 micro-batches, 3 iterations")
     assert sum(line.startswith("iteration ") for line in lines) == 3
     assert_png_drawn(tmp_path / "replay.png", min_width=1200, min_height=500)
+    drawn = (tmp_path / "replay.png").read_bytes()
+    (tmp_path / "table.json").write_text("{}")
+    for flag, name in (("--plot", "replay.png"), ("--lengths-out", "table.json")):
+        again = run_here("pipeline_trace.py", "replay", str(TRACES / "zb-v" / "run0"), flag, name, cwd=tmp_path)
+        assert_one_line_error(again, f"{flag} {name}: the file exists; pass --overwrite to replace it")
+    assert (tmp_path / "replay.png").read_bytes() == drawn and (tmp_path / "table.json").read_text() == "{}"
+    again = run_here("pipeline_trace.py", "replay", str(TRACES / "zb-v" / "run0"), "--lengths-out", "table.json",
+                     "--overwrite", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert json.loads((tmp_path / "table.json").read_text())["source"].endswith("iteration 0")
     result = run_here("pipeline_trace.py", "predict", str(TRACES / "1f1b" / "run0"), "--measured",
                       str(TRACES / "gpipe" / "run0"), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
@@ -360,6 +370,7 @@ def test_study_command_tabulates_every_schedule(tmp_path):
 @pytest.mark.parametrize("args, fragments", [
     (["replay", "nowhere"], ["nowhere: no such file"]),
     (["replay", str(TRACES / "1f1b" / "run0"), "--iteration", "9", "--plot", "x.png"], ["--iteration 9"]),
+    (["replay", str(TRACES / "1f1b" / "run0"), "--iteration", "-1"], ["--iteration -1: must be from 0 to 2"]),
     (["predict", str(TRACES / "1f1b" / "run0"), "--schedule", "zb-h2"], ["invalid choice: 'zb-h2'"]),
     (["replay", str(TRACES / "1f1b" / "run0"), "--schedule", "zb-h1"],
      ["does not match schedule zb-h1", "lacks zb-h1's actions 0I0"]),

@@ -11,7 +11,7 @@ from pathlib import Path
 from statistics import median
 from typing import Sequence
 
-from ..files import atomic_output
+from ..files import atomic_output, output_target
 from ..measured import fit_comm, read_run
 from ..schedules import SCHEDULES, get_schedule
 from .common import Parser, UserError, positive_int, run_command, script_name, use_display
@@ -59,6 +59,8 @@ def build_parser(prog: str) -> Parser:
     replay.add_argument("--lengths-out", type=Path, metavar="FILE.json",
                         help="write --iteration's length of every task, and its environment, as JSON: the visualizers "
                              "read it with --lengths, a sweep config with the key lengths")
+    replay.add_argument("--overwrite", action="store_true",
+                        help="replace an existing --plot or --lengths-out file (without it, it is refused)")
 
     predict = commands.add_parser("predict", help="predict other schedules from one trace", description=(
         "Simulate each schedule on the lengths measured in SOURCE (each stage's mean forward and backward, the "
@@ -136,8 +138,11 @@ def _replay(args) -> int:
 
     if args.plot and args.plot.suffix.lower() not in PLOT_FORMATS:
         raise UserError(f"--plot {args.plot}: the file name must end in one of {', '.join(PLOT_FORMATS)}")
+    for flag, path in (("--plot", args.plot), ("--lengths-out", args.lengths_out)):
+        if path is not None and output_target(path).exists() and not args.overwrite:
+            raise UserError(f"{flag} {path}: the file exists; pass --overwrite to replace it")
     run = read_run(args.run, args.schedule)
-    if (args.plot or args.lengths_out) and not 0 <= args.iteration < len(run.iterations):
+    if not 0 <= args.iteration < len(run.iterations):
         raise UserError(f"--iteration {args.iteration}: must be from 0 to {len(run.iterations) - 1}")
     comm = fit_comm(run.iterations)
     iterations = f"{len(run.iterations)} iteration{'s' * (len(run.iterations) != 1)}"
