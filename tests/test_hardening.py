@@ -17,7 +17,7 @@ import pytest
 from conftest import BIG, ROOT, assert_one_line_error, run_here, run_script, write_config
 
 from pipeline_sim import EnvParams, Policy, calculate_full_pipeline_schedule
-from pipeline_sim.cli.common import run_command
+from pipeline_sim.cli.common import counted, run_command
 from pipeline_sim.model import ParameterError
 
 QUICK = ROOT / "configs" / "quick.json"
@@ -387,7 +387,7 @@ def test_allow_large_lifts_every_size_limit(tmp_path):
     result = run_here("data_generator.py", "-c", str(config), "-o", "fine.csv", "--step", "0.005",
                         "--allow-large", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert "1 environments x 20,926 policies = 20,926 simulations" in result.stdout
+    assert "1 environment x 20,926 policies = 20,926 simulations" in result.stdout
 
 
 def test_a_run_is_stopped_by_sigterm_during_a_long_simulation(tmp_path):
@@ -780,3 +780,10 @@ def test_plot_heatmap_can_draw_the_complete_environments_and_name_the_others(tmp
 def test_a_negative_number_is_a_value_to_check_not_an_unknown_flag(tmp_path, value, shown):
     result = run_here("schedule_visualizer_single_channel.py", "--fwd-len", value, "--no-show", cwd=tmp_path)
     assert_one_line_error(result, f"--fwd-len: fwd_len = {shown}: must be")
+
+
+def test_counts_are_told_in_their_number():
+    assert counted(1, "environment") == "1 environment"
+    assert counted(2178, "simulation") == "2,178 simulations"
+    assert counted(0, "more group") == "0 more groups"
+    assert (counted(1, "policy", "policies"), counted(121, "policy", "policies")) == ("1 policy", "121 policies")

@@ -230,6 +230,12 @@ def use_display(no_show: bool) -> bool:
     return show
 
 
+def counted(number: int, noun: str, plural: str | None = None) -> str:
+    """``1 environment``, ``2,178 environments``: ``number`` and ``noun`` in its number (``plural``, or the noun and
+    an s)."""
+    return f"{number:,} {noun if number == 1 else plural or noun + 's'}"
+
+
 def script_name(path: str) -> str:
     """The name a command reports itself by: the script's file name."""
     return os.path.basename(path)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Sequence
 
 from ..results import SCHEDULE_KEYS, parameter_value
-from .common import Parser, run_command, script_name
+from .common import Parser, counted, run_command, script_name
 from .generate import add_sweep_arguments, generate
 from .heatmap import add_metric_argument, describe, write_heatmaps
 
@@ -44,8 +44,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
             heatmap_dir = heatmap_folder(csv)
             drawn = write_heatmaps(csv, heatmap_dir, args.workers, args.metric)
         draws = f" x {plan.samples} samples" if plan.samples > 1 else ""
-        print(f"\n{plan.num_environments:,} environments, {plan.num_simulations:,} simulations "
-              f"({len(plan.policies):,} policies{draws} each)")
+        print(f"\n{counted(plan.num_environments, 'environment')}, {counted(plan.num_simulations, 'simulation')} "
+              f"({counted(len(plan.policies), 'policy', 'policies')}{draws} each)")
         varying = [name for name in plan.grid.varying() if name not in SCHEDULE_KEYS] or \
             (["model", "num_gpus"] if plan.grid.has_workload else ["n", "num_gpus"])
         if drawn.comparisons:
@@ -57,7 +57,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                 print(f"  {_where(params, workload, varying)} -> {best['policy']:<20} {best[args.metric]:.6g}{unit}"
                       f"{_report(best)}")
             if len(drawn.heatmaps) > SUMMARY_LINES:
-                print(f"  ... and {len(drawn.heatmaps) - SUMMARY_LINES:,} more environments (see the CSV)")
+                print(f"  ... and {counted(len(drawn.heatmaps) - SUMMARY_LINES, 'more environment')} (see the CSV)")
         print(f"CSV: {csv}\nfigures: {heatmap_dir}/ ({describe(drawn)})")
         return 0
 
@@ -106,4 +106,4 @@ def print_schedule_summary(comparisons, varying: list[str]) -> None:
                 print(f"   {mark} {row['schedule']:<{width}} {row['best_policy']:<18} {row['best_time']:<10.6g} "
                       f"ideal {row['ideal_time']:<8.4g} peak activations {row['peak_activations']:g}{bound}")
     if len(comparisons) > len(shown):
-        print(f"  ... and {len(comparisons) - len(shown):,} more groups (see the compare_*.png figures)")
+        print(f"  ... and {counted(len(comparisons) - len(shown), 'more group')} (see the compare_*.png figures)")

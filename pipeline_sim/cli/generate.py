@@ -21,6 +21,7 @@ from .common import (
     UserError,
     add_cluster_argument,
     check_interrupt,
+    counted,
     positive_int,
     ready_kernel,
     run_command,
@@ -147,12 +148,13 @@ def _announce(plan: SweepPlan, progress: Generator[int, None, None], output: Pat
     """Say what the sweep runs and where, then follow it to the end."""
     done = next(progress) * plan.samples  # checks that the output can be written before announcing the work
     draws = f" x {plan.samples} samples" if plan.samples > 1 else ""
-    print(f"{plan.num_environments:,} environments x {len(plan.policies):,} policies{draws} = "
-          f"{plan.num_simulations:,} simulations on {_where(workers, cluster)} -> {output}"
+    print(f"{counted(plan.num_environments, 'environment')} x {counted(len(plan.policies), 'policy', 'policies')}"
+          f"{draws} = {counted(plan.num_simulations, 'simulation')} on {_where(workers, cluster)} -> {output}"
           + (f" (--workers {asked}: no more chunks of work than that)" if workers < asked and cluster in (None, "local")
              else ""), flush=True)
     if skipped := len(plan.grid.invalid()):
-        print(f"left out {skipped:,} combination{'s' if skipped > 1 else ''} that break a schedule's requirement "
+        print(f"left out {counted(skipped, 'combination')} that {'breaks' if skipped == 1 else 'break'} a schedule's "
+              f"requirement "
               f"(--skip-invalid), e.g. {plan.grid.invalid()[0][0]}", flush=True)
     if done == plan.num_simulations:
         pass  # nothing left to simulate, nor a kernel to load

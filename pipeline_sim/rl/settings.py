@@ -35,7 +35,7 @@ def extra_missing() -> str | None:
 
 @dataclass(frozen=True)
 class Settings:
-    """What a training run does; the defaults train ``configs/learned.json`` in about three minutes on 2 cores. No
+    """What a training run does; the defaults train ``configs/learned.json`` in about 45 s on 2 cores. No
     entropy bonus: the file keeps the network's most likely action, which an entropy bonus keeps unsure."""
 
     steps: int = 300_000
