@@ -24,6 +24,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, fields
 from decimal import Decimal
+from difflib import get_close_matches
 from functools import cached_property
 from itertools import islice, product
 from pathlib import Path
@@ -276,10 +277,15 @@ class EnvironmentGrid:
                     raise ConfigError(f"{source}: both {p.name!r} and {p.alias!r} given; they name one parameter, "
                                       f"give one")
                 raw = {(p.name if key == p.alias else key): value for key, value in raw.items()}
-        unknown = [key for key in raw if key not in names + WORKLOAD_KEYS + SETTING_KEYS]
+        valid = names + WORKLOAD_KEYS + SETTING_KEYS
+        unknown = [key for key in raw if key not in valid]
         if unknown:
-            raise ConfigError(f"{source}: unknown key {unknown[0]!r}; valid keys: "
-                              f"{', '.join(names + WORKLOAD_KEYS + SETTING_KEYS)}")
+            aliases = {p.alias: p.name for p in PARAMETERS if p.alias}
+            guess = get_close_matches(str(unknown[0]), [*valid, *aliases], n=1)
+            raise ConfigError(f"{source}: unknown key {unknown[0]!r}"
+                              + (f"; did you mean {guess[0]!r}? Valid" if guess else "; valid")
+                              + f" keys: {', '.join(valid)}"
+                              + "".join(f" ({alias} names {name})" for alias, name in aliases.items()))
         if "lengths" in raw:
             beside = [key for key in (*TABLE_WORK, "model") if key in raw]
             if beside:

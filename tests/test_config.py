@@ -52,7 +52,10 @@ def test_pipeline_parallel_is_the_pipeline_degree():
 
 @pytest.mark.parametrize("raw, fragment", [
     ([1, 2], "top level must be a JSON object"),
-    ({"nn": 3}, "unknown key 'nn'; valid keys: n, num_gpus"),
+    ({"nn": 3}, "unknown key 'nn'; did you mean 'n'? Valid keys: n, num_gpus"),
+    ({"num_gpu": 4}, "unknown key 'num_gpu'; did you mean 'num_gpus'? Valid keys: n, num_gpus"),
+    ({"pipeline_paralel": 4}, "did you mean 'pipeline_parallel'?"),
+    ({"qqqq": 4}, "unknown key 'qqqq'; valid keys: n, num_gpus"),
     ({"num_gpus": 4, "pipeline_parallel": 4}, "both 'num_gpus' and 'pipeline_parallel' given; they name one parameter"),
     ({"n": "eight"}, "config key 'n': 'eight' is not an integer"),
     ({"n": 8.5}, "8.5 is not an integer"),
