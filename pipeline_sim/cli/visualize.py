@@ -28,7 +28,7 @@ from ..model import (
 )
 from ..orders import format_orders, parse_orders
 from ..parameters import Dispatchers, Parameter, Weights
-from ..results import layout_words, memory_name, schedule_name, workload_title
+from ..results import layout_words, memory_name, safe_name, schedule_name, workload_title
 from ..tables import read_table
 from ..taskgraph import check_size, graph_structure, task_lengths
 from ..workload import (
@@ -185,8 +185,8 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
     out = parser.add_argument_group("output")
     out.add_argument("--output", type=Path, default=None,
                      help=f"chart to write, in the format its extension names (.png, .svg, .pdf, .jpg, ...; "
-                          f"default outputs/gantt/gantt_{layout}_<schedule>[_<dispatch>]_n<N>_gpus<P>.png, the "
-                          f"dispatcher named unless static)")
+                          f"default outputs/gantt/gantt_{layout}[_<model>]_<schedule>[_<dispatch>]_n<N>_gpus<P>.png, "
+                          f"the dispatcher named unless static)")
     out.add_argument("--overwrite", action="store_true", help="replace an existing chart or trace")
     out.add_argument("--trace", type=Path, default=None, metavar="FILE.json",
                      help="also write a Chrome/Perfetto trace (one process per GPU, one thread per channel)")
@@ -315,7 +315,7 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
         except ParameterError as error:
             flag = FLAGS.get(error.name.split("[")[0], error.name)
             raise UserError(f"{flag}: {error}") from None
-        output = args.output or Path("outputs/gantt") / default_chart_name(layout, params)
+        output = args.output or Path("outputs/gantt") / default_chart_name(layout, params, workload)
         output_target(output)  # a folder, a device or a FIFO is refused before its extension is judged
         image_format = _image_format(output)
         if args.trace is not None:
@@ -333,13 +333,15 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
     return run_command(prog, body)
 
 
-def default_chart_name(layout: str, params: EnvParams) -> str:
-    """``gantt_<layout>_<schedule>[_<dispatch>]_n<N>_gpus<P>.png``: a dispatcher's chart, unless static, says
-    which (a learned one by its file's stem), so that it never replaces another's."""
+def default_chart_name(layout: str, params: EnvParams, workload: Workload | None = None) -> str:
+    """``gantt_<layout>[_<model>]_<schedule>[_<dispatch>]_n<N>_gpus<P>.png``: a model's chart says which, and a
+    dispatcher's chart, unless static, says which (a learned one by its file's stem), so that neither replaces
+    another's."""
     domain = PARAMETER["dispatch"].domain
     assert isinstance(domain, Dispatchers)
     way = "" if params.dispatch == "static" else "_" + domain.file_name(domain.shown(params.dispatch))
-    return f"gantt_{layout}_{params.schedule}{way}_n{params.n}_gpus{params.num_gpus}.png"
+    model = "" if workload is None else "_" + safe_name(workload.shape.name)
+    return f"gantt_{layout}{model}_{params.schedule}{way}_n{params.n}_gpus{params.num_gpus}.png"
 
 
 def draw(args: argparse.Namespace, params: EnvParams, workload: Workload | None, policy: Policy,
