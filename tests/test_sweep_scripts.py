@@ -13,6 +13,7 @@ import pytest
 from conftest import ROOT, assert_one_line_error, assert_png_drawn, run_here, run_script
 
 from pipeline_sim import calculate_full_pipeline_schedule
+from pipeline_sim.cli.heatmap import INCOMPLETE_MARKER
 from pipeline_sim.metrics import schedule_metrics
 
 
@@ -245,6 +246,27 @@ def test_plot_heatmap_rejects_a_cut_csv(tmp_path):
     cut.write_text("".join(lines[:40]))
     result = run_here("plot_heatmap.py", str(cut), cwd=tmp_path)
     assert_one_line_error(result, "has 39 rows, not a whole policy grid; pass --skip-incomplete")
+
+
+def test_plot_heatmap_never_mixes_the_figures_of_two_files(tmp_path):
+    for name, n, flag in (("a", 3, "--step"), ("b", 4, "--priority-step")):  # either name of the step
+        (tmp_path / f"{name}.json").write_text(json.dumps({"n": n, "num_gpus": 2}))
+        made = run_here("data_generator.py", "-c", f"{name}.json", "-o", f"{name}.csv", flag, "0.5", cwd=tmp_path)
+        assert made.returncode == 0, made.stderr
+    assert run_here("plot_heatmap.py", "a.csv", "-o", "maps", cwd=tmp_path).returncode == 0
+    (first,) = (tmp_path / "maps").iterdir()
+    drawn = first.read_bytes()
+    refused = run_here("plot_heatmap.py", "b.csv", "-o", "maps", cwd=tmp_path)
+    assert_one_line_error(refused, "maps holds 1 figure of an earlier drawing; pass --overwrite to replace them")
+    assert list((tmp_path / "maps").iterdir()) == [first] and first.read_bytes() == drawn
+    assert "1 environment x 37 policies" in made.stdout  # step 0.5, not the default 0.1
+    (tmp_path / "maps" / INCOMPLETE_MARKER).write_text("stopped")  # a stopped drawing is drawn again in full
+    assert run_here("plot_heatmap.py", "a.csv", "-o", "maps", cwd=tmp_path).returncode == 0
+    assert list((tmp_path / "maps").iterdir()) == [first]
+    replaced = run_here("plot_heatmap.py", "b.csv", "-o", "maps", "--overwrite", cwd=tmp_path)
+    assert replaced.returncode == 0, replaced.stderr
+    (second,) = (tmp_path / "maps").iterdir()
+    assert second.name != first.name and "n4" in second.name
 
 
 @pytest.mark.parametrize("script, flags", [

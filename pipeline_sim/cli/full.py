@@ -25,7 +25,7 @@ def build_parser(prog: str) -> Parser:
     parser.add_argument("-c", "--config", type=Path, required=True, metavar="FILE",
                         help="JSON grid of environments: each parameter a value, a list, or "
                              "{\"start\": a, \"stop\": b, \"step\": s}; see configs/")
-    add_sweep_arguments(parser, step_flags=("--priority_step", "--priority-step"))
+    add_sweep_arguments(parser, step_flags=("--priority_step", "--priority-step", "--step"))
     add_metric_argument(parser)
     return parser
 
@@ -42,7 +42,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                                  allow_large=args.allow_large, cluster=args.cluster, format=args.format, locks=locks,
                                  also_lock=heatmap_folder)
             heatmap_dir = heatmap_folder(csv)
-            drawn = write_heatmaps(csv, heatmap_dir, args.workers, args.metric)
+            # the folder of this CSV alone (its name the CSV's): what is in it was drawn from an earlier version
+            drawn = write_heatmaps(csv, heatmap_dir, args.workers, args.metric, overwrite=True)
         draws = f" x {plan.samples} samples" if plan.samples > 1 else ""
         print(f"\n{counted(plan.num_environments, 'environment')}, {counted(plan.num_simulations, 'simulation')} "
               f"({counted(len(plan.policies), 'policy', 'policies')}{draws} each)")

@@ -214,7 +214,7 @@ def build_parser(prog: str) -> Parser:
                              "{\"start\": a, \"stop\": b, \"step\": s}; see configs/")
     parser.add_argument("--output", "-o", type=Path, default=None, metavar="PATH",
                         help=f"file to write (default {DATA_DIR}/<config name>_<timestamp>.csv, or .parquet)")
-    add_sweep_arguments(parser, step_flags=("--step",))
+    add_sweep_arguments(parser, step_flags=("--step", "--priority_step", "--priority-step"))
     return parser
 
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Iterator, Sequence
 
 import numpy as np
 
-from ..files import atomic_output, check_locks, exclusive_writer, output_folder
+from ..files import OutputError, atomic_output, check_locks, exclusive_writer, output_folder
 from ..model import EnvParams
 from ..parallel import ordered_map
 from ..results import (
@@ -41,7 +41,7 @@ from ..results import (
 )
 from ..scenarios import policy_count
 from ..workload import Workload
-from .common import Parser, check_interrupt, positive_int, run_command, script_name
+from .common import Parser, check_interrupt, counted, positive_int, run_command, script_name
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -162,7 +162,7 @@ _BEST_COLUMNS = ("policy", *METRICS, *REPORT_SUMMARY)
 
 
 def write_heatmaps(csv: Path, output_dir: Path, workers: int = 1, metric: str = "completion_time",
-                   skip_incomplete: bool = False) -> Drawn:
+                   skip_incomplete: bool = False, overwrite: bool = False) -> Drawn:
     """Draw every environment of ``csv`` (a sweep's CSV or Parquet output; coloured by ``metric``), every group of
     schedules to compare and every family of jitter levels into ``output_dir``.
 
@@ -173,11 +173,13 @@ def write_heatmaps(csv: Path, output_dir: Path, workers: int = 1, metric: str = 
     a file changed in place meanwhile is refused. ``output_dir`` is locked once the file is
     checked, before anything is written (so a refused input leaves no folder or lock behind),
     until the end (``files.exclusive_writer``), and holds the marker ``INCOMPLETE_MARKER``
-    until its last figure is written.
+    until its last figure is written. A folder holding the figures of a finished drawing (its PNG files, without the
+    marker) is refused (``OutputError``), so that the figures of two files never mix, unless ``overwrite``: then those
+    figures are removed first.
     """
     with open_results(csv) as source, ExitStack() as lock:
         before = os.fstat(source.fileno())
-        drawn = _write_heatmaps(csv, source, output_dir, workers, metric, skip_incomplete, lock)
+        drawn = _write_heatmaps(csv, source, output_dir, workers, metric, skip_incomplete, overwrite, lock)
         after = os.fstat(source.fileno())
         if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
             raise ResultsError(f"{csv} changed while it was drawn; the figures in {output_dir} may mix two "
@@ -191,7 +193,7 @@ INCOMPLETE_MARKER = "INCOMPLETE.txt"
 
 
 def _write_heatmaps(csv: Path, source: BinaryIO, output_dir: Path, workers: int, metric: str,
-                    skip_incomplete: bool, lock: ExitStack) -> Drawn:
+                    skip_incomplete: bool, overwrite: bool, lock: ExitStack) -> Drawn:
     heatmaps, left_out, summaries = [], [], []
     drawable: list[tuple[list[tuple], int] | None] = []  # per environment, its jitter families and steps; None: none
     steps_used: set[int] = set()
@@ -234,6 +236,7 @@ def _write_heatmaps(csv: Path, source: BinaryIO, output_dir: Path, workers: int,
         draw.heatmaps(), (ComparisonJob(*comparison) for comparison in comparisons), iter(dispatch),
         draw.robustness(robustness))
     lock.enter_context(exclusive_writer(output_folder(output_dir)))
+    _clear(output_dir, overwrite)
     if len(heatmaps) > 1:
         from ..plotting.heatmap import heatmap_figure
 
@@ -245,6 +248,19 @@ def _write_heatmaps(csv: Path, source: BinaryIO, output_dir: Path, workers: int,
         f"all with plot_heatmap.py {csv} -o {output_dir}\n", encoding="utf-8")
     _run(jobs, workers, csv, output_dir, len(heatmaps) + len(comparisons) + len(dispatch) + len(drawn))
     return Drawn(heatmaps, comparisons, robustness, left_out, [job.path for job in dispatch])
+
+
+def _clear(output_dir: Path, overwrite: bool) -> None:
+    """Make way in ``output_dir`` for a drawing: a folder whose drawing was stopped (``INCOMPLETE_MARKER``) is drawn
+    again in full; the figures of a finished one are refused, or with ``overwrite`` removed."""
+    if not output_dir.is_dir() or (output_dir / INCOMPLETE_MARKER).exists():
+        return
+    figures = sorted(output_dir.glob("*.png"))
+    if figures and not overwrite:
+        raise OutputError(f"{output_dir} holds {counted(len(figures), 'figure')} of an earlier drawing; pass "
+                          f"--overwrite to replace them, or choose another folder")
+    for figure in figures:
+        figure.unlink()
 
 
 def _lowest(key: str) -> dict[str, Any]:
@@ -367,6 +383,9 @@ def build_parser(prog: str) -> Parser:
     parser.add_argument("--skip-incomplete", action="store_true",
                         help="draw the complete environments of a CSV that has incomplete ones, and name those "
                              "(default: refuse the CSV)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the figures an earlier drawing left in the folder (its .png files are removed "
+                             "first; without it, such a folder is refused, so that two files' figures never mix)")
     return parser
 
 
@@ -375,7 +394,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     args = build_parser(prog).parse_args(argv)
 
     def body() -> int:
-        drawn = write_heatmaps(args.csv, args.output_dir, args.workers, args.metric, args.skip_incomplete)
+        drawn = write_heatmaps(args.csv, args.output_dir, args.workers, args.metric, args.skip_incomplete,
+                               args.overwrite)
         print(f"wrote {describe(drawn)} to {args.output_dir}")
         if drawn.left_out:
             print(f"left out {len(drawn.left_out)} incomplete environment{'s' if len(drawn.left_out) > 1 else ''}: "
