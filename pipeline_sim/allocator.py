@@ -9,7 +9,8 @@ thresholds here, blocks below ``MMAP_THRESHOLD`` come from the heap and its free
 that memory a large simulation freed stays with the process, up to ``TRIM_THRESHOLD``, until it exits.
 
 This changes the whole process, so only a command that simulates does it, before its first simulation
-(``cli.common.ready_kernel``; a sweep's workers, forked from it, inherit it), never the library on its own: a program
+(``cli.common.ready_kernel``; a sweep's workers, forked from it, inherit it, and a local Dask cluster's workers are
+started with glibc's variables for it, ``child_environment``), never the library on its own: a program
 that imports the package keeps its allocator as it was, and may call ``keep_freed_memory`` itself. Drawing figures
 gains nothing from it and would hold more memory at its peak (a tenth more for 827 heatmaps), so ``plot_heatmap.py``
 leaves it; ``run_full_pipeline.py`` draws after its sweep, in the same process, with it.
@@ -47,6 +48,15 @@ def left_as_it_is(environ: Mapping[str, str]) -> bool:
     tunables = {item.partition("=")[0].strip() for item in environ.get("GLIBC_TUNABLES", "").split(":")}
     return environ.get(SWITCH, "").strip() == "0" or any(name in environ for name in USER_SETTINGS) or \
         bool(tunables.intersection(USER_TUNABLES))
+
+
+def child_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` for a process of ours that does not fork from a command (the workers of a local Dask cluster):
+    with glibc's own variables for ``MMAP_THRESHOLD`` and ``TRIM_THRESHOLD``, which it reads as it starts, unless
+    ``left_as_it_is``. Elsewhere than glibc they mean nothing."""
+    if left_as_it_is(environ):
+        return dict(environ)
+    return {**environ, "MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD), "MALLOC_TRIM_THRESHOLD_": str(TRIM_THRESHOLD)}
 
 
 @cache

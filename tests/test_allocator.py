@@ -53,6 +53,30 @@ def test_a_simulation_reuses_the_memory_the_one_before_freed():
     kept = _repeated()
     assert kept["kept"] is True
     assert kept["faults"] * 10 < glibc["faults"]
+    # a process started with glibc's variables for the same thresholds (a local Dask cluster's workers) keeps it too
+    started = {name: value for name, value in allocator.child_environment({}).items()}
+    assert sorted(started) == ["MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"]
+    told = _repeated(**started)
+    assert told["kept"] is False and told["faults"] * 10 < glibc["faults"]
+
+
+def test_a_local_clusters_workers_start_with_the_thresholds(monkeypatch):
+    from pipeline_sim import cluster
+
+    started = {}
+
+    def popen(command, env, **kwargs):
+        started.update(env)
+    monkeypatch.setattr(cluster.subprocess, "Popen", popen)
+    monkeypatch.delenv(allocator.SWITCH, raising=False)
+    for name in allocator.USER_SETTINGS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    cluster._start_workers("tcp://127.0.0.1:1", 2)
+    assert started["MALLOC_MMAP_THRESHOLD_"] == str(allocator.MMAP_THRESHOLD)
+    assert started["MALLOC_TRIM_THRESHOLD_"] == str(allocator.TRIM_THRESHOLD)
+    assert allocator.child_environment({"MALLOC_TOP_PAD_": "0", "X": "1"}) == {"MALLOC_TOP_PAD_": "0", "X": "1"}
+    assert allocator.child_environment({allocator.SWITCH: "0"}) == {allocator.SWITCH: "0"}
 
 
 @pytest.mark.parametrize("environ, left", [
