@@ -281,11 +281,12 @@ class EnvironmentGrid:
         unknown = [key for key in raw if key not in valid]
         if unknown:
             aliases = {p.alias: p.name for p in PARAMETERS if p.alias}
-            guess = get_close_matches(str(unknown[0]), [*valid, *aliases], n=1)
+            unused = [key for key in [*valid, *aliases] if key not in raw and aliases.get(key) not in raw]
+            guess = get_close_matches(str(unknown[0]), unused, n=1)
             raise ConfigError(f"{source}: unknown key {unknown[0]!r}"
                               + (f"; did you mean {guess[0]!r}? Valid" if guess else "; valid")
                               + f" keys: {', '.join(valid)}"
-                              + "".join(f" ({alias} names {name})" for alias, name in aliases.items()))
+                              + "".join(f"; {alias} is another name for {name}" for alias, name in aliases.items()))
         if "lengths" in raw:
             beside = [key for key in (*TABLE_WORK, "model") if key in raw]
             if beside:

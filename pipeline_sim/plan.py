@@ -562,7 +562,7 @@ def plan(base: Workload, gpus: int, *, env: dict[str, object] | None = None, sam
         if base.tp_bandwidth is not None else f"tensor degree 1 only ({NO_TENSOR_PARALLEL})"
     pinned = "; within " + ", ".join(f"{key} {'/'.join(map(str, sorted(values)))}"
                                      for key, values in (filters or {}).items()) if filters else ""
-    for key in ("tensor_parallel", "context_parallel", "pipeline_parallel", "data_parallel"):  # each GPUs' factor
+    for key in ("tensor_parallel", "context_parallel", "pipeline_parallel", "data_parallel"):  # factors of the GPUs
         values = sorted((filters or {}).get(key, ()))
         if values and all(gpus % value for value in values):
             verb = "none divides" if len(values) > 1 else "does not divide"

@@ -55,6 +55,8 @@ def test_pipeline_parallel_is_the_pipeline_degree():
     ({"nn": 3}, "unknown key 'nn'; did you mean 'n'? Valid keys: n, num_gpus"),
     ({"num_gpu": 4}, "unknown key 'num_gpu'; did you mean 'num_gpus'? Valid keys: n, num_gpus"),
     ({"pipeline_paralel": 4}, "did you mean 'pipeline_parallel'?"),
+    ({"num_gpus": 4, "pipeline_paralel": 4}, "did you mean 'sequence_parallel'?"),  # num_gpus given already
+    ({"nn": 3}, "; pipeline_parallel is another name for num_gpus"),
     ({"qqqq": 4}, "unknown key 'qqqq'; valid keys: n, num_gpus"),
     ({"num_gpus": 4, "pipeline_parallel": 4}, "both 'num_gpus' and 'pipeline_parallel' given; they name one parameter"),
     ({"n": "eight"}, "config key 'n': 'eight' is not an integer"),

@@ -253,20 +253,29 @@ def test_plot_heatmap_never_mixes_the_figures_of_two_files(tmp_path):
         (tmp_path / f"{name}.json").write_text(json.dumps({"n": n, "num_gpus": 2}))
         made = run_here("data_generator.py", "-c", f"{name}.json", "-o", f"{name}.csv", flag, "0.5", cwd=tmp_path)
         assert made.returncode == 0, made.stderr
+    assert "1 environment x 37 policies" in made.stdout  # step 0.5, not the default 0.1
     assert run_here("plot_heatmap.py", "a.csv", "-o", "maps", cwd=tmp_path).returncode == 0
     (first,) = (tmp_path / "maps").iterdir()
     drawn = first.read_bytes()
     refused = run_here("plot_heatmap.py", "b.csv", "-o", "maps", cwd=tmp_path)
-    assert_one_line_error(refused, "maps holds 1 figure of an earlier drawing; pass --overwrite to replace them")
+    assert_one_line_error(refused, "maps holds 1 .png file already; pass --overwrite to draw into it anyway")
     assert list((tmp_path / "maps").iterdir()) == [first] and first.read_bytes() == drawn
-    assert "1 environment x 37 policies" in made.stdout  # step 0.5, not the default 0.1
-    (tmp_path / "maps" / INCOMPLETE_MARKER).write_text("stopped")  # a stopped drawing is drawn again in full
+    # a stopped drawing of the same file is drawn again in full; another file's is refused
+    (tmp_path / "maps" / INCOMPLETE_MARKER).write_text("The figures of a.csv are being drawn here")
     assert run_here("plot_heatmap.py", "a.csv", "-o", "maps", cwd=tmp_path).returncode == 0
     assert list((tmp_path / "maps").iterdir()) == [first]
-    replaced = run_here("plot_heatmap.py", "b.csv", "-o", "maps", "--overwrite", cwd=tmp_path)
-    assert replaced.returncode == 0, replaced.stderr
-    (second,) = (tmp_path / "maps").iterdir()
-    assert second.name != first.name and "n4" in second.name
+    (tmp_path / "maps" / INCOMPLETE_MARKER).write_text("The figures of a.csv are being drawn here")
+    refused = run_here("plot_heatmap.py", "b.csv", "-o", "maps", cwd=tmp_path)
+    assert_one_line_error(refused, "maps holds the stopped drawing of another file (INCOMPLETE.txt)")
+    (tmp_path / "maps" / INCOMPLETE_MARKER).unlink()
+    (tmp_path / "maps" / "holiday.png").write_bytes(b"not ours")
+    drawn_in = run_here("plot_heatmap.py", "b.csv", "-o", "maps", "--overwrite", cwd=tmp_path)
+    assert drawn_in.returncode == 0, drawn_in.stderr
+    assert len(list((tmp_path / "maps").iterdir())) == 3  # a.csv's, b.csv's and the user's file, kept
+    assert (tmp_path / "maps" / "holiday.png").read_bytes() == b"not ours" and first.read_bytes() == drawn
+    full = run_here("run_full_pipeline.py", "-c", "a.json", "--step", "0.5", cwd=tmp_path)  # its step's other name
+    assert full.returncode == 0, full.stderr
+    assert "1 environment, 37 simulations (37 policies each)" in full.stdout
 
 
 @pytest.mark.parametrize("script, flags", [

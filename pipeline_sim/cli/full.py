@@ -42,7 +42,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                                  allow_large=args.allow_large, cluster=args.cluster, format=args.format, locks=locks,
                                  also_lock=heatmap_folder)
             heatmap_dir = heatmap_folder(csv)
-            # the folder of this CSV alone (its name the CSV's): what is in it was drawn from an earlier version
+            # the folder of this CSV alone, named after it: what it holds was drawn from this CSV as it was
             drawn = write_heatmaps(csv, heatmap_dir, args.workers, args.metric, overwrite=True)
         draws = f" x {plan.samples} samples" if plan.samples > 1 else ""
         print(f"\n{counted(plan.num_environments, 'environment')}, {counted(plan.num_simulations, 'simulation')} "

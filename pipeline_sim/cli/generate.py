@@ -87,7 +87,7 @@ def default_output(config: Path, plan: SweepPlan, resume: bool) -> Path:
 
 
 def _where(workers: int, cluster: str | None) -> str:
-    processes = f"{workers} worker{'s' if workers > 1 else ''}"
+    processes = counted(workers, "worker")
     if cluster is None:
         return processes
     return f"a local Dask cluster of {processes}" if cluster == "local" else f"the Dask cluster at {cluster}"

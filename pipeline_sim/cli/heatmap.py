@@ -173,10 +173,11 @@ def write_heatmaps(csv: Path, output_dir: Path, workers: int = 1, metric: str = 
     a file changed in place meanwhile is refused. ``output_dir`` is locked once the file is
     checked, before anything is written (so a refused input leaves no folder or lock behind),
     until the end (``files.exclusive_writer``), and holds the marker ``INCOMPLETE_MARKER``
-    until its last figure is written. A folder holding the figures of a finished drawing (its PNG files, without the
-    marker) is refused (``OutputError``), so that the figures of two files never mix, unless ``overwrite``: then those
-    figures are removed first.
+    until its last figure is written. Unless ``overwrite``, a folder that holds PNG files, or the marker of another
+    file's drawing, is refused (``OutputError``) before the file is read and again once it is locked, so that the
+    figures of two files never mix; a drawing of ``csv`` that was stopped is drawn again in full.
     """
+    _check_folder(output_dir, csv, overwrite)
     with open_results(csv) as source, ExitStack() as lock:
         before = os.fstat(source.fileno())
         drawn = _write_heatmaps(csv, source, output_dir, workers, metric, skip_incomplete, overwrite, lock)
@@ -236,7 +237,7 @@ def _write_heatmaps(csv: Path, source: BinaryIO, output_dir: Path, workers: int,
         draw.heatmaps(), (ComparisonJob(*comparison) for comparison in comparisons), iter(dispatch),
         draw.robustness(robustness))
     lock.enter_context(exclusive_writer(output_folder(output_dir)))
-    _clear(output_dir, overwrite)
+    _check_folder(output_dir, csv, overwrite)
     if len(heatmaps) > 1:
         from ..plotting.heatmap import heatmap_figure
 
@@ -244,23 +245,37 @@ def _write_heatmaps(csv: Path, source: BinaryIO, output_dir: Path, workers: int,
             heatmap_figure(steps).render_background()  # once here, not once per forked worker
     output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / INCOMPLETE_MARKER).write_text(
-        f"The figures of {csv} are being drawn here, or their drawing was stopped: some may be missing. Draw them "
+        f"{_marker_start(csv)} are being drawn here, or their drawing was stopped: some may be missing. Draw them "
         f"all with plot_heatmap.py {csv} -o {output_dir}\n", encoding="utf-8")
     _run(jobs, workers, csv, output_dir, len(heatmaps) + len(comparisons) + len(dispatch) + len(drawn))
     return Drawn(heatmaps, comparisons, robustness, left_out, [job.path for job in dispatch])
 
 
-def _clear(output_dir: Path, overwrite: bool) -> None:
-    """Make way in ``output_dir`` for a drawing: a folder whose drawing was stopped (``INCOMPLETE_MARKER``) is drawn
-    again in full; the figures of a finished one are refused, or with ``overwrite`` removed."""
-    if not output_dir.is_dir() or (output_dir / INCOMPLETE_MARKER).exists():
+def _marker_start(csv: Path) -> str:
+    """How ``INCOMPLETE_MARKER`` begins in a folder where ``csv``'s figures are drawn."""
+    return f"The figures of {csv}"
+
+
+def _check_folder(output_dir: Path, csv: Path, overwrite: bool) -> None:
+    """Refuse (``OutputError``), unless ``overwrite``, a folder that holds PNG files or the marker of another file's
+    drawing; a folder whose drawing of ``csv`` was stopped is drawn again in full."""
+    if overwrite or not output_dir.is_dir():
         return
-    figures = sorted(output_dir.glob("*.png"))
-    if figures and not overwrite:
-        raise OutputError(f"{output_dir} holds {counted(len(figures), 'figure')} of an earlier drawing; pass "
-                          f"--overwrite to replace them, or choose another folder")
-    for figure in figures:
-        figure.unlink()
+    try:
+        marker = (output_dir / INCOMPLETE_MARKER).read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        marker = None
+    except OSError as error:
+        raise OutputError(f"cannot read {output_dir / INCOMPLETE_MARKER}: {error.strerror}") from None
+    if marker is not None:
+        if marker.startswith(_marker_start(csv) + " "):
+            return
+        raise OutputError(f"{output_dir} holds the stopped drawing of another file ({INCOMPLETE_MARKER}); pass "
+                          f"--overwrite to draw into it anyway, or choose another folder")
+    pngs = sum(1 for _ in output_dir.glob("*.png"))
+    if pngs:
+        raise OutputError(f"{output_dir} holds {counted(pngs, '.png file')} already; pass --overwrite to draw into it "
+                          f"anyway (a figure of the same name is replaced), or choose another folder")
 
 
 def _lowest(key: str) -> dict[str, Any]:
@@ -350,7 +365,7 @@ def describe(drawn: Drawn) -> str:
     """``18 heatmaps, 4 schedule comparisons, 3 robustness figures``."""
     counts = [(len(drawn.heatmaps), "heatmap"), (len(drawn.comparisons), "schedule comparison"),
               (len(drawn.dispatch), "dispatch figure"), (len(drawn.robustness), "robustness figure")]
-    return ", ".join(f"{count} {name}{'s' if count != 1 else ''}" for count, name in counts if count or
+    return ", ".join(counted(count, name) for count, name in counts if count or
                      name == "heatmap")
 
 
@@ -384,8 +399,8 @@ def build_parser(prog: str) -> Parser:
                         help="draw the complete environments of a CSV that has incomplete ones, and name those "
                              "(default: refuse the CSV)")
     parser.add_argument("--overwrite", action="store_true",
-                        help="replace the figures an earlier drawing left in the folder (its .png files are removed "
-                             "first; without it, such a folder is refused, so that two files' figures never mix)")
+                        help="draw into a folder that holds .png files already, replacing those of the same names "
+                             "(without it, such a folder is refused, so that two files' figures never mix)")
     return parser
 
 
@@ -398,7 +413,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                                args.overwrite)
         print(f"wrote {describe(drawn)} to {args.output_dir}")
         if drawn.left_out:
-            print(f"left out {len(drawn.left_out)} incomplete environment{'s' if len(drawn.left_out) > 1 else ''}: "
+            print(f"left out {counted(len(drawn.left_out), 'incomplete environment')}: "
                   + "; ".join(drawn.left_out))
         return 0
 

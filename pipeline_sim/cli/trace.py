@@ -14,7 +14,7 @@ from typing import Sequence
 from ..files import atomic_output, output_target
 from ..measured import fit_comm, read_run
 from ..schedules import SCHEDULES, get_schedule
-from .common import Parser, UserError, positive_int, run_command, script_name, use_display
+from .common import Parser, UserError, counted, positive_int, run_command, script_name, use_display
 
 #: The schedules PyTorch runs that the simulator also has (``recorder.TORCH_SCHEDULES``; said here without torch).
 RECORDABLE = ("1f1b", "gpipe", "interleaved-1f1b", "zb-h1", "zb-v", "dualpipe-v")
@@ -145,10 +145,10 @@ def _replay(args) -> int:
     if not 0 <= args.iteration < len(run.iterations):
         raise UserError(f"--iteration {args.iteration}: must be from 0 to {len(run.iterations) - 1}")
     comm = fit_comm(run.iterations)
-    iterations = f"{len(run.iterations)} iteration{'s' * (len(run.iterations) != 1)}"
+    iterations = counted(len(run.iterations), "iteration")
     transfers = (f"transfers: {comm.time(0) * 1e3:.0f} us + bytes / {comm.bandwidth / 1e3:.3g} MB/s, from "
                  f"{comm.samples} waited-for transfers" if comm.samples else "no transfers")
-    print(f"{run.schedule}: {run.ranks} rank{'s' * (run.ranks != 1)}, {run.stages} stages, {run.microbatches} "
+    print(f"{run.schedule}: {counted(run.ranks, 'rank')}, {run.stages} stages, {run.microbatches} "
           f"micro-batches, {iterations}; {transfers}")
     results = [replay(run, k, comm) for k in range(len(run.iterations))]
     for k, result in enumerate(results):

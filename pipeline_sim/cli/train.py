@@ -18,6 +18,7 @@ from .common import (
     Parser,
     UserError,
     check_interrupt,
+    counted,
     positive_int,
     ready_kernel,
     run_command,
@@ -168,10 +169,10 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         from tqdm import tqdm
 
         with exclusive_writer(output), exclusive_writer(curve_csv), exclusive_writer(curve_png):
-            print(f"training {output} on {len(environments)} environment{'s' * (len(environments) > 1)} of "
+            print(f"training {output} on {counted(len(environments), 'environment')} of "
                   f"{args.config} for {settings.steps:,} decisions (seed {settings.seed})", file=sys.stderr)
-            update = settings.environments_per_update * settings.rollout
-            if settings.steps < update:
+            # decisions are taken a copy each at once: the first rollout fills once each copy took ``rollout``
+            if -(-settings.steps // settings.environments_per_update) < settings.rollout:
                 print(f"{prog}: note: --steps {settings.steps:,} is less than one update of the network "
                       f"({settings.environments_per_update} x {settings.rollout:,} decisions): the network written is "
                       f"the untrained one", file=sys.stderr)
@@ -196,9 +197,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         best = max(curve, key=lambda p: p.validation_saving)
         print(f"trained {curve[-1].steps:,} decisions ({curve[-1].episodes:,} iterations) in "
               f"{(time.monotonic() - started) / 60:.1f} min")
-        # a schedule other than the reference's cannot match its static order by dispatching alone
         others = sorted({params.schedule for params in environments if not params.lengths} - {REFERENCE})
-        below = f"; {', '.join(others)} environments pull it below 0" if others else ""
+        below = f"; {', '.join(others)} environments are measured against it too" if others else ""
         print(f"validation draws, time saved against {against} (higher is better{below}): the kept network "
               f"(decision {best.steps:,}) {best.validation_saving:+.2%}, greedy {best.rule_saving:+.2%}")
         print(f"policy: {output}\ncurve: {curve_csv}, {curve_png}")

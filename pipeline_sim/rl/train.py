@@ -171,11 +171,31 @@ def train(environments: Sequence[EnvParams], policy: Policy, settings: Settings 
     best: list[tuple[float, LearnedPolicy]] = []
     returns: list[float] = []
 
+    def checkpoint_at(steps: int) -> Checkpoint:
+        """The network as trained so far, played on the validation draws, and kept when it is the best yet."""
+        played = extract(model, fields, actions, note | {"trained_steps": steps})
+        saving = savings(environments, policy, played, validation)
+        recent = returns[-200:]
+        point = Checkpoint(steps, len(returns), math.fsum(recent) / len(recent) if recent else math.nan, saving, rule)
+        curve.append(point)
+        if not best or saving > best[0][0]:
+            best[:] = [(saving, played)]
+        if progress is not None:
+            progress(steps, point)
+        return point
+
     class Report(BaseCallback):
         def __init__(self) -> None:
             super().__init__()
             self.next_evaluation = 0
+            # a checkpoint due on a rollout's last decision waits until the network is trained on that rollout
+            self.deferred = False
             self.updated = False  # whether the network was trained on a rollout since the last checkpoint
+
+        def _on_rollout_start(self) -> None:  # the rollout before is trained on
+            if self.deferred:
+                self.deferred = self.updated = False
+                checkpoint_at(self.num_timesteps)
 
         def _on_rollout_end(self) -> None:  # a full rollout, which the network is trained on next
             self.updated = True
@@ -185,23 +205,19 @@ def train(environments: Sequence[EnvParams], policy: Policy, settings: Settings 
                 if done and "completion_time" in info:
                     returns.append(1.0 - info["completion_time"] / info["reference_time"])
             steps = self.num_timesteps
-            checkpoint = None
-            if steps >= self.next_evaluation:
+            last = model.rollout_buffer.pos == model.n_steps - 1  # this decision fills the rollout
+            due = steps >= self.next_evaluation
+            if due:
                 self.next_evaluation += settings.evaluate_every
-                played = extract(self.model, fields, actions, note | {"trained_steps": steps})
-                saving = savings(environments, policy, played, validation)
-                recent = returns[-200:]
-                checkpoint = Checkpoint(steps, len(returns), math.fsum(recent) / len(recent) if recent else math.nan,
-                                        saving, rule)
-                curve.append(checkpoint)
+                self.deferred = last
+            if due and not last:
                 self.updated = False
-                if not best or saving > best[0][0]:
-                    best[:] = [(saving, played)]
-            if progress is not None:
-                progress(steps, checkpoint)
+                checkpoint_at(steps)
+            elif progress is not None:
+                progress(steps, None)
             # ``steps`` decisions, not a whole rollout past them: collecting stops there, and the rollout is
             # trained on only when it is full
-            return steps < settings.steps or model.rollout_buffer.pos == model.n_steps - 1
+            return steps < settings.steps or last
 
     report = Report()
     try:
@@ -210,17 +226,7 @@ def train(environments: Sequence[EnvParams], policy: Policy, settings: Settings 
         if not best:
             raise
         return best[0][1], curve, False
-    # the last update ended between two evaluations, or right after one (taken on the rollout's last decision,
-    # before the network was trained on it)
-    if curve[-1].steps < model.num_timesteps or report.updated:
-        final = extract(model, fields, actions, note | {"trained_steps": model.num_timesteps})
-        saving = savings(environments, policy, final, validation)
-        recent = returns[-200:]
-        checkpoint = Checkpoint(model.num_timesteps, len(returns), math.fsum(recent) / max(1, len(recent)), saving,
-                                rule)
-        curve.append(checkpoint)
-        if progress is not None:
-            progress(model.num_timesteps, checkpoint)
-        if saving > best[0][0]:
-            best[:] = [(saving, final)]
+    # the last update ended after the last checkpoint, or the run stopped between two
+    if report.updated or curve[-1].steps < model.num_timesteps:
+        checkpoint_at(model.num_timesteps)
     return best[0][1], curve, True
