@@ -266,7 +266,7 @@ class EnvParams:
     """
 
     n: int = parameter(8, Integers(1), "micro-batches per iteration", short="n", label="n", group="environment",
-                       metavar="N", flags=("-n", "--num_groups"))
+                       metavar="N", flags=("-n", "--num_groups", "--num-groups"))
     num_gpus: int = parameter(4, Integers(1), "the pipeline degree: GPUs of one pipeline, a stage (or v chunks) "
                               "each", short="gpus", label="GPUs", group="environment", metavar="P",
                               alias="pipeline_parallel")

@@ -280,7 +280,7 @@ def test_plot_heatmap_never_mixes_the_figures_of_two_files(tmp_path):
 
 @pytest.mark.parametrize("script, flags", [
     ("data_generator.py", ["--config", "--simulator", "--step", "--output", "--workers", "--resume"]),
-    ("plot_heatmap.py", ["--output_dir", "heatmaps_output", "--workers"]),
+    ("plot_heatmap.py", ["--output_dir", "--output-dir", "heatmaps_output", "--workers", "--overwrite"]),
     ("run_full_pipeline.py", ["--config", "--simulator", "--priority_step", "--workers", "--resume"]),
 ])
 def test_help(tmp_path, script, flags):

@@ -81,7 +81,8 @@ def test_unwritable_output_is_one_line(tmp_path):
 def test_help_documents_the_flags(script, tmp_path):
     result = run_here(script, "--help", cwd=tmp_path)
     assert result.returncode == 0
-    for flag in ["--num_groups", "--fwd-impact", "--bwd-impact", "--sync-solo-w", "--sync-freq", "--no-show",
+    for flag in ["--num_groups", "--num-groups", "-o FILE, --output FILE", "--fwd-impact", "--bwd-impact",
+                 "--sync-solo-w", "--sync-freq", "--no-show",
                  "--show-throttling", "--show-completion-time", "--num-gpus", "--fwd-len", "--bwd-len",
                  "--prop-len", "--sync-base-len", "--ingress-capacity", "--priority", "--exclusive", "--output",
                  "--trace", "no effect", "--schedule", "--chunks", "--w-fraction", "--fb-overlap", "--show-memory",

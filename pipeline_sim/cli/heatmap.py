@@ -390,7 +390,7 @@ def build_parser(prog: str) -> Parser:
                     epilog=f"Example: {prog} outputs/data/example_20260101-120000.csv -o heatmaps")
     parser.add_argument("csv", type=Path, help="CSV (or Parquet file) written by data_generator.py; read in pieces, "
                                                "so memory stays flat however many rows it has")
-    parser.add_argument("-o", "--output_dir", type=Path, default=Path("heatmaps_output"), metavar="DIR",
+    parser.add_argument("-o", "--output_dir", "--output-dir", type=Path, default=Path("heatmaps_output"), metavar="DIR",
                         help="folder for the PNGs (default %(default)s)")
     parser.add_argument("--workers", type=positive_int, metavar="N", default=os.cpu_count() or 1,
                         help="processes drawing in parallel (default: all %(default)s cores)")

@@ -183,7 +183,7 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
     pol.add_argument("--exclusive", action="append", default=[], metavar="KIND=TIER",
                      help="exclusive tier letter of a kind, 'a' highest (repeatable; replaces the defaults)")
     out = parser.add_argument_group("output")
-    out.add_argument("--output", type=Path, default=None,
+    out.add_argument("-o", "--output", type=Path, default=None, metavar="FILE",
                      help=f"chart to write, in the format its extension names (.png, .svg, .pdf, .jpg, ...; "
                           f"default outputs/gantt/gantt_{layout}[_<model>]_<schedule>[_<dispatch>]_n<N>_gpus<P>.png, "
                           f"the dispatcher named unless static)")
