@@ -28,6 +28,11 @@ def __getattr__(name: str) -> Any:
     return value
 
 
+def __dir__() -> list[str]:
+    """The module's names, those loaded when first asked for among them (``help``, completion)."""
+    return sorted({*globals(), *_LOADED_LATER})
+
+
 __all__ = [
     "COMM_KINDS", "GPU_PRESETS", "MODEL_PRESETS", "SCHEDULES", "Action", "EnvParams", "Pair", "ParameterError",
     "Policy", "Schedule", "SimulationStuckError", "Task", "TaskId", "TaskKind", "Workload", "WorkloadReport",

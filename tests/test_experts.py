@@ -207,7 +207,7 @@ def test_a_sweep_over_the_all_to_all_class(tmp_path):
     policies = {row["policy"] for row in rows}
     assert {key[1] for key in by if key[0] == "0.0"} == {""}  # not read without an all-to-all: its cell is empty
     assert sum(row["a2a_len"] == "0.0" for row in rows) == len(policies)  # and that environment is swept once
-    # example 21's ports: the class decides which waits where pipeline messages are exclusive
+    # example 22's port: the class decides which waits where pipeline messages are exclusive
     assert any(by["1.0", "pipeline", p] > by["1.0", "grad_sync", p] for p in policies)
     assert all(by["1.0", c, p] > by["0.0", "", p] for c in ("pipeline", "grad_sync") for p in policies)
 

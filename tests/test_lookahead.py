@@ -33,6 +33,13 @@ def test_worked_example_20_the_look_ahead_runs_a_backward_where_the_static_order
     assert run.completion_time == 17.5
     assert simulate(replace(params, dispatch="static"), Policy()).completion_time == 18.5  # waiting's copy
     assert validate_schedule(run) == []
+    # at 8.5 F2 and B1 tie at 17.5, their copies' compute tasks still to end summing to 79 each: the static step F2
+    assert sum(t.end for t in run.tasks if t.parts and t.end > 8.5) == 79
+    greedy = simulate(replace(params, dispatch="greedy"), Policy())  # B1 before F2, to the same 17.5
+    assert greedy.completion_time == 17.5
+    assert [str(t.id) for t in sorted((t for t in greedy.tasks if t.gpu == 1 and t.parts), key=lambda t: t.start)] \
+        == ["1F0", "1B0", "1F1", "1B1", "1F2", "1B2"]
+    assert sum(t.end for t in greedy.tasks if t.parts and t.end > 8.5) == 79  # the tie the look-ahead broke
 
 
 def test_the_look_ahead_never_reads_the_length_of_a_task_that_has_not_ended():

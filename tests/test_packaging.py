@@ -51,3 +51,12 @@ def test_help_answers_without_the_compiler_or_the_plotting_libraries(script):
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"usage: {script}")
+
+
+def test_the_package_names_every_public_name_it_loads_later():
+    """``dir`` (so ``help`` and completion) lists the names the package loads when first asked for, without loading
+    them; each of ``__all__`` is there and resolves."""
+    code = ("import sys, pipeline_sim as p\nnames = dir(p)\nassert 'numba' not in sys.modules\n"
+            "missing = [n for n in p.__all__ if n not in names or getattr(p, n) is None]\nassert not missing, missing")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
