@@ -1,6 +1,6 @@
 """Speed and memory of the simulator, the sweep and the figures, printed as a table and as JSON.
 
-    python benchmarks/bench.py              # everything (about three minutes on 2 cores)
+    python benchmarks/bench.py              # everything (about nine minutes on 2 cores)
     python benchmarks/bench.py --quick      # smaller samples, no first compile, a 100,000-simulation memory sweep
     python benchmarks/bench.py --large      # the memory sweep at 5,003,350 simulations (about 80 more minutes)
     python benchmarks/bench.py --json out.json
@@ -805,11 +805,11 @@ def main() -> int:
     print(f"one heatmap (121 policies, step 0.1): {heatmap:.3f} s of CPU", flush=True)
     compile_seconds = None if args.quick else first_compile()
     if compile_seconds is not None:
-        sweep, chart, episodes = (compile_seconds[name] for name in ("sweep", "chart", "episodes"))
+        sweep, first_chart, episodes = (compile_seconds[name] for name in ("sweep", "chart", "episodes"))
         print(f"first compile of the kernel into an empty cache: {sweep['seconds']:.1f} s before a first sweep "
               f"({sweep['cpu_seconds']:.1f} s of CPU, load average {sweep['load_average']:.1f}), "
-              f"{chart['seconds']:.1f} s before a first chart ({chart['cpu_seconds']:.1f} s of CPU, load average "
-              f"{chart['load_average']:.1f}); then the step-by-step entry points of learned and look-ahead dispatch "
+              f"{first_chart['seconds']:.1f} s before a first chart ({first_chart['cpu_seconds']:.1f} s of CPU, "
+              f"load average {first_chart['load_average']:.1f}); then the step-by-step entry points of learned and look-ahead dispatch "
               f"{episodes['seconds']:.1f} s (load average {episodes['load_average']:.1f})", flush=True)
 
     serial = sweep_wall_time(1)
