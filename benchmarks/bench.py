@@ -809,7 +809,8 @@ def main() -> int:
         print(f"first compile of the kernel into an empty cache: {sweep['seconds']:.1f} s before a first sweep "
               f"({sweep['cpu_seconds']:.1f} s of CPU, load average {sweep['load_average']:.1f}), "
               f"{first_chart['seconds']:.1f} s before a first chart ({first_chart['cpu_seconds']:.1f} s of CPU, "
-              f"load average {first_chart['load_average']:.1f}); then the step-by-step entry points of learned and look-ahead dispatch "
+              f"load average {first_chart['load_average']:.1f}); then the step-by-step entry points of learned and "
+              f"look-ahead dispatch "
               f"{episodes['seconds']:.1f} s (load average {episodes['load_average']:.1f})", flush=True)
 
     serial = sweep_wall_time(1)
