@@ -1,7 +1,7 @@
 """The model against published measurements: the table of docs/model.md section 13, computed again.
 
-    python benchmarks/published.py            # both comparisons, as a Markdown table (about half a minute)
-    python benchmarks/published.py --implied  # per Megatron-LM row, the efficiency that would meet it (a minute)
+    python benchmarks/published.py            # both comparisons, as a Markdown table (a few seconds)
+    python benchmarks/published.py --implied  # per Megatron-LM row, the efficiency that would meet it (about 10 s)
 
 Megatron-LM's weak-scaling table (Narayanan et al. 2021, "Efficient Large-Scale Language Model Training on GPU
 Clusters Using Megatron-LM", table 1: A100 80 GB, interleaved 1F1B, full recomputation, per-GPU TFLOP/s by their
@@ -14,6 +14,7 @@ whose bubble their table 5 computes equal to ZB-H1's.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 from typing import NamedTuple
@@ -282,7 +283,11 @@ def implied_efficiency(row: MegatronRow, steps: int = 14) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if (sys.argv[1:] if argv is None else argv) == ["--implied"]:
+    parser = argparse.ArgumentParser(description="The model against published measurements, as a Markdown table "
+                                                 "(docs/model.md section 13).")
+    parser.add_argument("--implied", action="store_true",
+                        help="per Megatron-LM row, the compute efficiency that would meet it, instead of the table")
+    if parser.parse_args(argv).implied:
         lines = ["| Megatron-LM row | hidden | efficiency that meets it |", "|---|---:|---:|"]
         lines += [f"| {row.billions:g}B, t {row.tensor} p {row.pipeline} | {row.hidden:,} | "
                   f"{implied_efficiency(row):.3f} |" for row in MEGATRON]

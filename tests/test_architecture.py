@@ -104,6 +104,13 @@ def test_every_module_has_a_floor_in_the_architecture():
     assert not stale, f"docs/architecture.md names modules that do not exist: {stale}"
 
 
+def test_the_kernel_rooms_name_every_file_of_the_kernel():
+    text = (ROOT / "docs" / "architecture.md").read_text().split("## The kernel's rooms")[1]
+    named = set(re.findall(r"^- `(\w+\.py)`", text, flags=re.MULTILINE))
+    files = {path.name for path in (PACKAGE / "kernel").glob("*.py") if path.name != "__init__.py"}
+    assert named == files
+
+
 @pytest.mark.parametrize("name", sorted(MODULES))
 def test_imports_run_down_the_floors(name):
     floors = layers()

@@ -60,3 +60,12 @@ def test_the_package_names_every_public_name_it_loads_later():
             "missing = [n for n in p.__all__ if n not in names or getattr(p, n) is None]\nassert not missing, missing")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
+
+
+def test_the_readme_names_every_model_and_gpu_preset():
+    from pipeline_sim.workload import GPU_PRESETS, MODEL_PRESETS
+
+    rows = {line.split("|")[1].strip(): line for line in (ROOT / "README.md").read_text().splitlines()
+            if line.startswith("| `model` |") or line.startswith("| `gpu` |")}
+    for key, presets in (("`model`", MODEL_PRESETS), ("`gpu`", GPU_PRESETS)):
+        assert [name for name in presets if f"`{name}`" not in rows[key]] == []

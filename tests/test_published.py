@@ -79,3 +79,11 @@ def test_the_script_prints_the_table(tmp_path):
     lines = result.stdout.splitlines()
     assert lines[0] == "| setting | published | ours | error |" and len(lines) == 2 + 10 + 3 + 5 + 5 + 12
     assert "(calibration)" in lines[2 + published.CALIBRATION_ROW]
+
+
+def test_the_script_answers_help_and_refuses_an_unknown_flag(tmp_path):
+    from conftest import run_script
+    helped = run_script("benchmarks/published.py", "--help", cwd=tmp_path, timeout=60)
+    assert helped.returncode == 0 and "--implied" in helped.stdout and "| setting |" not in helped.stdout
+    refused = run_script("benchmarks/published.py", "--implide", cwd=tmp_path, timeout=60)
+    assert refused.returncode == 2 and "unrecognized arguments: --implide" in refused.stderr and not refused.stdout
