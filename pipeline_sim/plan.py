@@ -25,7 +25,7 @@ from .model import EnvParams, ParameterError, Policy
 from .parallel import ordered_map
 from .scenarios import policy_grid
 from .schedules import get_schedule
-from .taskgraph import estimated_tasks
+from .taskgraph import MAX_TASKS, estimated_tasks
 from .workload import (
     RECOMPUTE_MODES,
     Workload,
@@ -266,7 +266,10 @@ class _Leaders:
 
 
 def _divisors(number: int) -> list[int]:
-    return [k for k in range(1, number + 1) if number % k == 0]
+    """The divisors of ``number``, ascending: found in pairs up to its square root, so that a count of a billion
+    GPUs is answered at once."""
+    low = [k for k in range(1, math.isqrt(number) + 1) if number % k == 0]
+    return low + [number // k for k in reversed(low) if k * k != number]
 
 
 def chunk_counts(layers: int, pipeline: int) -> list[int]:
@@ -518,16 +521,22 @@ def _screen_one(layout: Layout, samples: int, budget: float) -> Outcome:
 def _policy_pass(item: tuple[Outcome, int]) -> Outcome:
     """A layout over the planner's policy grid: the policies compared on the screening's two short runs
     (extrapolated alike), then the best and the default simulated in full, the faster kept (the default on a
-    tie)."""
+    tie). An iteration of more than ``MAX_TASKS`` tasks is not simulated in full: its outcome stays extrapolated,
+    under the best policy of the short runs."""
     outcome, samples = item
     params, grid = outcome.layout.params, policy_grid(POLICY_STEP)
     first, second = _shortened(params, SCREEN_ROUNDS), _shortened(params, 2 * SCREEN_ROUNDS)
     policies = tuple(dict.fromkeys((Policy(), *grid)))
     if second.n < params.n:
-        short, _ = _measure(first, grid, samples)
+        short, peaks = _measure(first, grid, samples)
         longer, _ = _measure(second, grid, samples)
         estimate = longer + (longer - short) / (second.n - first.n) * (params.n - second.n)
-        policies = tuple(dict.fromkeys((Policy(), grid[int(np.argmin(estimate))])))
+        best = int(np.argmin(estimate))
+        if estimated_tasks(params) > MAX_TASKS:  # the default's estimate is the screening's
+            if estimate[best] >= outcome.seconds:
+                return outcome
+            return _outcome(outcome.layout, float(estimate[best]), peaks, grid[best].label, False, outcome.budget_gb)
+        policies = tuple(dict.fromkeys((Policy(), grid[best])))
     seconds, peaks = _measure(params, policies, samples)
     best = int(np.argmin(seconds))
     if seconds[best] >= seconds[0]:
@@ -646,7 +655,7 @@ def plan(base: Workload, gpus: int, *, env: dict[str, object] | None = None, sam
     # the fastest runs and layouts, again over the policy grid and in full; until those listed are all such (a
     # run simulated in full may turn out slower than the screening's extrapolation of the next)
     ranked = fitting
-    while pending := sorted((o for o in _leading(ranked) if not o.full or o.policy == Policy().label
+    while pending := sorted((o for o in _leading(ranked) if (not o.full or o.policy == Policy().label)
                              and id(o) not in passed), key=lambda o: -estimated_tasks(o.layout.params)):
         # the largest first, so that the workers end at about the same time (the result is the same in any order)
         for old, new in zip(pending, _map(_policy_pass, ((o, samples) for o in pending), workers, cluster)):

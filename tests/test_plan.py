@@ -157,6 +157,35 @@ def test_the_best_of_a_small_plan_is_the_best_of_every_layout():
     assert result.ranked[0].seconds == pytest.approx(best)
 
 
+def test_divisors_are_found_in_pairs_and_a_billion_gpus_at_once():
+    from pipeline_sim.plan import _divisors
+
+    for number in range(1, 500):
+        assert _divisors(number) == [k for k in range(1, number + 1) if number % k == 0]
+    assert _divisors(10**9)[-3:] == [250_000_000, 500_000_000, 10**9] and len(_divisors(10**9)) == 100
+
+
+def test_an_iteration_too_large_to_simulate_stays_extrapolated(monkeypatch):
+    import pipeline_sim.plan as planner
+
+    base = tiny(global_batch_size=64)
+    whole = plan(base, 4)
+    assert all(outcome.full for outcome in whole.ranked[:TOP])
+    monkeypatch.setattr(planner, "MAX_TASKS", 100)  # every run of this model above it: none simulated in full
+    simulated = []
+    measure = planner._measure
+    monkeypatch.setattr(planner, "_measure", lambda params, *rest: simulated.append(params.n) or measure(params, *rest))
+    estimated = plan(base, 4)
+    longest = max(layout.params.n for layout in enumerate_layouts(base, 4).layouts)
+    assert simulated and max(simulated) < longest  # only short runs
+    listed = estimated.ranked[:TOP]
+    short = [o.full for o in listed if o.layout.params.n <= 2 * planner.SCREEN_ROUNDS * o.layout.params.num_gpus]
+    assert all(short)  # a run no longer than the screening's is the iteration itself
+    assert len(short) < len(listed) and not any(o.full for o in listed if o.layout.params.n > max(simulated))
+    # the extrapolation of a steady pipeline is close to the whole iteration's time
+    assert estimated.ranked[0].seconds == pytest.approx(whole.ranked[0].seconds, rel=0.02)
+
+
 def test_a_plan_that_nothing_answers():
     with pytest.raises(PlanError, match="fits no layout on 4 x"):
         plan(tiny(gpu={"tflops": 10, "memory_gb": 0.001, "nvlink_bandwidth": 100}), 4)

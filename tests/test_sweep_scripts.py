@@ -128,6 +128,42 @@ def test_full_pipeline_resumes_the_newest_partial(tmp_path):
     assert len(list((tmp_path / "outputs" / "heatmaps" / final.stem).glob("*.png"))) == 8
 
 
+def test_full_pipeline_resume_draws_what_a_stopped_run_left_undrawn(tmp_path, monkeypatch):
+    """Stopped after its CSV was complete, before or while its figures were drawn: the folder says so from the
+    moment the sweep ends, the interrupt says how to draw them, and --resume draws them from that CSV without
+    simulating again; a CSV of another step is not taken for it."""
+    from pipeline_sim.cli import heatmap
+
+    config = tmp_path / "d.json"
+    config.write_text(json.dumps({"n": [4, 6]}))
+    reading = heatmap.environments
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(heatmap, "environments", interrupted)
+    stopped = run_here("run_full_pipeline.py", "-c", str(config), "--step", "0.5", cwd=tmp_path)
+    (csv,) = (tmp_path / "outputs" / "data").glob("d_*.csv")
+    folder = tmp_path / "outputs" / "heatmaps" / csv.stem
+    assert stopped.returncode == 130
+    assert stopped.stderr.strip().splitlines()[-1] == (
+        f"run_full_pipeline.py: interrupted while the file was read, before any figure was drawn; draw them all with "
+        f"plot_heatmap.py outputs/data/{csv.name} -o outputs/heatmaps/{csv.stem}")
+    assert [path.name for path in folder.iterdir()] == [heatmap.INCOMPLETE_MARKER]
+    monkeypatch.setattr(heatmap, "environments", reading)
+    rows = csv.read_bytes()
+    other_step = run_here("run_full_pipeline.py", "-c", str(config), "--step", "1.0", "--resume", cwd=tmp_path)
+    assert other_step.returncode == 0 and "nothing to resume" in other_step.stdout, other_step.stderr
+    resumed = run_here("run_full_pipeline.py", "-c", str(config), "--step", "0.5", "--resume", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resuming: the sweep of outputs/data/{csv.name} is complete" in resumed.stdout
+    assert "simulation" not in resumed.stderr  # no progress bar of a sweep
+    assert csv.read_bytes() == rows and len(list((tmp_path / "outputs" / "data").glob("d_*.csv"))) == 2
+    assert sorted(path.suffix for path in folder.iterdir()) == [".png", ".png"]  # the marker gone
+    again = run_here("run_full_pipeline.py", "-c", str(config), "--step", "0.5", "--resume", cwd=tmp_path)
+    assert "nothing to resume" in again.stdout  # its figures all drawn now
+
+
 @pytest.mark.parametrize("fmt", ["csv", "parquet"])
 def test_full_pipeline_resume_finds_a_sweep_by_its_record(tmp_path, fmt):
     """Without -o, --resume finds the newest unfinished sweep of its config by the partial's record, which is

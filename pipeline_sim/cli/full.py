@@ -6,12 +6,15 @@ import math
 import sys
 from contextlib import ExitStack
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 from ..results import SCHEDULE_KEYS, parameter_value
 from .common import Parser, counted, run_command, script_name
-from .generate import add_sweep_arguments, generate
-from .heatmap import add_metric_argument, describe, write_heatmaps
+from .generate import DATA_DIR, add_sweep_arguments, generate
+from .heatmap import add_metric_argument, describe, drawing_stopped, mark_incomplete, write_heatmaps
+
+if TYPE_CHECKING:
+    from ..sweep import SweepPlan
 
 HEATMAP_DIR = Path("outputs/heatmaps")
 SUMMARY_LINES = 20
@@ -40,8 +43,9 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                                  workers=args.workers, resume=args.resume, skip_invalid=args.skip_invalid,
                                  samples=args.samples, samples_output=args.samples_output, overwrite=args.overwrite,
                                  allow_large=args.allow_large, cluster=args.cluster, format=args.format, locks=locks,
-                                 also_lock=heatmap_folder)
+                                 also_lock=heatmap_folder, unfinished=lambda plan: stopped_drawing(args.config, plan))
             heatmap_dir = heatmap_folder(csv)
+            mark_incomplete(csv, heatmap_dir)  # a stop before the first figure leaves the folder marked too
             # the folder of this CSV alone, named after it: what it holds was drawn from this CSV as it was
             drawn = write_heatmaps(csv, heatmap_dir, args.workers, args.metric, overwrite=True)
         draws = f" x {plan.samples} samples" if plan.samples > 1 else ""
@@ -68,6 +72,17 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
 def heatmap_folder(csv: Path) -> Path:
     """Where the run draws the figures of ``csv``."""
     return HEATMAP_DIR / csv.stem
+
+
+def stopped_drawing(config: Path, plan: SweepPlan) -> Path | None:
+    """The newest complete CSV of ``plan`` (its header and every row) from ``config`` whose figures' folder says
+    that their drawing was stopped, or None."""
+    for csv in sorted(DATA_DIR.glob(f"{config.stem}_*.csv"), reverse=True):
+        if plan.format == "csv" and drawing_stopped(csv, heatmap_folder(csv)):
+            with open(csv, "rb") as rows:
+                if rows.readline() == plan.header.encode() and sum(1 for _ in rows) == plan.num_rows:
+                    return csv
+    return None
 
 
 def _where(params, workload, varying: list[str]) -> str:

@@ -97,13 +97,15 @@ def generate(config: Path, *, step: float, simulator: str, output: Path | None, 
              resume: bool, skip_invalid: bool = False, samples: int | None = None,
              samples_output: Path | None = None, overwrite: bool = False,
              allow_large: bool = False, cluster: str | None = None, format: str = "csv",
-             locks: ExitStack | None = None, also_lock: Callable[[Path], Path] | None = None
-             ) -> tuple[SweepPlan, Path]:
+             locks: ExitStack | None = None, also_lock: Callable[[Path], Path] | None = None,
+             unfinished: Callable[[SweepPlan], Path | None] | None = None) -> tuple[SweepPlan, Path]:
     """Run the sweep with a progress bar; report on stderr/stdout. Returns the plan and the CSV written.
 
     The output and the samples file are locked (``files.exclusive_writer``) before anything is
     written, and so is ``also_lock(output)``, a folder the caller writes next; given ``locks``,
-    they stay locked until it closes, so that a whole pipeline holds everything it writes.
+    they stay locked until it closes, so that a whole pipeline holds everything it writes. With ``resume`` and no
+    sweep of this plan to continue, ``unfinished(plan)`` may name a complete output of it whose caller's work was
+    stopped: that output is returned, nothing simulated.
     """
     from ..sweep import SweepPlan, partial_paths, useful_workers  # the simulator's, once the arguments are read
 
@@ -115,7 +117,12 @@ def generate(config: Path, *, step: float, simulator: str, output: Path | None, 
                      allow_large=allow_large, format=format)
     asked = workers
     workers = useful_workers(plan, workers)
-    output = output or default_output(config, plan, resume)
+    complete = None
+    if output is None:
+        output = default_output(config, plan, resume)
+        if resume and unfinished is not None and not any(path.exists() for path in partial_paths(output)):
+            complete = unfinished(plan)
+            output = complete or output
     for written in filter(None, (output, samples_output)):
         if written.resolve() == config.resolve():
             raise UserError(f"{written} is the config itself; choose another output")
@@ -126,7 +133,10 @@ def generate(config: Path, *, step: float, simulator: str, output: Path | None, 
             held.enter_context(exclusive_writer(None if path is None else output_target(path)))
         if also_lock is not None:
             held.enter_context(exclusive_writer(output_folder(also_lock(output))))
-        _run(plan, output, partial, workers, asked, resume, samples_output, overwrite, cluster)
+        if complete is not None:
+            print(f"resuming: the sweep of {complete} is complete; drawing what was not drawn", flush=True)
+        else:
+            _run(plan, output, partial, workers, asked, resume, samples_output, overwrite, cluster)
     return plan, output
 
 

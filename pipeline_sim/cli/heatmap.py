@@ -180,7 +180,13 @@ def write_heatmaps(csv: Path, output_dir: Path, workers: int = 1, metric: str = 
     _check_folder(output_dir, csv, overwrite)
     with open_results(csv) as source, ExitStack() as lock:
         before = os.fstat(source.fileno())
-        drawn = _write_heatmaps(csv, source, output_dir, workers, metric, skip_incomplete, overwrite, lock)
+        try:
+            drawn = _write_heatmaps(csv, source, output_dir, workers, metric, skip_incomplete, overwrite, lock)
+        except KeyboardInterrupt as interrupt:
+            if "plot_heatmap.py" in str(interrupt):  # stopped while drawing: it says how far
+                raise
+            raise KeyboardInterrupt(f"{str(interrupt) or 'interrupted'} while the file was read, before any figure "
+                                    f"was drawn; draw them all with plot_heatmap.py {csv} -o {output_dir}") from None
         after = os.fstat(source.fileno())
         if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
             raise ResultsError(f"{csv} changed while it was drawn; the figures in {output_dir} may mix two "
@@ -243,10 +249,7 @@ def _write_heatmaps(csv: Path, source: BinaryIO, output_dir: Path, workers: int,
 
         for steps in steps_used:
             heatmap_figure(steps).render_background()  # once here, not once per forked worker
-    output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / INCOMPLETE_MARKER).write_text(
-        f"{_marker_start(csv)} are being drawn here, or their drawing was stopped: some may be missing. Draw them "
-        f"all with plot_heatmap.py {csv} -o {output_dir}\n", encoding="utf-8")
+    mark_incomplete(csv, output_dir)
     _run(jobs, workers, csv, output_dir, len(heatmaps) + len(comparisons) + len(dispatch) + len(drawn))
     return Drawn(heatmaps, comparisons, robustness, left_out, [job.path for job in dispatch])
 
@@ -254,6 +257,24 @@ def _write_heatmaps(csv: Path, source: BinaryIO, output_dir: Path, workers: int,
 def _marker_start(csv: Path) -> str:
     """How ``INCOMPLETE_MARKER`` begins in a folder where ``csv``'s figures are drawn."""
     return f"The figures of {csv}"
+
+
+def mark_incomplete(csv: Path, output_dir: Path) -> None:
+    """Write ``INCOMPLETE_MARKER`` into ``output_dir`` (made if need be): ``csv``'s figures are not all drawn there,
+    and how to draw them."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / INCOMPLETE_MARKER).write_text(
+        f"{_marker_start(csv)} are being drawn here, or their drawing was stopped: some may be missing. Draw them "
+        f"all with plot_heatmap.py {csv} -o {output_dir}\n", encoding="utf-8")
+
+
+def drawing_stopped(csv: Path, output_dir: Path) -> bool:
+    """Whether ``output_dir`` holds the marker of a stopped drawing of ``csv``."""
+    try:
+        return (output_dir / INCOMPLETE_MARKER).read_text(encoding="utf-8", errors="replace").startswith(
+            _marker_start(csv) + " ")
+    except OSError:
+        return False
 
 
 def _check_folder(output_dir: Path, csv: Path, overwrite: bool) -> None:

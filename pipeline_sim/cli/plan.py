@@ -28,12 +28,14 @@ from ..plan import (
     plan,
 )
 from ..results import safe_name
+from ..taskgraph import MAX_TASKS
 from ..workload import GPU_PRESETS, MODEL_PRESETS, RECOMPUTE_MODES, Workload, faithful_defaults, seconds_text
 from .common import (
     Parser,
     UserError,
     add_cluster_argument,
     check_interrupt,
+    counted,
     positive_int,
     preset_or_object,
     ready_kernel,
@@ -311,6 +313,11 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                 print(f"{rank:>3} {outcome.layout.describe():<{width}} {seconds_text(outcome.seconds):>13} "
                       f"{outcome.tokens_per_second:>10,.0f} {outcome.mfu * base.device.tflops:>8.0f} "
                       f"{outcome.mfu:>6.1%} {outcome.memory_gb:>7.1f}  {outcome.policy}")
+            estimated = sum(1 for outcome in top if not outcome.full)
+            if estimated:
+                print(f"{counted(estimated, 'listed run')} of more than {MAX_TASKS:,} tasks "
+                      f"{'is' if estimated == 1 else 'are'} extrapolated from two short runs rather than simulated in "
+                      f"full (the CSV's simulated column)")
             write_csv(result, output)
             draw(result, figure, title, marks)
         print(f"csv: {output}\nfigure: {figure}")
