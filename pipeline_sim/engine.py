@@ -481,6 +481,11 @@ def simulate(params: EnvParams, policy: Policy, sample: int = 0,
     dispatcher expects, not what the tasks take; an environment of a table of lengths, ``params.lengths``, expects
     its table's).
     """
+    for name, value, kind, example in (("params", params, EnvParams, "EnvParams(n=8, num_gpus=4)"),
+                                       ("policy", policy, Policy, "Policy(priorities={'fwd_prop': 0.5})")):
+        if not isinstance(value, kind):
+            raise TypeError(f"simulate: {name} must be {example} or another {kind.__name__}, not "
+                            f"{type(value).__name__}")
     arrays = graph_arrays(params)
     work = task_lengths(params, sample, None if lengths is None else given_lengths(params, lengths))
     tiers, priorities = policy_arrays((policy,))

@@ -162,8 +162,8 @@ def _take(lock: Path, output: Path) -> int:
             if error.errno == errno.EISDIR:
                 raise OutputError(f"{lock} is a folder; remove it (the lock of {output} must be an ordinary "
                                   f"file)") from None
-            raise OSError(error.errno, f"cannot write {output}: cannot open its lock {lock}: "
-                                       f"{error.strerror or error}") from None
+            raise OSError(error.errno, f"cannot write {output}: {error.strerror or error} (its folder "
+                                       f"{lock.parent} takes no lock file beside it)") from None
         try:
             mode = os.fstat(handle).st_mode
             if not stat.S_ISREG(mode):

@@ -452,8 +452,8 @@ def _not_resumable(partial: Path, meta: Path, plan: SweepPlan) -> str:
     if changed:
         return (f"{partial} holds rows of another network: {changed[0][len('learned:'):]} changed since they were "
                 f"written; pass --overwrite to start over with the new one, or put the old one back to resume")
-    return (f"{partial} was written by a different config, step, simulator or samples setting; remove it, "
-            f"drop --resume or pass --overwrite")
+    return (f"{partial} was written by a different config, step, simulator or samples setting; pass --overwrite "
+            f"to discard it and start over, or choose another output")
 
 
 def finished(output: Path, plan: SweepPlan) -> bool:
@@ -588,9 +588,12 @@ def _start(plan: SweepPlan, output: Path, samples_output: Path | None, overwrite
     partial, meta = partial_paths(output)
     if not overwrite:
         if partial.exists():
-            what = "rows of this very sweep" if resumable(output, plan) else "rows of another sweep"
-            raise ResumeError(f"{partial} holds {what}; pass --resume to continue it or --overwrite to "
-                              f"start over")
+            if resumable(output, plan):
+                raise ResumeError(f"{partial} holds rows of this very sweep; pass --resume to continue it or "
+                                  f"--overwrite to start over")
+            raise ResumeError(f"{partial} holds rows of another sweep (a different config, step, simulator or "
+                              f"samples setting); pass --overwrite to discard them and start over, or choose "
+                              f"another output")
         for existing in (output, samples_output):
             if existing is not None and existing.exists():
                 raise ResumeError(f"{existing} exists; pass --overwrite to replace it or choose another "

@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -64,6 +65,13 @@ def test_a_file_in_the_middle_of_an_output_path(tmp_path):
                       cwd=tmp_path)
     assert_one_line_error(maps, "cannot write into afile/maps: afile is a file, not a folder")
     assert (tmp_path / "afile").read_text() == "keep me"
+
+
+@pytest.mark.skipif(not Path("/proc/self").exists(), reason="a folder that takes no new file: Linux's /proc")
+def test_a_folder_that_takes_no_file_is_named_not_its_lock(tmp_path):
+    result = run_here("schedule_visualizer_single_channel.py", "--no-show", "-o", "/proc/x.png", cwd=tmp_path)
+    assert_one_line_error(result, "cannot write /proc/x.png: No such file or directory (its folder /proc takes no "
+                                  "lock file beside it)")
 
 
 def start(args, cwd):
@@ -263,7 +271,8 @@ def test_an_existing_output_or_partial_is_never_discarded_silently(tmp_path):
     assert_one_line_error(again, "out.csv.partial holds rows of this very sweep; pass --resume", "--overwrite")
     assert (tmp_path / "out.csv.partial").read_bytes() == kept
     other = run_here("data_generator.py", "-c", str(QUICK), "-o", "out.csv", cwd=tmp_path)
-    assert_one_line_error(other, "holds rows of another sweep")
+    assert_one_line_error(other, "holds rows of another sweep", "pass --overwrite to discard them")
+    assert "--resume" not in other.stderr  # a resume of this config would be refused too
     done = run_here("data_generator.py", "-c", str(QUICK), "-o", "done.csv", cwd=tmp_path)
     assert done.returncode == 0
     assert_one_line_error(run_here("data_generator.py", "-c", str(QUICK), "-o", "done.csv", cwd=tmp_path),
@@ -750,7 +759,8 @@ def test_misleading_messages_are_gone(tmp_path):
     other = write_config(tmp_path, {"n": [4, 5]}, "other.json")
     (tmp_path / "out.csv.partial.json").write_text(record)
     result = run_here("data_generator.py", "-c", str(other), "-o", "out.csv", "--resume", cwd=tmp_path)
-    assert_one_line_error(result, "was written by a different config, step, simulator or samples setting")
+    assert_one_line_error(result, "was written by a different config, step, simulator or samples setting; pass "
+                                  "--overwrite to discard it")
 
 
 def test_a_reader_that_stops_early_ends_the_run_quietly(tmp_path):

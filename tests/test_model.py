@@ -52,6 +52,19 @@ def test_invalid_policies(kwargs, fragment):
     assert fragment in str(info.value)
 
 
+@pytest.mark.parametrize("arguments, message", [
+    (({"n": 8}, Policy()), "simulate: params must be EnvParams(n=8, num_gpus=4) or another EnvParams, not dict"),
+    ((EnvParams(), None), "simulate: policy must be Policy(priorities={'fwd_prop': 0.5}) or another Policy, not "
+                          "NoneType"),
+])
+def test_simulate_names_an_argument_of_the_wrong_type(arguments, message):
+    from pipeline_sim import simulate
+
+    with pytest.raises(TypeError) as info:
+        simulate(*arguments)
+    assert str(info.value) == message
+
+
 def test_arguments_are_keyword_only_with_model_defaults():
     with pytest.raises(TypeError):
         calculate_full_pipeline_schedule(8)

@@ -186,6 +186,22 @@ def test_an_iteration_too_large_to_simulate_stays_extrapolated(monkeypatch):
     assert estimated.ranked[0].seconds == pytest.approx(whole.ranked[0].seconds, rel=0.02)
 
 
+def test_a_mark_that_names_no_simulated_layout_says_why():
+    from pipeline_sim.cli.plan import unmatched_marks
+    from pipeline_sim.plan import LAYOUT_COLUMNS
+
+    result = plan(tiny(), 4)
+    heavy = next(u for u in result.unsimulated if u.reason == OVER_MEMORY)
+    named = dict(zip(LAYOUT_COLUMNS, map(str, heavy.cells)))
+    over = {key: named[key] for key in ("tensor_parallel", "pipeline_parallel", "data_parallel", "zero", "recompute",
+                                        "micro_batch_size", "schedule", "partition")}
+    simulated = {"tensor_parallel": str(result.ranked[0].layout.workload.tensor_parallel)}
+    assert unmatched_marks(result, [simulated, {"tensor_parallel": "3"}, over]) == [
+        "--mark tensor_parallel=3: not on the figure; no layout enumerated has these values",
+        "--mark " + ",".join(f"{key}={value}" for key, value in over.items())
+        + f": not on the figure; its layouts were not simulated ({OVER_MEMORY})"]
+
+
 def test_a_plan_that_nothing_answers():
     with pytest.raises(PlanError, match="fits no layout on 4 x"):
         plan(tiny(gpu={"tflops": 10, "memory_gb": 0.001, "nvlink_bandwidth": 100}), 4)

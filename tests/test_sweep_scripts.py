@@ -3,6 +3,7 @@ checked in this process)."""
 
 import csv
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -14,6 +15,7 @@ from conftest import ROOT, assert_one_line_error, assert_png_drawn, run_here, ru
 
 from pipeline_sim import calculate_full_pipeline_schedule
 from pipeline_sim.cli.heatmap import INCOMPLETE_MARKER
+from pipeline_sim.files import exclusive_writer
 from pipeline_sim.metrics import schedule_metrics
 
 
@@ -303,6 +305,9 @@ def test_plot_heatmap_never_mixes_the_figures_of_two_files(tmp_path):
     (tmp_path / "maps" / INCOMPLETE_MARKER).write_text("The figures of a.csv are being drawn here")
     refused = run_here("plot_heatmap.py", "b.csv", "-o", "maps", cwd=tmp_path)
     assert_one_line_error(refused, "maps holds the stopped drawing of another file (INCOMPLETE.txt)")
+    with exclusive_writer(tmp_path / "maps"):  # not stopped: drawn right now by another run
+        busy = run_script("plot_heatmap.py", "b.csv", "-o", "maps", cwd=tmp_path)
+    assert_one_line_error(busy, f"another run (pid {os.getpid()}) is writing")
     (tmp_path / "maps" / INCOMPLETE_MARKER).unlink()
     (tmp_path / "maps" / "holiday.png").write_bytes(b"not ours")
     drawn_in = run_here("plot_heatmap.py", "b.csv", "-o", "maps", "--overwrite", cwd=tmp_path)

@@ -291,6 +291,8 @@ def _check_folder(output_dir: Path, csv: Path, overwrite: bool) -> None:
     if marker is not None:
         if marker.startswith(_marker_start(csv) + " "):
             return
+        with exclusive_writer(output_folder(output_dir)):  # a drawing under way is another run's, named by its pid
+            pass
         raise OutputError(f"{output_dir} holds the stopped drawing of another file ({INCOMPLETE_MARKER}); pass "
                           f"--overwrite to draw into it anyway, or choose another folder")
     pngs = sum(1 for _ in output_dir.glob("*.png"))

@@ -184,6 +184,21 @@ def _matches(outcome: Outcome, mark: dict[str, str]) -> bool:
     return all(str(cells[key]) == value for key, value in mark.items())
 
 
+def unmatched_marks(result: PlanResult, marks: list[dict[str, str]]) -> list[str]:
+    """Per ``--mark`` that names no simulated layout, why: the reason of the first enumerated layout it names (the
+    lightest, as the CSV lists them), or that no layout enumerated has its values."""
+    notes = []
+    for mark in marks:
+        if any(_matches(outcome, mark) for outcome in result.tried):
+            continue
+        text = ",".join(f"{key}={value}" for key, value in mark.items())
+        reasons = [u.reason for u in sorted(result.unsimulated, key=lambda u: u.memory_gb)
+                   if all(str(dict(zip(LAYOUT_COLUMNS, u.cells))[key]) == value for key, value in mark.items())]
+        notes.append(f"--mark {text}: not on the figure; its layouts were not simulated ({reasons[0]})" if reasons
+                     else f"--mark {text}: not on the figure; no layout enumerated has these values")
+    return notes
+
+
 def _label(outcome: Outcome, what: str) -> str:
     fits = "" if outcome.fits else f", over by {outcome.memory_gb - outcome.budget_gb:.1f} GB"
     return (f"{what}: {outcome.layout.describe()}\n{seconds_text(outcome.seconds)}, MFU {outcome.mfu:.1%}, "
@@ -318,6 +333,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                 print(f"{counted(estimated, 'listed run')} of more than {MAX_TASKS:,} tasks "
                       f"{'is' if estimated == 1 else 'are'} extrapolated from two short runs rather than simulated in "
                       f"full (the CSV's simulated column)")
+            for note in unmatched_marks(result, marks):
+                print(note)
             write_csv(result, output)
             draw(result, figure, title, marks)
         print(f"csv: {output}\nfigure: {figure}")
