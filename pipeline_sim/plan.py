@@ -571,6 +571,12 @@ def plan(base: Workload, gpus: int, *, env: dict[str, object] | None = None, sam
         if base.tp_bandwidth is not None else f"tensor degree 1 only ({NO_TENSOR_PARALLEL})"
     pinned = "; within " + ", ".join(f"{key} {'/'.join(map(str, sorted(values)))}"
                                      for key, values in (filters or {}).items()) if filters else ""
+    searched = EXPERT_SCHEDULES if base.shape.experts else SCHEDULES
+    pinned_schedules = sorted((filters or {}).get("schedule", ()))
+    if pinned_schedules and not set(pinned_schedules) & set(searched):
+        raise PlanError(f"schedule = {'/'.join(pinned_schedules)}: not searched for {base.shape.name}, a model "
+                        f"without experts (dualpipe-v's overlapped pairs hide an all-to-all); the planner searches "
+                        f"{', '.join(searched)}")
     for key in ("tensor_parallel", "context_parallel", "pipeline_parallel", "data_parallel"):  # factors of the GPUs
         values = sorted((filters or {}).get(key, ()))
         if values and all(gpus % value for value in values):

@@ -222,6 +222,8 @@ def test_a_plan_that_nothing_answers():
     (["--model", "llama3-8b", "--gpus", "8", "--global-batch-size", "64", "--tensor-parallel", "3,5"],
      ("tensor_parallel = 3/5: none divides gpus = 8",)),
     (["--model", "llama3-8b", "--gpus", "8", "--global-batch-size", "8", "--jitter", "2"], ("--jitter 2.0",)),
+    (["--model", "llama3-8b", "--gpus", "8", "--global-batch-size", "64", "--schedule", "dualpipe-v"],
+     ("schedule = dualpipe-v: not searched for llama3-8b, a model without experts",)),
     (["--model", "llama3-8b", "--gpus", "8", "--global-batch-size", "8", "-o", "x.txt"], ("ending in .csv",)),
     (["--model", "llama3-8b", "--gpus", "0", "--global-batch-size", "8"], ("--gpus",)),
     (["--model", '{"layers": 4', "--gpus", "8", "--global-batch-size", "8"], ("""model = '{"layers": 4': is not""",)),

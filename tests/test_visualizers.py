@@ -63,6 +63,10 @@ def test_default_output_location_and_policy_flags(script, tmp_path):
     (["--priority", "bogus=0.5"], ["--priority", "fwd_prop, grad_prop, grad_sync"]),
     (["--num-gpus", "two"], ["--num-gpus", "invalid int value"]),
     (["--ingress-capacity", "0"], ["--ingress-capacity", "ingress_capacity = 0.0"]),
+    (["--num-gpus", "100000"], ["error: -n and --num-gpus: n = 8: on 100000 GPUs gives about 4,900,000 tasks"]),
+    (["--model", "llama3-8b", "--global-batch-size", "100000000"],
+     ["error: --global-batch-size and --pipeline-parallel (n is the global batch over the micro-batch size and the "
+      "data-parallel degree): n = 100000000: on 4 GPUs"]),
 ])
 def test_user_mistakes_get_one_line(script, args, fragments, tmp_path):
     result = run_here(script, *args, "--no-show", cwd=tmp_path)

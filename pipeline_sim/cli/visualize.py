@@ -302,7 +302,12 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
             params, workload = _environment(args, given)
             SAMPLES.check("sample", args.sample)
             policy = _policy(args, default_priorities, default_exclusive_tiers)
-            check_size(params)
+            try:
+                check_size(params)
+            except ParameterError as error:  # the product of two flags, or of the workload's batch and layout
+                raise UserError(("-n and --num-gpus" if workload is None else
+                                 "--global-batch-size and --pipeline-parallel (n is the global batch over the "
+                                 "micro-batch size and the data-parallel degree)") + f": {error}") from None
             texts = None if args.order is None else _read_order(args.order)
             order = None if texts is None else given_order(params, texts)
             if params.lengths:
