@@ -258,3 +258,33 @@ def test_a_chart_by_pixel_column_saves_as_a_vector_file(tmp_path):
     text = (tmp_path / "chart.svg").read_text()
     # the rows by pixel column as one embedded image, the axes, ticks and legend as vectors
     assert text.startswith("<?xml") and text.count("<image") == 1
+
+
+def test_a_deep_pipeline_is_drawn_within_a_height_a_viewer_opens(tmp_path):
+    """Hundreds of GPUs: the chart stops at MAX_HEIGHT, its rows thinner, and the GPU axis labels the first row of
+    every few GPUs where a label a row would overlap; 64 GPUs keep a label a row."""
+    from PIL import Image
+
+    from pipeline_sim.plotting.gantt import DPI, MAX_HEIGHT
+
+    result = run_here(SCRIPTS[0], "--num-gpus", "400", "-n", "2", "--no-show", "-o", "deep.png", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    with Image.open(tmp_path / "deep.png") as image:
+        assert image.size[1] == round(MAX_HEIGHT * DPI) and image.size[0] * image.size[1] < 89_478_485
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from pipeline_sim import EnvParams, Policy
+    from pipeline_sim.engine import simulate
+    from pipeline_sim.plotting.gantt import chart_height, plot_gantt
+
+    for gpus, every in ((64, 0), (400, 1), (1000, 2)):
+        fig, ax = plt.subplots(figsize=(12, chart_height(gpus * 2.5)))
+        plot_gantt(ax, simulate(EnvParams(n=2, num_gpus=gpus), Policy()))
+        labels = [label.get_text() for label in ax.get_yticklabels()]
+        plt.close(fig)
+        expected = [f"GPU {g} {row}" if not every else f"GPU {g}" if r == 0 and g % every == 0 else ""
+                    for g in range(gpus) for r, row in enumerate(("compute", "comm"))]
+        assert labels == expected

@@ -398,7 +398,7 @@ def draw(args: argparse.Namespace, params: EnvParams, workload: Workload | None,
     import matplotlib.pyplot as plt
 
     from ..plotting import fitted
-    from ..plotting.gantt import LAYOUTS, gantt_title, plot_gantt
+    from ..plotting.gantt import LAYOUTS, chart_height, gantt_title, plot_gantt
     from ..plotting.png import save_figure
 
     rows = params.num_gpus * (len(LAYOUTS[layout]) + args.show_memory + 0.5)
@@ -410,7 +410,7 @@ def draw(args: argparse.Namespace, params: EnvParams, workload: Workload | None,
                        & (run.kind != KIND_INDEX[TaskKind.OPTIMIZER_STEP])]
     shortest = max(float(works.min()), float(np.median(works)) / 3) if works.size else schedule.completion_time
     width = min(max(12.0, schedule.completion_time / shortest * 0.22), 40.0)
-    fig, ax = plt.subplots(figsize=(width, 1.2 + 0.42 * rows), layout="constrained")
+    fig, ax = plt.subplots(figsize=(width, chart_height(rows)), layout="constrained")
     plot_gantt(ax, schedule, layout=layout, show_throttling=args.show_throttling,
                show_completion_time=args.show_completion_time, show_memory=args.show_memory,
                stage_chunk=graph_structure(params).stage_chunk.tolist(), seconds=workload is not None)

@@ -48,6 +48,12 @@ ROW_HEIGHT = 0.8
 CHUNK_LIGHTEN = 0.45
 #: The resolution charts are saved at (dots per inch).
 DPI = 130
+#: A chart's height, in inches, per row and for its title and axis; at most ``MAX_HEIGHT`` in all (15,600 pixels at
+#: ``DPI``: a 40-inch chart stays under the 89 million pixels an image library opens without a warning), so that a
+#: deep pipeline's rows grow thinner rather than the image beyond what a viewer opens.
+ROW_INCHES, MARGIN_INCHES, MAX_HEIGHT = 0.42, 1.2, 120.0
+#: The least distance between two labels of the GPU axis, in points: closer rows are labelled every few GPUs.
+LABEL_PITCH = 11.0
 #: Below this median width of a compute bar, in pixels, bars are no longer drawn one by one: each pixel column of
 #: a row shows what ran in it (``_Columns``), the only thing a reader could see there.
 MIN_BAR_PIXELS = 3.0
@@ -275,6 +281,11 @@ def _draw_memory(ax: Axes, steps: list[tuple[float, float]], y: float, scale: fl
             clip_on=False)
 
 
+def chart_height(rows: float) -> float:
+    """The height in inches of a chart of ``rows`` rows (gaps between GPUs counted)."""
+    return min(MARGIN_INCHES + ROW_INCHES * rows, MAX_HEIGHT)
+
+
 def plot_gantt(ax: Axes, schedule: Schedule, *, layout: str = "single_channel", show_throttling: bool = False,
                show_completion_time: bool = False, show_memory: bool = False,
                stage_chunk: Sequence[int] | None = None, seconds: bool = False) -> bool:
@@ -314,11 +325,15 @@ def plot_gantt(ax: Axes, schedule: Schedule, *, layout: str = "single_channel", 
 
     compute_bars, transfer_bars = _Bars("white"), _Bars("white")
     ticks, tick_labels = [], []
+    # on a chart whose rows are thinner than a label, the first row of every few GPUs alone is labelled
+    pitch = (cast(Figure, ax.figure).get_size_inches()[1] - MARGIN_INCHES) * 72 / (p * (len(rows) + 0.5))
+    every = 0 if pitch >= LABEL_PITCH else int(-(-LABEL_PITCH // (pitch * (len(rows) + 0.5))))  # 0: every row
     for gpu in range(p):
         for r, (row_name, kinds) in enumerate(rows):
             y = gpu * (len(rows) + 0.5) + r  # rows of one GPU together, a gap between GPUs
             ticks.append(y)
-            tick_labels.append(f"GPU {gpu} {row_name}")
+            tick_labels.append(f"GPU {gpu} {row_name}" if not every else f"GPU {gpu}" if r == 0 and not gpu % every
+                               else "")
             tasks = [task for kind in kinds for task in by_gpu_kind[gpu, kind]]
             if row_name == "activations":
                 _draw_memory(ax, memory[gpu], y, memory_scale, schedule.completion_time)
