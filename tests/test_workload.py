@@ -125,6 +125,18 @@ def test_the_report_of_one_iteration():
     assert report.lines()[2].endswith("DOES NOT FIT")
 
 
+def test_the_report_lists_a_few_gpus_peaks_and_sums_up_many():
+    from dataclasses import replace
+
+    from pipeline_sim.workload.report import LISTED_GPUS, WorkloadReport
+
+    report = WorkloadReport(1.0, 2.0, 0.1, 0.2, 10.0, 1000.0, 0.4, (55.0, 1234.56), 80.0)
+    assert report.lines()[2] == "peak memory per GPU: 55.0 1,234.6 GB of 80 GB: DOES NOT FIT"
+    many = replace(report, memory_gb=tuple(40.0 + g for g in range(LISTED_GPUS + 1))[::-1])
+    assert many.lines()[2] == (f"peak memory per GPU: 40.0 to {40.0 + LISTED_GPUS:.1f} GB (the most on GPU 0) of 80 "
+                               f"GB: fits")
+
+
 def test_n_and_sync_freq_may_be_given_when_the_workload_does_not_set_them():
     workload = Workload(model=DERIVE, gpu={"tflops": 1e-9, "memory_gb": 1.0}, p2p_bandwidth=1e-7)
     params = workload_environment(workload, num_gpus=2, n=6, sync_freq=3)

@@ -56,14 +56,22 @@ class WorkloadReport:
                    else "") + (f", all-to-all {seconds_text(self.a2a_seconds)} a forward" if self.a2a_seconds else ""),
                 f"iteration {seconds_text(self.iteration_seconds)}, {self.tokens_per_second:,.0f} tokens/s, "
                 f"MFU {self.mfu:.1%}",
-                f"peak memory per GPU: {' '.join(f'{gb:.1f}' for gb in self.memory_gb)} GB of "
-                f"{self.gpu_memory_gb:g} GB: {fits}"]
+                f"peak memory per GPU: {self._memory_text()} of {self.gpu_memory_gb:g} GB: {fits}"]
+
+    def _memory_text(self) -> str:
+        """Every GPU's peak, or beyond ``LISTED_GPUS`` of them the least and the most and which GPU holds it."""
+        if len(self.memory_gb) <= LISTED_GPUS:
+            return " ".join(f"{gb:,.1f}" for gb in self.memory_gb) + " GB"
+        fullest = max(range(len(self.memory_gb)), key=self.memory_gb.__getitem__)
+        return f"{min(self.memory_gb):,.1f} to {self.memory_gb[fullest]:,.1f} GB (the most on GPU {fullest})"
 
     def columns(self) -> dict[str, float | bool]:
         return {"tokens_per_second": self.tokens_per_second, "mfu": self.mfu, "peak_memory_gb": self.peak_memory_gb,
                 "gpu_memory_gb": self.gpu_memory_gb, "memory_fits": self.memory_fits}
 
 
+#: The most GPUs whose peak memory the report lists one by one.
+LISTED_GPUS = 16
 #: The report's columns of a workload sweep's CSV (iteration seconds are ``completion_time``).
 REPORT_COLUMNS = ("tokens_per_second", "mfu", "peak_memory_gb", "gpu_memory_gb", "memory_fits")
 #: A sweep whose ``layers_per_stage`` takes ``auto`` adds the split auto chose and the share of the balanced split's
