@@ -69,3 +69,18 @@ def test_the_readme_names_every_model_and_gpu_preset():
             if line.startswith("| `model` |") or line.startswith("| `gpu` |")}
     for key, presets in (("`model`", MODEL_PRESETS), ("`gpu`", GPU_PRESETS)):
         assert [name for name in presets if f"`{name}`" not in rows[key]] == []
+
+
+def test_the_readme_links_to_its_own_headings_and_files():
+    """Every ``](#anchor)`` of the README names one of its headings (as GitHub makes their anchors) and every
+    relative link a file of the repository."""
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    prose = re.sub(r"^```.*?^```", "", text, flags=re.MULTILINE | re.DOTALL)  # a code block's comments are no headings
+    anchors = {re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+               for line in prose.splitlines() if line.startswith("#")}
+    links = re.findall(r"\]\(([^)\s]+)\)", text)
+    assert [link for link in links if link.startswith("#") and link[1:] not in anchors] == []
+    files = [link.split("#")[0] for link in links if not link.startswith(("#", "http"))]
+    assert files and [path for path in files if not (ROOT / path).exists()] == []
