@@ -268,7 +268,7 @@ class _Leaders:
 def _divisors(number: int) -> list[int]:
     """The divisors of ``number``, ascending: found in pairs up to its square root, so that a count of a billion
     GPUs is answered at once."""
-    low = [k for k in range(1, math.isqrt(number) + 1) if number % k == 0]
+    low = [k for k in range(1, math.isqrt(max(number, 0)) + 1) if number % k == 0]
     return low + [number // k for k in reversed(low) if k * k != number]
 
 
@@ -566,17 +566,16 @@ def plan(base: Workload, gpus: int, *, env: dict[str, object] | None = None, sam
     ``workers`` processes; the result is the same."""
     if base.global_batch_size is None:
         raise PlanError("global_batch_size = None: the planner needs the global batch (sequences per iteration)")
+    pinned_schedules = sorted((filters or {}).get("schedule", ()))
+    if not base.shape.experts and pinned_schedules and not set(pinned_schedules) & set(SCHEDULES):
+        raise PlanError(f"schedule = {'/'.join(pinned_schedules)}: not searched for {base.shape.name}, a model "
+                        f"without experts (dualpipe-v's overlapped pairs hide an all-to-all); the planner searches "
+                        f"{', '.join(SCHEDULES)}")
     found = enumerate_layouts(base, gpus, env, filters, headroom_gb, workers)
     degrees = f"tensor degrees dividing {gpus} up to {GPUS_PER_NODE} and its {base.shape.heads} heads" \
         if base.tp_bandwidth is not None else f"tensor degree 1 only ({NO_TENSOR_PARALLEL})"
     pinned = "; within " + ", ".join(f"{key} {'/'.join(map(str, sorted(values)))}"
                                      for key, values in (filters or {}).items()) if filters else ""
-    searched = EXPERT_SCHEDULES if base.shape.experts else SCHEDULES
-    pinned_schedules = sorted((filters or {}).get("schedule", ()))
-    if pinned_schedules and not set(pinned_schedules) & set(searched):
-        raise PlanError(f"schedule = {'/'.join(pinned_schedules)}: not searched for {base.shape.name}, a model "
-                        f"without experts (dualpipe-v's overlapped pairs hide an all-to-all); the planner searches "
-                        f"{', '.join(searched)}")
     for key in ("tensor_parallel", "context_parallel", "pipeline_parallel", "data_parallel"):  # factors of the GPUs
         values = sorted((filters or {}).get(key, ()))
         if values and all(gpus % value for value in values):

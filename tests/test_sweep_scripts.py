@@ -154,13 +154,20 @@ def test_full_pipeline_resume_draws_what_a_stopped_run_left_undrawn(tmp_path, mo
     assert [path.name for path in folder.iterdir()] == [heatmap.INCOMPLETE_MARKER]
     monkeypatch.setattr(heatmap, "environments", reading)
     rows = csv.read_bytes()
-    other_step = run_here("run_full_pipeline.py", "-c", str(config), "--step", "1.0", "--resume", cwd=tmp_path)
-    assert other_step.returncode == 0 and "nothing to resume" in other_step.stdout, other_step.stderr
+    # none of these is that sweep: another step, as many rows of another samples setting, another config whose
+    # name begins with this one's, another config of the same name elsewhere
+    (tmp_path / "d_v2.json").write_text(json.dumps({"n": [4, 6]}))
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "d.json").write_text(json.dumps({"n": [8, 10]}))
+    for others in (("-c", str(config), "--step", "1.0"), ("-c", str(config), "--step", "0.5", "--samples", "3"),
+                   ("-c", "d_v2.json", "--step", "0.5"), ("-c", "elsewhere/d.json", "--step", "0.5")):
+        other = run_here("run_full_pipeline.py", *others, "--resume", cwd=tmp_path)
+        assert other.returncode == 0 and "nothing to resume" in other.stdout, (others, other.stderr)
     resumed = run_here("run_full_pipeline.py", "-c", str(config), "--step", "0.5", "--resume", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert f"resuming: the sweep of outputs/data/{csv.name} is complete" in resumed.stdout
-    assert "simulation" not in resumed.stderr  # no progress bar of a sweep
-    assert csv.read_bytes() == rows and len(list((tmp_path / "outputs" / "data").glob("d_*.csv"))) == 2
+    assert "sim/s" not in resumed.stderr  # no progress bar of a sweep
+    assert csv.read_bytes() == rows and len(list((tmp_path / "outputs" / "data").glob("d_*.csv"))) == 5
     assert sorted(path.suffix for path in folder.iterdir()) == [".png", ".png"]  # the marker gone
     again = run_here("run_full_pipeline.py", "-c", str(config), "--step", "0.5", "--resume", cwd=tmp_path)
     assert "nothing to resume" in again.stdout  # its figures all drawn now

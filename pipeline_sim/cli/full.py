@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import glob
 import math
+import re
 import sys
 from contextlib import ExitStack
 from pathlib import Path
@@ -45,7 +47,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                                  allow_large=args.allow_large, cluster=args.cluster, format=args.format, locks=locks,
                                  also_lock=heatmap_folder, unfinished=lambda plan: stopped_drawing(args.config, plan))
             heatmap_dir = heatmap_folder(csv)
-            mark_incomplete(csv, heatmap_dir)  # a stop before the first figure leaves the folder marked too
+            # a stop before the first figure leaves the folder marked too, with the sweep that --resume matches
+            mark_incomplete(csv, heatmap_dir, plan.fingerprint())
             # the folder of this CSV alone, named after it: what it holds was drawn from this CSV as it was
             drawn = write_heatmaps(csv, heatmap_dir, args.workers, args.metric, overwrite=True)
         draws = f" x {plan.samples} samples" if plan.samples > 1 else ""
@@ -75,10 +78,16 @@ def heatmap_folder(csv: Path) -> Path:
 
 
 def stopped_drawing(config: Path, plan: SweepPlan) -> Path | None:
-    """The newest complete CSV of ``plan`` (its header and every row) from ``config`` whose figures' folder says
-    that their drawing was stopped, or None."""
-    for csv in sorted(DATA_DIR.glob(f"{config.stem}_*.csv"), reverse=True):
-        if plan.format == "csv" and drawing_stopped(csv, heatmap_folder(csv)):
+    """The newest CSV of ``config`` (named as ``generate.default_output`` names it) whose figures' folder says that
+    their drawing by this command was stopped, the CSV written by a sweep of ``plan``'s fingerprint, or None."""
+    if plan.format != "csv":
+        return None
+    named = re.compile(rf"{re.escape(config.stem)}_\d{{8}}-\d{{6}}(-\d+)?\.csv")
+    fingerprint = plan.fingerprint()
+    for csv in sorted((path for path in DATA_DIR.glob(f"{glob.escape(config.stem)}_*.csv")
+                       if named.fullmatch(path.name)), key=lambda path: path.stem.removeprefix(config.stem),
+                      reverse=True):
+        if drawing_stopped(csv, heatmap_folder(csv), fingerprint):
             with open(csv, "rb") as rows:
                 if rows.readline() == plan.header.encode() and sum(1 for _ in rows) == plan.num_rows:
                     return csv

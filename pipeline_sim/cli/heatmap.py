@@ -259,22 +259,37 @@ def _marker_start(csv: Path) -> str:
     return f"The figures of {csv}"
 
 
-def mark_incomplete(csv: Path, output_dir: Path) -> None:
+def mark_incomplete(csv: Path, output_dir: Path, sweep: str = "") -> None:
     """Write ``INCOMPLETE_MARKER`` into ``output_dir`` (made if need be): ``csv``'s figures are not all drawn there,
-    and how to draw them."""
+    and how to draw them; ``sweep``, the fingerprint of the sweep that wrote ``csv``, on a line of its own. A marker
+    of ``csv`` already there is kept, with the fingerprint it holds."""
     output_dir.mkdir(parents=True, exist_ok=True)
+    if _marker_of(output_dir, csv) is not None:
+        return
     (output_dir / INCOMPLETE_MARKER).write_text(
         f"{_marker_start(csv)} are being drawn here, or their drawing was stopped: some may be missing. Draw them "
-        f"all with plot_heatmap.py {csv} -o {output_dir}\n", encoding="utf-8")
+        f"all with plot_heatmap.py {csv} -o {output_dir}\n" + (f"{_SWEEP}{sweep}\n" if sweep else ""),
+        encoding="utf-8")
 
 
-def drawing_stopped(csv: Path, output_dir: Path) -> bool:
-    """Whether ``output_dir`` holds the marker of a stopped drawing of ``csv``."""
+#: How the marker's line naming the sweep that wrote the file begins.
+_SWEEP = "sweep: "
+
+
+def _marker_of(output_dir: Path, csv: Path) -> str | None:
+    """The text of the marker of ``csv``'s stopped drawing in ``output_dir``, or None."""
     try:
-        return (output_dir / INCOMPLETE_MARKER).read_text(encoding="utf-8", errors="replace").startswith(
-            _marker_start(csv) + " ")
+        marker = (output_dir / INCOMPLETE_MARKER).read_text(encoding="utf-8", errors="replace")
     except OSError:
-        return False
+        return None
+    return marker if marker.startswith(_marker_start(csv) + " ") else None
+
+
+def drawing_stopped(csv: Path, output_dir: Path, sweep: str) -> bool:
+    """Whether ``output_dir`` holds the marker of a stopped drawing of ``csv``, written by the sweep of fingerprint
+    ``sweep``."""
+    marker = _marker_of(output_dir, csv)
+    return marker is not None and f"\n{_SWEEP}{sweep}\n" in marker
 
 
 def _check_folder(output_dir: Path, csv: Path, overwrite: bool) -> None:

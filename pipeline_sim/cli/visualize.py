@@ -305,9 +305,10 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
             try:
                 check_size(params)
             except ParameterError as error:  # the product of two flags, or of the workload's batch and layout
-                raise UserError(("-n and --num-gpus" if workload is None else
-                                 "--global-batch-size and --pipeline-parallel (n is the global batch over the "
-                                 "micro-batch size and the data-parallel degree)") + f": {error}") from None
+                raise UserError(("-n and --num-gpus" if workload is None else "-n and --pipeline-parallel"
+                                 if "n" in given else "--global-batch-size and --pipeline-parallel (n is the global "
+                                 "batch over the micro-batch size and the data-parallel degree)") + f": {error}"
+                                ) from None
             texts = None if args.order is None else _read_order(args.order)
             order = None if texts is None else given_order(params, texts)
             if params.lengths:

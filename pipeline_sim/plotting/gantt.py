@@ -326,7 +326,7 @@ def plot_gantt(ax: Axes, schedule: Schedule, *, layout: str = "single_channel", 
     compute_bars, transfer_bars = _Bars("white"), _Bars("white")
     ticks, tick_labels = [], []
     # on a chart whose rows are thinner than a label, the first row of every few GPUs alone is labelled
-    pitch = (cast(Figure, ax.figure).get_size_inches()[1] - MARGIN_INCHES) * 72 / (p * (len(rows) + 0.5))
+    pitch = max(cast(Figure, ax.figure).get_size_inches()[1] - MARGIN_INCHES, 0.1) * 72 / (p * (len(rows) + 0.5))
     every = 0 if pitch >= LABEL_PITCH else int(-(-LABEL_PITCH // (pitch * (len(rows) + 0.5))))  # 0: every row
     for gpu in range(p):
         for r, (row_name, kinds) in enumerate(rows):
