@@ -387,17 +387,18 @@ class EnvironmentGrid:
             yield dict(zip(names, combo))
 
     @cached_property
-    def _scan(self) -> tuple[int, tuple[tuple[str, str], ...], int, int, str, dict[str, LearnedPolicy]]:
-        """Valid count, the invalid combinations, the summed and the largest estimated tasks (and where), and the
-        networks of the policy files the valid ones name, each file read once."""
+    def _scan(self) -> tuple[int, tuple[tuple[str, str], ...], int, int, str, dict[str, LearnedPolicy], frozenset[int]]:
+        """Valid count, the invalid combinations, the summed and the largest estimated tasks (and where), the
+        networks of the policy files the valid ones name, each file read once, and the places of the invalid
+        combinations among ``_combinations``."""
         # the checks that need the kernel, loaded once a config is read, not when a command only shows its --help
         from .engine import memory_in_force
         from .hindsight import check_hindsight
         from .learned import LearnedPolicy, load_policy, read_policy
 
-        valid, invalid, total, largest, where = 0, [], 0, 0, ""
+        valid, invalid, total, largest, where, invalid_at = 0, [], 0, 0, "", set()
         networks: dict[str, LearnedPolicy | ParameterError] = {}
-        for combo in self._combinations():
+        for place, combo in enumerate(self._combinations()):
             try:
                 params, _ = self._environment(combo)
                 if params.memory_limit != 0.0:  # a limit that cannot run the iteration (docs/model.md 12.1)
@@ -416,6 +417,7 @@ class EnvironmentGrid:
                     load_policy(params, network)
             except ParameterError as error:
                 invalid.append((_describe(combo, self), str(error)))
+                invalid_at.add(place)
                 continue
             valid += 1
             tasks = estimated_tasks(params)
@@ -423,7 +425,7 @@ class EnvironmentGrid:
             if tasks > largest:
                 largest, where = tasks, _describe(combo, self)
         read = {name: network for name, network in networks.items() if isinstance(network, LearnedPolicy)}
-        return valid, tuple(invalid), total, largest, where, read
+        return valid, tuple(invalid), total, largest, where, read, frozenset(invalid_at)
 
     @cached_property
     def length_tables(self) -> dict[str, LengthTable]:
@@ -463,11 +465,10 @@ class EnvironmentGrid:
     def cases(self, start: int = 0) -> Iterator[tuple[EnvParams, Workload | None]]:
         """The valid environments in grid order, from the ``start``-th on, each with its workload (or None)."""
         def valid() -> Iterator[tuple[EnvParams, Workload | None]]:
-            for combo in self._combinations():
-                try:
+            invalid_at = self._scan[6]  # what the scan found invalid, by the same checks as it
+            for place, combo in enumerate(self._combinations()):
+                if place not in invalid_at:
                     yield self._environment(combo)
-                except ParameterError:
-                    continue
         return islice(valid(), start, None)
 
     def varying(self) -> list[str]:

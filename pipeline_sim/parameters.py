@@ -37,6 +37,11 @@ class ParameterError(ValueError):
         super().__init__(f"{name} = {value!r}: {allowed}")
         self.name = name
         self.value = value
+        self.allowed = allowed
+
+    def __reduce__(self) -> tuple[type, tuple[str, object, str]]:
+        """Made again from its three parts: an error raised in a worker process reaches the parent whole."""
+        return type(self), (self.name, self.value, self.allowed)
 
 
 def _is_real(value: object) -> bool:

@@ -94,3 +94,10 @@ def test_file_names_and_titles_come_from_the_table():
     assert set(quiet.relevant()).isdisjoint({"chunks", "w_fraction", "fb_overlap", "compute_jitter", "seed",
                                              "slow_gpu", "slow_factor"})
     assert "wf" not in env_slug(quiet) and "seed" not in env_title(quiet)
+
+
+def test_a_parameter_error_raised_in_a_worker_reaches_the_parent_whole():
+    import pickle
+
+    error = pickle.loads(pickle.dumps(ParameterError("n", 3, "must be >= 4")))
+    assert (type(error), str(error), error.name, error.value) == (ParameterError, "n = 3: must be >= 4", "n", 3)

@@ -389,6 +389,23 @@ def test_invalid_schedule_combinations_are_reported_up_front(tmp_path):
         ("1f1b", "6"), ("1f1b", "8"), ("interleaved-1f1b", "8"), ("dualpipe-v", "8")]
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_combination_left_out_is_never_simulated(tmp_path, workers):
+    """--skip-invalid leaves out what the config's checks refuse beyond the schedule's requirements too (a memory
+    limit the iteration cannot run within, a damaged policy file): the sweep writes the other rows."""
+    policy = tmp_path / "flip.npz"
+    policy.write_bytes(b"not an archive")
+    config = tmp_path / "limits.json"
+    config.write_text(json.dumps({"n": 8, "num_gpus": 4, "dispatch": ["greedy", f"learned:{policy}"],
+                                  "memory_limit": [0.5, 4]}))
+    output = tmp_path / "out.csv"
+    result = run_here("data_generator.py", "-c", str(config), "--step", "1", "--skip-invalid", "-o", str(output),
+                      "--workers", workers, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "left out 3 combinations" in result.stdout
+    assert {(r["dispatch"], r["memory_limit"]) for r in read_rows(output)} == {("greedy", "4.0")}
+
+
 def test_ignored_parameters_never_multiply_rows(tmp_path):
     config = tmp_path / "grid.json"
     config.write_text(json.dumps({"schedule": ["1f1b", "interleaved-1f1b", "zb-h1"], "chunks": [2, 3],
