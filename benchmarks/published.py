@@ -14,13 +14,13 @@ whose bubble their table 5 computes equal to ZB-H1's.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 from typing import NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from pipeline_sim.cli.common import Parser  # noqa: E402
 from pipeline_sim.engine import simulate  # noqa: E402
 from pipeline_sim.model import DEFAULT_POLICY, EnvParams  # noqa: E402
 from pipeline_sim.workload import Workload, iteration_flops, workload_environment  # noqa: E402
@@ -283,7 +283,7 @@ def implied_efficiency(row: MegatronRow, steps: int = 14) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="The model against published measurements, as a Markdown table "
+    parser = Parser(description="The model against published measurements, as a Markdown table "
                                                  "(docs/model.md section 13).")
     parser.add_argument("--implied", action="store_true",
                         help="per Megatron-LM row, the compute efficiency that would meet it, instead of the table")

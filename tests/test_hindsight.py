@@ -88,3 +88,17 @@ def test_a_hindsight_sweep_reports_its_proof(tmp_path):
     for static, solved in zip(rows[:31], rows[31:]):
         assert static["hindsight_optimal"] == "" and solved["hindsight_optimal"] == "1.0"
         assert float(solved["memory_bound"]) <= float(solved["completion_time"]) <= float(static["completion_time"])
+
+
+def test_the_headroom_study_refuses_what_cannot_run_before_its_work(tmp_path):
+    from conftest import assert_one_line_error, run_script
+
+    (tmp_path / "kept.json").write_text("[]")
+    (tmp_path / "damaged.npz").write_bytes(b"not an archive")
+    for args, message in ((["--draws", "0"], "argument --draws: 0 must be >= 1"),
+                          (["--learned", "none.npz"], "dispatch = 'learned:none.npz': no such policy file"),
+                          (["--learned", "damaged.npz"], "dispatch = 'learned:damaged.npz': is not"),
+                          (["--json", "kept.json"], "--json kept.json exists; pass --overwrite to replace it")):
+        result = run_script("benchmarks/headroom.py", *args, cwd=tmp_path, timeout=60)
+        assert_one_line_error(result, f"headroom.py: error: {message}")
+    assert (tmp_path / "kept.json").read_text() == "[]"

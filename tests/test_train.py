@@ -169,6 +169,9 @@ def test_bad_training_requests_in_one_line(tmp_path):
     config.write_text(json.dumps({"n": 8, "num_gpus": 4, "schedule": "zb-h1", "memory_limit": 0.5,
                                   "dispatch": ["learned:a.npz"]}))
     assert_one_line_error(run_here("train.py", "-c", str(config), cwd=tmp_path), "memory_limit = 0.5")
+    for seed in ("-1", str(2 ** 32)):  # the generators' seeds are 32-bit: refused before any work
+        assert_one_line_error(run_here("train.py", "-c", str(config), "--seed", seed, cwd=tmp_path),
+                              f"argument --seed: {seed} must be from 0 to 4,294,967,295")
 
 
 def test_a_missing_training_extra_is_one_line(tmp_path):

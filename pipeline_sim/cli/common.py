@@ -209,12 +209,18 @@ def exit_with(status: int) -> NoReturn:
 
 
 def positive_int(text: str) -> int:
+    return bounded_int(text, 1)
+
+
+def bounded_int(text: str, low: int, high: int | None = None) -> int:
+    """``text`` as an integer from ``low`` to ``high`` (no bound: None), or the argument's one-line error."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
+    if value < low or high is not None and value > high:
+        raise argparse.ArgumentTypeError(f"{value} must be >= {low}" if high is None else
+                                         f"{value} must be from {low} to {high:,}")
     return value
 
 

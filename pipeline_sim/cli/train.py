@@ -17,6 +17,7 @@ from ..rl.settings import Settings, extra_missing
 from .common import (
     Parser,
     UserError,
+    bounded_int,
     check_interrupt,
     counted,
     positive_int,
@@ -25,6 +26,9 @@ from .common import (
     script_name,
     use_display,
 )
+
+#: Seeds the training takes: its random generators take 32-bit seeds.
+SEEDS = 2 ** 32
 
 if TYPE_CHECKING:
     from ..learned import LearnedPolicy
@@ -47,8 +51,9 @@ def build_parser(prog: str, defaults: Settings) -> Parser:
                         help=f"decisions between validation plays (default {defaults.evaluate_every:,})")
     parser.add_argument("--validation-samples", type=positive_int, default=None, metavar="K",
                         help=f"validation draws per environment (default {defaults.validation_samples})")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the network, the draws and the environment "
-                                                            "mix (default %(default)s)")
+    parser.add_argument("--seed", type=lambda text: bounded_int(text, 0, SEEDS - 1), default=0,
+                        help=f"seed of the network, the draws and the environment mix, from 0 to {SEEDS - 1:,} "
+                             f"(default %(default)s)")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing policy file")
     return parser
 
