@@ -104,6 +104,9 @@ def _load(path: Path) -> dict:
         raise TraceError(f"{path}: truncated or not JSON ({str(error).splitlines()[0][:80]})") from None
     if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
         raise TraceError(f"{path}: not a Chrome/Kineto trace: it has no traceEvents list")
+    for key in ("distributedInfo", "pipelineRun"):
+        if trace.get(key) is not None and not isinstance(trace[key], dict):
+            raise TraceError(f"{path}: its {key} is {type(trace[key]).__name__}, not an object of named fields")
     return trace
 
 

@@ -280,6 +280,14 @@ def test_a_truncated_file_is_refused(tmp_path):
         read_run([folder])
 
 
+@pytest.mark.parametrize("key", ["distributedInfo", "pipelineRun"])
+def test_a_record_that_is_no_object_is_refused(tmp_path, key):
+    folder = _copy(tmp_path)
+    _edit(folder / "rank1.json.gz", lambda trace: trace.update({key: "rank 1"}))
+    with pytest.raises(TraceError, match=rf"rank1\.json\.gz: its {key} is str, not an object of named fields"):
+        read_run([folder])
+
+
 def test_a_missing_rank_is_refused(tmp_path):
     folder = _copy(tmp_path)
     (folder / "rank1.json.gz").unlink()
@@ -334,6 +342,9 @@ def test_replay_and_predict_commands_write_and_report(tmp_path):
         again = run_here("pipeline_trace.py", "replay", str(TRACES / "zb-v" / "run0"), flag, name, cwd=tmp_path)
         assert_one_line_error(again, f"{flag} {name}: the file exists; pass --overwrite to replace it")
     assert (tmp_path / "replay.png").read_bytes() == drawn and (tmp_path / "table.json").read_text() == "{}"
+    same = run_here("pipeline_trace.py", "replay", str(TRACES / "zb-v" / "run0"), "--plot", "both.png",
+                    "--lengths-out", "both.png", cwd=tmp_path)
+    assert_one_line_error(same, "--lengths-out both.png: a table of lengths is JSON; give a path ending in .json")
     again = run_here("pipeline_trace.py", "replay", str(TRACES / "zb-v" / "run0"), "--lengths-out", "table.json",
                      "--overwrite", cwd=tmp_path)
     assert again.returncode == 0, again.stderr

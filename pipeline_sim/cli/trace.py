@@ -138,6 +138,8 @@ def _replay(args) -> int:
 
     if args.plot and args.plot.suffix.lower() not in PLOT_FORMATS:
         raise UserError(f"--plot {args.plot}: the file name must end in one of {', '.join(PLOT_FORMATS)}")
+    if args.lengths_out and args.lengths_out.suffix.lower() != ".json":
+        raise UserError(f"--lengths-out {args.lengths_out}: a table of lengths is JSON; give a path ending in .json")
     for flag, path in (("--plot", args.plot), ("--lengths-out", args.lengths_out)):
         if path is not None and output_target(path).exists() and not args.overwrite:
             raise UserError(f"{flag} {path}: the file exists; pass --overwrite to replace it")
