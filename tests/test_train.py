@@ -241,7 +241,7 @@ def test_ctrl_c_writes_the_best_network_and_exits_130(tmp_path, monkeypatch):
     result = run_here("train.py", "-c", "c.json", "--steps", "100000", "--evaluate-every", "1024",
                       "--validation-samples", "1", cwd=tmp_path)
     assert result.returncode == 130, result.stderr
-    assert re.fullmatch(r"train.py: interrupted at decision 5,120: the best network so far is written",
+    assert re.fullmatch(r"train.py: interrupted; the best network of the evaluations up to decision 5,120 is written",
                         result.stderr.strip().splitlines()[-1])
     policy = LearnedPolicy.from_file(tmp_path / "p" / "t.npz")
     with open(tmp_path / "p" / "t_training.csv", newline="") as handle:

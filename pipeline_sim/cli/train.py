@@ -210,8 +210,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         print(f"compare it on the sweep's own draws: python run_full_pipeline.py -c {args.config} --priority-step 1.0 "
               f"(a learned row plays the network at each decision: the coarse step keeps the sweep short)")
         if not completed:  # stopped as every tool stops: the last line says so, the status is an interrupt's
-            print(f"{prog}: interrupted at decision {curve[-1].steps:,}: the best network so far is written",
-                  file=sys.stderr)
+            print(f"{prog}: interrupted; the best network of the evaluations up to decision {curve[-1].steps:,} "
+                  f"is written", file=sys.stderr)
             return 130
         return 0
 
