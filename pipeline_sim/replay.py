@@ -170,11 +170,13 @@ class RuntimeCosts:
     rank spends between two actions (``effective_lengths`` counts it into the action that follows); ``split``, a
     split backward's I + W over the whole backward of the same stage, on stages whose input needs a gradient (each
     taken relative to the forward of the same stage and micro-batch, so that runs on a faster or slower host
-    compare); ``input_share``, the I's share of it."""
+    compare); ``input_share``, the I's share of it; ``split_measured``, whether those two were measured (else they
+    are a whole backward's cost, in halves)."""
 
     gap: float
     split: float = 1.0
     input_share: float = 0.5
+    split_measured: bool = False
 
 
 def _overhead(run: MeasuredRun) -> list[float]:
@@ -209,7 +211,7 @@ def runtime_costs(runs: Sequence[MeasuredRun], source: MeasuredRun) -> RuntimeCo
     if not split or not whole:
         return RuntimeCosts(sum(gaps) / len(gaps))
     return RuntimeCosts(sum(gaps) / len(gaps), median(r for r, _ in split) / median(r for r, _ in whole),
-                        median(share for _, share in split))
+                        median(share for _, share in split), True)
 
 
 def task_spread(run: MeasuredRun) -> float:

@@ -187,9 +187,13 @@ def test_runtime_costs_measured_on_split_runs_read_their_halves_against_the_sour
     ratios = [(t.end - t.start) / forward[t.stage, t.mb, k] for k, it in enumerate(source.iterations)
               for t in it.tasks if t.kind == "B" and t.stage > 0]
     assert costs.input_share == pytest.approx(np.median(shares))
-    assert costs.split == pytest.approx(np.median(per_forward) / np.median(ratios))
+    assert costs.split == pytest.approx(np.median(per_forward) / np.median(ratios)) and costs.split_measured
     own = runtime_costs([], source)
-    assert (own.split, own.input_share) == (1.0, 0.5) and own.gap > 0.0
+    assert (own.split, own.input_share, own.split_measured) == (1.0, 0.5, False) and own.gap > 0.0
+    said = run_here("pipeline_trace.py", "predict", str(TRACES / "1f1b" / "run0"), "--runtime-from",
+                    str(TRACES / "gpipe" / "run0"), cwd=ROOT)
+    assert said.returncode == 0 and ("the runtime's costs over 1 run: " in said.stderr
+                                     and "no split backward to measure against a whole one" in said.stderr)
 
 
 def test_predicted_time_puts_the_measured_spread_back_as_jitter():

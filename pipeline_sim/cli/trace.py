@@ -150,8 +150,8 @@ def _replay(args) -> int:
     iterations = counted(len(run.iterations), "iteration")
     transfers = (f"transfers: {comm.time(0) * 1e3:.0f} us + bytes / {comm.bandwidth / 1e3:.3g} MB/s, from "
                  f"{comm.samples} waited-for transfers" if comm.samples else "no transfers")
-    print(f"{run.schedule}: {counted(run.ranks, 'rank')}, {run.stages} stages, {run.microbatches} "
-          f"micro-batches, {iterations}; {transfers}")
+    print(f"{run.schedule}: {counted(run.ranks, 'rank')}, {counted(run.stages, 'stage')}, "
+          f"{counted(run.microbatches, 'micro-batch', 'micro-batches')}, {iterations}; {transfers}")
     results = [replay(run, k, comm) for k in range(len(run.iterations))]
     for k, result in enumerate(results):
         print(f"iteration {k}: measured {result.measured.completion_time:.2f} ms, simulated "
@@ -206,8 +206,11 @@ def _predict(args) -> int:
                                 f"the source ran {source.microbatches} on {source.ranks}: measure the runtime on runs "
                                 "of the source's size")
         runtime = runtime_costs(others, source)
-        print(f"the runtime's costs over {len(others)} run(s): {runtime.gap:.3f} ms between actions, a split "
-              f"backward {runtime.split:.2f} times a whole one, {runtime.input_share:.0%} of it in I", file=sys.stderr)
+        split = (f"a split backward {runtime.split:.2f} times a whole one, {runtime.input_share:.0%} of it in I"
+                 if runtime.split_measured else "no split backward to measure against a whole one: a split backward "
+                 "taken to cost a whole one, half of it in I")
+        print(f"the runtime's costs over {counted(len(others), 'run')}: {runtime.gap:.3f} ms between actions, {split}",
+              file=sys.stderr)
     if len(source.iterations) < 2:
         print(f"{args.source}: one iteration: no task spread to put back as jitter", file=sys.stderr)
     for schedule in args.schedule:
