@@ -44,6 +44,8 @@ TORCH_SCHEDULES: dict[str, Any] = {
     "zb-h1": ScheduleInterleavedZeroBubble, "zb-v": ScheduleZBVZeroBubble, "dualpipe-v": ScheduleDualPipeV,
 }
 PREFIX = "pipeline:"
+#: PyTorch's classes that need at least as many micro-batches as the pipeline has stages.
+AT_LEAST_THE_STAGES = (Schedule1F1B, ScheduleDualPipeV)
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,11 @@ class RunSpec:
     @property
     def stages(self) -> int:
         return self.ranks * get_schedule(self.schedule).v(self.chunks)
+
+    @property
+    def least_microbatches(self) -> int:
+        """The fewest micro-batches PyTorch's class of the schedule runs."""
+        return self.stages if TORCH_SCHEDULES[self.schedule] in AT_LEAST_THE_STAGES else 1
 
 
 def _stage_module(spec: RunSpec, stage: int) -> torch.nn.Module:

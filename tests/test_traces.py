@@ -405,6 +405,16 @@ def test_command_mistakes_get_one_line(args, fragments, tmp_path):
     assert_one_line_error(run_here("pipeline_trace.py", *args, cwd=tmp_path), *fragments)
 
 
+def test_too_few_micro_batches_for_pytorchs_schedule_are_refused_before_the_ranks_start(tmp_path):
+    pytest.importorskip("torch")
+    for schedule, message in (("1f1b", "PyTorch's 1f1b needs at least one per stage, 2"),
+                              ("dualpipe-v", "schedule dualpipe-v with num_gpus = 2 requires n >= 2 x num_gpus (4)")):
+        result = run_here("pipeline_trace.py", "record", "--out", "x", "--schedule", schedule, "--microbatches", "1",
+                          cwd=tmp_path)
+        assert_one_line_error(result, "--microbatches 1: ", message)
+    assert not (tmp_path / "x").exists()
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -13,6 +13,7 @@ from typing import Sequence
 
 from ..files import atomic_output, output_target
 from ..measured import fit_comm, read_run
+from ..parameters import ParameterError
 from ..schedules import SCHEDULES, get_schedule
 from .common import Parser, UserError, counted, positive_int, run_command, script_name, use_display
 
@@ -108,7 +109,13 @@ def _record(args) -> int:
                      layers=args.layers, iterations=args.iterations, backend=args.backend, port=args.port)
              for name in args.schedule]
     for spec in specs:
-        get_schedule(spec.schedule).check(spec.microbatches, spec.ranks)
+        try:
+            get_schedule(spec.schedule).check(spec.microbatches, spec.ranks)
+        except ParameterError as error:
+            raise UserError(f"--microbatches {spec.microbatches}: {error}") from None
+        if spec.microbatches < spec.least_microbatches:
+            raise UserError(f"--microbatches {spec.microbatches}: PyTorch's {spec.schedule} needs at least one per "
+                            f"stage, {spec.least_microbatches}")
         if spec.layers % spec.stages:
             raise UserError(f"--layers {spec.layers}: must be a multiple of {spec.schedule}'s {spec.stages} stages")
     folders = [args.out / spec.schedule / f"run{r}" for r in range(args.rounds) for spec in specs]
