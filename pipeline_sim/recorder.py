@@ -16,7 +16,7 @@ import gzip
 import json
 import os
 import sys
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -206,15 +206,24 @@ def record(spec: RunSpec, out: Path) -> list[Path]:
     """Run ``spec`` for real on ``spec.ranks`` processes and write ``out/rank<r>.json.gz``; the paths written (under
     a launcher, this process runs its own rank and writes its own file: on a cluster, each host writes its ranks')."""
     out.mkdir(parents=True, exist_ok=True)
-    if launched():
-        if not dist.is_initialized():  # the launcher's rendezvous, once: it cannot be joined again
-            dist.init_process_group(spec.backend)
-            atexit.register(dist.destroy_process_group)
-        _rank_main(int(os.environ["RANK"]), spec, str(out))
-        return [out / f"rank{os.environ['RANK']}.json.gz"]
-    # forked, the ranks share the imported torch instead of importing it again (seconds each on a busy host)
-    mp.start_processes(_rank_main, args=(spec, str(out)), nprocs=spec.ranks, join=True, start_method="fork")
-    return [out / f"rank{rank}.json.gz" for rank in range(spec.ranks)]
+    ranks = [int(os.environ["RANK"])] if launched() else list(range(spec.ranks))
+    written = [out / f"rank{rank}.json.gz" for rank in ranks]
+    try:
+        if launched():
+            if not dist.is_initialized():  # the launcher's rendezvous, once: it cannot be joined again
+                dist.init_process_group(spec.backend)
+                atexit.register(dist.destroy_process_group)
+            _rank_main(ranks[0], spec, str(out))
+        else:  # forked, the ranks share the imported torch instead of importing it again (seconds on a busy host)
+            mp.start_processes(_rank_main, args=(spec, str(out)), nprocs=spec.ranks, join=True, start_method="fork")
+    except BaseException:  # a run stopped leaves none of its files, so that what reads the folder finds no half run
+        for rank, path in zip(ranks, written):
+            for leftover in (path, path.with_suffix(".partial"), out / f".rank{rank}.json"):
+                leftover.unlink(missing_ok=True)
+        with suppress(OSError):
+            out.rmdir()  # only if empty
+        raise
+    return written
 
 
 def record_rounds(specs: list[RunSpec], out: Path, rounds: int) -> Iterator[Path]:

@@ -439,6 +439,26 @@ def test_fresh_traces_of_a_real_run(tmp_path):
     assert stale.exists()
 
 
+def test_a_run_stopped_while_recorded_leaves_no_half_run(tmp_path, monkeypatch):
+    """Stopped after one rank wrote its file (and another left its temporaries): nothing of the run is left, so that
+    a study of the folder never meets a run without all its ranks."""
+    pytest.importorskip("torch")
+    from pipeline_sim import recorder
+
+    folder = tmp_path / "1f1b" / "run1"
+
+    def stopped(*args, **kwargs):
+        (folder / "rank0.json.gz").write_bytes(b"written")
+        (folder / ".rank1.json").write_text("{}")
+        (folder / "rank1.json.partial").write_bytes(b"half")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(recorder.mp, "start_processes", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        recorder.record(recorder.RunSpec("1f1b"), folder)
+    assert not folder.exists() and (tmp_path / "1f1b").is_dir()
+
+
 def test_fresh_traces_under_torchrun_one_process_per_rank(tmp_path):
     """Launched by torchrun (as on a cluster: one process per rank, the launcher's rendezvous), each process runs
     its own rank through every run, joining the process group once."""
