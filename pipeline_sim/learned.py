@@ -124,8 +124,10 @@ def _arrays(data: bytes) -> dict[str, np.ndarray]:
     try:
         archive = zipfile.ZipFile(io.BytesIO(data))
     except zipfile.BadZipFile:
-        raise ValueError("is not a readable policy file (not an .npz archive: a .npy or another file "
-                         "renamed?)") from None
+        begins = data[:4] == b"PK\x03\x04"  # an archive's first bytes, its index (at the end) cut off or damaged
+        raise ValueError("is not a readable policy file (" + ("an .npz archive cut short or damaged: its index is "
+                         "missing; copy the file again" if begins else "not an .npz archive: a .npy or another "
+                         "file renamed?") + ")") from None
     with archive:
         members = archive.infolist()
         unpacked = sum(info.file_size for info in members)
