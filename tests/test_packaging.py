@@ -88,5 +88,5 @@ def test_the_readme_links_to_its_own_headings_and_files():
 
 def test_the_readme_says_what_every_shipped_config_sweeps():
     text = (ROOT / "README.md").read_text().split("Shipped configs (`configs/`):")[1].split("\n\n")[1]
-    named = {name for row in text.splitlines()[2:] for name in row.split("|")[1].replace("`", "").split(", ")}
+    named = {name.strip() for row in text.splitlines()[2:] for name in row.split("|")[1].replace("`", "").split(",")}
     assert named == {path.name for path in (ROOT / "configs").glob("*.json")}
