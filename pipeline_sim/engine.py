@@ -486,6 +486,7 @@ def simulate(params: EnvParams, policy: Policy, sample: int = 0,
         if not isinstance(value, kind):
             raise TypeError(f"simulate: {name} must be {example} or another {kind.__name__}, not "
                             f"{type(value).__name__}")
+    SAMPLES.check("sample", sample)
     arrays = graph_arrays(params)
     work = task_lengths(params, sample, None if lengths is None else given_lengths(params, lengths))
     tiers, priorities = policy_arrays((policy,))
@@ -907,10 +908,11 @@ def calculate_full_pipeline_schedule(
     optimizer step after its last ``grad_sync`` (section 6.7). ``zero`` (1 to 3) shards data parallelism with
     all-gathers of ``gather_len`` work; ``cp_len`` (0: none) is the attention exchange of context parallelism
     (section 15). ``a2a_len`` (0: none) is the all-to-all of expert parallelism, ``a2a_weights`` each stage's share
-    of it and ``a2a_class`` whose priority it takes (``pipeline`` or ``grad_sync``); ``ep_overlap`` 1 pairs each
-    forward with a neighbouring backward so that their all-to-alls overlap (section 16). ``priorities``
+    of it and ``a2a_class`` whose priority it takes (``pipeline`` or ``grad_sync``); ``ep_overlap`` 1 runs
+    each whole backward beside the forward right after it in its GPU's order, as one pair, so that their
+    all-to-alls overlap (section 16). ``priorities``
     maps a transfer kind (``fwd_prop``,
-    ``grad_prop``, ``grad_sync``) to a shared priority in [0, 1] (missing kinds get 1.0);
+    ``grad_prop``, ``grad_sync``) to a shared priority, 0 or from 1e-6 to 1 (missing kinds get 1.0);
     ``exclusive_tiers`` maps a kind to a tier letter, ``'a'`` highest, which overrides its
     shared priority. ``compute_jitter`` and ``comm_jitter`` are the coefficients of
     variation of compute and transfer work (``jitter_dist`` ``lognormal`` or ``normal``);

@@ -95,7 +95,7 @@ class Layout:
     workload: Workload
     params: EnvParams
     partition: str
-    bound: float  # seconds no run of it can beat: its busiest GPU's compute
+    bound: float  # seconds no run of it can beat (``_bound``: a GPU's compute, and what must precede and follow it)
 
     @property
     def tensor(self) -> int:

@@ -65,6 +65,14 @@ def test_simulate_names_an_argument_of_the_wrong_type(arguments, message):
     assert str(info.value) == message
 
 
+@pytest.mark.parametrize("sample", [2.9, True, -1, "a", None, 10 ** 30])
+def test_simulate_checks_its_sample_as_the_full_call_does(sample):
+    from pipeline_sim import simulate
+
+    with pytest.raises(ParameterError, match=r"^sample = .*: must be an integer from 0 to 2\^63 - 1$"):
+        simulate(EnvParams(compute_jitter=0.2, n=4, num_gpus=2), Policy(), sample=sample)
+
+
 def test_arguments_are_keyword_only_with_model_defaults():
     with pytest.raises(TypeError):
         calculate_full_pipeline_schedule(8)

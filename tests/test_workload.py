@@ -125,6 +125,15 @@ def test_the_report_of_one_iteration():
     assert report.lines()[2].endswith("DOES NOT FIT")
 
 
+def test_the_report_refuses_a_negative_time_or_a_peak_count_of_other_gpus():
+    workload = tiny_workload()
+    params = workload_environment(workload, num_gpus=2)
+    with pytest.raises(ParameterError, match="completion_time = -1.0: must be a time in seconds"):
+        workload_report(workload, params, -1.0, (2, 1))
+    with pytest.raises(ParameterError, match=r"gpu_peak_activations = \(2,\): must give one peak per GPU, 2"):
+        workload_report(workload, params, 1.0, (2,))
+
+
 def test_the_report_lists_a_few_gpus_peaks_and_sums_up_many():
     from dataclasses import replace
 

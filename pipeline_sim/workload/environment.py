@@ -175,7 +175,7 @@ def backward_weights(workload: Workload, stages: int) -> tuple[float, ...]:
                   + (1.0 - c) * scores) / base for c in shares)
 
 
-#: The environment parameters a workload sets; ``sync_freq`` defaults to ``n`` unless given.
+#: The environment parameters a workload sets; ``sync_freq`` is derived unless given (``workload_environment``).
 DERIVED_KEYS = ("n", "fwd_len", "bwd_len", "prop_len", "sync_base_len", "w_fraction", "stage_weights",
                 "sync_weights", "bwd_weights", "optimizer_len", "gather_len", "cp_len", "a2a_len", "a2a_weights",
                 "sync_freq")
@@ -184,7 +184,8 @@ DERIVED_KEYS = ("n", "fwd_len", "bwd_len", "prop_len", "sync_base_len", "w_fract
 def workload_environment(workload: Workload, **env: Any) -> EnvParams:
     """The environment of ``workload`` with the other parameters ``env`` (``num_gpus``, ``schedule``, noise...).
 
-    ``sync_freq`` defaults to ``n`` (one gradient sync per iteration); ``n`` may be given
+    ``sync_freq`` defaults to ``n`` (one gradient sync per iteration), or to 1 under ``zero`` 2 and 3 (gradients
+    reduce-scattered after every backward, docs/model.md section 15.2); ``n`` may be given
     only when the workload has no ``global_batch_size``.
     """
     for key in DERIVED_KEYS:

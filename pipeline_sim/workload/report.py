@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from ..model import EnvParams
+from ..model import EnvParams, ParameterError
 from .flops import iteration_flops
 from .memory import gpu_memory_gb
 
@@ -81,7 +81,13 @@ AUTO_COLUMNS = ("auto_layers", "auto_gain")
 
 def workload_report(workload: Workload, params: EnvParams, completion_time: float,
                     gpu_peak_activations: list[float] | tuple[float, ...]) -> WorkloadReport:
-    """Iteration time, throughput, MFU and memory of one simulated iteration of ``workload`` in ``params``."""
+    """Iteration time, throughput, MFU and memory of one simulated iteration of ``workload`` in ``params``: its
+    ``completion_time`` (seconds, >= 0) and each GPU's peak activations (``params.num_gpus`` of them)."""
+    if not (isinstance(completion_time, (int, float)) and completion_time >= 0.0):
+        raise ParameterError("completion_time", completion_time, "must be a time in seconds, >= 0")
+    if len(gpu_peak_activations) != params.num_gpus:
+        raise ParameterError("gpu_peak_activations", tuple(gpu_peak_activations),
+                             f"must give one peak per GPU, {params.num_gpus}")
     batch = params.n * workload.micro_batch_size * workload.data_parallel
     total_gpus = params.num_gpus * workload.model_parallel * workload.data_parallel
     assert workload.seq_len is not None
