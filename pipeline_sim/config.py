@@ -152,8 +152,11 @@ def _names(key: str, raw: Any) -> list[Any]:
     return values
 
 
-def _workload_values(key: str, raw: object, base: Mapping[str, Any]) -> list:
-    """The values of a workload key, each checked in the workload ``base``."""
+def _workload_values(key: str, raw: object, base: Mapping[str, Any],
+                     suspect: dict[tuple[str, int], ParameterError] | None = None) -> list:
+    """The values of a workload key, each checked in the workload ``base``; a value whose error names the key is
+    refused, or, given ``suspect``, kept there by (key, its place) for ``_workload_grid`` to judge against the
+    config's other values."""
     where = f"config key {key!r}"
     items = raw if isinstance(raw, list) else [raw]
     if key in WORKLOAD_LIST_KEYS and isinstance(raw, list) and raw and \
@@ -163,7 +166,7 @@ def _workload_values(key: str, raw: object, base: Mapping[str, Any]) -> list:
         raise ConfigError(f"{where}: empty list; give at least one value")
     if isinstance(raw, dict) and key not in OBJECT_KEYS:
         items = _expand_range(key, raw)
-    values = []
+    values: list = []
     for item in items:
         if key in BOOLEAN_KEYS and not isinstance(item, bool):
             raise ConfigError(f"{where}: {_shown(item)} is not true or false")
@@ -174,9 +177,11 @@ def _workload_values(key: str, raw: object, base: Mapping[str, Any]) -> list:
         try:
             workload = Workload(**{**base, key: item})
         except ParameterError as error:
-            if error.name.split(".")[0] == key:  # a clash with another key is judged per combination
-                raise ConfigError(f"{where}: {error}") from None
-            values.append(item)
+            if error.name.split(".")[0] == key:
+                if suspect is None:
+                    raise ConfigError(f"{where}: {error}") from None
+                suspect[key, len(values)] = error
+            values.append(item)  # a clash with another key is judged per combination
             continue
         values.append(getattr(workload, key) if key in OBJECT_KEYS + WORKLOAD_LIST_KEYS else item)
     if len(set(values)) != len(values):
@@ -550,9 +555,36 @@ def _workload_grid(raw: Mapping[str, object]) -> list[tuple[str, tuple[object, .
                           "data_parallel); give n or global_batch_size, not both")
     models = _workload_values("model", raw["model"], {})
     defaults = {f.name: f.default for f in fields(Workload)}  # None where the default follows another key
-    return [("model", tuple(models))] + [
-        (key, tuple(_workload_values(key, raw[key], {"model": models[0]})) if key in raw else (defaults[key],))
-        for key in WORKLOAD_KEYS if key != "model"]
+    suspect: dict[tuple[str, int], ParameterError] = {}
+    grid = [("model", tuple(models))] + [
+        (key, tuple(_workload_values(key, raw[key], {"model": models[0]}, suspect)) if key in raw
+         else (defaults[key],)) for key in WORKLOAD_KEYS if key != "model"]
+    given = {key: values for key, values in grid if key in raw}
+    for (key, place), error in suspect.items():  # refused in the defaults' workload: in none of the config's?
+        item = given[key][place]
+        others = [(name, values) for name, values in given.items() if name != key]
+        if math.prod(len(values) for _, values in others) > SUSPECT_COMBINATIONS:
+            continue
+        faults = [_fault(key, item, dict(zip((name for name, _ in others), combination)))
+                  for combination in product(*(values for _, values in others))]
+        if all(faults):  # said as the config's first combination has it
+            raise ConfigError(f"config key {key!r}: {faults[0] or error}")
+    return grid
+
+
+#: The most combinations of a config's other workload values a value refused in the defaults' workload is tried
+#: in before it is judged the value's own fault (beyond them, each combination is judged as it runs).
+SUSPECT_COMBINATIONS = 4096
+
+
+def _fault(key: str, item: object, others: Mapping[str, Any]) -> ParameterError | None:
+    """The error of ``key = item`` among ``others``, if it is its own (a workload of them all refused for ``key``);
+    else None."""
+    try:
+        Workload(**{**others, key: item})
+    except ParameterError as error:
+        return error if error.name.split(".")[0] == key else None
+    return None
 
 
 def _describe(combo: Mapping[str, object], grid: EnvironmentGrid) -> str:

@@ -3,6 +3,7 @@ and volumes by hand, invariants over random environments of every schedule and d
 derivations, the command line, and nothing changed without them."""
 
 import random
+import re
 from dataclasses import replace
 
 import pytest
@@ -203,6 +204,26 @@ def test_bad_strategy_keys_get_one_line(tmp_path):
     assert_one_line_error(result, "shard_group", "3", "divide")
     result = run_here("schedule_visualizer_single_channel.py", "--zero", "5", "--no-show", cwd=tmp_path)
     assert_one_line_error(result, "zero", "5")
+
+
+def test_a_config_judges_a_key_against_its_own_other_keys():
+    """shard_group against the config's data_parallel, context_parallel against its seq_len: a value refused
+    only beside the defaults is kept; one refused beside every value the config gives is refused, as the config's
+    first combination has it."""
+    from pipeline_sim.config import ConfigError, EnvironmentGrid
+
+    base = {"model": "llama3-8b", "num_gpus": 4, "zero": 1}
+    for fine in ({"data_parallel": 8, "shard_group": 4, "global_batch_size": 64},
+                 {"data_parallel": [8], "shard_group": [2, 4], "global_batch_size": 64},
+                 {"seq_len": 6144, "context_parallel": 3}):
+        assert len(EnvironmentGrid.from_mapping(base | fine)) >= 1
+    mixed = EnvironmentGrid.from_mapping(base | {"data_parallel": [2, 8], "shard_group": 4, "global_batch_size": 64})
+    assert len(mixed) == 1 and "must divide data_parallel = 2" in mixed.invalid()[0][1]
+    for wrong, message in (({"data_parallel": 2, "shard_group": 4}, "shard_group = 4: must divide data_parallel = 2"),
+                           ({"shard_group": -1}, "shard_group = -1: must be an integer >= 1"),
+                           ({"seq_len": 6144, "context_parallel": 5}, "must cut seq_len = 6144 into 2 x 5")):
+        with pytest.raises(ConfigError, match=rf"^config key '{next(reversed(wrong))}': .*{re.escape(message)}"):
+            EnvironmentGrid.from_mapping(base | wrong)
 
 
 def test_the_visualizer_draws_the_new_traffic(tmp_path):
