@@ -486,6 +486,8 @@ def layout_words(w: Workload, *, short: bool) -> list[str]:
     if isinstance(w.layers_per_stage, tuple):
         counts = PARAMETER["stage_weights"].text(w.layers_per_stage)
         words.append(f"lps{counts.replace(',', '-')}" if short else f"layers {counts}")
+    elif w.layers_per_stage == "auto":  # beside a balanced split of the same sweep, a figure of its own
+        words.append("lpsauto" if short else "layers auto")
     if not w.embedding_on_first:
         words.append("noemb" if short else "embedding spread")
     if not w.head_on_last:

@@ -7,7 +7,7 @@ import json
 import random
 
 import pytest
-from conftest import run_script
+from conftest import run_here, run_script
 
 from pipeline_sim import Policy, Workload, workload_environment
 from pipeline_sim.engine import simulate_figures
@@ -96,3 +96,21 @@ def test_the_visualizer_reports_the_split_auto_chose(tmp_path):
     assert result.returncode == 0, result.stderr
     (line,) = [line for line in result.stdout.splitlines() if "layers per stage (auto)" in line]
     assert "faster than balanced" in line and "splits simulated" in line
+
+
+def test_a_balanced_and_an_auto_split_get_a_heatmap_each(tmp_path, monkeypatch):
+    config = tmp_path / "lps.json"
+    config.write_text(json.dumps({"model": "llama3-8b", "gpu": "h100-80gb", "num_gpus": 4, "global_batch_size": 16,
+                                  "layers_per_stage": ["balanced", "auto"]}))
+    made = run_here("data_generator.py", "-c", str(config), "-o", "lps.csv", "--step", "0.5", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    drawn = run_here("plot_heatmap.py", "lps.csv", "-o", "maps", cwd=tmp_path)
+    assert drawn.returncode == 0, drawn.stderr
+    names = sorted(path.name for path in (tmp_path / "maps").glob("*.png"))
+    assert len(names) == 2 and "_lpsauto_" in names[1] and "lps" not in names[0]
+    # environments whose names coincide all the same are numbered, never drawn over one another
+    from pipeline_sim.cli import heatmap
+    monkeypatch.setattr(heatmap, "env_slug", lambda params, workload: "same")
+    again = run_here("plot_heatmap.py", "lps.csv", "-o", "same", cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert sorted(path.name for path in (tmp_path / "same").glob("*.png")) == ["same.png", "same_2.png"]

@@ -202,7 +202,9 @@ INCOMPLETE_MARKER = "INCOMPLETE.txt"
 def _write_heatmaps(csv: Path, source: BinaryIO, output_dir: Path, workers: int, metric: str,
                     skip_incomplete: bool, overwrite: bool, lock: ExitStack) -> Drawn:
     heatmaps, left_out, summaries = [], [], []
-    drawable: list[tuple[list[tuple], int] | None] = []  # per environment, its jitter families and steps; None: none
+    taken: dict[str, int] = {}  # per file name, the environments drawn under it
+    # per environment, its jitter families, steps and heatmap's path; None: none
+    drawable: list[tuple[list[tuple], int, Path] | None] = []
     steps_used: set[int] = set()
     levels: dict[tuple, list[float]] = {}  # per family of jitter levels, the levels of its environments
     for params, rows in environments(read_results(csv, source=source), where=f"CSV {csv}"):
@@ -222,13 +224,14 @@ def _write_heatmaps(csv: Path, source: BinaryIO, output_dir: Path, workers: int,
             continue
         steps_used.add(steps)
         best = best_rows(rows, metric=metric).iloc[0]
+        taken[slug] = taken.get(slug, 0) + 1  # two environments the name does not tell apart: numbered, never lost
         heatmaps.append((params, workload, {name: best[name] for name in _BEST_COLUMNS if name in best},
-                         output_dir / f"{slug}.png"))
+                         output_dir / (f"{slug}.png" if taken[slug] == 1 else f"{slug}_{taken[slug]}.png")))
         summaries.append((params, workload, schedule_summary(params, rows)))
         families = jitter_keys(params, workload)
         for family in families:
             levels.setdefault(family, []).append(jitter_level(params, family[0]))
-        drawable.append((families, steps))
+        drawable.append((families, steps, heatmaps[-1][3]))
     comparisons = [(params, workload, summary, output_dir / f"compare_{group_slug(params, workload)}.png")
                    for params, workload, summary in schedule_groups(summaries)]
     dispatch = [DispatchJob(params, workload, key, family,
@@ -237,7 +240,7 @@ def _write_heatmaps(csv: Path, source: BinaryIO, output_dir: Path, workers: int,
     drawn = {family for family, values in levels.items() if len(set(values)) == len(values) >= 2}
     robustness: list[Path] = []
     draw = _Drawing(csv, source, output_dir, metric, [None if planned is None else
-                                                      (bool(drawn.intersection(planned[0])), planned[1])
+                                                      (bool(drawn.intersection(planned[0])), *planned[1:])
                                                       for planned in drawable])
     jobs: Iterator[HeatmapJob | ComparisonJob | RobustnessJob | DispatchJob] = chain(
         draw.heatmaps(), (ComparisonJob(*comparison) for comparison in comparisons), iter(dispatch),
@@ -324,22 +327,22 @@ def _lowest(key: str) -> dict[str, Any]:
 class _Drawing:
     """The second reading of a sweep's output: its heatmap jobs, and on the way the curves of the environments
     that a robustness figure follows. ``planned``, per environment as the first reading found it: whether a
-    robustness figure follows it and its policy grid's steps per unit; None for an environment left out."""
+    robustness figure follows it, its policy grid's steps per unit and its heatmap's path; None for an environment left
+    out."""
 
     def __init__(self, path: Path, source: BinaryIO, output_dir: Path, metric: str,
-                 planned: list[tuple[bool, int] | None]) -> None:
+                 planned: list[tuple[bool, int, Path] | None]) -> None:
         self.path, self.source, self.output_dir, self.metric, self.planned = path, source, output_dir, metric, planned
         self.curves: list[tuple[EnvParams, Workload | None, pd.DataFrame]] = []
 
     def heatmaps(self) -> Iterator[HeatmapJob]:
         for (params, rows), planned in zip(environments(read_results(self.path, source=self.source)), self.planned):
             if planned is not None:
-                in_family, steps = planned
+                in_family, steps, heatmap = planned
                 workload = workload_of(rows)
                 if in_family:
                     self.curves.append((params, workload, curve_rows(rows)))
-                yield HeatmapJob(params, workload, rows, steps,
-                                 self.output_dir / f"{env_slug(params, workload)}.png", self.metric)
+                yield HeatmapJob(params, workload, rows, steps, heatmap, self.metric)
 
     def robustness(self, paths: list[Path]) -> Iterator[RobustnessJob]:
         """Runs once every heatmap job was made (``chain`` asks for it last)."""
