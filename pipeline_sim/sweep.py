@@ -494,8 +494,11 @@ def run_sweep(plan: SweepPlan, output: str | os.PathLike, *, workers: int = 1, r
         raise ValueError("a plan with samples needs a samples_output path")
     if samples_output is not None:
         samples_output = output_target(samples_output)
-        if samples_output == output:
+        if samples_output.resolve() == output.resolve():  # however spelled, or through a link
             raise OutputError(f"the samples file and the CSV are both {output}; give them different paths")
+        if samples_output.suffix.lower() == ".parquet":
+            raise OutputError(f"--samples-output {samples_output}: the samples file is CSV; give a path ending in "
+                              f".csv")
     partial, meta = partial_paths(output)
     sample_partial = samples_path(output)
     parquet = plan.format == "parquet"

@@ -289,7 +289,15 @@ def test_an_output_may_not_be_an_input_or_another_output(tmp_path):
                           "is the config itself")
     assert_one_line_error(run_here("data_generator.py", "-c", str(config), "-o", "a.csv", "--samples-output",
                                      "a.csv", cwd=tmp_path), "the samples file and the CSV are both")
-    assert config.read_text() == text
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "link.csv").symlink_to(tmp_path / "a.csv")
+    for other in (str(tmp_path / "a.csv"), "sub/../a.csv", "link.csv"):  # the same file, spelled otherwise
+        assert_one_line_error(run_here("data_generator.py", "-c", str(config), "-o", "a.csv", "--samples-output",
+                                         other, cwd=tmp_path), "the samples file and the CSV are both")
+    assert_one_line_error(run_here("data_generator.py", "-c", str(config), "--format", "parquet", "-o", "a.parquet",
+                                   "--samples-output", "s.parquet", cwd=tmp_path),
+                          "--samples-output s.parquet: the samples file is CSV; give a path ending in .csv")
+    assert config.read_text() == text and not (tmp_path / "a.csv").exists()
     chart = run_here("schedule_visualizer_single_channel.py", "--no-show", "--output", "c.png", "--trace", "c.png",
                        cwd=tmp_path)
     assert_one_line_error(chart, "--trace and --output are both c.png")
