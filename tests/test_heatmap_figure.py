@@ -76,3 +76,23 @@ def test_tiny_and_huge_times_are_drawn_in_a_power_of_ten_the_colour_bar_names(tm
     same = rows.assign(completion_time=best)
     figure.draw(same, title="t")
     assert [float(t) for t in figure.colorbar.get_ticks()] == [best]
+
+
+def test_a_memory_bar_s_label_stays_within_its_axes():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    from pipeline_sim.plotting.comparison import _memory_in_gb
+
+    summary = pd.DataFrame({"peak_memory_gb": [2029.8, 2228.4, 60.0], "memory_fits": [False, False, True],
+                            "gpu_memory_gb": [80.0] * 3, "peak_activations": [7.9, 8.73, 4.0]})
+    fig, ax = plt.subplots(figsize=(3.2, 2.5))
+    _memory_in_gb(ax, summary)
+    fig.canvas.draw()
+    box = ax.get_window_extent()
+    for text in ax.texts:
+        extent = text.get_window_extent()
+        assert box.x0 <= extent.x0 and extent.x1 <= box.x1, text.get_text()
+    plt.close(fig)

@@ -120,7 +120,8 @@ def plot_schedule_comparison(fig: Figure, summary: pd.DataFrame, *, title: str, 
     if workload and not bool(summary["memory_fits"].astype(str).eq("True").all()):
         title += "\nred: does not fit in the GPU's memory"
     fig.suptitle(fitted(f"{title}\nfastest: {best['schedule']} with {best['best_policy']} = "
-                        f"{best['best_time']:.5g}", fig, 10), fontsize=10, y=1 - 0.12 / height, va="top")
+                        f"{best['best_time']:.5g}{' s' if workload else ''}", fig, 10), fontsize=10,
+                 y=1 - 0.12 / height, va="top")
     return {"times": times, "memory": memory}
 
 
@@ -130,9 +131,13 @@ def _memory_in_gb(ax, summary: pd.DataFrame) -> None:
     fits = summary["memory_fits"].astype(str).eq("True").to_numpy()
     capacity = float(summary["gpu_memory_gb"].iloc[0])
     ax.barh(np.arange(len(peaks)), peaks, color=np.where(fits, "#9E9AC8", WORST), height=0.55)
+    right = max(np.nanmax(peaks), capacity) * 1.45
     for i, (peak, activations) in enumerate(zip(peaks, summary["peak_activations"])):
-        ax.text(peak, i, f" {peak:.1f} GB ({activations:.3g} mb)", va="center", ha="left", fontsize=8,
-                color="#222222" if fits[i] else WORST)
+        text = f"{peak:.1f} GB ({activations:.3g} mb)"
+        if peak > right * 0.45:  # a long bar holds its label: beside it, the label would run off the axes
+            ax.text(peak, i, text + " ", va="center", ha="right", fontsize=8, color="#222222" if fits[i] else "white")
+        else:
+            ax.text(peak, i, " " + text, va="center", ha="left", fontsize=8, color="#222222" if fits[i] else WORST)
     ax.axvline(capacity, color=WORST, linestyle="--", linewidth=1)
-    ax.set_xlim(0, max(np.nanmax(peaks), capacity) * 1.45)
+    ax.set_xlim(0, right)
     ax.set_xlabel(f"peak memory, fullest GPU (GB)\n(dashed: the GPU's {capacity:g} GB)")
