@@ -335,7 +335,7 @@ class EnvironmentGrid:
         if path.is_dir():
             raise ConfigError(f"config {path}: is a folder; give a JSON file")
         try:
-            text = read_at_most(path, MAX_CONFIG_BYTES).decode("utf-8")
+            text = read_at_most(path, MAX_CONFIG_BYTES).decode("utf-8-sig")  # a byte-order mark is no mistake
         except TooLarge as error:
             raise ConfigError(f"config {path}: {error}; a grid config is a few lines of JSON") from None
         except FileNotFoundError:
@@ -504,6 +504,10 @@ def _ties(raw: Mapping[str, object]) -> tuple[tuple[str, str], ...]:
         if set(value) != {"same_as"} or not isinstance(other, str):
             raise ConfigError(f"config key {key!r}: {json.dumps(value)}: a tie is {{\"same_as\": \"<key>\"}} alone")
         mine, theirs = PARAMETER.get(key), PARAMETER.get(other)
+        if theirs is None and other not in WORKLOAD_KEYS:
+            guess = get_close_matches(other, [name for name in PARAMETER if name != key], n=1)
+            raise ConfigError(f"config key {key!r}: same_as {other!r}: no such key"
+                              + (f"; did you mean {guess[0]!r}?" if guess else ""))
         if mine is None or theirs is None or mine.domain != theirs.domain or key in LIST_KEYS:
             raise ConfigError(f"config key {key!r}: same_as {other!r}: both must be number parameters of one "
                               f"domain (compute_jitter and comm_jitter, say)")

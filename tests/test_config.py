@@ -104,3 +104,9 @@ def test_shipped_configs_load(name):
     assert len(grid) >= 1
     if name == "example.json":
         assert json.loads((ROOT / "configs" / name).read_text()) == EXAMPLE
+
+
+def test_a_config_that_begins_with_a_byte_order_mark_is_read(tmp_path):
+    config = tmp_path / "bom.json"
+    config.write_bytes(b"\xef\xbb\xbf" + b'{"n": [4, 6]}')
+    assert [params.n for params in EnvironmentGrid.load(config)] == [4, 6]

@@ -247,6 +247,8 @@ def test_a_key_tied_to_another_takes_its_value_in_every_environment():
     assert grid.as_dict()["comm_jitter"] == {"same_as": "compute_jitter"}
     assert list(EnvironmentGrid.from_mapping(grid.as_dict())) == list(grid)
     for raw, fragment in [({"comm_jitter": {"same_as": "n"}}, "both must be number parameters of one domain"),
+                          ({"comm_jitter": {"same_as": "compute_jiter"}},
+                           "same_as 'compute_jiter': no such key; did you mean 'compute_jitter'"),
                           ({"comm_jitter": {"same_as": "compute_jitter"}}, "must give 'compute_jitter' values"),
                           ({"compute_jitter": 0.1, "comm_jitter": {"same_as": "compute_jitter", "x": 1}},
                            "a tie is")]:
