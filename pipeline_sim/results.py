@@ -80,6 +80,8 @@ def read_results(path: str | Path, rows: int = READ_ROWS, source: BinaryIO | Non
     source.seek(0)
     parquet = source.read(4) == b"PAR1"
     source.seek(0)
+    if not parquet and path.suffix.lower() == ".parquet":
+        raise ResultsError(f"{path}: not a Parquet file (it does not begin as one); was it copied while written?")
     if parquet:
         frames = _parquet_frames(path, rows, source)
     else:

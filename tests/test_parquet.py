@@ -292,3 +292,6 @@ def test_a_damaged_parquet_file_is_one_line(tmp_path):
     (tmp_path / "x.parquet").write_bytes(b"PAR1" + bytes(100))
     result = run_here("plot_heatmap.py", "x.parquet", cwd=tmp_path)
     assert_one_line_error(result, "x.parquet", "not a readable Parquet file")
+    (tmp_path / "y.parquet").write_text("garbage\n")  # not even its first bytes: no CSV either
+    result = run_here("plot_heatmap.py", "y.parquet", cwd=tmp_path)
+    assert_one_line_error(result, "y.parquet: not a Parquet file (it does not begin as one)")
