@@ -73,6 +73,7 @@ def preset_or_object(key: str, text: str) -> str | dict:
 def add_cluster_argument(parser: argparse.ArgumentParser) -> None:
     """``--cluster ADDRESS``, shared by the sweep and the planner (``cluster.connected`` opens it)."""
     parser.add_argument("--cluster", metavar="ADDRESS", default=os.environ.get(CLUSTER_VARIABLE) or None,
+                        type=lambda text: "local" if text.strip().lower() == "local" else text,
                         help="run the simulations on the Dask cluster at ADDRESS (tcp://host:8786), or on a local "
                              "one of --workers processes with 'local'; needs pip install \"pipeline-sim[cluster]\" "
                              f"(default: ${CLUSTER_VARIABLE}, else this machine's process pool)")
