@@ -181,7 +181,7 @@ def _workload_values(key: str, raw: object, base: Mapping[str, Any],
                 if suspect is None:
                     raise ConfigError(f"{where}: {error}") from None
                 suspect[key, len(values)] = error
-            values.append(item)  # a clash with another key is judged per combination
+            values.append(tuple(item) if isinstance(item, list) else item)  # a clash: judged per combination
             continue
         values.append(getattr(workload, key) if key in OBJECT_KEYS + WORKLOAD_LIST_KEYS else item)
     if len(set(values)) != len(values):

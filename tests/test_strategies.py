@@ -221,7 +221,9 @@ def test_a_config_judges_a_key_against_its_own_other_keys():
     assert len(mixed) == 1 and "must divide data_parallel = 2" in mixed.invalid()[0][1]
     for wrong, message in (({"data_parallel": 2, "shard_group": 4}, "shard_group = 4: must divide data_parallel = 2"),
                            ({"shard_group": -1}, "shard_group = -1: must be an integer >= 1"),
-                           ({"seq_len": 6144, "context_parallel": 5}, "must cut seq_len = 6144 into 2 x 5")):
+                           ({"seq_len": 6144, "context_parallel": 5}, "must cut seq_len = 6144 into 2 x 5"),
+                           ({"layers_per_stage": [[10, 10, 10, 10], [8, 8, 8, 8]]},
+                            "layers_per_stage = (10, 10, 10, 10): must add up to the 32 layers")):
         with pytest.raises(ConfigError, match=rf"^config key '{next(reversed(wrong))}': .*{re.escape(message)}"):
             EnvironmentGrid.from_mapping(base | wrong)
 
