@@ -178,7 +178,7 @@ def _workload_values(key: str, raw: object, base: Mapping[str, Any],
             workload = Workload(**{**base, key: item})
         except ParameterError as error:
             if error.name.split(".")[0] == key:
-                if suspect is None:
+                if suspect is None or key in OBJECT_KEYS:  # a model's or a GPU's fields are checked on their own
                     raise ConfigError(f"{where}: {error}") from None
                 suspect[key, len(values)] = error
             values.append(tuple(item) if isinstance(item, list) else item)  # a clash: judged per combination

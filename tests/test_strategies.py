@@ -223,7 +223,9 @@ def test_a_config_judges_a_key_against_its_own_other_keys():
                            ({"shard_group": -1}, "shard_group = -1: must be an integer >= 1"),
                            ({"seq_len": 6144, "context_parallel": 5}, "must cut seq_len = 6144 into 2 x 5"),
                            ({"layers_per_stage": [[10, 10, 10, 10], [8, 8, 8, 8]]},
-                            "layers_per_stage = (10, 10, 10, 10): must add up to the 32 layers")):
+                            "layers_per_stage = (10, 10, 10, 10): must add up to the 32 layers"),
+                           ({"gpu": [{"tflops": 500, "memory_gb": 80}, {"tflops": -5, "memory_gb": 80}]},
+                            "gpu.tflops = -5: must be a finite number > 0")):
         with pytest.raises(ConfigError, match=rf"^config key '{next(reversed(wrong))}': .*{re.escape(message)}"):
             EnvironmentGrid.from_mapping(base | wrong)
 
