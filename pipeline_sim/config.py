@@ -153,7 +153,7 @@ def _names(key: str, raw: Any) -> list[Any]:
 
 
 def _workload_values(key: str, raw: object, base: Mapping[str, Any],
-                     suspect: dict[tuple[str, int], ParameterError] | None = None) -> list:
+                     suspect: set[tuple[str, int]] | None = None) -> list:
     """The values of a workload key, each checked in the workload ``base``; a value whose error names the key is
     refused, or, given ``suspect``, kept there by (key, its place) for ``_workload_grid`` to judge against the
     config's other values."""
@@ -177,11 +177,14 @@ def _workload_values(key: str, raw: object, base: Mapping[str, Any],
         try:
             workload = Workload(**{**base, key: item})
         except ParameterError as error:
+            kept = tuple(item) if isinstance(item, list) else item
             if error.name.split(".")[0] == key:
-                if suspect is None or key in OBJECT_KEYS:  # a model's or a GPU's fields are checked on their own
+                # a model's or a GPU's fields are checked on their own, and what holds a list or an object inside
+                # (no layer count, no share) is wrong beside any other key
+                if suspect is None or key in OBJECT_KEYS or not _hashable(kept):
                     raise ConfigError(f"{where}: {error}") from None
-                suspect[key, len(values)] = error
-            values.append(tuple(item) if isinstance(item, list) else item)  # a clash: judged per combination
+                suspect.add((key, len(values)))
+            values.append(kept)  # a clash with another key: judged per combination
             continue
         values.append(getattr(workload, key) if key in OBJECT_KEYS + WORKLOAD_LIST_KEYS else item)
     if len(set(values)) != len(values):
@@ -559,26 +562,30 @@ def _workload_grid(raw: Mapping[str, object]) -> list[tuple[str, tuple[object, .
                           "data_parallel); give n or global_batch_size, not both")
     models = _workload_values("model", raw["model"], {})
     defaults = {f.name: f.default for f in fields(Workload)}  # None where the default follows another key
-    suspect: dict[tuple[str, int], ParameterError] = {}
+    suspect: set[tuple[str, int]] = set()
     grid = [("model", tuple(models))] + [
         (key, tuple(_workload_values(key, raw[key], {"model": models[0]}, suspect)) if key in raw
          else (defaults[key],)) for key in WORKLOAD_KEYS if key != "model"]
     given = {key: values for key, values in grid if key in raw}
-    for (key, place), error in suspect.items():  # refused in the defaults' workload: in none of the config's?
+    for key, place in sorted(suspect, key=lambda at: (WORKLOAD_KEYS.index(at[0]), at[1])):
+        # refused in the defaults' workload: is it in every one of the config's?
         item = given[key][place]
-        others = [(name, values) for name, values in given.items() if name != key]
-        if math.prod(len(values) for _, values in others) > SUSPECT_COMBINATIONS:
-            continue
-        faults = [_fault(key, item, dict(zip((name for name, _ in others), combination)))
-                  for combination in product(*(values for _, values in others))]
-        if all(faults):  # said as the config's first combination has it
-            raise ConfigError(f"config key {key!r}: {faults[0] or error}")
+        names = [name for name in given if name != key]
+        combinations = (dict(zip(names, values)) for values in product(*(given[name] for name in names)))
+        first = _fault(key, item, next(combinations))
+        # the first combination that takes it ends the search; one refused in all of them is its own fault, said as
+        # the config's first combination has it (the grid's scan meets every combination in any case)
+        if first is not None and all(_fault(key, item, others) is not None for others in combinations):
+            raise ConfigError(f"config key {key!r}: {first}")
     return grid
 
 
-#: The most combinations of a config's other workload values a value refused in the defaults' workload is tried
-#: in before it is judged the value's own fault (beyond them, each combination is judged as it runs).
-SUSPECT_COMBINATIONS = 4096
+def _hashable(value: object) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
 
 
 def _fault(key: str, item: object, others: Mapping[str, Any]) -> ParameterError | None:

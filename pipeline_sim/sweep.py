@@ -125,7 +125,9 @@ class SweepPlan:
             raise ConfigError(f"{len(invalid)} combination{'s' if len(invalid) > 1 else ''} of the grid cannot run: "
                               f"{where}: {reason}{more}; fix the config or pass --skip-invalid to leave them out")
         if not len(self.grid):
-            raise ConfigError("no combination of the grid can run; fix the config")
+            where, reason = invalid[0] if invalid else ("", "")
+            raise ConfigError("no combination of the grid can run" + (f", e.g. {where}: {reason}" if invalid else "")
+                              + "; fix the config")
         if not self.allow_large:
             self._check_size()
 

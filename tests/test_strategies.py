@@ -219,15 +219,25 @@ def test_a_config_judges_a_key_against_its_own_other_keys():
         assert len(EnvironmentGrid.from_mapping(base | fine)) >= 1
     mixed = EnvironmentGrid.from_mapping(base | {"data_parallel": [2, 8], "shard_group": 4, "global_batch_size": 64})
     assert len(mixed) == 1 and "must divide data_parallel = 2" in mixed.invalid()[0][1]
-    for wrong, message in (({"data_parallel": 2, "shard_group": 4}, "shard_group = 4: must divide data_parallel = 2"),
-                           ({"shard_group": -1}, "shard_group = -1: must be an integer >= 1"),
-                           ({"seq_len": 6144, "context_parallel": 5}, "must cut seq_len = 6144 into 2 x 5"),
-                           ({"layers_per_stage": [[10, 10, 10, 10], [8, 8, 8, 8]]},
-                            "layers_per_stage = (10, 10, 10, 10): must add up to the 32 layers"),
-                           ({"gpu": [{"tflops": 500, "memory_gb": 80}, {"tflops": -5, "memory_gb": 80}]},
-                            "gpu.tflops = -5: must be a finite number > 0")):
-        with pytest.raises(ConfigError, match=rf"^config key '{next(reversed(wrong))}': .*{re.escape(message)}"):
+    for key, wrong, message in (
+            ("shard_group", {"data_parallel": 2, "shard_group": 4}, "shard_group = 4: must divide data_parallel = 2"),
+            ("shard_group", {"shard_group": -1}, "shard_group = -1: must be an integer >= 1"),
+            ("context_parallel", {"seq_len": 6144, "context_parallel": 5}, "must cut seq_len = 6144 into 2 x 5"),
+            ("layers_per_stage", {"layers_per_stage": [[10, 10, 10, 10], [8, 8, 8, 8]]},
+             "layers_per_stage = (10, 10, 10, 10): must add up to the 32 layers"),
+            ("gpu", {"gpu": [{"tflops": 500, "memory_gb": 80}, {"tflops": -5, "memory_gb": 80}]},
+             "gpu.tflops = -5: must be a finite number > 0"),
+            ("layers_per_stage", {"layers_per_stage": [[16, 16], [16, [16]]]}, "layers_per_stage = [16, [16]]: must"),
+            ("compute_efficiency", {"compute_efficiency": [0.5, 2.0], "dp_bandwidth": [10, 20, 30]},
+             "compute_efficiency = 2.0: must be a finite number with 0 < x <= 1")):
+        with pytest.raises(ConfigError, match=rf"^config key '{key}': .*{re.escape(message)}"):
             EnvironmentGrid.from_mapping(base | wrong)
+    # never valid, though another key's clash comes first in some combinations: every combination is refused, and
+    # with --skip-invalid the refusal still says why
+    from pipeline_sim.sweep import SweepPlan
+    hidden = base | {"context_parallel": 3, "shard_group": [1, 2], "data_parallel": [1, 2]}
+    with pytest.raises(ConfigError, match=r"no combination of the grid can run, e\.g\. .*context_parallel = 3"):
+        SweepPlan(EnvironmentGrid.from_mapping(hidden), skip_invalid=True)
 
 
 def test_the_visualizer_draws_the_new_traffic(tmp_path):
