@@ -48,6 +48,8 @@ from .tables import LengthTable, read_table
 from .taskgraph import estimated_tasks, lengths_of_table
 from .workload import (
     DERIVED_KEYS,
+    GPU_PRESETS,
+    MODEL_PRESETS,
     OPTIONAL_WORKLOAD_KEYS,
     WORKLOAD_KEYS,
     GpuSpec,
@@ -491,9 +493,10 @@ class EnvironmentGrid:
                 for name, values in self.values if name != "lengths" or values != ("",)} | {"samples": self.samples}
 
     def given_dict(self) -> dict[str, Any]:
-        """The keys the config gave, as ``as_dict`` writes them: a config that reads as this grid (a table's or a
-        workload's sets the rest)."""
-        return {key: value for key, value in self.as_dict().items() if key in self.given or key == "samples"}
+        """The keys the config gave, as a config writes them: one that reads as this grid (a table's or a workload's
+        sets the rest; a preset model or GPU by its name, another by its fields)."""
+        return {key: [_as_given(item) for item in value] if key in ("model", "gpu") else value
+                for key, value in self.as_dict().items() if key in self.given or key == "samples"}
 
 
 def _ties(raw: Mapping[str, object]) -> tuple[tuple[str, str], ...]:
@@ -543,6 +546,15 @@ def _unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
             raise ConfigError(f"config key {key!r} is given twice; give it once (a list for several values)")
         seen[key] = value
     return seen
+
+
+def _as_given(fields_of: dict[str, Any]) -> str | dict[str, Any]:
+    """A model's or GPU's fields (``_plain``'s) as a config gives them: a preset's name, or its fields but the name."""
+    presets: Mapping[str, Any] = MODEL_PRESETS if "layers" in fields_of else GPU_PRESETS
+    name = str(fields_of.get("name"))
+    if name in presets and asdict(presets[name]) == fields_of:
+        return name
+    return {key: value for key, value in fields_of.items() if key != "name"}
 
 
 def _plain(value: object) -> object:

@@ -110,3 +110,17 @@ def test_a_config_that_begins_with_a_byte_order_mark_is_read(tmp_path):
     config = tmp_path / "bom.json"
     config.write_bytes(b"\xef\xbb\xbf" + b'{"n": [4, 6]}')
     assert [params.n for params in EnvironmentGrid.load(config)] == [4, 6]
+
+
+def test_a_workload_grid_written_back_as_a_config_reads_as_itself():
+    """What training reads back of a config (``given_dict``): a preset model or GPU by its name, a custom one by
+    its fields without the name its object carries."""
+    custom = {"layers": 4, "hidden": 256, "heads": 4, "ffn_hidden": 1024, "vocab": 1000}
+    for model, gpu in (("llama3-8b", "h100-80gb"), (custom, {"tflops": 100, "memory_gb": 40})):
+        grid = EnvironmentGrid.from_mapping({"model": model, "gpu": gpu, "num_gpus": 2, "global_batch_size": 8})
+        given = grid.given_dict()
+        if isinstance(model, str):
+            assert (given["model"], given["gpu"]) == ([model], [gpu])
+        else:  # every field, as the object holds it, but its name
+            assert given["model"][0].items() >= model.items() and "name" not in given["model"][0]
+        assert list(EnvironmentGrid.from_mapping(given)) == list(grid)
