@@ -455,11 +455,25 @@ def test_the_visualizer_refuses_a_graph_too_large_to_draw(tmp_path):
     assert_one_line_error(result, "n = 10000000: on 4 GPUs gives about 240,000,004 tasks; at most 1,000,000")
 
 
-def test_never_more_workers_than_chunks(tmp_path):
-    result = run_here("data_generator.py", "-c", str(QUICK), "-o", "q.csv", "--workers", "1000", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    workers = int(result.stdout.split(" simulations on ")[1].split(" worker")[0])
-    assert 1 <= workers <= 16 and "(--workers 1000: no more chunks of work than that)" in result.stdout
+def test_never_more_workers_than_chunks():
+    from pipeline_sim.config import EnvironmentGrid
+    from pipeline_sim.sweep import SweepPlan, useful_workers
+
+    plan = SweepPlan(EnvironmentGrid.load(QUICK))
+    chunks = len(list(plan.chunks(0, 1 << 30)))  # one chunk per environment at the least
+    assert chunks == 2 and 2 <= useful_workers(plan, 1000) < 1000
+    assert useful_workers(plan, 1) == 1
+
+
+@pytest.mark.parametrize("script, args", [("data_generator.py", ["-c", str(QUICK)]),
+                                          ("plot_heatmap.py", ["missing.csv"]),
+                                          ("plan.py", ["--model", "llama3-8b", "--gpus", "8", "--global-batch-size", "8"])])
+def test_thousands_of_workers_are_refused_before_any_is_forked(tmp_path, script, args):
+    cores = os.cpu_count() or 1
+    result = run_here(script, *args, "--workers", "100000", cwd=tmp_path)
+    assert_one_line_error(result, f"argument --workers: 100000 must be from 1 to {4 * cores} (4 per core of this "
+                                  f"machine's {cores})")
+    assert not list(tmp_path.iterdir())
 
 
 # -- the compile cache ---------------------------------------------------------------------

@@ -213,6 +213,20 @@ def positive_int(text: str) -> int:
     return bounded_int(text, 1)
 
 
+#: Worker processes per core at most: more only wait on one another, and a mistyped count would fork thousands.
+WORKERS_PER_CORE = 4
+
+
+def worker_count(text: str) -> int:
+    """``text`` as a number of worker processes, from 1 to ``WORKERS_PER_CORE`` per core of this machine."""
+    cores = os.cpu_count() or 1
+    value = positive_int(text)
+    if value > WORKERS_PER_CORE * cores:
+        raise argparse.ArgumentTypeError(f"{value} must be from 1 to {WORKERS_PER_CORE * cores} ({WORKERS_PER_CORE} "
+                                         f"per core of this machine's {cores})")
+    return value
+
+
 def bounded_int(text: str, low: int, high: int | None = None) -> int:
     """``text`` as an integer from ``low`` to ``high`` (no bound: None), or the argument's one-line error."""
     try:
