@@ -15,6 +15,7 @@ from pipeline_sim.schedules import SCHEDULES
 from pipeline_sim.validate import validate_schedule
 from pipeline_sim.workload import MODEL_PRESETS, Workload, gpu_memory_gb, iteration_flops, workload_environment
 from pipeline_sim.workload.flops import held_params, layer_flops
+from pipeline_sim.workload.memory import static_memory
 
 FREE = dict(fwd_impact=0, bwd_impact=0, sync_base_len=0)
 K = TaskKind
@@ -132,6 +133,17 @@ def test_memory_and_syncs_split_the_experts():
     held = [gpu_memory_gb(replace(w, expert_parallel=e), env, [0.0] * 4)[0] for e, env in ((1, alone), (8, split))]
     assert held[1] < held[0] / 2  # experts split 8 ways, where zero 1 over 8 GPUs shards their optimizer state alone
     assert iteration_flops(w, 64) == iteration_flops(replace(w, expert_parallel=8), 64)  # active FLOPs only
+
+
+@pytest.mark.parametrize("t, d, e, zero, expected", [
+    (1, 128, 64, 1, 4 + 12 / 2), (2, 64, 64, 1, 4 + 12 / 2), (4, 32, 32, 1, 4 + 12 / 4), (8, 16, 16, 1, 4 + 12 / 8),
+    (2, 64, 64, 3, 16 / 2), (2, 8, 4, 0, 16.0)])
+def test_zero_shards_an_expert_over_the_gpus_holding_it(t, d, e, zero, expected):
+    # an expert is held by d x t / e GPUs, not split over tensor ranks: zero shards it over those, as they sync it
+    w = Workload(model="deepseek-v3", tensor_parallel=t, data_parallel=d, expert_parallel=e)
+    assert w.expert_shards == d * t // e
+    assert static_memory(w, zero, 1 if zero == 3 else 8, expert=True)[0] == expected
+    assert static_memory(w, zero, 8)[0] == (16.0 if not zero else 4 + 12 / d if zero == 1 else 16 / d)
 
 
 def _random_environment(rng: random.Random, seed: int) -> EnvParams | None:

@@ -190,6 +190,12 @@ class Workload:
         return self.sharding * self.context_parallel
 
     @property
+    def expert_shards(self) -> int:
+        """How many GPUs share one copy of each sharded byte of a routed expert: those holding the same experts, d x t
+        / e of them, times the context-parallel degree (the expert data-parallel group, docs/model.md section 16)."""
+        return self.data_parallel * self.tensor_parallel // self.expert_parallel * self.context_parallel
+
+    @property
     def model_parallel(self) -> int:
         """GPUs of one pipeline stage's replica: tensor x context."""
         return self.tensor_parallel * self.context_parallel

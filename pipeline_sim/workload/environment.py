@@ -142,7 +142,7 @@ def _expert_syncs(workload: Workload, zero: int, stages: int, v: int, share: flo
                       shard_group=None, expert_parallel=1, global_batch_size=None, tensor_parallel=1,
                       tp_bandwidth=None)
     expert_share, expert_gather = sharded_collectives(experts, zero)
-    expert_step = step * workload.shards / max(1, workload.shards // e) if zero else step
+    expert_step = step * workload.shards / workload.expert_shards if zero else step
     split = stage_param_split(workload, stages)
     embedding = workload.shape.vocab * workload.shape.hidden / workload.tensor_parallel
     for stage in (0, stages - 1):

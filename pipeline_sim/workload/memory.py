@@ -159,14 +159,12 @@ def static_memory(workload: Workload, zero: int, sync_freq: int, expert: bool = 
     zero 3 everything. A zero-3 GPU also holds, unsharded, the weights of the layer it computes and of the one it
     prefetches and the gradients of one layer before they are reduce-scattered: three of its largest units (a layer,
     or the embedding) at ``dtype_bytes``. A routed ``expert`` parameter is sharded over the GPUs holding the same
-    experts, S / ``expert_parallel`` of them (section 16).
+    experts, ``expert_shards`` of them (section 16).
     """
     total = workload.bytes_per_param
     if not zero:
         return total, 0.0
-    shards, value = workload.shards, float(workload.dtype_bytes)
-    if expert:
-        shards = max(1, shards // workload.expert_parallel)
+    shards, value = workload.expert_shards if expert else workload.shards, float(workload.dtype_bytes)
     if zero == 1 or (zero == 2 and sync_freq > 1):
         return 2 * value + (total - 2 * value) / shards, 0.0
     if zero == 2:
