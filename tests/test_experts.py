@@ -126,6 +126,25 @@ def test_deepseek_v3_dense_stages_have_no_all_to_all():
     assert max(memory) < 671e9 * 16 / 16 / 1e9 / 4
 
 
+def test_a_task_of_no_work_holds_its_gpu_with_the_all_to_all_its_end_issues():
+    # a forward of no work ends the instant it starts; the dispatch it issues holds the GPU all the same, and every
+    # later hold still counts (an uncounted first hold once released them all)
+    example = EnvParams(num_gpus=1, n=3, fwd_len=1, bwd_len=2, prop_len=0, a2a_len=1, **FREE)
+    lengths = [0.0 if (t.kind, t.index) == (K.FORWARD, 0) else t.length for t in simulate(example, Policy()).tasks]
+    for dispatch in ("static", "greedy"):
+        run = simulate(replace(example, dispatch=dispatch), Policy(), lengths=lengths)
+        assert spans(run, K.A2A) == {(0, 0): (0.0, 1.0), (0, 1): (5.0, 6.0), (0, 2): (10.0, 11.0)}
+        assert spans(run, K.BACKWARD) == {(0, 0): (1.0, 3.0), (0, 1): (6.0, 8.0), (0, 2): (11.0, 13.0)}
+        assert spans(run, K.FORWARD)[(0, 1)] == (4.0, 5.0) and run.completion_time == 14.0
+    # noise drawn from a normal distribution takes some compute to no work at all
+    noisy = replace(example, compute_jitter=1.0, jitter_dist="normal", seed=1)
+    assert min(t.length for t in simulate(noisy, Policy()).tasks if t.kind == K.BACKWARD) == 0.0
+    for seed in range(1, 40):
+        for dispatch in ("static", "greedy", "critical-path"):
+            run = simulate(replace(noisy, seed=seed, num_gpus=2, n=4, dispatch=dispatch), Policy())
+            assert validate_schedule(run) == [], (seed, dispatch)
+
+
 def test_memory_and_syncs_split_the_experts():
     w = Workload(model="mixtral-8x7b", gpu="h100-80gb", data_parallel=8, micro_batch_size=1, global_batch_size=64)
     alone, split = (workload_environment(replace(w, expert_parallel=e), num_gpus=4, zero=1) for e in (1, 8))

@@ -465,9 +465,9 @@ def test_never_more_workers_than_chunks():
     assert useful_workers(plan, 1) == 1
 
 
-@pytest.mark.parametrize("script, args", [("data_generator.py", ["-c", str(QUICK)]),
-                                          ("plot_heatmap.py", ["missing.csv"]),
-                                          ("plan.py", ["--model", "llama3-8b", "--gpus", "8", "--global-batch-size", "8"])])
+@pytest.mark.parametrize("script, args", [
+    ("data_generator.py", ["-c", str(QUICK)]), ("plot_heatmap.py", ["missing.csv"]),
+    ("plan.py", ["--model", "llama3-8b", "--gpus", "8", "--global-batch-size", "8"])])
 def test_thousands_of_workers_are_refused_before_any_is_forked(tmp_path, script, args):
     cores = os.cpu_count() or 1
     result = run_here(script, *args, "--workers", "100000", cwd=tmp_path)

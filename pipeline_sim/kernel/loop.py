@@ -81,9 +81,10 @@ from .state import (
 
 @inner
 def _start(task: int, s: int, now: float, F: np.ndarray, I: np.ndarray, P: np.ndarray, K: np.ndarray,
-           C: np.ndarray) -> None:
-    """GPU s takes compute task ``task`` now: it runs, or, with no work, ends at once and stacks its releases; either
-    way the transfers its start issues (row ``n + task`` of the releases) become ready."""
+           C: np.ndarray, release_start: np.ndarray, release_task: np.ndarray) -> None:
+    """GPU s takes compute task ``task`` now: it runs, or, with no work, ends at once (the all-to-alls its end issues
+    holding the GPU) and stacks its releases; either way the transfers its start issues (row ``n + task`` of the
+    releases) become ready."""
     F[task, READY] = now
     leave_candidates(task, I, P)
     P[LAST_TAKEN, s] = task
@@ -95,6 +96,7 @@ def _start(task: int, s: int, now: float, F: np.ndarray, I: np.ndarray, P: np.nd
         F[task, END] = now
         C[DONE_COUNT] += 1
         P[HELD, s] -= I[task, FALLS]
+        _hold(task, s, I, P, release_start, release_task)
         push(K, C, RELEASE, task)
     else:
         P[BUSY, s] = task
@@ -157,7 +159,7 @@ def _settle(now: float, rule: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, 
                     last = order_task[max(order_start[s], order_start[s + 1] - 1)]  # an optimizer step is no
                     if I[last, KIND_CLASS] == STEP_CLASS and I[last, WAITING] == 0 and \
                             np.isnan(F[last, READY]):  # decision (section 6.7)
-                        _start(last, s, now, F, I, P, K, C)
+                        _start(last, s, now, F, I, P, K, C, release_start, release_task)
                     else:
                         P[DECIDE, s] = 1
                 continue
@@ -165,7 +167,7 @@ def _settle(now: float, rule: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, 
             if task < 0:
                 C[STACK] = top
                 continue
-            _start(task, s, now, F, I, P, K, C)
+            _start(task, s, now, F, I, P, K, C, release_start, release_task)
 
 
 @inner
@@ -192,10 +194,19 @@ def _decide(now: float, rule: int, memory: int, F: np.ndarray, I: np.ndarray, P:
         task = dispatch(s, rule, memory, F, I, P, order_start, order_task)
         if task < 0:
             continue
-        _start(task, s, now, F, I, P, K, C)
+        _start(task, s, now, F, I, P, K, C, release_start, release_task)
         if P[BUSY, s] < 0:
             P[DECIDE, s] = 1
         _settle(now, rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
+
+
+@inner
+def _hold(task: int, s: int, I: np.ndarray, P: np.ndarray, release_start: np.ndarray,
+          release_task: np.ndarray) -> None:
+    """Compute task ``task`` has ended on GPU s: the all-to-alls its end issues hold the GPU (section 16)."""
+    for k in range(release_start[task], release_start[task + 1]):
+        if I[release_task[k], KIND_CLASS] == HOLD_CLASS:
+            P[HOLDING, s] += 1
 
 
 @inner
@@ -220,9 +231,7 @@ def _finish(i: int, now: float, F: np.ndarray, I: np.ndarray, P: np.ndarray, Q: 
     if I[i, COMM] < 0:
         P[BUSY, s] = -1
         P[HELD, s] -= I[i, FALLS]
-        for k in range(release_start[i], release_start[i + 1]):  # the all-to-alls its end issues hold the GPU
-            if I[release_task[k], KIND_CLASS] == HOLD_CLASS:
-                P[HOLDING, s] += 1
+        _hold(i, s, I, P, release_start, release_task)
         push(K, C, TRY_START, s)  # the next compute starts before the releases
     else:
         if I[i, KIND_CLASS] == HOLD_CLASS:
@@ -479,7 +488,7 @@ def decision(s: int, task: int, now: float, rule: int, F: np.ndarray, I: np.ndar
     if task < 0:
         P[WAITED, s] = 1
         return
-    _start(task, s, now, F, I, P, K, C)
+    _start(task, s, now, F, I, P, K, C, release_start, release_task)
     if P[BUSY, s] < 0:
         P[DECIDE, s] = 1
     _settle(now, rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
