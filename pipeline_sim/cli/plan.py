@@ -206,7 +206,7 @@ def _label(outcome: Outcome, what: str) -> str:
             f"{outcome.memory_gb:.1f} GB{fits}, policy {outcome.policy}")
 
 
-def draw(result: PlanResult, path: Path, title: str, marks: list[dict[str, str]]) -> None:
+def draw(result: PlanResult, path: Path, title: str, marks: list[dict[str, str]], time_label: str) -> None:
     use_display(no_show=True)
     import matplotlib.pyplot as plt
 
@@ -228,7 +228,7 @@ def draw(result: PlanResult, path: Path, title: str, marks: list[dict[str, str]]
                                                       + where)))
     fig, ax = plt.subplots(figsize=(11, 7), layout="constrained")
     plot_plan(ax, [o.memory_gb for o in tried], [o.seconds for o in tried], [o.fits for o in tried],
-              best.layout.workload.device.memory_gb, best.budget_gb, named, title)
+              best.layout.workload.device.memory_gb, best.budget_gb, named, title, f"{time_label} time (s)")
     with atomic_output(path) as temporary:
         fig.savefig(temporary, dpi=130, format="png")
     plt.close(fig)
@@ -310,12 +310,12 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
             with connected(args.cluster, args.workers) as cluster:  # an unreachable one: one line, nothing written
                 result, elapsed = _search(base, args, env, cluster)
             rank_by = "p95 iteration" if args.jitter else "iteration"
-            title = (f"{base.shape.name} on {args.gpus} x {base.device.name}, batch {args.global_batch_size} x "
-                     f"{base.seq_len} tokens, efficiency {base.compute_efficiency:g}"
-                     f"{''.join(', ' + extra for extra in extras)}: {len(result.tried)} layouts simulated of "
-                     f"{result.enumerated}")
-            print(f"{title} ({result.pruned_memory} too large for memory, {result.pruned_bound} unable to beat those "
-                  f"listed), {elapsed:.1f} s")
+            heading = (f"{base.shape.name} on {args.gpus} x {base.device.name}, batch {args.global_batch_size} x "
+                       f"{base.seq_len} tokens, efficiency {base.compute_efficiency:g}"
+                       f"{''.join(', ' + extra for extra in extras)}")
+            counts = f"{len(result.tried)} layouts simulated of {result.enumerated}"
+            print(f"{heading}: {counts} ({result.pruned_memory} too large for memory, {result.pruned_bound} unable "
+                  f"to beat those listed), {elapsed:.1f} s")
             if args.by == "layout":
                 top = result.best_layouts()
                 print(f"the {TOP_LAYOUTS} fastest layouts, each by its fastest run (--by run lists the {TOP} fastest "
@@ -337,7 +337,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
             for note in unmatched_marks(result, marks):
                 print(note)
             write_csv(result, output)
-            draw(result, figure, title, marks)
+            draw(result, figure, f"{heading}\n{counts}", marks, rank_by)
         print(f"csv: {output}\nfigure: {figure}")
         return 0
 

@@ -131,13 +131,15 @@ def _memory_in_gb(ax, summary: pd.DataFrame) -> None:
     fits = summary["memory_fits"].astype(str).eq("True").to_numpy()
     capacity = float(summary["gpu_memory_gb"].iloc[0])
     ax.barh(np.arange(len(peaks)), peaks, color=np.where(fits, "#9E9AC8", WORST), height=0.55)
-    right = max(np.nanmax(peaks), capacity) * 1.45
+    right = max(np.nanmax(peaks), capacity) * 1.5
     for i, (peak, activations) in enumerate(zip(peaks, summary["peak_activations"])):
-        text = f"{peak:.1f} GB ({activations:.3g} mb)"
-        if peak > right * 0.45:  # a long bar holds its label: beside it, the label would run off the axes
-            ax.text(peak, i, text + " ", va="center", ha="right", fontsize=8, color="#222222" if fits[i] else "white")
+        text = f"{peak:.1f} GB\n{activations:.3g} micro-batches"
+        if peak > right * 0.6:  # a long bar holds its label: beside it, the label would run off the axes
+            ax.text(peak - right * 0.01, i, text, va="center", ha="right", fontsize=7.5, linespacing=1.1,
+                    color="#222222" if fits[i] else "white")
         else:
-            ax.text(peak, i, " " + text, va="center", ha="left", fontsize=8, color="#222222" if fits[i] else WORST)
+            ax.text(peak + right * 0.01, i, text, va="center", ha="left", fontsize=7.5, linespacing=1.1,
+                    color="#222222" if fits[i] else WORST)
     ax.axvline(capacity, color=WORST, linestyle="--", linewidth=1)
     ax.set_xlim(0, right)
     ax.set_xlabel(f"peak memory, fullest GPU (GB)\n(dashed: the GPU's {capacity:g} GB)")

@@ -118,8 +118,9 @@ MODEL_PRESETS: dict[str, ModelShape] = {shape.name: shape for shape in (
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GpuSpec:
-    """Peak dense BF16 throughput (TFLOP/s), memory (GB, 10^9 bytes), memory bandwidth and NVLink bandwidth (GB/s,
-    NVLink as NVIDIA states it: both directions of all links together; None: not known)."""
+    """Peak dense BF16 throughput (TFLOP/s), memory (GB, 10^9 bytes: a preset's is the whole device as ``nvidia-smi``
+    reports it), memory bandwidth and NVLink bandwidth (GB/s, NVLink as NVIDIA states it: both directions of all links
+    together; None: not known)."""
 
     tflops: float
     memory_gb: float
@@ -139,16 +140,18 @@ class GpuSpec:
             object.__setattr__(self, "name", f"tflops={self.tflops:g} memory_gb={self.memory_gb:g}{extra}")
 
 
-#: NVIDIA's figures: dense BF16 (the datasheets' sparse figure halved), HBM capacity and bandwidth, NVLink of the
-#: SXM parts (A100: 12 NVLink 3 links, H100 and H200: 18 NVLink 4 links). docs/model.md section 11 names the sources.
+#: NVIDIA's figures: dense BF16 (the datasheets' sparse figure halved), HBM bandwidth, NVLink of the SXM parts (A100:
+#: 12 NVLink 3 links, H100 and H200: 18 NVLink 4 links). docs/model.md section 11 names the sources. The capacities
+#: are ``nvidia-smi``'s ``memory.total`` in 10^9 bytes: the names' 40, 80 and 141 GB count in MiB (A100 80 GB
+#: 81,920 MiB; H100 and H800 81,559; H200 143,771; A100 40 GB 40,960).
 GPU_PRESETS: dict[str, GpuSpec] = {gpu.name: gpu for gpu in (
-    GpuSpec(name="a100-40gb", tflops=312.0, memory_gb=40.0, memory_bandwidth=1555.0, nvlink_bandwidth=600.0),
-    GpuSpec(name="a100-80gb", tflops=312.0, memory_gb=80.0, memory_bandwidth=2039.0, nvlink_bandwidth=600.0),
-    GpuSpec(name="h100-80gb", tflops=989.0, memory_gb=80.0, memory_bandwidth=3350.0, nvlink_bandwidth=900.0),
-    GpuSpec(name="h200-141gb", tflops=989.0, memory_gb=141.0, memory_bandwidth=4800.0, nvlink_bandwidth=900.0),
+    GpuSpec(name="a100-40gb", tflops=312.0, memory_gb=42.95, memory_bandwidth=1555.0, nvlink_bandwidth=600.0),
+    GpuSpec(name="a100-80gb", tflops=312.0, memory_gb=85.90, memory_bandwidth=2039.0, nvlink_bandwidth=600.0),
+    GpuSpec(name="h100-80gb", tflops=989.0, memory_gb=85.52, memory_bandwidth=3350.0, nvlink_bandwidth=900.0),
+    GpuSpec(name="h200-141gb", tflops=989.0, memory_gb=150.75, memory_bandwidth=4800.0, nvlink_bandwidth=900.0),
     # H100's compute and memory with NVLink cut to 400 GB/s, as DeepSeek-V3 was trained on (its report: 160 GB/s
     # achieved per GPU)
-    GpuSpec(name="h800-80gb", tflops=989.0, memory_gb=80.0, memory_bandwidth=3350.0, nvlink_bandwidth=400.0),
+    GpuSpec(name="h800-80gb", tflops=989.0, memory_gb=85.52, memory_bandwidth=3350.0, nvlink_bandwidth=400.0),
 )}
 
 
