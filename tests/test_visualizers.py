@@ -288,3 +288,46 @@ def test_a_deep_pipeline_is_drawn_within_a_height_a_viewer_opens(tmp_path):
         expected = [f"GPU {g} {row}" if not every else f"GPU {g}" if r == 0 and g % every == 0 else ""
                     for g in range(gpus) for r, row in enumerate(("compute", "comm"))]
         assert labels == expected
+
+
+def test_a_narrow_bar_takes_the_shortest_label_that_fits_and_the_completion_label_covers_none():
+    """A label that would run into its neighbours gives way to a shorter one (``F3·s5``, ``F3``, ``3``); the completion
+    label stands in a band of its own above the first GPU, in the axis's unit (ms for an iteration under 2 s)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from pipeline_sim import EnvParams, Policy, Workload, workload_environment
+    from pipeline_sim.engine import simulate
+    from pipeline_sim.plotting.gantt import plot_gantt
+
+    fig, ax = plt.subplots()
+    from pipeline_sim.plotting.gantt import _label
+    _label(ax, ("F3·s5", "F3", "3"), 0.0, 3.0, 0.0, 1.0, 7)  # room for two characters and one to spare
+    _label(ax, ("F3·s5", "F3", "3"), 0.0, 1.5, 0.0, 1.0, 7)  # for none
+    assert [text.get_text() for text in ax.texts] == ["F3"]
+    plt.close(fig)
+
+    schedule = simulate(EnvParams(schedule="interleaved-1f1b", n=8, num_gpus=4), Policy())
+    shortest = min(task.end - task.start for task in schedule.tasks if task.parts)
+    fig, ax = plt.subplots(figsize=(schedule.completion_time / shortest * 0.22, 4))  # as the visualizers draw it
+    plot_gantt(ax, schedule, stage_chunk=[0, 0, 0, 0, 1, 1, 1, 1], show_completion_time=True)
+    rows = {gpu * 2.5 for gpu in range(4)}  # each GPU's compute row, then its port's, then a gap
+    labels = [text for text in ax.texts if text.get_position()[1] in rows]
+    computes = [task for task in schedule.tasks if task.parts]
+    assert len(labels) == len(computes)  # every compute bar labelled, however short its label had to be
+    texts = {text.get_text() for text in labels}
+    assert {"0", "7"} <= texts and any("·s" in text for text in texts)  # the fullest where it fits
+    (completion,) = [text for text in ax.texts if text.get_text().startswith("completion")]
+    assert completion.get_position()[1] < -0.75 and ax.get_ylim()[1] < completion.get_position()[1]
+    plt.close(fig)
+
+    w = Workload(model="llama2-7b", gpu="a100-80gb", global_batch_size=4, seq_len=2048)
+    fast = simulate(workload_environment(w, num_gpus=2), Policy())
+    assert fast.completion_time < 2.0
+    fig, ax = plt.subplots(figsize=(12, 4))
+    plot_gantt(ax, fast, show_completion_time=True, seconds=True)
+    (completion,) = [text for text in ax.texts if text.get_text().startswith("completion")]
+    assert ax.get_xlabel() == "time (ms)"
+    assert completion.get_text() == f"completion {fast.completion_time * 1e3:.4g} ms "
+    plt.close(fig)

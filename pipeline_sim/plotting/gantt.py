@@ -52,6 +52,8 @@ DPI = 130
 #: ``DPI``: a 40-inch chart stays under the 89 million pixels an image library opens without a warning), so that a
 #: deep pipeline's rows grow thinner rather than the image beyond what a viewer opens.
 ROW_INCHES, MARGIN_INCHES, MAX_HEIGHT = 0.42, 1.2, 120.0
+#: Rows of room above the first GPU for the completion time's label.
+COMPLETION_BAND = 0.7
 #: The least distance between two labels of the GPU axis, in points: closer rows are labelled every few GPUs.
 LABEL_PITCH = 11.0
 #: Below this median width of a compute bar, in pixels, bars are no longer drawn one by one: each pixel column of
@@ -98,9 +100,13 @@ def _stacked_pieces(tasks: Sequence[Task]) -> list[tuple[Task, float, float, flo
     return [(task, x0, x1, y0, height) for task, x0, x1, y0, height in pieces]
 
 
-def _label(ax: Axes, text: str, x0: float, x1: float, y: float, min_width: float, size: float) -> None:
-    if x1 - x0 >= min_width * len(text):
-        ax.text((x0 + x1) / 2, y, text, ha="center", va="center", fontsize=size, color="white", clip_on=True)
+def _label(ax: Axes, texts: Sequence[str], x0: float, x1: float, y: float, min_width: float, size: float) -> None:
+    """The first of ``texts`` (the fullest first) that fits on the bar from ``x0`` to ``x1`` with a character's room
+    to spare, so that labels of neighbouring bars never run together; none when none fits."""
+    for text in texts:
+        if x1 - x0 >= min_width * (len(text) + 1):
+            ax.text((x0 + x1) / 2, y, text, ha="center", va="center", fontsize=size, color="white", clip_on=True)
+            return
 
 
 def _shade(color: str, chunk: int, chunks: int) -> tuple[float, float, float]:
@@ -110,11 +116,13 @@ def _shade(color: str, chunk: int, chunks: int) -> tuple[float, float, float]:
     return red, green, blue
 
 
-def _compute_label(task: Task, chunked: bool) -> str:
-    """``F3``, or with chunks its stage too (``F3·s5``); a pair ``F7|B3``."""
+def _compute_labels(task: Task, chunked: bool) -> tuple[str, ...]:
+    """``F3``, or with chunks its stage too (``F3·s5``); a pair ``F7|B3``; then shorter forms for a narrower bar:
+    without the stage, and the micro-batch alone (the colour tells the kind)."""
+    bare = "".join(c for c in task.label if c.isdigit() or c == "|")
     if task.kind is TaskKind.OVERLAP_F_B or not chunked:
-        return task.label
-    return f"{task.label}·s{task.stage}"
+        return task.label, bare
+    return f"{task.label}·s{task.stage}", task.label, bare
 
 
 class _Bars:
@@ -151,7 +159,7 @@ def _draw_compute(ax: Axes, bars: _Bars, task: Task, y: float, stage_chunk: Sequ
     for i, part in enumerate(task.parts):
         bars.add(task.start + i * width, y - ROW_HEIGHT / 2, width, ROW_HEIGHT,
                  _shade(KIND_COLORS[part.kind], stage_chunk[part.stage], chunks), 0.5)
-    _label(ax, _compute_label(task, chunks > 1), task.start, task.end, y, char_width, label_size)
+    _label(ax, _compute_labels(task, chunks > 1), task.start, task.end, y, char_width, label_size)
 
 
 def _busy(starts: np.ndarray, ends: np.ndarray, rates: np.ndarray, edges: np.ndarray) -> np.ndarray:
@@ -277,8 +285,8 @@ def _draw_memory(ax: Axes, steps: list[tuple[float, float]], y: float, scale: fl
     heights = [floor - level / scale * ROW_HEIGHT for level in levels]
     ax.stairs(heights, times, baseline=floor, fill=True, color=MEMORY_COLOR, alpha=0.18)
     ax.stairs(heights, times, baseline=None, color=MEMORY_COLOR, linewidth=1.0)
-    ax.text(end, y, f" peak {max(levels):g}", va="center", ha="left", fontsize=7, color=MEMORY_COLOR,
-            clip_on=False)
+    # at the row's right end, inside the axes (the legend is beside them): the activations there are 0, drained
+    ax.text(end * 1.02, y, f"peak {max(levels):.3g} ", va="center", ha="right", fontsize=7, color=MEMORY_COLOR)
 
 
 def chart_height(rows: float) -> float:
@@ -356,15 +364,16 @@ def plot_gantt(ax: Axes, schedule: Schedule, *, layout: str = "single_channel", 
                     widest[id(task)] = (x0, x1, y + ROW_HEIGHT / 2 - (y0 + height / 2) * ROW_HEIGHT, height, task)
             for x0, x1, label_y, height, task in widest.values():
                 if height >= 0.3:
-                    _label(ax, task.label, x0, x1, label_y, char_width, label_size - 1)
+                    _label(ax, (task.label,), x0, x1, label_y, char_width, label_size - 1)
 
     compute_bars.draw(ax)
     transfer_bars.draw(ax)
     ax.set_yticks(ticks, tick_labels)
-    ax.set_ylim(ticks[-1] + 0.75, -0.75)
+    # the completion label gets a band of its own above the first GPU, where it covers no bar
+    ax.set_ylim(ticks[-1] + 0.75, -0.75 - (COMPLETION_BAND if show_completion_time else 0.0))
     ax.set_xlim(0, span * 1.02)
+    scale, unit = ((1e3, "ms") if span < 2.0 else (1.0, "s")) if seconds else (1.0, "")
     if seconds:
-        scale, unit = (1e3, "ms") if span < 2.0 else (1.0, "s")
         ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x * scale:g}"))
         ax.set_xlabel(f"time ({unit})")
     elif schedule.params.lengths:  # a table's lengths are in whatever unit it was written in
@@ -388,7 +397,7 @@ def plot_gantt(ax: Axes, schedule: Schedule, *, layout: str = "single_channel", 
         handles.append(Patch(facecolor=_shade("#777777", 1, 2), label="lighter: a GPU's later chunk"))
     if show_memory:
         handles.append(Line2D([], [], color=MEMORY_COLOR, label=f"activations in flight (top of row = "
-                                                                f"{memory_scale:g} micro-batches)"))
+                                                                f"{memory_scale:.3g} micro-batches)"))
     if show_throttling and not aggregated:
         handles.append(Patch(facecolor="white", edgecolor=THROTTLE_COLOR, linewidth=1.2, label="throttled"))
     if aggregated:
@@ -398,13 +407,10 @@ def plot_gantt(ax: Axes, schedule: Schedule, *, layout: str = "single_channel", 
     if show_completion_time:
         total = schedule.completion_time
         ax.axvline(total, color=THROTTLE_COLOR, linestyle="--", linewidth=1.2)
-        label_gpu = 1 if p > 1 else 0
-        label_y = ticks[label_gpu * len(rows)] - 0.45
-        unit = " s" if seconds else ""
-        ax.text(total, label_y, f"completion {total:.4g}{unit} ", color=THROTTLE_COLOR, fontsize=8,
-                ha="right", va="bottom", backgroundcolor="white")
-        handles.append(Line2D([], [], color=THROTTLE_COLOR, linestyle="--",
-                              label=f"completion time {total:.4g}{unit}"))
+        told = f"{total * scale:.4g}{' ' + unit if unit else ''}"  # in the axis's unit
+        ax.text(total, -0.75 - COMPLETION_BAND / 2, f"completion {told} ", color=THROTTLE_COLOR, fontsize=8,
+                ha="right", va="center")
+        handles.append(Line2D([], [], color=THROTTLE_COLOR, linestyle="--", label=f"completion time {told}"))
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.005, 1.0), fontsize=8, frameon=False)
     return aggregated
 
