@@ -76,6 +76,10 @@ def test_tiny_and_huge_times_are_drawn_in_a_power_of_ten_the_colour_bar_names(tm
     same = rows.assign(completion_time=best)
     figure.draw(same, title="t")
     assert [float(t) for t in figure.colorbar.get_ticks()] == [best]
+    # where every policy ties, no cell is outlined as the best and the title says so, naming no best nor worst
+    assert figure.outlines == []
+    assert f"every policy ties at {best:.6g}: the priorities change nothing here" in figure.title.get_text()
+    assert "worst" not in figure.title.get_text()
 
 
 def test_a_memory_bar_s_label_stays_within_its_axes():

@@ -250,7 +250,8 @@ class HeatmapFigure:
         power = math.floor(math.log10(top)) if top and not 1e-3 <= top < 1e5 else 0
         scale = 10.0 ** -power
         winners = best_rows(rows, metric=metric)
-        best = set(rows.index.get_indexer(winners.index))
+        tied = len(winners) == len(rows)  # then no cell is outlined: none is better than another
+        best = set() if tied else set(rows.index.get_indexer(winners.index))
         for outline in self.outlines:
             outline.remove()
         self.outlines = []
@@ -278,7 +279,10 @@ class HeatmapFigure:
             for r, c in bold:
                 self.outlines.append(ax.add_patch(Rectangle((c, r), 1, 1, fill=False, edgecolor=BEST_EDGE,
                                                             linewidth=2.5, clip_on=False)))
+        samples = int(winners.iloc[0].get("samples", 1))
         name = METRICS.get(metric, metric)
+        if metric == "completion_time" and samples > 1:  # a sampled sweep's completion time is the samples' mean
+            name = f"mean {name}"
         scaled = f"1e{power} {unit}" if power else unit
         self.colorbar.set_label(f"{name} (x 1e{power})" if metric == "slowdown" and power else
                                 name if metric == "slowdown" else f"{name} ({scaled})")
@@ -290,11 +294,11 @@ class HeatmapFigure:
         first = winners.iloc[0]
         gain = 100 * (1 - first[metric] / worst[metric]) if worst[metric] else 0.0
         ties = f" (and {len(winners) - 1} tied)" if len(winners) > 1 else ""
-        samples = int(first.get("samples", 1))
         over = f" over {samples} samples" if samples > 1 else ""
-        self.title.set_text(fitted(f"{title}\n{name}{over} - best: {first['policy']} = {first[metric]:.6g}{ties};  "
-                                   f"worst: {worst['policy']} = {worst[metric]:.6g} - the best is {gain:.1f}% lower",
-                                   self.fig, 10))
+        told = (f"every policy ties at {first[metric]:.6g}: the priorities change nothing here" if tied else
+                f"best: {first['policy']} = {first[metric]:.6g}{ties};  worst: {worst['policy']} = "
+                f"{worst[metric]:.6g} - the best is {gain:.1f}% lower")
+        self.title.set_text(fitted(f"{title}\n{name}{over} - {told}", self.fig, 10))
 
 
     def _changing(self) -> list:
