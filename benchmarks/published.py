@@ -259,7 +259,7 @@ def moe_environment(row: MoeRow, efficiency: float = MOE_EFFICIENCY) -> tuple[Wo
     element-wise kernels and the optimizer step."""
     data = row.gpus // (row.tensor * row.pipeline)
     workload = Workload(model=row.model, gpu=row.gpu, compute_efficiency=efficiency, tensor_parallel=row.tensor,
-                        data_parallel=data, expert_parallel=row.expert, global_batch_size=row.batch,
+                        data_parallel=data, expert_parallel=row.expert, global_batch_size=row.batch, seq_len=4096,
                         route_nodes=row.route_nodes, optimizer_step=True, elementwise=True, flash_attention=True)
     return workload, workload_environment(workload, num_gpus=row.pipeline, schedule=row.schedule, chunks=row.chunks,
                                           zero=1, ep_overlap=row.ep_overlap, a2a_class=A2A_CLASS)

@@ -82,7 +82,8 @@ def test_expert_parallel_overlap_pairs_a_backward_with_the_next_forward():
 
 def test_one_moe_layer_by_hand():
     mixtral = MODEL_PRESETS["mixtral-8x7b"]
-    w = Workload(model=mixtral, gpu="h100-80gb", data_parallel=8, expert_parallel=8, micro_batch_size=1, node_gpus=4)
+    w = Workload(model=mixtral, gpu="h100-80gb", data_parallel=8, expert_parallel=8, micro_batch_size=1, node_gpus=4,
+                 seq_len=4096)
     env = workload_environment(w, num_gpus=4, n=8)
     copy = 4096 * 4096 * 2  # one copy of a GPU's tokens, bytes
     across, within = 2 * 2 * copy * 4 / 8, 2 * 2 * copy * 3 / 8  # dispatch and combine, top-2, 4 of 8 peers away
@@ -245,7 +246,7 @@ def test_a_sweep_over_the_all_to_all_class(tmp_path):
 
 def test_a_workload_sweep_with_experts(tmp_path):
     header, rows = sweep_csv(tmp_path, "moe", {"model": ["mixtral-8x7b"], "gpu": ["h100-80gb"], "num_gpus": [2],
-                                               "data_parallel": [8], "global_batch_size": [32],
+                                               "data_parallel": [8], "global_batch_size": [32], "seq_len": [4096],
                                                "expert_parallel": [1, 8]})
     assert {"a2a_len", "expert_parallel"} <= set(header)
     lengths = {row["expert_parallel"]: float(row["a2a_len"]) for row in rows}
@@ -255,7 +256,8 @@ def test_a_workload_sweep_with_experts(tmp_path):
 def test_the_planner_searches_expert_parallelism(tmp_path):
     from conftest import run_script
     result = run_script("plan.py", "--model", "mixtral-8x7b", "--gpu", "h100-80gb", "--gpus", "32",
-                        "--global-batch-size", "64", "--tensor-parallel", "1", "--pipeline-parallel", "4",
+                        "--global-batch-size", "64", "--seq-len", "4096", "--tensor-parallel", "1",
+                        "--pipeline-parallel", "4",
                         "--micro-batch-size", "1", "--zero", "1", "--recompute", "none", "--node-gpus", "4",
                         "--schedule", "1f1b,dualpipe-v",
                         "-o", "plan.csv", cwd=tmp_path)

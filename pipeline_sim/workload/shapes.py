@@ -103,8 +103,9 @@ MODEL_PRESETS: dict[str, ModelShape] = {shape.name: shape for shape in (
     ModelShape(name="llama3-405b", layers=126, hidden=16384, heads=128, kv_heads=8, ffn_hidden=53248, vocab=128256,
                gated_mlp=True, seq_len=8192, dropout=False),
     # mixtures of experts (section 16), from each model's published config.json
+    # Mixtral was trained on 32k-token sequences (Jiang et al. 2024, section 2)
     ModelShape(name="mixtral-8x7b", layers=32, hidden=4096, heads=32, kv_heads=8, ffn_hidden=14336, vocab=32000,
-               gated_mlp=True, seq_len=4096, dropout=False, experts=8, expert_ffn_hidden=14336, top_k=2),
+               gated_mlp=True, seq_len=32768, dropout=False, experts=8, expert_ffn_hidden=14336, top_k=2),
     # multi-head latent attention counted by its projections: q 7168 x 1536 and 1536 x 128 x 192, kv 7168 x 576 and
     # 512 x 128 x 256, out 128 x 128 x 7168 (187,105,280 parameters); scores on 192-wide queries and keys
     ModelShape(name="deepseek-v3", layers=61, hidden=7168, heads=128, ffn_hidden=18432, vocab=129280,
