@@ -27,19 +27,22 @@ from .parameters import MAX_LENGTH, ParameterError
 
 #: The largest table read: a million tasks' texts and lengths, several times over.
 MAX_TABLE_BYTES = 64 * 2 ** 20
+#: The longest unit a table may name (its lengths' unit, shown on a chart's time axis).
+MAX_UNIT = 16
 #: The parameter of each flag a table's environment may give.
 _FLAG_PARAMETER = {flag: p for p in PARAMETERS for flag in p.flag_names}
 
 
 @dataclass(frozen=True, eq=False)
 class LengthTable:
-    """A table's file, every task's length by its text, the parameters its flags set (``environment``, by name) and
-    the checksum of its bytes."""
+    """A table's file, every task's length by its text, the parameters its flags set (``environment``, by name), the
+    checksum of its bytes and the unit its lengths are in, when it names one (``ms`` from a trace; "" otherwise)."""
 
     path: str
     lengths: Mapping[str, float]
     environment: Mapping[str, Any]
     digest: str
+    unit: str = ""
 
 
 #: The tables a sweep sent with its work, by file as the environments name them (``given``).
@@ -94,10 +97,12 @@ def _read(path: str, real: str, modified: int, size: int) -> LengthTable:
             raise refuse(f"task {text}: {json.dumps(value)} is no length; each must be a finite number from 0 to "
                          f"{MAX_LENGTH:g}")
         lengths[text] = float(value)
-    flags = raw.get("flags", "")
+    flags, unit = raw.get("flags", ""), raw.get("unit", "")
     if not isinstance(flags, str):
         raise refuse("'flags' must be the environment's flags in one string (--schedule 1f1b -n 8 ...)")
-    return LengthTable(path, lengths, _environment(path, flags.split()), hashlib.sha256(data).hexdigest())
+    if not isinstance(unit, str) or len(unit) > MAX_UNIT or not unit.isprintable():
+        raise refuse(f"'unit' must be the lengths' unit as a short string (\"ms\"), at most {MAX_UNIT} characters")
+    return LengthTable(path, lengths, _environment(path, flags.split()), hashlib.sha256(data).hexdigest(), unit)
 
 
 def _environment(path: str, words: list[str]) -> dict[str, Any]:

@@ -90,6 +90,8 @@ def test_a_table_runs_through_the_pipeline_as_the_engine_runs_it(tmp_path):
     (lambda table: table["lengths"].update({"0F3": "fast"}),
      ("lengths = 'bad.json': task 0F3: \"fast\" is no length; each must be a finite number from 0 to",)),
     (lambda table: table["lengths"].update({"0F3": -1.0}), ("task 0F3: -1.0 is no length",)),
+    (lambda table: table.update(unit=["ms"]), ("lengths = 'bad.json': 'unit' must be the lengths' unit as a short "
+                                                "string (\"ms\"), at most 16 characters",)),
     (lambda table: table.update(flags="--schedule 1f1b --slow 3"),
      ("lengths = 'bad.json': flag --slow 3: the flags name the environment's parameters",)),
     (lambda table: table.update(flags="--schedule zb-h1"),
@@ -295,7 +297,8 @@ def test_the_visualizer_takes_a_tables_environment_unless_a_flag_says_otherwise(
 
 
 def test_a_chart_of_a_table_names_its_times_by_the_table_and_a_model_chart_in_model_units(tmp_path):
-    """A table carries no unit: its chart's time axis says its times are as in the table."""
+    """A table that names no unit: its chart's time axis says its times are as in the table; one that names its unit
+    (a trace's, ms): in that unit, from the table."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -311,3 +314,7 @@ def test_a_chart_of_a_table_names_its_times_by_the_table_and_a_model_chart_in_mo
         labels.append(ax.get_xlabel())
         plt.close(fig)
     assert labels == ["time (as in measured.json)", "time (model units)"]
+    fig, ax = plt.subplots()
+    plot_gantt(ax, simulate(EnvParams(n=8, num_gpus=2, lengths=str(TABLES / "1f1b.json")), Policy()))
+    assert ax.get_xlabel() == "time (ms, from 1f1b.json)"
+    plt.close(fig)

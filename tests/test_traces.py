@@ -227,7 +227,9 @@ def test_a_replayed_iteration_draws_in_the_visualizer_from_its_table_of_lengths(
                       "--lengths-out", "zbv.json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     replayed = float(result.stdout.splitlines()[3].split("simulated ")[1].split(" ms")[0])
-    flags = json.loads((tmp_path / "zbv.json").read_text())["flags"].split()
+    table = json.loads((tmp_path / "zbv.json").read_text())
+    flags = table["flags"].split()
+    assert table["unit"] == "ms"  # a trace's times
     chart = run_here("schedule_visualizer_single_channel.py", *flags, "--lengths", "zbv.json", "--no-show",
                      "--output", "zbv.png", cwd=tmp_path)
     assert chart.returncode == 0, chart.stderr

@@ -172,7 +172,7 @@ def _replay(args) -> int:
                  "--chunks": params.chunks, "--fwd-len": f"{params.fwd_len:.6g}", "--bwd-len": f"{params.bwd_len:.6g}",
                  "--prop-len": f"{params.prop_len:.6g}", "--sync-base-len": 0, "--fwd-impact": 0, "--bwd-impact": 0}
         table = {"source": f"{' '.join(map(str, args.run))}, iteration {args.iteration}",
-                 "flags": " ".join(f"{flag} {value}" for flag, value in flags.items()),
+                 "flags": " ".join(f"{flag} {value}" for flag, value in flags.items()), "unit": "ms",
                  "lengths": {str(task.id): task.length for task in simulated.tasks}}
         with atomic_output(args.lengths_out) as temporary:
             temporary.write_text(json.dumps(table, indent=1))

@@ -21,6 +21,7 @@ from matplotlib.transforms import Bbox
 
 from ..model import COMPUTE_KINDS, KIND_INDEX, KINDS, TRANSFER_KINDS, Run, Schedule, Task, TaskKind
 from ..results import ENVIRONMENT_KEYS, TABLE_KEYS, noise_name, titles
+from ..tables import read_table
 
 KIND_COLORS = {
     TaskKind.FORWARD: "#4C72B0",
@@ -376,8 +377,10 @@ def plot_gantt(ax: Axes, schedule: Schedule, *, layout: str = "single_channel", 
     if seconds:
         ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x * scale:g}"))
         ax.set_xlabel(f"time ({unit})")
-    elif schedule.params.lengths:  # a table's lengths are in whatever unit it was written in
-        ax.set_xlabel(f"time (as in {PurePath(schedule.params.lengths).name})")
+    elif schedule.params.lengths:  # a table's lengths are in the unit it names, or in whatever it was written in
+        unit = read_table(schedule.params.lengths).unit
+        ax.set_xlabel(f"time ({unit}, from {PurePath(schedule.params.lengths).name})" if unit else
+                      f"time (as in {PurePath(schedule.params.lengths).name})")
     else:
         ax.set_xlabel("time (model units)")
     ax.grid(axis="x", linestyle=":", linewidth=0.5)
