@@ -69,7 +69,8 @@ def plot_dispatch(fig: Figure, family: pd.DataFrame, key: str, *, title: str) ->
     ax.set_ylabel(f"time against {reference}, best policy of each (lower is better)")
     ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     ax.grid(linestyle=":", linewidth=0.6)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False,
+    # long handles: the bounds' dotted and dash-dotted lines show past their markers
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False, handlelength=4.5,
               title="schedule and dispatch" + (f"; its share of the headroom\nto hindsight at {level:.0%} (mean / p95)"
                                                if shares else ""), title_fontsize=8)
     top = family[family["level"] == levels[-1]].nsmallest(2, "mean_vs")

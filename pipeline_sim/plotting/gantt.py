@@ -422,7 +422,8 @@ def gantt_title(schedule: Schedule, *, schedule_name: str, ideal_time: float, wo
     """The chart's title; ``workload``, a workload's description (its times are then seconds)."""
     params = schedule.params
     unit = " s" if workload else ""
-    first = (f"{schedule_name}, {params.num_gpus} GPUs, n={params.n} micro-batches, sync every {params.sync_freq}; "
+    syncs = f"sync every {params.sync_freq}" if params.sync_base_len > 0 else "no gradient sync"
+    first = (f"{schedule_name}, {params.num_gpus} GPUs, n={params.n} micro-batches, {syncs}; "
              f"completion time {schedule.completion_time:.4g}{unit} (ideal {ideal_time:.4g}{unit}, lower bound "
              f"{schedule.lower_bound:.4g}{unit})")
     if workload:
