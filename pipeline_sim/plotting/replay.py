@@ -21,7 +21,8 @@ def replay_figure(result: Replay, *, title: str) -> Figure:
     for ax, schedule, name in ((top, result.measured, "measured"), (bottom, result.simulated, "simulated")):
         plot_gantt(ax, schedule, stage_chunk=stage_chunk, show_completion_time=True)
         ax.set_title(f"{name}: {schedule.completion_time:.1f} ms", fontsize=10, loc="left")
-        ax.set_xlabel("time (ms)")
+    top.set_xlabel("")  # the axis is shared: its numbers and its name are the bottom chart's
+    bottom.set_xlabel("time (ms)")
     end = max(result.measured.completion_time, result.simulated.completion_time) * 1.02
     top.set_xlim(0, end)
     fig.suptitle(f"{title}: replay error {result.iteration_error:+.1%}; task start error median "
