@@ -31,7 +31,7 @@ import numpy as np
 from .cluster import DaskCluster
 from .config import BOOLEAN_KEYS, INTEGER_KEYS, OBJECT_KEYS, STRING_KEYS, ConfigError, EnvironmentGrid
 from .engine import bound_of_run, lower_bound, memory_bound
-from .files import OutputError, check_locks, exclusive_writer, file_digest, hold, output_target
+from .files import OutputError, check_locks, exclusive_writer, file_digest, hold, lock_path, output_target
 from .hindsight import proven_share
 from .learned import LearnedPolicy, figures_of
 from .metrics import ScheduleMetrics, ideal_time, metric_columns
@@ -498,6 +498,10 @@ def run_sweep(plan: SweepPlan, output: str | os.PathLike, *, workers: int = 1, r
         samples_output = output_target(samples_output)
         if samples_output.resolve() == output.resolve():  # however spelled, or through a link
             raise OutputError(f"the samples file and the CSV are both {output}; give them different paths")
+        beside = (*partial_paths(output), samples_path(output), lock_path(output))
+        if samples_output.resolve() in {path.resolve() for path in beside}:
+            raise OutputError(f"--samples-output {samples_output}: the sweep of {output} keeps a file of its own "
+                              f"there while it runs and removes it when done; give another path")
         if samples_output.suffix.lower() == ".parquet":
             raise OutputError(f"--samples-output {samples_output}: the samples file is CSV; give a path ending in "
                               f".csv")

@@ -297,6 +297,10 @@ def test_an_output_may_not_be_an_input_or_another_output(tmp_path):
     assert_one_line_error(run_here("data_generator.py", "-c", str(config), "--format", "parquet", "-o", "a.parquet",
                                    "--samples-output", "s.parquet", cwd=tmp_path),
                           "--samples-output s.parquet: the samples file is CSV; give a path ending in .csv")
+    for beside in ("a.csv.partial", "a.csv.partial.json", "a.csv.lock"):  # the sweep's own, removed when it ends
+        assert_one_line_error(run_here("data_generator.py", "-c", str(config), "-o", "a.csv", "--samples", "2",
+                                       "--samples-output", beside, cwd=tmp_path),
+                              f"--samples-output {beside}: the sweep of a.csv keeps a file of its own there")
     assert config.read_text() == text and not (tmp_path / "a.csv").exists()
     chart = run_here("schedule_visualizer_single_channel.py", "--no-show", "--output", "c.png", "--trace", "c.png",
                        cwd=tmp_path)
