@@ -25,6 +25,21 @@ def _init_worker() -> None:
     die_with_parent()
 
 
+def interrupt_behind(error: BaseException) -> KeyboardInterrupt | None:
+    """The interrupt (Ctrl-C or a SIGTERM made one) behind ``error``: itself, or for a ``SystemError`` the one it was
+    raised from. A signal handler's exception raised while compiled code called back into Python (numba loading a
+    cached kernel) comes back out of that call as ``SystemError: ... returned a result with an exception set``."""
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, KeyboardInterrupt):
+            return error
+        if not isinstance(error, SystemError):
+            return None
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__  # type: ignore[assignment]
+    return None
+
+
 def die_with_parent() -> None:
     """Have this process terminated when its parent dies, even killed outright (SIGKILL), so that no worker is
     left running; Linux only (elsewhere, nothing). Kept across ``exec``."""

@@ -823,3 +823,27 @@ def test_counts_are_told_in_their_number():
     assert counted(2178, "simulation") == "2,178 simulations"
     assert counted(0, "more group") == "0 more groups"
     assert (counted(1, "policy", "policies"), counted(121, "policy", "policies")) == ("1 policy", "121 policies")
+
+
+def test_an_interrupt_that_surfaces_as_a_system_error_is_an_interrupt(capsys):
+    """Ctrl-C landing while numba calls back into Python (loading a cached kernel) comes out of that call as a
+    SystemError raised from the interrupt, chained as often as the calls nest: still the one-line interrupt, 130."""
+    from pipeline_sim.parallel import interrupt_behind
+
+    def nested(depth):
+        try:
+            if depth == 0:
+                raise KeyboardInterrupt
+            nested(depth - 1)
+        except BaseException as error:
+            raise SystemError("<function _numba_unpickle> returned a result with an exception set") from error
+
+    def body():
+        nested(3)
+        return 0
+
+    assert run_command("x.py", body) == 130
+    assert capsys.readouterr().err == "\nx.py: interrupted\n"
+    with pytest.raises(SystemError):  # a SystemError of its own is no interrupt: it stays a traceback
+        run_command("x.py", lambda: (_ for _ in ()).throw(SystemError("a bug")))
+    assert interrupt_behind(ValueError("x")) is None

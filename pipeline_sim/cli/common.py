@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Callable, Iterator, NoReturn, Sequence
 
 from ..allocator import keep_freed_memory
 from ..cluster import CLUSTER_VARIABLE
+from ..parallel import interrupt_behind
 
 if TYPE_CHECKING:
     from sys import UnraisableHookArgs
@@ -189,7 +190,10 @@ def run_command(prog: str, body: Callable[[], int]) -> int:
         where = f"{error.filename}: " if error.filename else ""
         print(f"{prog}: error: {where}{error.strerror or error}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt as interrupt:
+    except (KeyboardInterrupt, SystemError) as error:
+        interrupt = interrupt_behind(error)
+        if interrupt is None:
+            raise
         print(f"\n{prog}: {str(interrupt) or 'interrupted'}", file=sys.stderr)
         return 130
     finally:

@@ -29,6 +29,7 @@ from ..engine import simulate
 from ..episode import Episode
 from ..learned import LearnedPolicy, play
 from ..model import EnvParams, ParameterError, Policy
+from ..parallel import interrupt_behind
 from .env import PipelineDispatchEnv, reference_run
 
 #: Validation draws: below the training stream (2^40 on) and far above any sweep's samples (0, 1, ...).
@@ -222,9 +223,12 @@ def train(environments: Sequence[EnvParams], policy: Policy, settings: Settings 
     report = Report()
     try:
         model.learn(total_timesteps=settings.steps, callback=report)
-    except KeyboardInterrupt:  # the best network so far is a result: the caller writes it and says so
-        if not best:
+    except (KeyboardInterrupt, SystemError) as error:  # the best network so far is a result: the caller writes it
+        interrupt = interrupt_behind(error)
+        if interrupt is None:
             raise
+        if not best:
+            raise interrupt from None
         return best[0][1], curve, False
     # the last update ended after the last checkpoint, or the run stopped between two
     if report.updated or curve[-1].steps < model.num_timesteps:
