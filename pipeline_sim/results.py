@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Iterable, Iterator, Sequence
 import numpy as np
 
 from .config import BOOLEAN_KEYS, INTEGER_KEYS, OBJECT_KEYS, STRING_KEYS
+from .inputs import open_input
 from .model import (
     COMM_KINDS,
     DEFAULT_POLICY,
@@ -110,7 +111,7 @@ def open_results(path: str | Path) -> BinaryIO:
         raise ResultsError(f"CSV {path}: is an unfinished sweep's partial file; finish the sweep with --resume "
                            f"and draw its CSV")
     try:
-        handle = open(path, "rb")
+        handle = open_input(path)
     except FileNotFoundError:
         raise ResultsError(f"{path}: no such file") from None
     except OSError as error:

@@ -847,3 +847,13 @@ def test_an_interrupt_that_surfaces_as_a_system_error_is_an_interrupt(capsys):
     with pytest.raises(SystemError):  # a SystemError of its own is no interrupt: it stays a traceback
         run_command("x.py", lambda: (_ for _ in ()).throw(SystemError("a bug")))
     assert interrupt_behind(ValueError("x")) is None
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+def test_a_named_pipe_nobody_writes_is_refused_not_waited_on(tmp_path):
+    os.mkfifo(tmp_path / "pipe.csv")
+    for script, args, fragment in (
+            ("plot_heatmap.py", ["pipe.csv"], "pipe.csv: not a regular file"),
+            ("data_generator.py", ["-c", "pipe.csv"], "config pipe.csv: invalid JSON"),
+            ("schedule_visualizer_single_channel.py", ["--order", "pipe.csv", "--no-show"], "--order")):
+        assert_one_line_error(run_script(script, *args, cwd=tmp_path), fragment)  # within run_script's timeout
