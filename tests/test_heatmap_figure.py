@@ -100,3 +100,10 @@ def test_a_memory_bar_s_label_stays_within_its_axes():
         extent = text.get_window_extent()
         assert box.x0 <= extent.x0 and extent.x1 <= box.x1, text.get_text()
     plt.close(fig)
+
+
+def test_times_below_any_power_a_float_holds_are_drawn_not_raised(tmp_path):
+    rows = _rows(tmp_path, "0.5")
+    figure = HeatmapFigure(2)
+    figure.draw(rows.assign(completion_time=rows["completion_time"] * 1e-321), title="t")  # subnormal times
+    assert figure.colorbar.ax.get_ylabel() == "completion time (1e-300 model units)"

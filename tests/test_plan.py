@@ -157,12 +157,16 @@ def test_the_best_of_a_small_plan_is_the_best_of_every_layout():
     assert result.ranked[0].seconds == pytest.approx(best)
 
 
-def test_divisors_are_found_in_pairs_and_a_billion_gpus_at_once():
+def test_divisors_are_found_in_pairs_and_a_billion_gpus_at_once(tmp_path):
     from pipeline_sim.plan import _divisors
 
     for number in range(1, 500):
         assert _divisors(number) == [k for k in range(1, number + 1) if number % k == 0]
     assert _divisors(10**9)[-3:] == [250_000_000, 500_000_000, 10**9] and len(_divisors(10**9)) == 100
+    # a count past a billion is refused before any work: its divisors alone would take minutes
+    result = run_script("plan.py", "--model", "llama3-8b", "--gpus", "99999999999999999999", "--global-batch-size", "8",
+                        cwd=tmp_path)
+    assert_one_line_error(result, "argument --gpus: 99999999999999999999 must be from 1 to 1,000,000,000")
 
 
 def test_an_iteration_too_large_to_simulate_stays_extrapolated(monkeypatch):

@@ -34,6 +34,7 @@ from .common import (
     Parser,
     UserError,
     add_cluster_argument,
+    bounded_int,
     check_interrupt,
     counted,
     positive_int,
@@ -44,6 +45,10 @@ from .common import (
     use_display,
     worker_count,
 )
+
+#: The most GPUs a plan is asked for: a billion, far past any cluster; a larger count is a mistake, and its divisors
+#: alone would take minutes to find.
+MAX_GPUS = 10 ** 9
 
 
 def build_parser(prog: str) -> Parser:
@@ -60,7 +65,8 @@ def build_parser(prog: str) -> Parser:
     parser.add_argument("--gpu", default="h100-80gb", metavar="NAME|JSON",
                         help=f"a preset ({', '.join(GPU_PRESETS)}; default %(default)s) or a JSON object with tflops, "
                              f"memory_gb[, memory_bandwidth, nvlink_bandwidth]")
-    parser.add_argument("--gpus", type=positive_int, required=True, help="GPUs in all")
+    parser.add_argument("--gpus", type=lambda text: bounded_int(text, 1, MAX_GPUS), required=True,
+                        help=f"GPUs in all, up to {MAX_GPUS:,}")
     parser.add_argument("--global-batch-size", type=positive_int, required=True, help="sequences per iteration")
     parser.add_argument("--seq-len", type=positive_int, default=None, help="tokens per sequence (default: the "
                                                                             "model's training length)")

@@ -247,7 +247,8 @@ class HeatmapFigure:
         # times of a tiny model (or a huge one) in a unit of their own power of ten, the colour bar's label saying
         # it: 3.728 in 1e-4 s, not 0.0003728, so that numbers fit their cells
         top = max(abs(low), abs(high))
-        power = math.floor(math.log10(top)) if top and not 1e-3 <= top < 1e5 else 0
+        # (within the powers a float holds: a time below 1e-300 is drawn in 1e-300 of the unit, as 0)
+        power = max(-300, min(300, math.floor(math.log10(top)))) if top and not 1e-3 <= top < 1e5 else 0
         scale = 10.0 ** -power
         winners = best_rows(rows, metric=metric)
         tied = len(winners) == len(rows)  # then no cell is outlined: none is better than another
