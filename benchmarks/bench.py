@@ -54,6 +54,7 @@ from pipeline_sim import SCHEDULES, EnvParams, Policy, simulate  # noqa: E402
 from pipeline_sim.allocator import keep_freed_memory  # noqa: E402
 from pipeline_sim.config import EnvironmentGrid  # noqa: E402
 from pipeline_sim.engine import compile_kernel, graph_arrays, simulate_figures  # noqa: E402
+from pipeline_sim.files import OutputError, atomic_output, output_target  # noqa: E402
 from pipeline_sim.learned import LearnedPolicy, play  # noqa: E402
 from pipeline_sim.model import DISPATCHERS  # noqa: E402
 from pipeline_sim.scenarios import policy_grid  # noqa: E402
@@ -706,6 +707,11 @@ def main() -> int:
     parser.add_argument("--learned", action="store_true",
                         help="only a learned dispatcher's iteration, played in the compiled loop and stepped")
     args = parser.parse_args()
+    if args.json is not None:  # a path the results cannot be written to is said before the minutes of work
+        try:
+            output_target(args.json)
+        except OutputError as error:
+            parser.error(str(error))
     cores = os.cpu_count() or 1
 
     compile_kernel()
@@ -857,7 +863,8 @@ def main() -> int:
     text = json.dumps(results, indent=2)
     print("\n" + text)
     if args.json:
-        args.json.write_text(text + "\n")
+        with atomic_output(args.json) as temporary:
+            temporary.write_text(text + "\n")
     return 0
 
 
