@@ -857,3 +857,14 @@ def test_a_named_pipe_nobody_writes_is_refused_not_waited_on(tmp_path):
             ("data_generator.py", ["-c", "pipe.csv"], "config pipe.csv: invalid JSON"),
             ("schedule_visualizer_single_channel.py", ["--order", "pipe.csv", "--no-show"], "--order")):
         assert_one_line_error(run_script(script, *args, cwd=tmp_path), fragment)  # within run_script's timeout
+
+
+def test_a_full_disk_says_what_to_do(capsys):
+    import errno
+
+    def body():
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    assert run_command("x.py", body) == 2
+    assert capsys.readouterr().err == ("x.py: error: No space left on device; free some space and run the command "
+                                       "again (a sweep continues where it stopped with --resume)\n")

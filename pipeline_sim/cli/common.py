@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import gc
 import json
 import os
@@ -188,7 +189,9 @@ def run_command(prog: str, body: Callable[[], int]) -> int:
         return 2
     except OSError as error:
         where = f"{error.filename}: " if error.filename else ""
-        print(f"{prog}: error: {where}{error.strerror or error}", file=sys.stderr)
+        advice = ("; free some space and run the command again (a sweep continues where it stopped "
+                  "with --resume)" if error.errno == errno.ENOSPC else "")
+        print(f"{prog}: error: {where}{error.strerror or error}{advice}", file=sys.stderr)
         return 2
     except (KeyboardInterrupt, SystemError) as error:
         interrupt = interrupt_behind(error)
