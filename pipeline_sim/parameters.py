@@ -239,7 +239,11 @@ class Weights:
     def parse(text: str, name: str = "stage_weights") -> tuple[float, ...]:
         """Weights of parameter ``name`` from a flag or a CSV cell: numbers separated by commas or spaces
         (``2,1,1,1``, ``2.0 1.0``)."""
-        words = text.strip().strip("[]()").replace(",", " ").split()
+        inner = text.strip().strip("[]()")
+        words = [word.strip() for word in inner.split(",")] if "," in inner else inner.split()
+        if "" in words:  # "1,,1" or "1,1,": a weight left out, which would shift every stage after it
+            raise ParameterError(name, text, "has an empty weight between commas; give one number per stage, e.g. "
+                                             "2,1,1,1")
         try:
             return tuple(float(word) for word in words)
         except ValueError:

@@ -113,6 +113,15 @@ def test_bad_weights_are_named(weights, fragment):
     assert fragment in str(error.value) and error.value.name == "stage_weights"
 
 
+def test_a_flag_s_weights_leave_none_out():
+    from pipeline_sim.parameters import Weights
+
+    assert Weights.parse("2, 1,1 ,1") == Weights.parse("2 1 1 1") == (2.0, 1.0, 1.0, 1.0)
+    for text in ("1,,1,1", "1,1,1,1,", ",1"):  # a weight left out would shift every stage after it
+        with pytest.raises(ParameterError, match="has an empty weight between commas"):
+            Weights.parse(text)
+
+
 def test_names_and_titles_show_weights_compactly_and_only_when_given():
     params = EnvParams(num_gpus=4, schedule="interleaved-1f1b", stage_weights=[1.5] + [1.0] * 6 + [2.0])
     assert "_sw1.5-1x6-2_" in env_slug(params) + "_"
