@@ -306,7 +306,7 @@ class EnvironmentGrid:
         raw = {key: value for key, value in raw.items() if key not in dict(ties)}
         samples = raw.get("samples", 1)
         if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
-            raise ConfigError(f"config key 'samples': {samples!r} must be one integer >= 1")
+            raise ConfigError(f"config key 'samples': {json.dumps(samples)} must be one integer >= 1")
         defaults = EnvParams().as_dict()
         # each value is judged in the default environment, on the grid's largest GPU count (for slow_gpu)
         gpus = _values("num_gpus", raw["num_gpus"], defaults) if "num_gpus" in raw else [defaults["num_gpus"]]
