@@ -165,7 +165,8 @@ def test_bad_training_requests_in_one_line(tmp_path):
                           "names 2 policy files (a.npz, b.npz); choose one with --policy-file")
     config.write_text(json.dumps({"n": 8, "num_gpus": 4, "schedule": "dualpipe-v", "fb_overlap": 0.5,
                                   "dispatch": ["learned:a.npz"]}))
-    assert_one_line_error(run_here("train.py", "-c", str(config), cwd=tmp_path), "fb_overlap")
+    assert_one_line_error(run_here("train.py", "-c", str(config), cwd=tmp_path), "dispatch = 'learned:a.npz'",
+                          "fb_overlap")  # the dispatch the config names, not the rule that stands for it
     config.write_text(json.dumps({"n": 8, "num_gpus": 4, "schedule": "zb-h1", "memory_limit": 0.5,
                                   "dispatch": ["learned:a.npz"]}))
     assert_one_line_error(run_here("train.py", "-c", str(config), cwd=tmp_path), "memory_limit = 0.5")

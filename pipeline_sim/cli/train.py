@@ -81,6 +81,7 @@ def training_environments(config: Path, chosen: Path | None) -> tuple[Path, list
     environments = list(training.environments())
     if not environments:
         where, reason = training.invalid()[0]
+        reason = reason.replace("dispatch = 'greedy'", f"dispatch = 'learned:{name}'")  # the rule stands for it
         raise UserError(f"config {config}: no environment of the grid can run under a dispatcher: {where}: {reason}")
     return Path(name), environments
 
