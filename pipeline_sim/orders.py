@@ -296,10 +296,13 @@ def format_orders(orders: Sequence[Sequence[str]]) -> str:
 
 
 def parse_orders(text: str) -> list[list[str]]:
-    """The orders ``format_orders`` writes, read back: per GPU the text of its tasks. Blank lines are skipped;
+    """The orders ``format_orders`` writes, read back: per GPU the text of its tasks. Blank lines are skipped, and
+    what follows the GPUs' lines (the report of a visualizer's run that ``--print-order`` printed them in);
     ``ParameterError`` naming ``order`` for a line that is not ``GPU <g>: <task> ...`` with g = 0, 1, ... in turn."""
     orders: list[list[str]] = []
     for line in filter(None, (line.strip() for line in text.splitlines())):
+        if orders and not line.startswith("GPU"):
+            break
         head, colon, tasks = line.partition(":")
         if not colon or head.split() != ["GPU", str(len(orders))]:
             raise ParameterError("order", line[:40], f"each line must read 'GPU {len(orders)}: 0F0 0F1 ...' "

@@ -152,6 +152,11 @@ def test_a_given_order_that_is_not_the_gpus_own_is_refused():
         simulate(replace(params, dispatch="greedy"), Policy(), 0, own)
     with pytest.raises(ParameterError, match="'GPU 0: 0F0 0F1 ...'"):
         parse_orders("GPU 1: 1F0")
+    with pytest.raises(ParameterError, match="'GPU 0: 0F0 0F1 ...'"):  # before the orders, a line is a mistake
+        parse_orders("1f1b: completion time 8\nGPU 0: 0F0")
+    # --print-order's whole output reads back: its report after the orders is not theirs
+    assert parse_orders("GPU 0: 0F0 0B0\nGPU 1: 1F0 1B0\n1f1b: completion time 8 (ideal 6)\n  chart: c.png\n") == \
+        [["0F0", "0B0"], ["1F0", "1B0"]]
 
 
 def test_the_validator_accepts_dispatched_runs_within_their_limit():
