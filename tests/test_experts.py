@@ -137,6 +137,14 @@ def test_a_task_of_no_work_holds_its_gpu_with_the_all_to_all_its_end_issues():
         assert spans(run, K.A2A) == {(0, 0): (0.0, 1.0), (0, 1): (5.0, 6.0), (0, 2): (10.0, 11.0)}
         assert spans(run, K.BACKWARD) == {(0, 0): (1.0, 3.0), (0, 1): (6.0, 8.0), (0, 2): (11.0, 13.0)}
         assert spans(run, K.FORWARD)[(0, 1)] == (4.0, 5.0) and run.completion_time == 14.0
+    # the hold starts with the task's end, before what its start issued is settled: a gather of no work issued by F0
+    # makes F1 ready at once, which still waits for F0's dispatch
+    gathered = EnvParams(num_gpus=2, n=4, fwd_len=1, bwd_len=2, prop_len=0, a2a_len=1, zero=3, gather_len=1, **FREE)
+    lengths = [0.0 if (t.stage, t.kind, t.index) in ((0, K.FORWARD, 0), (0, K.FWD_GATHER, 1)) else t.length
+               for t in simulate(gathered, Policy()).tasks]
+    for dispatch in ("static", "greedy"):
+        run = simulate(replace(gathered, dispatch=dispatch), Policy(), lengths=lengths)
+        assert spans(run, K.FORWARD)[(0, 1)][0] == 3.0 and run.completion_time == 27.0
     # noise drawn from a normal distribution takes some compute to no work at all
     noisy = replace(example, compute_jitter=1.0, jitter_dist="normal", seed=1)
     assert min(t.length for t in simulate(noisy, Policy()).tasks if t.kind == K.BACKWARD) == 0.0

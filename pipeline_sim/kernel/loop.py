@@ -81,9 +81,10 @@ from .state import (
 
 @inner
 def _start(task: int, s: int, now: float, F: np.ndarray, I: np.ndarray, P: np.ndarray, K: np.ndarray,
-           C: np.ndarray) -> None:
-    """GPU s takes compute task ``task`` now: it runs, or, with no work, ends at once and stacks its releases; either
-    way the transfers its start issues (row ``n + task`` of the releases) become ready."""
+           C: np.ndarray, release_start: np.ndarray, release_task: np.ndarray) -> None:
+    """GPU s takes compute task ``task`` now: it runs, or, with no work, ends at once and stacks its releases, the
+    all-to-alls its end issues holding the GPU from then, before anything it releases or issues may start another
+    task there; either way the transfers its start issues (row ``n + task`` of the releases) become ready."""
     F[task, READY] = now
     leave_candidates(task, I, P)
     P[LAST_TAKEN, s] = task
@@ -95,6 +96,9 @@ def _start(task: int, s: int, now: float, F: np.ndarray, I: np.ndarray, P: np.nd
         F[task, END] = now
         C[DONE_COUNT] += 1
         P[HELD, s] -= I[task, FALLS]
+        for k in range(release_start[task], release_start[task + 1]):
+            if I[release_task[k], KIND_CLASS] == HOLD_CLASS:
+                P[HOLDING, s] += 1
         push(K, C, RELEASE, task)
     else:
         P[BUSY, s] = task
@@ -127,10 +131,6 @@ def _settle(now: float, rule: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, 
                     continue
                 I[dependent, WAITING] = 0
                 F[dependent, READY] = now
-                if I[dependent, KIND_CLASS] == HOLD_CLASS and F[node, LENGTH] == 0.0:
-                    # issued by the end of a task of no work (its one need), which ended in ``_start``: it holds the
-                    # GPU as ``_finish`` has any other's hold it
-                    P[HOLDING, I[dependent, GPU]] += 1
                 if F[dependent, LENGTH] == 0.0:
                     F[dependent, START] = now
                     F[dependent, END] = now
@@ -161,7 +161,7 @@ def _settle(now: float, rule: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, 
                     last = order_task[max(order_start[s], order_start[s + 1] - 1)]  # an optimizer step is no
                     if I[last, KIND_CLASS] == STEP_CLASS and I[last, WAITING] == 0 and \
                             np.isnan(F[last, READY]):  # decision (section 6.7)
-                        _start(last, s, now, F, I, P, K, C)
+                        _start(last, s, now, F, I, P, K, C, release_start, release_task)
                     else:
                         P[DECIDE, s] = 1
                 continue
@@ -169,7 +169,7 @@ def _settle(now: float, rule: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, 
             if task < 0:
                 C[STACK] = top
                 continue
-            _start(task, s, now, F, I, P, K, C)
+            _start(task, s, now, F, I, P, K, C, release_start, release_task)
 
 
 @inner
@@ -196,7 +196,7 @@ def _decide(now: float, rule: int, memory: int, F: np.ndarray, I: np.ndarray, P:
         task = dispatch(s, rule, memory, F, I, P, order_start, order_task)
         if task < 0:
             continue
-        _start(task, s, now, F, I, P, K, C)
+        _start(task, s, now, F, I, P, K, C, release_start, release_task)
         if P[BUSY, s] < 0:
             P[DECIDE, s] = 1
         _settle(now, rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
@@ -483,7 +483,7 @@ def decision(s: int, task: int, now: float, rule: int, F: np.ndarray, I: np.ndar
     if task < 0:
         P[WAITED, s] = 1
         return
-    _start(task, s, now, F, I, P, K, C)
+    _start(task, s, now, F, I, P, K, C, release_start, release_task)
     if P[BUSY, s] < 0:
         P[DECIDE, s] = 1
     _settle(now, rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
