@@ -3,7 +3,10 @@ of its kind is refused after ``limit`` bytes, never read whole."""
 
 from __future__ import annotations
 
+import errno
 import os
+import select
+import stat
 from typing import BinaryIO
 
 
@@ -11,15 +14,29 @@ class TooLarge(ValueError):
     """An input larger than its kind allows; the message says the limit."""
 
 
+#: Seconds a named pipe may stay silent before it is taken for one that no program will write to.
+PIPE_SECONDS = 10.0
+
+
 def open_input(path: str | os.PathLike) -> BinaryIO:
-    """``path`` opened to read bytes, as ``open`` would, except that a named pipe no program writes to is opened at
-    once (and reads as empty) rather than waited on for ever."""
+    """``path`` opened to read bytes, as ``open`` would, except that a named pipe is waited on for its first bytes
+    at most ``PIPE_SECONDS`` (an ``OSError`` then, naming it) rather than for ever; POSIX only (elsewhere ``open``)."""
     nonblocking = getattr(os, "O_NONBLOCK", 0)
-    descriptor = os.open(path, os.O_RDONLY | nonblocking)
-    if nonblocking:  # a pipe's reads wait for its writer again, as a file's would
+    if not nonblocking:
+        return open(path, "rb")
+    descriptor = os.open(path, os.O_RDONLY | nonblocking)  # a pipe opens at once, writer or not
+    try:
+        mode = os.fstat(descriptor).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
+        if stat.S_ISFIFO(mode) and not select.select([descriptor], [], [], PIPE_SECONDS)[0]:
+            raise OSError(errno.ETIMEDOUT, f"a named pipe nothing wrote to within {PIPE_SECONDS:g} s", str(path))
         import fcntl
         fcntl.fcntl(descriptor, fcntl.F_SETFL, fcntl.fcntl(descriptor, fcntl.F_GETFL) & ~nonblocking)
-    return os.fdopen(descriptor, "rb")
+        return os.fdopen(descriptor, "rb")  # reads wait for the writer, as a file's would
+    except BaseException:
+        os.close(descriptor)
+        raise
 
 
 def read_at_most(path: str | os.PathLike, limit: int) -> bytes:

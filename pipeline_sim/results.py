@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Iterable, Iterator, Sequence
 import numpy as np
 
 from .config import BOOLEAN_KEYS, INTEGER_KEYS, OBJECT_KEYS, STRING_KEYS
-from .inputs import open_input
 from .model import (
     COMM_KINDS,
     DEFAULT_POLICY,
@@ -110,8 +109,10 @@ def open_results(path: str | Path) -> BinaryIO:
     if path.name.endswith(".partial"):
         raise ResultsError(f"CSV {path}: is an unfinished sweep's partial file; finish the sweep with --resume "
                            f"and draw its CSV")
+    if path.exists() and not path.is_file():  # before opening it: a named pipe's open would wait for a writer
+        raise ResultsError(f"{path}: not a regular file; give the CSV or Parquet file a sweep wrote")
     try:
-        handle = open_input(path)
+        handle = open(path, "rb")
     except FileNotFoundError:
         raise ResultsError(f"{path}: no such file") from None
     except OSError as error:
