@@ -240,6 +240,8 @@ class Weights:
         """Weights of parameter ``name`` from a flag or a CSV cell: numbers separated by commas or spaces
         (``2,1,1,1``, ``2.0 1.0``)."""
         inner = text.strip().strip("[]()")
+        if text.strip().startswith("(") and inner.endswith(","):  # a tuple of one, as Python writes it: (2.0,)
+            inner = inner[:-1]
         words = [word.strip() for word in inner.split(",")] if "," in inner else inner.split()
         if "" in words:  # "1,,1" or "1,1,": a weight left out, which would shift every stage after it
             raise ParameterError(name, text, "has an empty weight between commas; give one number per stage, e.g. "

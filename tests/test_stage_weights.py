@@ -117,6 +117,7 @@ def test_a_flag_s_weights_leave_none_out():
     from pipeline_sim.parameters import Weights
 
     assert Weights.parse("2, 1,1 ,1") == Weights.parse("2 1 1 1") == (2.0, 1.0, 1.0, 1.0)
+    assert Weights.parse("(2.0,)") == (2.0,)  # a tuple of one as Python writes it
     for text in ("1,,1,1", "1,1,1,1,", ",1"):  # a weight left out would shift every stage after it
         with pytest.raises(ParameterError, match="has an empty weight between commas"):
             Weights.parse(text)

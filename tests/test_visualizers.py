@@ -331,3 +331,15 @@ def test_a_narrow_bar_takes_the_shortest_label_that_fits_and_the_completion_labe
     assert ax.get_xlabel() == "time (ms)"
     assert completion.get_text() == f"completion {fast.completion_time * 1e3:.4g} ms "
     plt.close(fig)
+
+
+def test_the_title_says_whether_gradients_are_synced_as_the_run_did():
+    from pipeline_sim import EnvParams, Policy
+    from pipeline_sim.engine import simulate
+    from pipeline_sim.plotting.gantt import gantt_title
+
+    def title(params):
+        return gantt_title(simulate(params, Policy()), schedule_name="1f1b", ideal_time=1.0).splitlines()[0]
+
+    assert "sync every 2;" in title(EnvParams(sync_freq=2))
+    assert "no gradient sync;" in title(EnvParams(sync_freq=2, sync_base_len=0.0))

@@ -14,6 +14,7 @@ from ..cluster import ClusterError, ClusterLost, TaskKilled, connected
 from ..config import EnvironmentGrid
 from ..files import LockLost, exclusive_writer, output_folder, output_target
 from ..model import LOOKAHEAD
+from ..parallel import interrupt_behind
 from ..results import FORMATS, SIMULATORS
 from ..scenarios import DEFAULT_STEP
 from .common import (
@@ -205,10 +206,13 @@ def _follow(progress: Generator[int, None, None], plan: SweepPlan, done: int, pa
         bar.close()
         raise LockLost(f"{error}; rows kept in {partial}; once no other run writes it, rerun with --resume to "
                        f"continue") from None
-    except (KeyboardInterrupt, BrokenProcessPool) as error:
+    except (KeyboardInterrupt, BrokenProcessPool, SystemError) as error:
+        interrupt = interrupt_behind(error)
+        if interrupt is None and not isinstance(error, BrokenProcessPool):
+            raise
         progress.close()
         bar.close()
-        why = "a worker process died" if isinstance(error, BrokenProcessPool) else str(error) or "interrupted"
+        why = "a worker process died" if interrupt is None else str(interrupt) or "interrupted"
         raise KeyboardInterrupt(f"{why} after {bar.n:,} of {plan.num_simulations:,} simulations; "
                                 f"rows kept in {partial}; rerun with --resume to continue") from None
     bar.close()

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..files import OutputError, atomic_output, check_locks, exclusive_writer, output_folder
 from ..model import EnvParams
-from ..parallel import ordered_map
+from ..parallel import interrupt_behind, ordered_map
 from ..results import (
     JITTER_KEYS,
     METRICS,
@@ -182,9 +182,12 @@ def write_heatmaps(csv: Path, output_dir: Path, workers: int = 1, metric: str = 
         before = os.fstat(source.fileno())
         try:
             drawn = _write_heatmaps(csv, source, output_dir, workers, metric, skip_incomplete, overwrite, lock)
-        except KeyboardInterrupt as interrupt:
-            if "plot_heatmap.py" in str(interrupt):  # stopped while drawing: it says how far
+        except (KeyboardInterrupt, SystemError) as error:
+            interrupt = interrupt_behind(error)
+            if interrupt is None:
                 raise
+            if "plot_heatmap.py" in str(interrupt):  # stopped while drawing: it says how far
+                raise interrupt from None
             raise KeyboardInterrupt(f"{str(interrupt) or 'interrupted'} while the file was read, before any figure "
                                     f"was drawn; draw them all with plot_heatmap.py {csv} -o {output_dir}") from None
         after = os.fstat(source.fileno())
@@ -368,7 +371,9 @@ def _run(jobs: Iterator[Job], workers: int, csv: Path, output_dir: Path, total: 
             check_locks()
             check_interrupt()
             count += 1
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SystemError) as error:
+        if interrupt_behind(error) is None:
+            raise
         drawn.close()
         raise KeyboardInterrupt(f"interrupted after {count} of {total} figures (each written whole; "
                                 f"{INCOMPLETE_MARKER} says the folder is not); the CSV is complete: draw them all "

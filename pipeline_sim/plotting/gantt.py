@@ -422,7 +422,9 @@ def gantt_title(schedule: Schedule, *, schedule_name: str, ideal_time: float, wo
     """The chart's title; ``workload``, a workload's description (its times are then seconds)."""
     params = schedule.params
     unit = " s" if workload else ""
-    syncs = f"sync every {params.sync_freq}" if params.sync_base_len > 0 else "no gradient sync"
+    run = schedule.run
+    synced = ((run.kind == KIND_INDEX[TaskKind.GRAD_SYNC]) & (run.end > run.start)).any()  # a table's syncs too
+    syncs = f"sync every {params.sync_freq}" if synced else "no gradient sync"
     first = (f"{schedule_name}, {params.num_gpus} GPUs, n={params.n} micro-batches, {syncs}; "
              f"completion time {schedule.completion_time:.4g}{unit} (ideal {ideal_time:.4g}{unit}, lower bound "
              f"{schedule.lower_bound:.4g}{unit})")
