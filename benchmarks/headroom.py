@@ -30,7 +30,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline_sim.cli.common import Parser, positive_int, worker_count  # noqa: E402
+from pipeline_sim.cli.common import Parser, positive_int  # noqa: E402
 from pipeline_sim.engine import memory_bound, simulate_figures  # noqa: E402
 from pipeline_sim.files import OutputError, atomic_output, output_target  # noqa: E402
 from pipeline_sim.hindsight import hindsight, static_params  # noqa: E402
@@ -70,7 +70,7 @@ def main() -> int:
     parser = Parser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--draws", type=positive_int, default=20, metavar="K",
                         help="draws per jittered environment (default %(default)s)")
-    parser.add_argument("--workers", type=worker_count, default=2, metavar="N",
+    parser.add_argument("--workers", type=positive_int, default=2, metavar="N",
                         help="worker processes (default %(default)s)")
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write every draw's times as JSON")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --json file")

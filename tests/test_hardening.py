@@ -480,6 +480,14 @@ def test_thousands_of_workers_are_refused_before_any_is_forked(tmp_path, script,
     assert not list(tmp_path.iterdir())
 
 
+def test_a_remote_cluster_takes_as_many_workers_as_asked():
+    from pipeline_sim.cli.generate import build_parser
+
+    args = build_parser("data_generator.py").parse_args(["-c", "x.json", "--workers", "100000", "--cluster",
+                                                         "tcp://scheduler:8786"])
+    assert args.workers == 100000  # its chunks: the cluster's workers are its own
+
+
 # -- the compile cache ---------------------------------------------------------------------
 
 def run_copy(copy, *args, env=None):

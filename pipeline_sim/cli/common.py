@@ -38,6 +38,11 @@ class _HelpFormatter(argparse.HelpFormatter):
 _NEGATIVE_NUMBER = re.compile(r"^-(\d+\.?\d*|\.\d+)(e[-+]?\d+)?$|^-(inf|infinity|nan)$", re.IGNORECASE)
 
 
+#: Worker processes per core at most on this machine: more only wait on one another, and a mistyped count would fork
+#: thousands.
+WORKERS_PER_CORE = 4
+
+
 class Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors are one line, not usage plus message."""
 
@@ -55,6 +60,16 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str):  # noqa: D102 - argparse's hook
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+    def parse_known_args(self, args=None, namespace=None):  # noqa: D102 - argparse's hook
+        # --workers on this machine: at most WORKERS_PER_CORE a core (a remote --cluster's workers are its own)
+        namespace, extras = super().parse_known_args(args, namespace)
+        workers, cores = getattr(namespace, "workers", None), os.cpu_count() or 1
+        if isinstance(workers, int) and getattr(namespace, "cluster", None) in (None, "local") and \
+                workers > WORKERS_PER_CORE * cores:
+            self.error(f"argument --workers: {workers} must be from 1 to {WORKERS_PER_CORE * cores} "
+                       f"({WORKERS_PER_CORE} per core of this machine's {cores})")
+        return namespace, extras
 
 
 def preset_or_object(key: str, text: str) -> str | dict:
@@ -220,18 +235,6 @@ def positive_int(text: str) -> int:
     return bounded_int(text, 1)
 
 
-#: Worker processes per core at most: more only wait on one another, and a mistyped count would fork thousands.
-WORKERS_PER_CORE = 4
-
-
-def worker_count(text: str) -> int:
-    """``text`` as a number of worker processes, from 1 to ``WORKERS_PER_CORE`` per core of this machine."""
-    cores = os.cpu_count() or 1
-    value = positive_int(text)
-    if value > WORKERS_PER_CORE * cores:
-        raise argparse.ArgumentTypeError(f"{value} must be from 1 to {WORKERS_PER_CORE * cores} ({WORKERS_PER_CORE} "
-                                         f"per core of this machine's {cores})")
-    return value
 
 
 def bounded_int(text: str, low: int, high: int | None = None) -> int:

@@ -27,7 +27,6 @@ from .common import (
     ready_kernel,
     run_command,
     script_name,
-    worker_count,
 )
 
 if TYPE_CHECKING:
@@ -43,7 +42,7 @@ def add_sweep_arguments(parser: Parser, *, step_flags: Sequence[str]) -> None:
     parser.add_argument(*step_flags, dest="step", type=float, default=DEFAULT_STEP,
                         help="resolution of the shared priorities; must divide 1 and be at least 0.01 "
                              "(default %(default)s: 121 policies per environment)")
-    parser.add_argument("--workers", type=worker_count, metavar="N", default=os.cpu_count() or 1,
+    parser.add_argument("--workers", type=positive_int, metavar="N", default=os.cpu_count() or 1,
                         help="worker processes (default: all %(default)s cores; 1 runs serially)")
     add_cluster_argument(parser)
     parser.add_argument("--format", choices=FORMATS, default="csv",

@@ -41,7 +41,7 @@ from ..results import (
 )
 from ..scenarios import policy_count
 from ..workload import Workload
-from .common import Parser, check_interrupt, counted, run_command, script_name, worker_count
+from .common import Parser, check_interrupt, counted, positive_int, run_command, script_name
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -438,7 +438,7 @@ def build_parser(prog: str) -> Parser:
                                                "so memory stays flat however many rows it has")
     parser.add_argument("-o", "--output_dir", "--output-dir", type=Path, default=Path("heatmaps_output"), metavar="DIR",
                         help="folder for the PNGs (default %(default)s)")
-    parser.add_argument("--workers", type=worker_count, metavar="N", default=os.cpu_count() or 1,
+    parser.add_argument("--workers", type=positive_int, metavar="N", default=os.cpu_count() or 1,
                         help="processes drawing in parallel (default: all %(default)s cores)")
     add_metric_argument(parser)
     parser.add_argument("--skip-incomplete", action="store_true",

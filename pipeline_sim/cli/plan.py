@@ -43,7 +43,6 @@ from .common import (
     run_command,
     script_name,
     use_display,
-    worker_count,
 )
 
 #: The most GPUs a plan is asked for: a billion, far past any cluster; a larger count is a mistake, and its divisors
@@ -107,7 +106,7 @@ def build_parser(prog: str) -> Parser:
     parser.add_argument("--samples", type=positive_int, default=8, help="draws per layout under --jitter "
                                                                         "(default %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the draws (default %(default)s)")
-    parser.add_argument("--workers", type=worker_count, metavar="N", default=os.cpu_count() or 1,
+    parser.add_argument("--workers", type=positive_int, metavar="N", default=os.cpu_count() or 1,
                         help="worker processes (default: all %(default)s cores; 1 runs serially)")
     add_cluster_argument(parser)
     pins = parser.add_argument_group(
