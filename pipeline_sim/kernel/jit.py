@@ -12,12 +12,16 @@ the compiles of a first run need not wait for one another.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import re
+import sys
 from pathlib import Path
 from typing import Any, Callable
 
 import llvmlite.binding
+import llvmlite.ir
+import numpy as np
 from numba import config, njit, types
 from numba.core import cgutils
 from numba.core.typing import signature
@@ -181,3 +185,51 @@ def _cached_signatures(function: Any) -> set[tuple]:
         return set()
     codegen = function.targetctx.codegen()
     return {key[0] for key in index if key == cache._index_key(key[0], codegen)}
+
+
+#: Linux's advice that a range of memory be backed by huge pages of 2 MiB (``madvise``), which the system gives, in
+#: its default mode of transparent huge pages, only to memory that asks.
+MADV_HUGEPAGE = 14
+#: Arrays from this size are advised: the C library maps them fresh for every run (its threshold for doing so is 32
+#: MiB at most), and each of their 4 KiB pages would fault on first use. A million tasks' state, 300 MB, faults in
+#: 140 ms page by page and in 21 ms by huge pages.
+HUGE_PAGE_BYTES = 32 * 2 ** 20
+
+
+def _madvise_known() -> bool:
+    """Whether compiled code may call the C library's ``madvise``: Linux, compiled, its address given to the
+    compiler's linker under that name."""
+    if not sys.platform.startswith("linux") or getattr(config, "DISABLE_JIT"):
+        return False
+    try:
+        address = ctypes.cast(ctypes.CDLL(None).madvise, ctypes.c_void_p).value
+    except (OSError, AttributeError):
+        return False
+    llvmlite.binding.add_symbol("madvise", address)
+    return True
+
+
+HUGE_PAGES = _madvise_known()
+
+
+def _madvise_call(typingctx: Any, address: Any, length: Any, advice: Any) -> Any:
+    """``madvise(address, length, advice)`` in compiled code, its result (0, or -1 when refused) left alone."""
+    def lower(context: Any, builder: Any, sig: Any, values: Any) -> Any:
+        word = llvmlite.ir.IntType(64)
+        native = llvmlite.ir.FunctionType(llvmlite.ir.IntType(32), [word, word, llvmlite.ir.IntType(32)])
+        return builder.call(cgutils.get_or_insert_function(builder.module, native, "madvise"), values)
+    return signature(types.int32, types.int64, types.int64, types.int32), lower
+
+
+_madvise: Any = intrinsic(_madvise_call)
+
+
+@inlined
+def advise_huge_pages(array: Any) -> None:
+    """Ask that ``array``'s whole pages be huge ones, before anything is written to it, when it is as large as
+    ``HUGE_PAGE_BYTES`` (on Linux; elsewhere nothing)."""
+    if HUGE_PAGES and array.nbytes >= HUGE_PAGE_BYTES:
+        start = (array.ctypes.data + 4095) // 4096 * 4096
+        end = (array.ctypes.data + array.nbytes) // 4096 * 4096
+        _madvise(np.int64(start), np.int64(end - start), np.int32(MADV_HUGEPAGE))
+

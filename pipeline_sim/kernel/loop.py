@@ -17,7 +17,7 @@ from .allocation import (
 )
 from .events import heap_pop, mark, push, set_rate
 from .figures import figures
-from .jit import at_address, compiled, exposed, inlined, inner
+from .jit import advise_huge_pages, at_address, compiled, exposed, inlined, inner
 from .next_task import dispatch, enter_candidates, leave_candidates, next_decider, take_next, wake
 from .state import (
     BEFORE,
@@ -252,6 +252,8 @@ def prepare(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.
     p = num_gpus
     F = np.empty((n, TASK_FLOATS))
     I = np.empty((n, TASK_INTS), dtype=np.int64)
+    advise_huge_pages(F)  # a large run's state: in huge pages, which fault once per 2 MiB, not per 4 KiB
+    advise_huge_pages(I)
     per_gpu = np.empty(p, dtype=np.int64)
     F[:] = 0.0
     I[:] = 0
