@@ -200,3 +200,29 @@ def test_a_failed_process_beside_leaves_the_compile_to_the_run(tmp_path, monkeyp
     engine.compile_kernel()
     assert engine.kernel_is_compiled()
     assert time.monotonic() - started < 300  # not the wait for a process beside that has ended
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="madvise's huge pages are Linux's")
+def test_large_state_asks_for_huge_pages_and_the_run_is_unchanged():
+    """The kernel calls the C library's madvise from compiled code on state of 32 MiB or more: the call is accepted,
+    and a run whose state is advised gives what the same environment gives through every other entry point."""
+    import numba
+    import numpy as np
+
+    from pipeline_sim.engine import simulate_figures
+    from pipeline_sim.kernel.jit import HUGE_PAGE_BYTES, HUGE_PAGES, MADV_HUGEPAGE, _madvise
+    from pipeline_sim.model import DEFAULT_POLICY, EnvParams
+
+    assert HUGE_PAGES
+
+    @numba.njit
+    def advise(array):
+        return _madvise(np.int64(array.ctypes.data), np.int64(array.nbytes), np.int32(MADV_HUGEPAGE))
+
+    block = np.empty(HUGE_PAGE_BYTES // 8 + 2 ** 19)  # page-aligned, as the C library maps a block this large
+    assert advise(block[(-block.ctypes.data % 4096) // 8:][: 2 ** 22]) == 0
+    params = EnvParams(num_gpus=8, n=1536)  # 58,368 tasks: its 14 floats a task alone come to 6.5 MB; 8 x more below
+    large = EnvParams(num_gpus=8, n=12288)  # 466,944 tasks, 52 MB of floats: advised
+    for environment in (params, large):
+        figures = simulate_figures(environment, [DEFAULT_POLICY])[0]
+        assert figures[0] == simulate(environment, DEFAULT_POLICY).completion_time
