@@ -81,7 +81,9 @@ def _read(path: str, real: str, modified: int, size: int) -> LengthTable:
 
     try:
         data = read_at_most(path, MAX_TABLE_BYTES)
-        raw = json.loads(data.decode())
+        raw = json.loads(data.decode(), object_pairs_hook=_unique_keys)
+    except _GivenTwice as twice:
+        raise refuse(f"{twice} is given twice; give each once (JSON would keep the last)") from None
     except TooLarge as error:
         raise refuse(f"{error}; a table is one length per task") from None
     except (OSError, UnicodeDecodeError) as error:
@@ -103,6 +105,20 @@ def _read(path: str, real: str, modified: int, size: int) -> LengthTable:
     if not isinstance(unit, str) or len(unit) > MAX_UNIT or not unit.isprintable():
         raise refuse(f"'unit' must be the lengths' unit as a short string (\"ms\"), at most {MAX_UNIT} characters")
     return LengthTable(path, lengths, _environment(path, flags.split()), hashlib.sha256(data).hexdigest(), unit)
+
+
+class _GivenTwice(ValueError):
+    """A key a table's JSON object gives twice (its message the key)."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are each given once."""
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _GivenTwice(f"task {key}" if isinstance(value, (int, float)) else f"key {key!r}")
+        seen[key] = value
+    return seen
 
 
 def _environment(path: str, words: list[str]) -> dict[str, Any]:

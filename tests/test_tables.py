@@ -318,3 +318,11 @@ def test_a_chart_of_a_table_names_its_times_by_the_table_and_a_model_chart_in_mo
     plot_gantt(ax, simulate(EnvParams(n=8, num_gpus=2, lengths=str(TABLES / "1f1b.json")), Policy()))
     assert ax.get_xlabel() == "time (ms, from 1f1b.json)"
     plt.close(fig)
+
+
+def test_a_task_given_twice_in_a_table_is_refused(tmp_path):
+    text = (TABLES / "1f1b.json").read_text().replace('"lengths": {', '"lengths": {\n  "0F0": 1.0,', 1)
+    (tmp_path / "twice.json").write_text(text)
+    config = write_config(tmp_path, {"lengths": "twice.json"})
+    assert_one_line_error(run_here("data_generator.py", "-c", str(config), "-o", "x.csv", cwd=tmp_path),
+                          "lengths = 'twice.json': task 0F0 is given twice; give each once")
