@@ -273,6 +273,8 @@ def _pairs(items: Sequence[str], flag: str) -> dict[str, str]:
         kind, sep, value = item.partition("=")
         if not sep or kind not in COMM_KINDS:
             raise UserError(f"{flag} {item!r}: expected KIND=VALUE with KIND one of {', '.join(COMM_KINDS)}")
+        if kind in pairs:
+            raise UserError(f"{flag} {item!r}: {kind} is given twice ({flag} {kind}={pairs[kind]} too); give it once")
         pairs[kind] = value
     return pairs
 
@@ -286,6 +288,10 @@ def _policy(args, priorities: Mapping[str, float], tiers: Mapping[str, str]) -> 
             except ValueError:
                 raise UserError(f"--priority {kind}={value!r}: the priority must be a number in [0, 1]") from None
         tiers = _pairs(args.exclusive, "--exclusive")
+        both = [kind for kind in tiers if kind in priorities]
+        if both:  # an exclusive kind sends alone in its tier: a shared priority would be ignored
+            raise UserError(f"--priority {both[0]}={priorities[both[0]]:g}: {both[0]} is exclusive (--exclusive "
+                            f"{both[0]}={tiers[both[0]]}), which takes no shared priority; give one of the two")
     return Policy(priorities=priorities, exclusive_tiers=tiers)
 
 
