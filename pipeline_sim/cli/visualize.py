@@ -268,7 +268,7 @@ def _image_format(path: Path) -> str:
 
 
 def _pairs(items: Sequence[str], flag: str) -> dict[str, str]:
-    pairs = {}
+    pairs: dict[str, str] = {}
     for item in items:
         kind, sep, value = item.partition("=")
         if not sep or kind not in COMM_KINDS:
