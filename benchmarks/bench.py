@@ -299,9 +299,14 @@ def first_and_repeat(params: EnvParams, rounds: int = 1) -> dict:
 
 
 def doubling() -> list[dict]:
-    """Per task, for each doubling of the tasks (1F1B): graph construction against the kernel."""
-    return [{"num_gpus": num_gpus, "n": n, **first_and_repeat(EnvParams(num_gpus=num_gpus, n=n))}
-            for num_gpus, n in DOUBLINGS]
+    """Per task, for each doubling of the tasks (1F1B): graph construction against the kernel (medians of three
+    structures below 100,000 tasks)."""
+    rows = []
+    for num_gpus, n in DOUBLINGS:
+        params = EnvParams(num_gpus=num_gpus, n=n)
+        rounds = 3 if estimated_tasks(params) < 100_000 else 1
+        rows.append({"num_gpus": num_gpus, "n": n, **first_and_repeat(params, rounds)})
+    return rows
 
 
 #: GPUs and micro-batches of the per-schedule line: the corners of 4 to 64 GPUs and 8 to 1,024 micro-batches (64

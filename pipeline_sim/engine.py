@@ -51,10 +51,12 @@ from .schedules import get_schedule
 from .tables import LengthTable
 from .taskgraph import (
     TaskGraph,
+    _structure_of,
     build_task_graph,
     check_size,
     graph_structure,
     per_structure,
+    plain_builds,
     table_of,
     task_impacts,
     task_lengths,
@@ -143,21 +145,17 @@ class _Skeleton(NamedTuple):
 @per_structure
 def _skeleton(params: EnvParams) -> _Skeleton:
     structure = graph_structure(params)
-    kind, count = structure.kind, len(structure.kind)
+    kind = structure.kind
     kind_class = _KIND_CLASSES[kind]
     kind_class[structure.holds] = HOLD_CLASS
     # after each task's releases, the transfers its start issues, and last those issued at time 0 (docs/model.md
     # section 15): the kernel reads row ``count + i`` when task i starts and row ``2 count`` at time 0
-    issuer = np.where(structure.issued_by < 0, count, structure.issued_by)
-    issued = np.lexsort((structure.issued_task, issuer))
-    release_start = np.concatenate([structure.release_start, structure.release_start[-1] + np.bincount(
-        issuer, minlength=count + 1).cumsum()])
     empty = np.zeros(0)
     arrays = GraphArrays(
         structure.gpu, structure.receiver, _comm_numbers(params)[kind], structure.stage, structure.index, empty,
-        structure.needs_start[1:] - structure.needs_start[:-1], release_start,
-        np.concatenate([structure.release_task, structure.issued_task[issued]]), structure.order_start,
-        structure.order_task, structure.peer_start, structure.peer_task, kind_class, empty, empty, empty)
+        structure.needs_start[1:] - structure.needs_start[:-1], structure.issue_start, structure.issue_task,
+        structure.order_start, structure.order_task, structure.peer_start, structure.peer_task, kind_class, empty,
+        empty, empty)
     for array in arrays:
         array.flags.writeable = False
 
@@ -790,7 +788,8 @@ def _kernel_shares(parts: Sequence[str], claims: Path, other_alive: Callable[[],
     the lower bounds for ``records``), the loop ``advance`` once all it calls is written, and the entry points that
     call it, at the same time: ``simulate_policies`` for ``figures``, ``simulate`` for ``records``."""
     params = EnvParams(n=2, num_gpus=2)
-    arrays = graph_arrays(params)
+    with plain_builds():  # this graph's builder is one of the shares
+        arrays = graph_arrays(params)
     named = _run_arguments(params)
     figures = partial(kernel.figures, arrays.gpu, arrays.comm, arrays.rises, arrays.falls, params.num_gpus,
                       activation_units(params), *figure_columns(named["F"], named["I"]),
@@ -803,8 +802,9 @@ def _kernel_shares(parts: Sequence[str], claims: Path, other_alive: Callable[[],
         callees.insert(0, Share("memory_bound", partial(_memory_term, params, lengths, _units_within(params, None))))
         callees.insert(len(callees) // 2, Share("lower_bound", partial(lower_bound, params)))
     callees.insert(1, Share("uniforms", _draw_once))  # the noise draw's, which a run with jitter asks for first
+    callees.insert(0, Share("build_structure", partial(_structure_of, replace(params, n=3))))  # the longest
     # the loop calls all of them but these (``begin``'s share compiles the loop's ``_settle``)
-    outside = ("memory_bound", "lower_bound", "prepare", "figures", "uniforms")
+    outside = ("build_structure", "memory_bound", "lower_bound", "prepare", "figures", "uniforms")
     loop_callees = tuple(share.name for share in callees if share.name not in outside)
     callees.append(Share("advance", partial(_compile_loop_function, loop.advance, named), loop_callees))
     entries = []

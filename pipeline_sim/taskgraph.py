@@ -11,13 +11,11 @@ from __future__ import annotations
 import gc
 from contextlib import contextmanager
 from functools import lru_cache, wraps
-from itertools import accumulate
 from typing import Callable, Iterator, Mapping, NamedTuple, TypeVar
 
 import numpy as np
 
 from .model import (
-    A2A_KINDS,
     KIND_INDEX,
     KINDS,
     TRANSFER_KINDS,
@@ -276,15 +274,9 @@ _ROW_IN_STAGES, _ROW_IN_GPUS, _ROW_BY = np.array([_row_form(kind) for kind in KI
 _IMPACT_OF = np.array([1 if kind is _F else 2 if kind in (_B, _I, _W) else 0 for kind in KINDS])
 
 
-@per_structure
 def _work_index(params: EnvParams) -> _WorkIndex:
     structure = graph_structure(params)
-    kinds = structure.kind
-    by = _ROW_BY[kinds]
-    row = (_ROW_IN_STAGES * (params.num_gpus * params.v) + _ROW_IN_GPUS * params.num_gpus)[kinds] + np.where(
-        by == 1, structure.stage, np.where(by == 2, structure.gpu, 0))
-    pairs = (kinds == KIND_INDEX[TaskKind.OVERLAP_F_B]).nonzero()[0]
-    return _WorkIndex(row, _IMPACT_OF[kinds], pairs, structure.part_stage[pairs, 0], structure.part_stage[pairs, 1])
+    return _WorkIndex(structure.work_row, structure.work_impact, *structure.pairs)
 
 
 @per_structure
@@ -311,27 +303,21 @@ def _draws(params: EnvParams) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
 
 #: The kinds of work a schedule's orders name, in the order of ``GraphStructure.compute_task``'s first axis.
 _PART_KINDS = (_F, _B, _I, _W)
-#: The transfers of one stage and micro-batch each (a table of stages x micro-batches finds them).
 #: Per kind number, where a task of that kind stands among the tasks one task's end releases: transfers first, in
 #: ``TRANSFER_KINDS`` order, then compute tasks.
 _RELEASE_RANK = np.array([TRANSFER_KINDS.index(kind) if kind in TRANSFER_KINDS else len(TRANSFER_KINDS)
                           for kind in KINDS])
 #: Per kind number, its place in ``_PART_KINDS`` (-1: none).
 _PART_SLOT = np.array([_PART_KINDS.index(kind) if kind in _PART_KINDS else -1 for kind in KINDS])
-_PER_MICROBATCH = (TaskKind.FWD_PROP, TaskKind.GRAD_PROP, TaskKind.FWD_GATHER, TaskKind.BWD_GATHER,
-                   TaskKind.KV_EXCHANGE, TaskKind.KV_GRAD_EXCHANGE, TaskKind.A2A, TaskKind.A2A_GRAD)
-#: Per kind number (and -1, no part: the last entry), which of ``_structure_of``'s tables of inputs a part of that
-#: kind waits for: 0 a forward's, 1 a backward's or I's, 2 a W's, 3 none; and which gather: 0 a forward's, 1 a
-#: backward's or I's, 2 none.
+#: Per kind number (and -1, no part: the last entry), which table of inputs a part of that kind waits for: 0 a
+#: forward's, 1 a backward's or I's, 2 a W's, 3 none; and which gather: 0 a forward's, 1 a backward's or I's, 2 none.
 _INPUT_OF = np.array([{_F: 0, _B: 1, _I: 1, _W: 2}.get(kind, 3) for kind in KINDS] + [3])
 _GATHER_OF = np.array([{_F: 0, _B: 1, _I: 1}.get(kind, 2) for kind in KINDS] + [2])
-#: Per kind number, whether it is an all-to-all's.
-_IS_A2A = np.array([kind in A2A_KINDS for kind in KINDS])
 
 
 class GraphStructure(NamedTuple):
     """A task graph but for its work (``TaskGraph``'s records without lengths and impacts), as arrays: what the
-    simulation reads, built with numpy from the orders, once per structure.
+    simulation reads, built by the compiled ``kernel.build_structure`` from the orders, once per structure.
 
     Per task: its kind (its number in ``KINDS``), GPU, stage, index and receiver (-1: none); its parts' kinds,
     stages and micro-batches (two columns, -1 where there is no part: a transfer has none, a pair two). Compressed
@@ -339,7 +325,10 @@ class GraphStructure(NamedTuple):
     ``TaskGraph``'s. ``issued_task`` and ``issued_by`` pair each transfer a compute task's start issues with that
     task (-1: time 0), in the order ``TaskGraph.issued_by`` lists them; ``holds`` as ``TaskGraph``'s, ascending.
     ``compute_task[k, s, m]`` is the task running the part of kind ``_PART_KINDS[k]`` on stage s for micro-batch m
-    (-1: none).
+    (-1: none). ``issue_start`` and ``issue_task`` are the rows the kernel reads: each task's releases, then (row
+    tasks + i) the transfers task i's start issues and (row 2 tasks) those issued at time 0, each by task. Per task
+    its row in ``_work``'s table and its impact (``_WorkIndex``'s); ``pairs`` each overlapped pair's task and the
+    stages of its forward and its backward.
     """
 
     kind: np.ndarray
@@ -364,6 +353,11 @@ class GraphStructure(NamedTuple):
     issued_by: np.ndarray
     holds: np.ndarray
     compute_task: np.ndarray
+    issue_start: np.ndarray
+    issue_task: np.ndarray
+    work_row: np.ndarray
+    work_impact: np.ndarray
+    pairs: np.ndarray
 
 
 @lru_cache(maxsize=256)
@@ -411,266 +405,88 @@ def graph_structure(params: EnvParams) -> GraphStructure:
     return structure
 
 
-def _starts(counts: np.ndarray | list[int]) -> np.ndarray:
-    """The starts of compressed rows of ``counts`` entries each."""
-    if isinstance(counts, list):  # a few rows: numpy's fixed cost per call is the most of it
-        return np.array([0, *accumulate(counts)], dtype=np.int64)
-    starts = np.zeros(len(counts) + 1, dtype=np.int64)
-    starts[1:] = counts.cumsum()
-    return starts
+#: Whether graphs are built by the builder's plain Python (``plain_builds``).
+_plain = False
 
 
-def _none(*shape: int) -> np.ndarray:
-    """An array of ``shape`` holding -1 (no task) everywhere: ``np.full``'s work without its cost per call."""
-    out = np.empty(shape, dtype=np.int64)
-    out.fill(-1)
-    return out
+@contextmanager
+def plain_builds() -> Iterator[None]:
+    """Graphs built by ``kernel.build_structure``'s plain Python while in force: a first compile's own small graph,
+    so that the builder is compiled beside the rest of the kernel rather than before it."""
+    global _plain
+    before, _plain = _plain, True
+    try:
+        yield
+    finally:
+        _plain = before
 
 
-def _compressed(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The starts of compressed rows of ``counts`` entries each, and each entry's place within its row."""
-    starts = _starts(counts)
-    return starts, np.arange(starts[-1]) - starts[:-1].repeat(counts)
+#: ``kernel.structure.CODES``'s kind numbers, and per kind number (and -1, no kind) the tables of ``LOOKUP``.
+_CODES = np.array([KIND_INDEX[TaskKind(name)] for name in ("fwd_prop", "grad_prop", "grad_sync", "optimizer_step",
+                                                            "param_gather", "overlap_f_b", "fwd_gather",
+                                                            "kv_exchange", "a2a", "a2a_grad")], dtype=np.int64)
+_TABLES_OF = (TaskKind.FWD_GATHER, TaskKind.BWD_GATHER, TaskKind.KV_EXCHANGE, TaskKind.KV_GRAD_EXCHANGE, TaskKind.A2A,
+              TaskKind.A2A_GRAD)
+_LOOKUP = np.array([[*_RELEASE_RANK, 0], [*_PART_SLOT, -1], _INPUT_OF, _GATHER_OF,
+                    [_TABLES_OF.index(kind) if kind in _TABLES_OF else -1 for kind in KINDS] + [-1],
+                    *([*row, 0] for row in (_ROW_IN_STAGES, _ROW_IN_GPUS, _ROW_BY, _IMPACT_OF))], dtype=np.int64)
 
 
 def _structure_of(params: EnvParams) -> GraphStructure:
     """Per GPU: its compute tasks in their order, then its pipeline transfers (forward, then backward), its
     gradient syncs, each stage's gathers, exchanges and all-to-alls, its optimizer step and its gather of updated
     parameters; tasks numbered in that order, each block by stage and micro-batch (docs/model.md sections 2, 6
-    and 15-16).
+    and 15-16), built by the compiled ``kernel.build_structure`` from the orders' parts."""
+    from .compile_cache import load_kernel
 
-    Small graphs are built in a few hundred microseconds, of which numpy's fixed cost per call is most: a step that
-    a graph has nothing of (no pairs, gathers, exchanges or optimizer steps) is skipped rather than done on empty
-    arrays."""
     spec = get_schedule(params.schedule)
     p, n, v = params.num_gpus, params.n, params.v
-    stages = p * v
-    placed = [spec.placement(s, p, v) for s in range(stages)]
-    mine: list[list[int]] = [[] for _ in range(p)]
-    chunks = []
-    for s, gpu_of in enumerate(placed):
-        chunks.append(len(mine[gpu_of]))
-        mine[gpu_of].append(s)
-    stage_gpu, stage_chunk = np.array(placed, dtype=np.int64), np.array(chunks, dtype=np.int64)
-    syncs = np.array(sync_points(n, params.sync_freq), dtype=np.int64)
+    stage_gpu = np.array([spec.placement(s, p, v) for s in range(p * v)], dtype=np.int64)
     per_use = params.zero == 3 and params.gather_len > 0
-    optimizer = params.optimizer_len > 0
-    param_gather = params.zero in (1, 2) and params.gather_len > 0
-
-    # the orders' parts, checked: each on its stage's GPU, each once
+    per_stage = np.array([KIND_INDEX[kind] for kind, wanted in (
+        (TaskKind.FWD_GATHER, per_use), (TaskKind.BWD_GATHER, per_use), (TaskKind.KV_EXCHANGE, params.cp_len > 0),
+        (TaskKind.KV_GRAD_EXCHANGE, params.cp_len > 0), (TaskKind.A2A, params.a2a_len > 0),
+        (TaskKind.A2A_GRAD, params.a2a_len > 0)) if wanted], dtype=np.int64)
     part_gpu, part_kind, part_stage, part_mb, second = order_parts(params)
-    outside = (part_stage.view(np.uint64) >= stages) | (part_mb.view(np.uint64) >= n)  # a negative one too
-    if outside.any():
-        k = int(np.argmax(outside))
-        action = Action(KINDS[part_kind[k]], int(part_stage[k]), int(part_mb[k]))
-        raise ScheduleError(f"the orders of {params.schedule} run {action}, beyond its {stages} stages and {n} "
-                            "micro-batches")
-    elsewhere = stage_gpu[part_stage] != part_gpu
-    if elsewhere.any():
-        k = int(np.argmax(elsewhere))
-        action = Action(KINDS[part_kind[k]], int(part_stage[k]), int(part_mb[k]))
-        raise ScheduleError(f"GPU {part_gpu[k]} runs {action}, but stage {action.stage} lives on GPU "
-                            f"{stage_gpu[action.stage]}")
-    key = (_PART_SLOT[part_kind] * stages + part_stage) * n + part_mb
-    twice = np.bincount(key, minlength=len(_PART_KINDS) * stages * n) > 1
-    if twice.any():
-        k = int(np.argmax(twice[key]))
-        raise ScheduleError(f"{Action(KINDS[part_kind[k]], int(part_stage[k]), int(part_mb[k]))} appears twice in "
-                            f"the orders of {params.schedule}")
+    error = np.zeros(4, dtype=np.int64)
+    builder = load_kernel().build_structure
+    built = (getattr(builder, "py_func", builder) if _plain else builder)(
+        p, n, stage_gpu, np.array(sync_points(n, params.sync_freq), dtype=np.int64), per_stage,
+        int(params.optimizer_len > 0), int(params.zero in (1, 2) and params.gather_len > 0), part_gpu, part_kind,
+        part_stage, part_mb, second, _CODES, _LOOKUP, error)
+    if error[0]:
+        raise ScheduleError(_schedule_error(params, stage_gpu, error.tolist(), (part_gpu, part_kind, part_stage,
+                                                                                 part_mb)))
+    columns, parts, needs_start, needs_task, issue_start, issue_task, *rows, stage_chunk, issued_task, issued_by, \
+        holds, table, pairs = built
+    count = len(columns[0])
+    order_start, order_task, peer_start, peer_task = rows
+    return GraphStructure(columns[0], columns[1], columns[2], columns[3], columns[4], parts[0], parts[1], parts[2],
+                          needs_start, needs_task, issue_start[:count + 1], issue_task[:issue_start[count]],
+                          order_start, order_task, peer_start, peer_task, stage_gpu, stage_chunk, issued_task,
+                          issued_by, holds, table, issue_start, issue_task, columns[5], columns[6], pairs)
 
-    # the blocks of tasks, GPU after GPU: kind number (-1: the GPU's compute tasks), GPU, stage, length, receiver
-    pairs = bool(second.any())
-    computes = np.bincount(part_gpu[~second] if pairs else part_gpu, minlength=p).tolist()
-    blocks: list[tuple[int, int, int, int, int]] = []
-    per_stage = [kind for kind, wanted in ((TaskKind.FWD_GATHER, per_use), (TaskKind.BWD_GATHER, per_use),
-                                           (TaskKind.KV_EXCHANGE, params.cp_len > 0),
-                                           (TaskKind.KV_GRAD_EXCHANGE, params.cp_len > 0),
-                                           (TaskKind.A2A, params.a2a_len > 0), (TaskKind.A2A_GRAD, params.a2a_len > 0))
-                 if wanted]
-    gsync, step, gather = KIND_INDEX[TaskKind.GRAD_SYNC], KIND_INDEX[_O], KIND_INDEX[TaskKind.PARAM_GATHER]
-    finals: list[tuple[int, int]] = []  # per GPU, the blocks of its compute tasks and of its first sync
-    for gpu_of, own in enumerate(mine):
-        finals.append((len(blocks), len(blocks)))
-        blocks.append((-1, gpu_of, 0, computes[gpu_of], -1))
-        blocks += [(KIND_INDEX[TaskKind.FWD_PROP], gpu_of, s, n, placed[s + 1]) for s in own
-                   if s < stages - 1 and placed[s + 1] != gpu_of]
-        blocks += [(KIND_INDEX[TaskKind.GRAD_PROP], gpu_of, s, n, placed[s - 1]) for s in own
-                   if s > 0 and placed[s - 1] != gpu_of]
-        finals[-1] = (finals[-1][0], len(blocks))
-        blocks += [(gsync, gpu_of, s, len(syncs), -1) for s in own]
-        blocks += [(KIND_INDEX[kind], gpu_of, s, n, -1) for s in own for kind in per_stage]
-        blocks += [(step, gpu_of, own[0], 1, -1)] * optimizer + [(gather, gpu_of, own[0], 1, -1)] * param_gather
-    of_kind: dict[int, list[int]] = {}  # the blocks of each kind number
-    for number, (kind_number, *_) in enumerate(blocks):
-        of_kind.setdefault(kind_number, []).append(number)
-    block = np.array(blocks, dtype=np.int64).T
-    block_kind, block_gpu, block_stage, block_length, block_receiver = block
-    block_start, index = _compressed(block_length)
-    count = int(block_start[-1])
-    kind, gpu, stage, receiver = block[[0, 1, 2, 4]].repeat(block_length, axis=1)
-    task = np.arange(count)
 
-    # the compute tasks: a part's task, and each task's parts (kind, stage and micro-batch: two columns each)
-    compute = (kind < 0).nonzero()[0]
-    parts = _none(3, count, 2)
-    if pairs:
-        part_task = compute[(~second).cumsum() - 1]
-        parts[:, part_task[~second], 0] = np.array((part_kind, part_stage, part_mb))[:, ~second]
-        parts[:, part_task[second], 1] = np.array((part_kind, part_stage, part_mb))[:, second]
-        kind[compute] = np.where(parts[0, compute, 1] >= 0, KIND_INDEX[TaskKind.OVERLAP_F_B], parts[0, compute, 0])
-    else:
-        part_task = compute
-        parts[:, compute, 0] = part_kind, part_stage, part_mb
-        kind[compute] = part_kind
-    stage[compute], index[compute] = parts[1, compute, 0], parts[2, compute, 0]
-    steps = block_start[of_kind[step]] if optimizer else compute[:0]
-    if optimizer:
-        parts[0, steps, 0], parts[1, steps, 0], parts[2, steps, 0] = step, stage[steps], 0
-    table = _none(len(_PART_KINDS), stages, n)
-    table.reshape(-1)[key] = part_task
+def _schedule_error(params: EnvParams, stage_gpu: np.ndarray, error: list[int], parts: tuple[np.ndarray, ...]) -> str:
+    """What ``kernel.build_structure``'s ``error`` says is wrong with ``params``' orders, in words."""
+    from .kernel import structure as built
 
-    # the transfers of each kind of _PER_MICROBATCH, block by block (rows of n), and their blocks' stages; per
-    # stage and micro-batch, the transfer of each such kind but the pipeline's (-1: none)
-    absent = _none(stages, n)  # read only: every kind of transfer this graph has none of
-    tables = dict.fromkeys(_PER_MICROBATCH, absent)
-    rows: dict[TaskKind, tuple[np.ndarray, np.ndarray]] = {}
-    for kind_of in _PER_MICROBATCH:
-        chosen = of_kind.get(KIND_INDEX[kind_of])
-        if chosen:
-            rows[kind_of] = (block_start[chosen, None] + np.arange(n), block_stage[chosen])
-            if kind_of not in (TaskKind.FWD_PROP, TaskKind.GRAD_PROP):
-                tables[kind_of] = absent.copy()
-                tables[kind_of][rows[kind_of][1]] = rows[kind_of][0]
-
-    forward, whole, split_input, weight = table
-    gradient = np.where(whole >= 0, whole, split_input)  # the task computing a (stage, mb)'s input gradient
-    unsplit = split_input.max() < 0  # no I: nothing waits for a W
-    if forward.min() < 0 or gradient.min() < 0 or not unsplit and ((split_input >= 0) & (weight < 0)).any():
-        for missing, name in ((forward < 0, _F), (gradient < 0, _B), ((split_input >= 0) & (weight < 0), None)):
-            if missing.any():
-                s, m = np.argwhere(missing)[0].tolist()
-                raise ScheduleError(f"the orders of {params.schedule} never run {Action(name, s, m)}" if name else
-                                    f"the orders of {params.schedule} split {Action(_I, s, m)} but never run its W")
-    # what a part waits for, by _INPUT_OF its kind, stage and micro-batch: a forward its input from the stage
-    # before, a backward or I the gradient from the stage after (the last stage's: its own forward), a W its I;
-    # what another GPU's stage sends, its transfer
-    inputs = np.empty((4, stages, n), dtype=np.int64)
-    inputs[0, 0], inputs[0, 1:], inputs[3] = -1, forward[:-1], -1
-    inputs[1, :-1], inputs[1, -1], inputs[2] = gradient[1:], forward[-1], split_input
-    if TaskKind.FWD_PROP in rows:
-        transfers, sender = rows[TaskKind.FWD_PROP]
-        inputs[0, sender + 1] = transfers
-    if TaskKind.GRAD_PROP in rows:
-        transfers, sender = rows[TaskKind.GRAD_PROP]
-        inputs[1, sender - 1] = transfers
-
-    # what each task waits for, in order: per part its pipeline input, then its gather (a pair's later duplicates
-    # dropped); a transfer's producer; a sync's backward or W
-    wants = _none(count, 4)
-    for column in (0, 1) if pairs else (0,):
-        its_kind, its_stage, its_mb = parts[:, compute, column]  # -1 for no part: _INPUT_OF's and a table's last
-        wants[compute, 2 * column] = inputs[_INPUT_OF[its_kind], its_stage, its_mb]
-        if per_use:
-            gathers = np.array((tables[TaskKind.FWD_GATHER], tables[TaskKind.BWD_GATHER], absent))
-            wants[compute, 2 * column + 1] = gathers[_GATHER_OF[its_kind], its_stage, its_mb]
-    paired = compute[parts[0, compute, 1] >= 0] if pairs else compute[:0]
-    if pairs:
-        for column in (2, 3):  # a pair's second part's needs that its first has
-            repeated = paired[(wants[paired, column:column + 1] == wants[paired, :column]).any(axis=1)]
-            wants[repeated, column] = -1
-        own = (wants[paired] == paired[:, None]).any(axis=1)  # one part never waits for its own task
-        if own.any():
-            i = int(paired[np.argmax(own)])
-            raise ScheduleError(f"{Action(KINDS[parts[0, i, 0]], parts[1, i, 0], parts[2, i, 0])} of "
-                                f"{params.schedule} would wait for its own task")
-    for kind_of, producers in ((TaskKind.FWD_PROP, forward), (TaskKind.GRAD_PROP, gradient)):
-        if kind_of in rows:
-            transfers, sender_stage = rows[kind_of]
-            wants[transfers, 0] = producers[sender_stage]
-    at = (kind == gsync).nonzero()[0]
-    wants[at, 0] = np.where(weight >= 0, weight, whole)[stage[at], syncs[index[at]]]
-
-    # the all-to-alls (section 16): issued by their task's end, holding its GPU, or by an overlapped pair's start;
-    # the transfers a start issues (section 15); and each issuer's exchanges, which what waits for it waits for too
-    pair = KIND_INDEX[TaskKind.OVERLAP_F_B]
-    issued_task, issued_by, holds = [], [], []
-    exchanging = params.a2a_len > 0 or params.cp_len > 0
-    exchanges = _none(count if exchanging else 0, 4)
-    for column, (kind_of, issuers) in enumerate(((TaskKind.A2A, forward), (TaskKind.A2A_GRAD, gradient))):
-        if params.a2a_len > 0:
-            transfer, issuer = tables[kind_of].reshape(-1), issuers.reshape(-1)
-            paired = kind[issuer] == pair
-            issued_task.append(transfer[paired])
-            issued_by.append(issuer[paired])
-            holds.append(transfer[~paired])
-            wants[transfer[~paired], 0] = issuer[~paired]
-            exchanges[issuer, column] = transfer
-    starters = {TaskKind.FWD_GATHER: lambda: np.hstack([_none(stages, 1), forward[:, :-1]]),
-                TaskKind.BWD_GATHER: lambda: np.hstack([forward[:, :1], gradient[:, :-1]]),
-                TaskKind.KV_EXCHANGE: lambda: forward, TaskKind.KV_GRAD_EXCHANGE: lambda: gradient}
-    for column, (kind_of, starter) in enumerate(starters.items()):
-        if kind_of not in rows:
-            continue
-        transfer = tables[kind_of].reshape(-1)
-        present = transfer >= 0
-        issuers = starter().reshape(-1)[present]
-        issued_task.append(transfer[present])
-        issued_by.append(issuers)
-        if column >= 2:
-            exchanges[issuers, column] = transfer[present]
-
-    # a GPU's optimizer step waits for its compute tasks and syncs; its gather for the step, or for those
-    listed = wants >= 0
-    counts = listed.sum(axis=1)
-    needs = wants[listed]  # row by row, each row's in its columns' order
-    if optimizer or param_gather:  # the steps' and gathers' rows, put in their places
-        long_rows = block_start[sorted(of_kind.get(step, []) + of_kind.get(gather, []))]
-        long_lists = [np.array([i - 1]) if kind[i] == gather and optimizer else
-                      np.concatenate([np.arange(block_start[first], block_start[first + 1]), np.arange(
-                          block_start[syncing], block_start[syncing] + len(mine[gpu[i]]) * len(syncs))])
-                      for i in long_rows.tolist() for first, syncing in (finals[gpu[i]],)]
-        needs = np.insert(needs, np.repeat(np.cumsum(counts)[long_rows], [len(values) for values in long_lists]),
-                          np.concatenate(long_lists))
-        counts[long_rows] = [len(values) for values in long_lists]
-    starts = _starts(counts)
-    consumer = task.repeat(counts)
-    if exchanging:  # each need's exchanges appended, in the order of the needs
-        extra = exchanges[needs]
-        extra[_IS_A2A[kind[consumer]]] = -1
-        more = extra >= 0
-        per_need = more.sum(axis=1)
-        added = np.bincount(consumer, weights=per_need, minlength=count).astype(np.int64)
-        total = _starts(counts + added)
-        merged = np.empty(total[-1], dtype=np.int64)
-        merged[total[consumer] + np.arange(len(needs)) - starts[consumer]] = needs
-        _, extra_place = _compressed(added)
-        merged[(total[:-1] + counts)[np.repeat(consumer, per_need)] + extra_place] = extra[more]
-        starts, needs, counts = total, merged, counts + added
-        consumer = task.repeat(counts)
-
-    # each task's releases: transfers first, in TRANSFER_KINDS order, then compute tasks; by index within a kind
-    rank = _RELEASE_RANK[kind[consumer]]
-    place = ((needs * (len(TRANSFER_KINDS) + 1) + rank) * count + consumer).argsort(kind="stable")
-    release_start = _starts(np.bincount(needs, minlength=count))
-
-    # each GPU's order: its compute tasks (GPU after GPU already), its optimizer step last; and the GPUs it exchanges
-    # transfers with
-    ordered = compute
-    if optimizer:
-        ordered = np.concatenate([compute, steps])
-        ordered = ordered[gpu[ordered].argsort(kind="stable")]
-    order_start = _starts([tasks + optimizer for tasks in computes])
-    peers: list[set[int]] = [set() for _ in range(p)]
-    for _, source, _, _, to in blocks:
-        if to >= 0:
-            peers[source].add(to)
-            peers[to].add(source)
-    peer_start = _starts([len(row) for row in peers])
-    joined = lambda arrays: np.concatenate(arrays) if arrays else np.zeros(0, dtype=np.int64)  # noqa: E731
-    return GraphStructure(kind, gpu, stage, index, receiver, parts[0], parts[1], parts[2], starts, needs, release_start,
-                          consumer[place], order_start, ordered, peer_start,
-                          np.array([g for row in peers for g in sorted(row)], dtype=np.int64), stage_gpu, stage_chunk,
-                          joined(issued_task), joined(issued_by), np.sort(joined(holds)), table)
+    code, *where = error
+    if code == built.OWN_TASK:
+        return f"{Action(KINDS[where[0]], where[1], where[2])} of {params.schedule} would wait for its own task"
+    if code in (built.NO_FORWARD, built.NO_GRADIENT, built.NO_WEIGHT):
+        stage, mb = where[:2]
+        if code == built.NO_WEIGHT:
+            return f"the orders of {params.schedule} split {Action(_I, stage, mb)} but never run its W"
+        return f"the orders of {params.schedule} never run {Action(_F if code == built.NO_FORWARD else _B, stage, mb)}"
+    part_gpu, part_kind, part_stage, part_mb = (values[where[0]].item() for values in parts)
+    action = Action(KINDS[part_kind], part_stage, part_mb)
+    if code == built.OUTSIDE:
+        return (f"the orders of {params.schedule} run {action}, beyond its {len(stage_gpu)} stages and {params.n} "
+                "micro-batches")
+    if code == built.ELSEWHERE:
+        return f"GPU {part_gpu} runs {action}, but stage {action.stage} lives on GPU {stage_gpu[action.stage]}"
+    return f"{action} appears twice in the orders of {params.schedule}"
 
 
 @per_structure

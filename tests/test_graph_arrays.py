@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import reference_taskgraph as reference
 
+from pipeline_sim import orders
 from pipeline_sim.engine import (
     _KIND_CLASS,
     _memory_jobs,
@@ -18,12 +19,30 @@ from pipeline_sim.engine import (
     static_order_peaks,
     static_peak,
 )
-from pipeline_sim.model import COMM_KINDS, DISPATCHERS, EP_OVERLAP_SCHEDULES, ROOM_UNIT, EnvParams, TaskKind
+from pipeline_sim.model import (
+    COMM_KINDS,
+    DISPATCHERS,
+    EP_OVERLAP_SCHEDULES,
+    KIND_INDEX,
+    ROOM_UNIT,
+    EnvParams,
+    TaskKind,
+)
 from pipeline_sim.noise import KIND_NUMBERS, standard_normals, work_factors
 from pipeline_sim.schedules import SCHEDULES, get_schedule
-from pipeline_sim.taskgraph import _draws, _work, _work_index, build_task_graph, task_impacts, task_lengths
+from pipeline_sim.taskgraph import (
+    ScheduleError,
+    _draws,
+    _structure_of,
+    _work,
+    _work_index,
+    build_task_graph,
+    task_impacts,
+    task_lengths,
+)
 
 F, B, I, W = TaskKind.FORWARD, TaskKind.BACKWARD, TaskKind.BACKWARD_INPUT, TaskKind.BACKWARD_WEIGHT
+_K = KIND_INDEX
 
 
 def random_environment(rng: random.Random, schedule: str) -> EnvParams:
@@ -249,3 +268,33 @@ def test_structure_is_the_task_by_task_construction():
                   params.a2a_len > 0 and params.ep_overlap == 1 and params.schedule in EP_OVERLAP_SCHEDULES))
     for field, values in enumerate((set(SCHEDULES), set(DISPATCHERS), {0, 1, 2, 3}, *[{False, True}] * 5)):
         assert {key[field] for key in seen} == values
+
+
+def _orders_of(schedule: str, p: int, n: int) -> list[list]:
+    """The steps of ``schedule``'s orders on p GPUs for n micro-batches, each GPU's a list to break."""
+    columns = orders.COLUMNS[schedule](p, n, 1)
+    return [[tuple(step) for step in columns[:, gpu].T.tolist()] for gpu in range(p)]
+
+
+@pytest.mark.parametrize("broken, message", [
+    (lambda o: o[0].__setitem__(0, (o[0][0][0], 0, 4)), "the orders of 1f1b run 0F4, beyond its 2 stages and 4 "
+                                                         "micro-batches"),
+    (lambda o: o[0].__setitem__(0, (o[0][0][0], 1, 0)), "GPU 0 runs 1F0, but stage 1 lives on GPU 1"),
+    (lambda o: o[1].__setitem__(o[1].index((_K[B], 1, 3)), (_K[F], 1, 0)), "1F0 appears twice in the orders of 1f1b"),
+    (lambda o: o[0].__setitem__(o[0].index((_K[F], 0, 2)), (_K[W], 0, 2)), "the orders of 1f1b never run 0F2"),
+    (lambda o: o[1].__setitem__(o[1].index((_K[B], 1, 1)), (_K[W], 1, 1)), "the orders of 1f1b never run 1B1"),
+    (lambda o: o[1].__setitem__(o[1].index((_K[B], 1, 1)), (_K[I], 1, 1)),
+     "the orders of 1f1b split 1I1 but never run its W"),
+    (lambda o: o[1].__setitem__(slice(0, 2), [((_K[F], 1, 0), (_K[B], 1, 0))]), "1F0 of 1f1b would wait for its own "
+                                                                              "task"),
+])
+def test_broken_orders_are_named(monkeypatch, broken, message):
+    """Orders that run a part beyond the graph, on another stage's GPU, twice, or never, or a pair waiting for
+    itself: a ``ScheduleError`` naming the part."""
+    steps = _orders_of("1f1b", 2, 4)
+    broken(steps)
+    monkeypatch.delitem(orders.COLUMNS, "1f1b")
+    monkeypatch.setitem(orders.ORDERS, "1f1b", lambda p, n, v: steps)
+    with pytest.raises(ScheduleError) as raised:
+        _structure_of(EnvParams(schedule="1f1b", num_gpus=2, n=4))  # uncached: built from these orders
+    assert str(raised.value) == message

@@ -15,7 +15,8 @@ state arrays), ``events`` (rate changes, the heap of projected ends), ``allocati
 dispatch rule), ``bound`` (the lower bound of section 12.2), ``observation`` (what a deciding GPU sees), ``play``
 (a learned dispatcher's decisions, its network evaluated in the loop), ``lookahead`` (candidates tried forward on
 expected lengths), ``loop`` (readiness chains and the loop itself), ``figures`` (what a sweep keeps),
-``sorting`` (the one sort the figures and the bound use) and ``draws`` (the integer steps of the noise draw).
+``sorting`` (the one sort the figures and the bound use), ``draws`` (the integer steps of the noise draw) and
+``structure`` (a task graph's arrays built from its orders).
 
 The functions take the task graph as arrays (``engine.GraphArrays``) and never ask
 which schedule produced it. They are plain Python that numba compiles once per
@@ -53,8 +54,9 @@ from .state import (
     THROTTLED_TIME,
     ZERO_LAYER,
 )
+from .structure import build_structure
 
 __all__ = ["BUSY", "DONE", "END", "EXTERNAL", "NEXT", "RANK", "READY", "RUNNING", "SHARED_LAYER", "START", "STUCK",
-           "THROTTLED", "THROTTLED_TIME", "ZERO_LAYER", "act", "begin", "choices", "decision", "figures",
-           "layered_rates", "look_ahead", "lower_bound", "memory_bound", "observe", "path_times", "play", "prepare",
-           "simulate", "simulate_policies", "uniforms"]
+           "THROTTLED", "THROTTLED_TIME", "ZERO_LAYER", "act", "begin", "build_structure", "choices", "decision",
+           "figures", "layered_rates", "look_ahead", "lower_bound", "memory_bound", "observe", "path_times", "play",
+           "prepare", "simulate", "simulate_policies", "uniforms"]

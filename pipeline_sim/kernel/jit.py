@@ -233,3 +233,29 @@ def advise_huge_pages(array: Any) -> None:
         end = (array.ctypes.data + array.nbytes) // 4096 * 4096
         _madvise(np.int64(start), np.int64(end - start), np.int32(MADV_HUGEPAGE))
 
+
+
+def _prefetch_call(typingctx: Any, address: Any) -> Any:
+    """The processor asked to bring the cache line at ``address`` into its caches, for reading, kept close."""
+    def lower(context: Any, builder: Any, sig: Any, values: Any) -> Any:
+        pointer = builder.inttoptr(values[0], llvmlite.ir.IntType(8).as_pointer())
+        word = llvmlite.ir.IntType(32)
+        native = llvmlite.ir.FunctionType(llvmlite.ir.VoidType(), [pointer.type, word, word, word])
+        builder.call(cgutils.get_or_insert_function(builder.module, native, "llvm.prefetch.p0"),
+                     [pointer, word(0), word(3), word(1)])
+        return context.get_dummy_value()
+    return signature(types.none, types.int64), lower
+
+
+_prefetch: Any = intrinsic(_prefetch_call)
+#: Whether code is compiled: uncompiled, nothing is asked for.
+PREFETCH = not getattr(config, "DISABLE_JIT")
+
+
+@inlined
+def prefetch_row(array: Any, row: int) -> None:
+    """Ask for the cache lines of ``array[row]`` (a row of a C-ordered 2D array) ahead of their use."""
+    if PREFETCH:
+        first = array.ctypes.data + row * array.strides[0]
+        for line in range(first // 64 * 64, first + array.strides[0], 64):
+            _prefetch(np.int64(line))
