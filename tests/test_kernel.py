@@ -53,34 +53,33 @@ import json, random, sys
 sys.path[:0] = [{root!r}]
 import numpy as np
 from pipeline_sim.kernel.events import heap_pop, heap_remove, heap_set
-from pipeline_sim.kernel.state import HEAP, HEAP_SIZE, TASK_INTS
+from pipeline_sim.kernel.state import HEAP_SIZE
 rng = random.Random(5)
 problems, pops = [], 0
 for trial in range(200):
     tasks = rng.randint(1, 40)
-    HT, HI, C = np.empty(tasks), np.empty((2, tasks), dtype=np.int64), np.zeros(7, dtype=np.int64)
-    I = np.zeros((tasks, TASK_INTS), dtype=np.int64)
-    I[:, HEAP] = -1
+    HT, HI, C = np.empty(tasks), np.empty((3, tasks), dtype=np.int64), np.zeros(7, dtype=np.int64)
+    HI[2] = -1
     expected, number = {{}}, 0  # task: (time, number), what the heap should hold
     for _ in range(rng.randint(1, 200)):
         task, action = rng.randrange(tasks), rng.random()
         if action < 0.6:
             number += 1
             at = float(rng.randint(0, 8))  # few times: many ties, ordered by number
-            heap_set(HT, HI, I, C, at, number, task)
+            heap_set(HT, HI, C, at, number, task)
             expected[task] = (at, number)
         elif action < 0.8:
-            heap_remove(HT, HI, I, C, task)
+            heap_remove(HT, HI, C, task)
             expected.pop(task, None)
         elif expected:
             first = min(expected, key=expected.get)
             if (HT[0], HI[0, 0], HI[1, 0]) != (*expected.pop(first), first):
                 problems.append(f"trial {{trial}}: popped task {{HI[1, 0]}}, expected {{first}}")
-            heap_pop(HT, HI, I, C)
+            heap_pop(HT, HI, C)
             pops += 1
         size = C[HEAP_SIZE]
         held = {{int(HI[1, k]): (float(HT[k]), int(HI[0, k])) for k in range(size)}}
-        if held != expected or any(I[HI[1, k], HEAP] != k for k in range(size)) or sum(I[:, HEAP] >= 0) != size:
+        if held != expected or any(HI[2, HI[1, k]] != k for k in range(size)) or sum(HI[2] >= 0) != size:
             problems.append(f"trial {{trial}}: the heap holds {{held}}, expected {{expected}}")
 print(json.dumps([problems[:3], pops]))
 """

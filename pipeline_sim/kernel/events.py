@@ -7,7 +7,6 @@ import numpy as np
 
 from .jit import inner
 from .state import (
-    HEAP,
     HEAP_SIZE,
     RATE,
     RATE_TOLERANCE,
@@ -29,28 +28,28 @@ def _heap_less(HT: np.ndarray, HI: np.ndarray, a: int, b: int) -> bool:
 
 
 @inner
-def _heap_swap(HT: np.ndarray, HI: np.ndarray, I: np.ndarray, a: int, b: int) -> None:
+def _heap_swap(HT: np.ndarray, HI: np.ndarray, a: int, b: int) -> None:
     HT[a], HT[b] = HT[b], HT[a]
     HI[0, a], HI[0, b] = HI[0, b], HI[0, a]
     HI[1, a], HI[1, b] = HI[1, b], HI[1, a]
-    I[HI[1, a], HEAP] = a
-    I[HI[1, b], HEAP] = b
+    HI[2, HI[1, a]] = a
+    HI[2, HI[1, b]] = b
 
 
 @inner
-def _sift_up(HT: np.ndarray, HI: np.ndarray, I: np.ndarray, i: int) -> int:
+def _sift_up(HT: np.ndarray, HI: np.ndarray, i: int) -> int:
     """Move entry i up to its place; returns where it ends."""
     while i > 0:
         parent = (i - 1) // 2
         if not _heap_less(HT, HI, i, parent):
             break
-        _heap_swap(HT, HI, I, i, parent)
+        _heap_swap(HT, HI, i, parent)
         i = parent
     return i
 
 
 @inner
-def _sift_down(HT: np.ndarray, HI: np.ndarray, I: np.ndarray, size: int, i: int) -> None:
+def _sift_down(HT: np.ndarray, HI: np.ndarray, size: int, i: int) -> None:
     while True:
         child = 2 * i + 1
         if child >= size:
@@ -59,46 +58,46 @@ def _sift_down(HT: np.ndarray, HI: np.ndarray, I: np.ndarray, size: int, i: int)
             child += 1
         if not _heap_less(HT, HI, child, i):
             return
-        _heap_swap(HT, HI, I, i, child)
+        _heap_swap(HT, HI, i, child)
         i = child
 
 
 @inner
-def heap_set(HT: np.ndarray, HI: np.ndarray, I: np.ndarray, C: np.ndarray, at: float, number: int, task: int) -> None:
+def heap_set(HT: np.ndarray, HI: np.ndarray, C: np.ndarray, at: float, number: int, task: int) -> None:
     """Give ``task`` the projected end ``at`` with sequence number ``number`` (which orders equal times) on the heap
-    of projected ends: its one entry moved, or a new one. A task holds one entry at most, at ``I[task, HEAP]``, so
+    of projected ends: its one entry moved, or a new one. A task holds one entry at most, at ``HI[2, task]``, so
     the heap holds no stale entries: it pops the tasks in the order of their latest ends and numbers."""
-    i = I[task, HEAP]
+    i = HI[2, task]
     if i < 0:
         i = C[HEAP_SIZE]
         C[HEAP_SIZE] = i + 1
         HI[1, i] = task
-        I[task, HEAP] = i
+        HI[2, task] = i
     HT[i], HI[0, i] = at, number
-    if _sift_up(HT, HI, I, i) == i:
-        _sift_down(HT, HI, I, C[HEAP_SIZE], i)
+    if _sift_up(HT, HI, i) == i:
+        _sift_down(HT, HI, C[HEAP_SIZE], i)
 
 
 @inner
-def heap_remove(HT: np.ndarray, HI: np.ndarray, I: np.ndarray, C: np.ndarray, task: int) -> None:
+def heap_remove(HT: np.ndarray, HI: np.ndarray, C: np.ndarray, task: int) -> None:
     """Take ``task``'s entry, if it has one, off the heap of projected ends."""
-    i = I[task, HEAP]
+    i = HI[2, task]
     if i < 0:
         return
     last = C[HEAP_SIZE] - 1
     C[HEAP_SIZE] = last
-    I[task, HEAP] = -1
+    HI[2, task] = -1
     if i < last:
         HT[i], HI[0, i], HI[1, i] = HT[last], HI[0, last], HI[1, last]
-        I[HI[1, i], HEAP] = i
-        if _sift_up(HT, HI, I, i) == i:
-            _sift_down(HT, HI, I, last, i)
+        HI[2, HI[1, i]] = i
+        if _sift_up(HT, HI, i) == i:
+            _sift_down(HT, HI, last, i)
 
 
 @inner
-def heap_pop(HT: np.ndarray, HI: np.ndarray, I: np.ndarray, C: np.ndarray) -> None:
+def heap_pop(HT: np.ndarray, HI: np.ndarray, C: np.ndarray) -> None:
     """Take the earliest end (``HT[0]``, its task ``HI[1, 0]``) off a heap that holds one."""
-    heap_remove(HT, HI, I, C, HI[1, 0])
+    heap_remove(HT, HI, C, HI[1, 0])
 
 
 @inner
@@ -131,9 +130,9 @@ def set_rate(i: int, rate: float, throttled: bool, now: float, F: np.ndarray, I:
             F[i, START] = now
         C[SEQ] += 1
         left = F[i, REMAINING] if F[i, REMAINING] > 0.0 else 0.0
-        heap_set(HT, HI, I, C, now + left / rate, C[SEQ], i)
+        heap_set(HT, HI, C, now + left / rate, C[SEQ], i)
     else:
-        heap_remove(HT, HI, I, C, i)
+        heap_remove(HT, HI, C, i)
 
 
 @inner

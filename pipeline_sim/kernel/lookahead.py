@@ -66,7 +66,7 @@ def expect(now: float, expected: np.ndarray, F: np.ndarray, I: np.ndarray, HT: n
         F[i, REMAINING] = left + since
         if rate > 0.0:
             C[SEQ] += 1
-            heap_set(HT, HI, I, C, now + left / rate, C[SEQ], i)
+            heap_set(HT, HI, C, now + left / rate, C[SEQ], i)
 
 
 @inner

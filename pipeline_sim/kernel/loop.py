@@ -40,7 +40,6 @@ from .state import (
     FALLS,
     GPU,
     GPU_INTS,
-    HEAP,
     HEAP_SIZE,
     HELD,
     HOLD_CLASS,
@@ -104,7 +103,7 @@ def _start(task: int, s: int, now: float, F: np.ndarray, I: np.ndarray, P: np.nd
     else:
         P[BUSY, s] = task
         mark(P, C, DIRTY_COMPUTE, DIRTY_COMPUTE_LIST, DIRTY_COMPUTE_COUNT, s)
-        for k in range(release_start[task], release_start[task + 1]):  # read as it ends
+        for k in range(release_start[task], release_start[task + 1]):  # what its end reads, fetched as it runs
             prefetch_row(I, release_task[k])
             prefetch_row(F, release_task[k])
     push(K, C, RELEASE, F.shape[0] + task)
@@ -145,7 +144,7 @@ def _settle(now: float, rule: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, 
                     continue
                 if I[dependent, TIER] >= 0:
                     F[dependent, KEY] = ready_key(now)
-                for k in range(release_start[dependent], release_start[dependent + 1]):  # read as it ends
+                for k in range(release_start[dependent], release_start[dependent + 1]):  # as a start's
                     prefetch_row(I, release_task[k])
                     prefetch_row(F, release_task[k])
                 s = I[dependent, GPU]
@@ -262,12 +261,10 @@ def prepare(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.
     advise_huge_pages(F)  # a large run's state: in huge pages, which fault once per 2 MiB, not per 4 KiB
     advise_huge_pages(I)
     per_gpu = np.empty(p, dtype=np.int64)
+    F[:] = 0.0
+    I[:] = 0
     per_gpu[:] = 0
     for i in range(n):  # element by element: a whole-row copy would compile a shape check and its error message
-        for column in range(TASK_FLOATS):  # each row written in one pass: a large run's state is read from memory once
-            F[i, column] = 0.0
-        for column in range(TASK_INTS):
-            I[i, column] = 0
         F[i, LENGTH] = length[i]
         F[i, IMPACT] = impact[i]
         F[i, REMAINING] = length[i]
@@ -285,8 +282,6 @@ def prepare(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.
         I[i, KIND_CLASS] = kind_class[i]
         I[i, RESERVE] = reserve[i]
         I[i, FALLS] = falls[i]
-        I[i, BEFORE] = -2
-        I[i, HEAP] = -1
         if comm[i] >= 0:
             per_gpu[gpu[i]] += 1
             I[i, TIER] = kind_tier[comm[i]]
@@ -300,6 +295,7 @@ def prepare(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.
     P[CANDIDATES] = -1
     P[LAST_TAKEN] = -1
     for i in range(n):
+        I[i, BEFORE] = -2
         if comm[i] < 0 and needs_count[i] == 0:  # a compute task that may start at time 0
             enter_candidates(i, I, P)
     PF = np.empty((2, p))
@@ -309,9 +305,10 @@ def prepare(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.
     C = np.empty(7, dtype=np.int64)
     C[:] = 0
     # the heap of projected ends, one entry a task at most: per entry its time (HT), number and task (HI rows 0
-    # and 1); per task the place of its entry (``I[task, HEAP]``)
+    # and 1); per task the place of its entry (HI row 2, -1: none)
     HT = np.empty(n)
-    HI = np.empty((2, n), dtype=np.int64)
+    HI = np.empty((3, n), dtype=np.int64)
+    HI[2] = -1
     SI = np.empty(segment_room, dtype=np.int64)
     SF = np.empty((3, segment_room))
     K = np.empty((3, 3 * n + 2 * p + 8), dtype=np.int64)
@@ -392,7 +389,7 @@ def advance(rule: int, memory: int, ingress_capacity: float, release_start: np.n
         while C[HEAP_SIZE] > 0 and HT[0] <= limit:
             ending[count] = HI[1, 0]
             count += 1
-            heap_pop(HT, HI, I, C)
+            heap_pop(HT, HI, C)
         for k in range(count):
             _finish_apart(ending[k], now, F, I, P, Q, K, HT, HI, SI, SF, C, release_start, release_task)
             _settle_apart(now, rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)

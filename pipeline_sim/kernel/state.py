@@ -44,11 +44,10 @@ LENGTH, IMPACT, REMAINING, RATE, SINCE, START, END, READY, THROTTLED_TIME, KEY, 
     DISPATCH_KEY = range(14)
 TASK_FLOATS = 14
 # per task, integers (I; ``CHOSEN_NOW`` is 1 only while its GPU's new sending set is put in place; ``AFTER`` and
-# ``BEFORE`` link a compute task into its GPU's candidates, ``BEFORE`` -2 when it is in none; ``HEAP`` the place of
-# its projected end on the heap, -1 for none):
+# ``BEFORE`` link a compute task into its GPU's candidates, ``BEFORE`` -2 when it is in none):
 GPU, RECEIVER, COMM, STAGE, INDEX, WAITING, THROTTLED_NOW, THROTTLED, TIER, LAYER, KIND_CLASS, RESERVE, FALLS, RANK, \
-    CHOSEN_NOW, AFTER, BEFORE, HEAP = range(18)
-TASK_INTS = 18
+    CHOSEN_NOW, AFTER, BEFORE = range(17)
+TASK_INTS = 17
 # per GPU, integers (P; a list fills a row from the left, its length in C or in a count row; ``CANDIDATES``: the
 # first of the GPU's compute tasks whose needs are met and that it has not taken, linked by ``AFTER``, -1 for none;
 # ``LAST_TAKEN``: the compute task it took last, -1 for none):
