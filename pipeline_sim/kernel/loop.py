@@ -17,7 +17,7 @@ from .allocation import (
 )
 from .events import heap_pop, mark, push, set_rate
 from .figures import figures
-from .jit import advise_huge_pages, at_address, compiled, exposed, inlined, inner, prefetch_row
+from .jit import PREFETCH_TASKS, advise_huge_pages, at_address, compiled, exposed, inlined, inner, prefetch_row
 from .next_task import dispatch, enter_candidates, leave_candidates, next_decider, take_next, wake
 from .state import (
     BEFORE,
@@ -103,9 +103,10 @@ def _start(task: int, s: int, now: float, F: np.ndarray, I: np.ndarray, P: np.nd
     else:
         P[BUSY, s] = task
         mark(P, C, DIRTY_COMPUTE, DIRTY_COMPUTE_LIST, DIRTY_COMPUTE_COUNT, s)
-        for k in range(release_start[task], release_start[task + 1]):  # what its end reads, fetched as it runs
-            prefetch_row(I, release_task[k])
-            prefetch_row(F, release_task[k])
+        if F.shape[0] >= PREFETCH_TASKS:  # what its end reads, fetched as it runs
+            for k in range(release_start[task], release_start[task + 1]):
+                prefetch_row(I, release_task[k])
+                prefetch_row(F, release_task[k])
     push(K, C, RELEASE, F.shape[0] + task)
 
 
@@ -144,9 +145,10 @@ def _settle(now: float, rule: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, 
                     continue
                 if I[dependent, TIER] >= 0:
                     F[dependent, KEY] = ready_key(now)
-                for k in range(release_start[dependent], release_start[dependent + 1]):  # as a start's
-                    prefetch_row(I, release_task[k])
-                    prefetch_row(F, release_task[k])
+                if F.shape[0] >= PREFETCH_TASKS:  # as a compute task's start does
+                    for k in range(release_start[dependent], release_start[dependent + 1]):
+                        prefetch_row(I, release_task[k])
+                        prefetch_row(F, release_task[k])
                 s = I[dependent, GPU]
                 Q[READY_QUEUE, s, P[READY_COUNT, s]] = dependent
                 P[READY_COUNT, s] += 1
