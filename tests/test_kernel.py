@@ -15,6 +15,7 @@ from test_invariants import random_case
 
 from pipeline_sim import engine, kernel, simulate
 from pipeline_sim.metrics import schedule_metrics
+from pipeline_sim.model import DEFAULT_POLICY, EnvParams
 
 # Plain Python runs the kernel about a hundred times slower: a sample of cases, every schedule among them.
 PURE_CASES = [random_case(random.Random(7000 + seed)) for seed in range(24)]
@@ -201,6 +202,31 @@ def test_a_failed_process_beside_leaves_the_compile_to_the_run(tmp_path, monkeyp
     assert engine.kernel_is_compiled()
     assert time.monotonic() - started < 300  # not the wait for a process beside that has ended
 
+
+
+_LARGE_RUN = """
+import json, sys
+sys.path[:0] = [{root!r}]
+from pipeline_sim import EnvParams, kernel
+from pipeline_sim.engine import graph_arrays, simulate_figures
+from pipeline_sim.kernel.jit import PREFETCH_TASKS
+from pipeline_sim.model import DEFAULT_POLICY
+assert not hasattr(kernel.simulate_policies, 'py_func')  # plain Python, not a compiled dispatcher
+params = EnvParams(num_gpus=4, n=2048, compute_jitter=0.2, seed=3)
+assert len(graph_arrays(params).gpu) >= PREFETCH_TASKS
+print(json.dumps(simulate_figures(params, [DEFAULT_POLICY])[0].tolist()))
+"""
+
+
+def test_a_run_that_fetches_rows_ahead_gives_the_plain_pythons_bits():
+    """A run of PREFETCH_TASKS tasks or more, where the compiled loop asks for the rows of what each task releases
+    before it ends (plain Python asks for nothing): the same figures to the bit."""
+    env = dict(os.environ, NUMBA_DISABLE_JIT="1")
+    result = subprocess.run([sys.executable, "-c", _LARGE_RUN.format(root=str(ROOT))], env=env, capture_output=True,
+                            text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    params = EnvParams(num_gpus=4, n=2048, compute_jitter=0.2, seed=3)
+    assert engine.simulate_figures(params, [DEFAULT_POLICY])[0].tolist() == json.loads(result.stdout)
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="madvise's huge pages are Linux's")
 def test_large_state_asks_for_huge_pages_and_the_run_is_unchanged():
