@@ -480,6 +480,10 @@ def _schedule_error(params: EnvParams, stage_gpu: np.ndarray, error: list[int], 
             return f"the orders of {params.schedule} split {Action(_I, stage, mb)} but never run its W"
         return f"the orders of {params.schedule} never run {Action(_F if code == built.NO_FORWARD else _B, stage, mb)}"
     part_gpu, part_kind, part_stage, part_mb = (values[where[0]].item() for values in parts)
+    if code == built.NO_PART:
+        named = f" ({KINDS[part_kind]})" if 0 <= part_kind < len(KINDS) else ""
+        return (f"the orders of {params.schedule} run a part of kind number {part_kind}{named}: an order runs "
+                "forwards, backwards and their input and weight gradients only")
     action = Action(KINDS[part_kind], part_stage, part_mb)
     if code == built.OUTSIDE:
         return (f"the orders of {params.schedule} run {action}, beyond its {len(stage_gpu)} stages and {params.n} "

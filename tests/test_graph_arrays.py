@@ -277,6 +277,11 @@ def _orders_of(schedule: str, p: int, n: int) -> list[list]:
 
 
 @pytest.mark.parametrize("broken, message", [
+    (lambda o: o[0].__setitem__(0, (_K[TaskKind.GRAD_SYNC], 0, 0)), "the orders of 1f1b run a part of kind number "
+     f"{_K[TaskKind.GRAD_SYNC]} (grad_sync): an order runs forwards, backwards and their input and weight gradients "
+     "only"),
+    (lambda o: o[0].__setitem__(0, (100_000, 0, 0)), "the orders of 1f1b run a part of kind number 100000: an order "
+     "runs forwards, backwards and their input and weight gradients only"),
     (lambda o: o[0].__setitem__(0, (o[0][0][0], 0, 4)), "the orders of 1f1b run 0F4, beyond its 2 stages and 4 "
                                                          "micro-batches"),
     (lambda o: o[0].__setitem__(0, (o[0][0][0], 1, 0)), "GPU 0 runs 1F0, but stage 1 lives on GPU 1"),
@@ -289,8 +294,8 @@ def _orders_of(schedule: str, p: int, n: int) -> list[list]:
                                                                               "task"),
 ])
 def test_broken_orders_are_named(monkeypatch, broken, message):
-    """Orders that run a part beyond the graph, on another stage's GPU, twice, or never, or a pair waiting for
-    itself: a ``ScheduleError`` naming the part."""
+    """Orders that run a part of no part's kind, beyond the graph, on another stage's GPU, twice, or never, or a
+    pair waiting for itself: a ``ScheduleError`` naming the part."""
     steps = _orders_of("1f1b", 2, 4)
     broken(steps)
     monkeypatch.delitem(orders.COLUMNS, "1f1b")

@@ -146,9 +146,9 @@ def _settle(now: float, rule: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, 
                 if I[dependent, TIER] >= 0:
                     F[dependent, KEY] = ready_key(now)
                 if F.shape[0] >= PREFETCH_TASKS:  # as a compute task's start does
-                    for k in range(release_start[dependent], release_start[dependent + 1]):
-                        prefetch_row(I, release_task[k])
-                        prefetch_row(F, release_task[k])
+                    for j in range(release_start[dependent], release_start[dependent + 1]):
+                        prefetch_row(I, release_task[j])
+                        prefetch_row(F, release_task[j])
                 s = I[dependent, GPU]
                 Q[READY_QUEUE, s, P[READY_COUNT, s]] = dependent
                 P[READY_COUNT, s] += 1

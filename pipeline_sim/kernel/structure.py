@@ -25,7 +25,7 @@ LOOKUP = ("release_rank", "part_slot", "input_of", "gather_of", "per_microbatch"
           "row_by", "impact_of")
 #: Errors ``build_structure`` reports in ``error[0]``, with the part (its number in the orders' parts), the stage and
 #: micro-batch, or the kind, stage and micro-batch of the task's first part in ``error[1:]``.
-FINE, OUTSIDE, ELSEWHERE, TWICE, NO_FORWARD, NO_GRADIENT, NO_WEIGHT, OWN_TASK = range(8)
+FINE, NO_PART, OUTSIDE, ELSEWHERE, TWICE, NO_FORWARD, NO_GRADIENT, NO_WEIGHT, OWN_TASK = range(9)
 #: The per-microbatch transfers' tables: forward and backward gathers, the two exchanges, the two all-to-alls.
 PER_MICROBATCH = 6
 
@@ -74,8 +74,14 @@ def _starts(counts: np.ndarray) -> np.ndarray:
 @within
 def _check(n: int, stage_gpu: np.ndarray, part_gpu: np.ndarray, part_kind: np.ndarray, part_stage: np.ndarray,
            part_mb: np.ndarray, part_slot: np.ndarray, error: np.ndarray) -> None:
-    """Each part within the graph, on its stage's GPU, once; else ``error`` says which is not."""
+    """Each part of a part's kind (a forward, backward, I or W), within the graph, on its stage's GPU, once; else
+    ``error`` says which is not."""
     stages = len(stage_gpu)
+    for k in range(len(part_gpu)):
+        if part_kind[k] < 0 or part_kind[k] >= len(part_slot) - 1 or part_slot[part_kind[k]] < 0:
+            error[0] = NO_PART
+            error[1] = k
+            return
     for k in range(len(part_gpu)):
         if part_stage[k] < 0 or part_stage[k] >= stages or part_mb[k] < 0 or part_mb[k] >= n:
             error[0] = OUTSIDE
@@ -514,7 +520,7 @@ def build_structure(p: int, n: int, stage_gpu: np.ndarray, syncs: np.ndarray, pe
     its kind, GPU, stage, index, receiver, row of work and impact (``_work``'s); ``parts`` (3 x tasks x 2) the
     kind, stage and micro-batch of each task's parts; the releases' rows, each task's then (row tasks + i) those
     task i's start issues and (row 2 tasks) those issued at time 0; ``pairs`` each pair's task and its two parts'
-    stages. Or, with ``error[0]`` set (one of ``OUTSIDE`` ... ``OWN_TASK``), where the orders are wrong, and empty
+    stages. Or, with ``error[0]`` set (one of ``NO_PART`` ... ``OWN_TASK``), where the orders are wrong, and empty
     arrays.
     """
     release_rank, part_slot, input_of, gather_of, table_of = lookup[0], lookup[1], lookup[2], lookup[3], lookup[4]
