@@ -1,5 +1,6 @@
-"""The task graph's construction task by task, as it was before it was vectorised (``pipeline_sim.taskgraph``): the
-reference the structure's arrays and records are compared with, to the bit (tests/test_graph_arrays.py)."""
+"""The task graph's construction task by task, from the records: the reference the compiled structure's arrays
+(``pipeline_sim.kernel.structure``) and the records made from them are compared with, to the bit
+(tests/test_graph_arrays.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The task graph's arrays, computed per structure and vectorised, against a task-by-task reference from the records
-(docs/model.md sections 6.6, 7, 8 and 15): every array equal to the bit, for environments new and of a structure
-already seen."""
+"""The task graph's arrays, built per structure by a compiled function, against a task-by-task reference from the
+records (docs/model.md sections 6.6, 7, 8 and 15): every array equal to the bit, for environments new and of a
+structure already seen."""
 
 import random
 from dataclasses import replace
