@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import gc
 from contextlib import contextmanager
-from functools import lru_cache, wraps
+from functools import cache, lru_cache, wraps
 from typing import Callable, Iterator, Mapping, NamedTuple, TypeVar
 
 import numpy as np
@@ -421,15 +421,20 @@ def plain_builds() -> Iterator[None]:
         _plain = before
 
 
-#: ``kernel.structure.CODES``'s kind numbers, and per kind number (and -1, no kind) the tables of ``LOOKUP``.
-_CODES = np.array([KIND_INDEX[TaskKind(name)] for name in ("fwd_prop", "grad_prop", "grad_sync", "optimizer_step",
-                                                            "param_gather", "overlap_f_b", "fwd_gather",
-                                                            "kv_exchange", "a2a", "a2a_grad")], dtype=np.int64)
-_TABLES_OF = (TaskKind.FWD_GATHER, TaskKind.BWD_GATHER, TaskKind.KV_EXCHANGE, TaskKind.KV_GRAD_EXCHANGE, TaskKind.A2A,
-              TaskKind.A2A_GRAD)
-_LOOKUP = np.array([[*_RELEASE_RANK, 0], [*_PART_SLOT, -1], _INPUT_OF, _GATHER_OF,
-                    [_TABLES_OF.index(kind) if kind in _TABLES_OF else -1 for kind in KINDS] + [-1],
-                    *([*row, 0] for row in (_ROW_IN_STAGES, _ROW_IN_GPUS, _ROW_BY, _IMPACT_OF))], dtype=np.int64)
+@cache
+def _builder_tables() -> tuple[np.ndarray, np.ndarray]:
+    """What ``kernel.build_structure`` reads of the kinds: the kind numbers its ``CODES`` name, and per kind number
+    (and -1, no kind: the last entry) the tables its ``LOOKUP`` names."""
+    from .kernel import structure
+
+    per_microbatch = (TaskKind.FWD_GATHER, TaskKind.BWD_GATHER, TaskKind.KV_EXCHANGE, TaskKind.KV_GRAD_EXCHANGE,
+                      TaskKind.A2A, TaskKind.A2A_GRAD)
+    tables = {"release_rank": [*_RELEASE_RANK, 0], "part_slot": [*_PART_SLOT, -1], "input_of": _INPUT_OF,
+              "gather_of": _GATHER_OF, "row_in_stages": [*_ROW_IN_STAGES, 0], "row_in_gpus": [*_ROW_IN_GPUS, 0],
+              "row_by": [*_ROW_BY, 0], "impact_of": [*_IMPACT_OF, 0],
+              "per_microbatch": [per_microbatch.index(kind) if kind in per_microbatch else -1 for kind in KINDS] + [-1]}
+    return (np.array([KIND_INDEX[TaskKind(name)] for name in structure.CODES], dtype=np.int64),
+            np.array([tables[name] for name in structure.LOOKUP], dtype=np.int64))
 
 
 def _structure_of(params: EnvParams) -> GraphStructure:
@@ -453,7 +458,7 @@ def _structure_of(params: EnvParams) -> GraphStructure:
     built = (getattr(builder, "py_func", builder) if _plain else builder)(
         p, n, stage_gpu, np.array(sync_points(n, params.sync_freq), dtype=np.int64), per_stage,
         int(params.optimizer_len > 0), int(params.zero in (1, 2) and params.gather_len > 0), part_gpu, part_kind,
-        part_stage, part_mb, second, _CODES, _LOOKUP, error)
+        part_stage, part_mb, second, *_builder_tables(), error)
     if error[0]:
         raise ScheduleError(_schedule_error(params, stage_gpu, error.tolist(), (part_gpu, part_kind, part_stage,
                                                                                  part_mb)))

@@ -20,13 +20,15 @@ CODES = ("fwd_prop", "grad_prop", "grad_sync", "optimizer_step", "param_gather",
 #: The rows of ``lookup``, per kind number: where a task of that kind stands among what one end releases; its place
 #: among the forward, backward, input and weight parts; which table of inputs a part waits for (0 a forward's, 1 a
 #: backward's or I's, 2 a W's, 3 none); which gather (0 a forward's, 1 a backward's, 2 none); its table among the
-#: transfers of a stage and micro-batch (``PER_MICROBATCH`` order, -1 none).
+#: transfers of a stage and micro-batch (forward and backward gathers, the two exchanges, the two all-to-alls; -1
+#: none); its block of rows in the table of work, in stages and in GPUs; what numbers its row in that block (0
+#: nothing, 1 its stage, 2 its GPU); its impact (0 none, 1 a forward's, 2 a backward's).
 LOOKUP = ("release_rank", "part_slot", "input_of", "gather_of", "per_microbatch", "row_in_stages", "row_in_gpus",
           "row_by", "impact_of")
 #: Errors ``build_structure`` reports in ``error[0]``, with the part (its number in the orders' parts), the stage and
 #: micro-batch, or the kind, stage and micro-batch of the task's first part in ``error[1:]``.
 FINE, NO_PART, OUTSIDE, ELSEWHERE, TWICE, NO_FORWARD, NO_GRADIENT, NO_WEIGHT, OWN_TASK = range(9)
-#: The per-microbatch transfers' tables: forward and backward gathers, the two exchanges, the two all-to-alls.
+#: How many kinds of transfer ``per_microbatch`` numbers.
 PER_MICROBATCH = 6
 
 
