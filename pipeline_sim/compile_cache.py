@@ -16,10 +16,11 @@ import importlib
 import importlib.util
 import shutil
 import tempfile
+from contextlib import contextmanager
 from functools import cache
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 #: The module whose numba functions are the kernel (a package: its modules too).
 KERNEL = "pipeline_sim.kernel"
@@ -118,3 +119,27 @@ def _remove_entry(cache: Any) -> None:
 def cache_folder(kernel: ModuleType) -> Path:
     """Where numba keeps the kernel's compiled code in this process."""
     return Path(str(kernel.simulate_policies.stats.cache_path))
+
+
+#: The builders whose plain Python builds graphs now (``plain_builds``), by name ("*": all).
+_plain: frozenset[str] = frozenset()
+
+
+@contextmanager
+def plain_builds(*names: str) -> Iterator[None]:
+    """Graphs built by the plain Python of the kernel's builders ``names`` (all when none is named) while in force
+    (``built``): a first compile's own small graph, so that the builders are compiled beside the rest of the kernel
+    rather than before it."""
+    global _plain
+    before, _plain = _plain, frozenset(names or ("*",))
+    try:
+        yield
+    finally:
+        _plain = before
+
+
+def built(builder: Callable) -> Callable:
+    """``builder``, a compiled function of the kernel that builds a graph's arrays, as graphs are now built: its
+    plain Python under ``plain_builds``."""
+    plain = getattr(builder, "py_func", None)
+    return plain if plain is not None and ("*" in _plain or plain.__name__ in _plain) else builder

@@ -31,7 +31,6 @@ from .model import (
     DISPATCHERS,
     HINDSIGHT,
     KIND_INDEX,
-    KINDS,
     LOOKAHEAD,
     ROOM_UNIT,
     SAMPLES,
@@ -43,22 +42,24 @@ from .model import (
     Schedule,
     Task,
     TaskKind,
-    room_units,
 )
 from .noise import standard_normals
 from .orders import order_parts
-from .schedules import get_schedule
 from .tables import LengthTable
 from .taskgraph import (
+    _FALLING,
+    _RISING,
     TaskGraph,
     _structure_of,
+    _work_of,
     build_task_graph,
     check_size,
+    gpu_rooms,
     graph_structure,
+    graph_work,
     per_structure,
-    plain_builds,
+    stage_rooms,
     table_of,
-    task_impacts,
     task_lengths,
     task_texts,
 )
@@ -66,18 +67,7 @@ from .taskgraph import (
 compile_cache.load_kernel()  # a place to keep the kernel's machine code found before its functions look for one
 from . import kernel  # noqa: E402
 from .kernel import jit, loop  # noqa: E402
-from .kernel.state import END_TOLERANCE, HOLD_CLASS  # noqa: E402
-
-_COMM_NUMBER = {kind: number for number, kind in enumerate(COMM_KINDS)}
-_FALLS = (TaskKind.BACKWARD, TaskKind.BACKWARD_WEIGHT)
-#: Per kind number, and -1 for no part (the last entry), whether a part of it raises a GPU's activations as it
-#: starts, and whether one lowers them as it ends.
-_RISING, _FALLING = (np.array([kind in of for kind in (*KINDS, None)]) for of in ((TaskKind.FORWARD,), _FALLS))
-#: How dispatchers rank a compute task's kind: backward work first, then forwards, then weight gradients; an
-#: optimizer step is no choice (it starts itself, section 6.7).
-_KIND_CLASS = {TaskKind.BACKWARD: 0, TaskKind.BACKWARD_INPUT: 0, TaskKind.FORWARD: 1, TaskKind.BACKWARD_WEIGHT: 2,
-               TaskKind.OPTIMIZER_STEP: 3}
-
+from .kernel.state import END_TOLERANCE  # noqa: E402
 
 #: How long the first compile of the kernel takes on a 2-core machine (benchmarks/bench.py); and that of a part of it
 #: once the other part is compiled, which shares the loop and its callees (a first sweep after a first chart: 4 s; a
@@ -132,84 +122,15 @@ def _rows(lists: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
     return starts, np.array([x for row in lists for x in row], dtype=np.int64)
 
 
-class _Skeleton(NamedTuple):
-    """What ``graph_arrays`` reads of a structure: the arrays that depend on nothing else (``impact``, ``reserve``,
-    ``rises`` and ``falls`` left empty), and per task the stages whose weights make the other three."""
-
-    arrays: GraphArrays
-    first_forward: np.ndarray  # whether it is the forward of a micro-batch's first stage on its GPU (``reserve``)
-    rise_stage: np.ndarray  # the stage of the forward part that starts with it, or -1 for none
-    fall_stage: np.ndarray  # the stage of the backward or weight-gradient part that ends with it, or -1
-
-
-@per_structure
-def _skeleton(params: EnvParams) -> _Skeleton:
-    structure = graph_structure(params)
-    kind = structure.kind
-    kind_class = _KIND_CLASSES[kind]
-    kind_class[structure.holds] = HOLD_CLASS
-    # after each task's releases, the transfers its start issues, and last those issued at time 0 (docs/model.md
-    # section 15): the kernel reads row ``count + i`` when task i starts and row ``2 count`` at time 0
-    empty = np.zeros(0)
-    arrays = GraphArrays(
-        structure.gpu, structure.receiver, _comm_numbers(params)[kind], structure.stage, structure.index, empty,
-        structure.needs_start[1:] - structure.needs_start[:-1], structure.issue_start, structure.issue_task,
-        structure.order_start, structure.order_task, structure.peer_start, structure.peer_task, kind_class, empty,
-        empty, empty)
-    for array in arrays:
-        array.flags.writeable = False
-
-    def part_stages(chosen: np.ndarray) -> np.ndarray:
-        """Per task, the stage of its part of the kinds ``chosen`` (``_RISING``, ``_FALLING``), or -1: a task has one
-        such part at most (a pair has a forward and a whole backward)."""
-        first, second = chosen[structure.part_kind].T
-        return np.where(first, structure.part_stage[:, 0], np.where(second, structure.part_stage[:, 1], -1))
-    first_forward = (kind == KIND_INDEX[TaskKind.FORWARD]) & (structure.stage_chunk[structure.stage] == 0)
-    return _Skeleton(arrays, first_forward, part_stages(_RISING), part_stages(_FALLING))
-
-
-#: ``_KIND_CLASS`` per kind number.
-_KIND_CLASSES = np.array([_KIND_CLASS.get(kind_of, -1) for kind_of in KINDS])
-_COMM_NUMBERS: dict[str, np.ndarray] = {}
-
-
-def _comm_numbers(params: EnvParams) -> np.ndarray:
-    """Per kind number, the number in ``COMM_KINDS`` of the class whose priority a transfer of that kind takes under
-    ``params`` (-1: compute), which only its ``a2a_class`` changes."""
-    numbers = _COMM_NUMBERS.get(params.a2a_class)
-    if numbers is None:
-        numbers = _COMM_NUMBERS[params.a2a_class] = np.array(
-            [-1 if kind_of.is_compute else _COMM_NUMBER[params.priority_class(kind_of)] for kind_of in KINDS])
-    return numbers
-
-
 @lru_cache(maxsize=256)
 def graph_arrays(params: EnvParams) -> GraphArrays:
     """The arrays of ``params``' task graph (its structure: the same for every noise draw), without its records:
-    the structure's own once per structure, those of the work and weights from a few values per stage."""
-    skeleton = _skeleton(params)
-    rooms = np.array([*stage_rooms(params), 0], dtype=np.int64)  # stage -1, no such part: no room
-    arrays = skeleton.arrays._replace(
-        impact=task_impacts(params),
-        reserve=np.where(skeleton.first_forward, np.array(gpu_rooms(params), dtype=np.int64)[skeleton.arrays.gpu], 0),
-        rises=rooms[skeleton.rise_stage], falls=rooms[skeleton.fall_stage])
-    for array in arrays[-3:]:  # the others are the skeleton's and the work's, read-only already
-        array.flags.writeable = False
-    return arrays
-
-
-def stage_rooms(params: EnvParams) -> list[int]:
-    """Per stage, one micro-batch's activations there, in units (``ROOM_UNIT`` per stage of weight 1)."""
-    return [room_units(weight) for weight in params.stage_weights or (1.0,) * (params.num_gpus * params.v)]
-
-
-def gpu_rooms(params: EnvParams) -> list[int]:
-    """Per GPU, one micro-batch's activations on all of its stages, in units (``ROOM_UNIT`` per stage of weight 1)."""
-    rooms = [0] * params.num_gpus
-    spec = get_schedule(params.schedule)
-    for stage, room in enumerate(stage_rooms(params)):
-        rooms[spec.placement(stage, params.num_gpus, params.v)] += room
-    return rooms
+    the structure's own once per structure, those of the work and activations from a few values per stage."""
+    structure, work = graph_structure(params), graph_work(params)
+    return GraphArrays(structure.gpu, structure.receiver, structure.comm, structure.stage, structure.index, work.impact,
+                       structure.needs_count, structure.issue_start, structure.issue_task, structure.order_start,
+                       structure.order_task, structure.peer_start, structure.peer_task, structure.kind_class,
+                       work.reserve, work.rises, work.falls)
 
 
 def activation_units(params: EnvParams) -> int:
@@ -788,7 +709,7 @@ def _kernel_shares(parts: Sequence[str], claims: Path, other_alive: Callable[[],
     the lower bounds for ``records``), the loop ``advance`` once all it calls is written, and the entry points that
     call it, at the same time: ``simulate_policies`` for ``figures``, ``simulate`` for ``records``."""
     params = EnvParams(n=2, num_gpus=2)
-    with plain_builds():  # this graph's builder is one of the shares
+    with compile_cache.plain_builds():  # this graph's builders are shares
         arrays = graph_arrays(params)
     named = _run_arguments(params)
     figures = partial(kernel.figures, arrays.gpu, arrays.comm, arrays.rises, arrays.falls, params.num_gpus,
@@ -802,9 +723,15 @@ def _kernel_shares(parts: Sequence[str], claims: Path, other_alive: Callable[[],
         callees.insert(0, Share("memory_bound", partial(_memory_term, params, lengths, _units_within(params, None))))
         callees.insert(len(callees) // 2, Share("lower_bound", partial(lower_bound, params)))
     callees.insert(1, Share("uniforms", _draw_once))  # the noise draw's, which a run with jitter asks for first
-    callees.insert(0, Share("build_structure", partial(_structure_of, replace(params, n=3))))  # the longest
+    # the builders of a graph's arrays, the structure's the longest, each calling the others' plain Python
+    callees.insert(0, Share("build_structure", partial(_built_with, ("schedule_parts",), _structure_of,
+                                                       replace(params, n=3))))
+    callees.insert(2, Share("schedule_parts", partial(order_parts, params)))
+    callees.insert(3, Share("graph_work", partial(_built_with, ("schedule_parts", "build_structure"),
+                                                  _work_of.__wrapped__, replace(params, n=4), None)))
     # the loop calls all of them but these (``begin``'s share compiles the loop's ``_settle``)
-    outside = ("build_structure", "memory_bound", "lower_bound", "prepare", "figures", "uniforms")
+    outside = ("build_structure", "schedule_parts", "graph_work", "memory_bound", "lower_bound", "prepare", "figures",
+               "uniforms")
     loop_callees = tuple(share.name for share in callees if share.name not in outside)
     callees.append(Share("advance", partial(_compile_loop_function, loop.advance, named), loop_callees))
     entries = []
@@ -814,6 +741,13 @@ def _kernel_shares(parts: Sequence[str], claims: Path, other_alive: Callable[[],
     if "records" in parts:
         entries.append(Share("simulate", partial(simulate, params, Policy()), called))
     claim_shares(claims, callees + entries, other_alive)
+
+
+def _built_with(plain: tuple[str, ...], function: Callable[..., object], *arguments: object) -> None:
+    """``function(*arguments)``, graphs built by the plain Python of the builders ``plain``: their compiles are
+    shares of their own."""
+    with compile_cache.plain_builds(*plain):
+        function(*arguments)
 
 
 def _draw_once() -> None:

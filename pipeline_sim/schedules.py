@@ -3,8 +3,8 @@
 A schedule is a ``ScheduleSpec`` found by name in ``SCHEDULES``: how many model chunks
 each GPU holds, where each stage lives, which of the parameters ``chunks``,
 ``w_fraction`` and ``fb_overlap`` it reads, and what it requires of ``n`` and
-``num_gpus``. Each GPU's compute order is written in ``orders.py``, one function per
-schedule under the same name. Nothing else in the package knows a schedule by its name:
+``num_gpus``. Each GPU's compute order is written in ``kernel/orders.py``, one function
+per schedule, found by the same name. Nothing else in the package knows a schedule by its name:
 the task graph, the engine, the validator and the plots read these values.
 """
 

@@ -16,13 +16,16 @@ from typing import Callable, Iterator, Mapping, NamedTuple, TypeVar
 import numpy as np
 
 from .model import (
+    COMM_KINDS,
     KIND_INDEX,
     KINDS,
+    ROOM_UNIT,
     TRANSFER_KINDS,
     Action,
     EnvParams,
     ParameterError,
     TaskKind,
+    room_units,
     sync_points,
 )
 from .noise import KIND_NUMBERS, standard_normals, work_factors
@@ -32,6 +35,14 @@ from .tables import LengthTable, read_table
 
 _F, _B, _I, _W = TaskKind.FORWARD, TaskKind.BACKWARD, TaskKind.BACKWARD_INPUT, TaskKind.BACKWARD_WEIGHT
 _O = TaskKind.OPTIMIZER_STEP
+_COMM_NUMBER = {kind: number for number, kind in enumerate(COMM_KINDS)}
+_FALLS = (_B, _W)
+#: Per kind number, and -1 for no part (the last entry), whether a part of it raises a GPU's activations as it
+#: starts, and whether one lowers them as it ends.
+_RISING, _FALLING = (np.array([kind in of for kind in (*KINDS, None)]) for of in ((_F,), _FALLS))
+#: How dispatchers rank a compute task's kind: backward work first, then forwards, then weight gradients; an
+#: optimizer step is no choice (it starts itself, section 6.7).
+_KIND_CLASS = {_B: 0, _I: 0, _F: 1, _W: 2, _O: 3}
 #: Transfers issued when a compute task starts, or at time 0 (docs/model.md section 15): the prefetched gathers of
 #: zero 3 and the attention exchanges of context parallelism.
 ISSUED_KINDS = (TaskKind.FWD_GATHER, TaskKind.BWD_GATHER, TaskKind.KV_EXCHANGE, TaskKind.KV_GRAD_EXCHANGE)
@@ -127,7 +138,7 @@ def task_lengths(params: EnvParams, sample: int = 0, work: np.ndarray | None = N
 
     A task's factor is its own draw (a pair: the mean of its parts'), the straggler's on top.
     """
-    lengths = _work(params)[0] if work is None else work
+    lengths = graph_work(params).lengths if work is None else work
     if not params.jittered and params.slow_gpu < 0:
         return lengths
     rows, owners, compute, computes, gpus = _draws(params)
@@ -144,7 +155,7 @@ def task_lengths(params: EnvParams, sample: int = 0, work: np.ndarray | None = N
 
 def task_impacts(params: EnvParams) -> np.ndarray:
     """Every task's compute impact (section 3.3), in task order: a transfer's is 0."""
-    return _work(params)[1]
+    return graph_work(params).impact
 
 
 #: The blocks of ``_work``'s table of lengths, in order: one row per stage of each kind here (a zero 3 gather before a
@@ -156,57 +167,82 @@ _PER_GPU = (_O, TaskKind.PARAM_GATHER)
 _SAME_ROWS = {TaskKind.BWD_GATHER: TaskKind.FWD_GATHER, TaskKind.A2A_GRAD: TaskKind.A2A}
 
 
-class _WorkIndex(NamedTuple):
-    """Where each task of a structure finds its work in ``_work``'s table: ``row``; its impact, 0 (none), 1 (a
-    forward's) or 2 (a backward's); and its overlapped pairs, which mix a forward's work with a backward's."""
-
-    row: np.ndarray
-    impact: np.ndarray
-    pairs: np.ndarray
-    pair_forward: np.ndarray  # the stage of each pair's forward
-    pair_backward: np.ndarray  # and of its backward
-
-
 def table_of(params: EnvParams) -> LengthTable | None:
     """The table of lengths ``params`` names, as now read (``tables.read_table``), or None: what is computed from a
     table is kept per ``(params, table_of(params))``."""
     return read_table(params.lengths) if params.lengths else None
 
 
-def _work(params: EnvParams) -> tuple[np.ndarray, np.ndarray]:
+class Work(NamedTuple):
+    """An environment's work on its graph, per task and read-only: its noise-free length and impact (section 3.3),
+    the room for activations it reserves as it starts (``engine.GraphArrays.reserve``), and the activations that rise
+    as it starts and fall as it ends, in units of ``ROOM_UNIT`` per stage of weight 1."""
+
+    lengths: np.ndarray
+    impact: np.ndarray
+    reserve: np.ndarray
+    rises: np.ndarray
+    falls: np.ndarray
+
+
+def graph_work(params: EnvParams) -> Work:
+    """``params``' ``Work``."""
     return _work_of(params, table_of(params))
 
 
 @lru_cache(maxsize=256)
-def _work_of(params: EnvParams, measured: LengthTable | None) -> tuple[np.ndarray, np.ndarray]:
-    """Every task's noise-free work and its impact, read-only: each from a table of a few rows per stage and GPU
+def _work_of(params: EnvParams, measured: LengthTable | None) -> Work:
+    """``params``' ``Work``, built by the compiled ``kernel.graph_work`` from a table of a few rows per stage and GPU
     (every task's work from the table of lengths ``measured`` when there is one).
 
-    Each element is computed by the same float operations in the same order as the section it follows, so that a
-    length is the same to the bit however the graph is simulated: e.g. a forward's is ``fwd_len * weight / v``.
+    Each element of the table is computed by the same float operations in the same order as the section it
+    follows, so that a length is the same to the bit however the graph is simulated: e.g. a forward's is
+    ``fwd_len * weight / v``.
     """
-    index = _work_index(params)
+    from .compile_cache import built, load_kernel
+
+    structure = graph_structure(params)
     stages, v = params.num_gpus * params.v, params.v
     weights = np.array(params.stage_weights or (1.0,) * stages)
     syncs = np.array(params.sync_weights or (1.0,) * stages)
     forwards = params.fwd_len * weights / v  # section 6.6: a weight of 1 leaves fwd_len / v to the bit
     backwards = params.bwd_len * weights * np.array(params.bwd_weights or (1.0,) * stages) / v
     exchanges = params.cp_len / v * weights
+    # an optimizer step's and a parameter gather's rows are read only where there are such tasks
+    steps = params.step_lengths() if params.optimizer_len > 0 else (0.0,) * params.num_gpus
+    gathers = params.gather_lengths() if params.gather_len > 0 else (0.0,) * params.num_gpus
     table = np.concatenate([forwards, backwards, backwards * (1.0 - params.w_fraction), backwards * params.w_fraction,
                             params.sync_base_len / v * syncs, params.gather_len / v * syncs, exchanges,
                             2.0 * exchanges,  # the keys' and values' gradients travel back with them
-                            params.a2a_len / v * np.array(params.a2a_weights or (1.0,) * stages),
-                            params.step_lengths(), params.gather_lengths(), (params.prop_len,)])
-    lengths = table[index.row]
-    impact = np.array((0.0, params.fwd_impact, params.bwd_impact))[index.impact]
-    if len(index.pairs):
-        forward, backward = forwards[index.pair_forward], backwards[index.pair_backward]
-        impact[index.pairs] = (forward * params.fwd_impact + backward * params.bwd_impact) / (forward + backward)
-        lengths[index.pairs] = (forward + backward) * (1.0 - params.fb_overlap)
+                            params.a2a_len / v * np.array(params.a2a_weights or (1.0,) * stages), steps, gathers,
+                            (params.prop_len,)])
+    work = Work(*built(load_kernel().graph_work)(
+        structure.columns, structure.pairs, table, np.array((0.0, params.fwd_impact, params.bwd_impact)),
+        params.fb_overlap, forwards, backwards, np.array(stage_rooms(params), dtype=np.int64),
+        np.array(gpu_rooms(params), dtype=np.int64)))
     if measured is not None:  # a table gives every task's work; the parameters' still weigh a pair's impact
-        lengths = np.array(lengths_of_table(params, measured.lengths, params.lengths))
-    lengths.flags.writeable = impact.flags.writeable = False
-    return lengths, impact
+        work = work._replace(lengths=np.array(lengths_of_table(params, measured.lengths, params.lengths)))
+    for array in work:
+        array.flags.writeable = False
+    return work
+
+
+def stage_rooms(params: EnvParams) -> list[int]:
+    """Per stage, one micro-batch's activations there, in units (``ROOM_UNIT`` per stage of weight 1)."""
+    if not params.stage_weights:
+        return [ROOM_UNIT] * (params.num_gpus * params.v)
+    return [room_units(weight) for weight in params.stage_weights]
+
+
+def gpu_rooms(params: EnvParams) -> list[int]:
+    """Per GPU, one micro-batch's activations on all of its stages, in units (``ROOM_UNIT`` per stage of weight 1)."""
+    if not params.stage_weights:
+        return [params.v * ROOM_UNIT] * params.num_gpus  # v stages of ``ROOM_UNIT`` each on every GPU
+    rooms = [0] * params.num_gpus
+    spec = get_schedule(params.schedule)
+    for stage, room in enumerate(stage_rooms(params)):
+        rooms[spec.placement(stage, params.num_gpus, params.v)] += room
+    return rooms
 
 
 def structure_key(params: EnvParams) -> tuple:
@@ -274,11 +310,6 @@ _ROW_IN_STAGES, _ROW_IN_GPUS, _ROW_BY = np.array([_row_form(kind) for kind in KI
 _IMPACT_OF = np.array([1 if kind is _F else 2 if kind in (_B, _I, _W) else 0 for kind in KINDS])
 
 
-def _work_index(params: EnvParams) -> _WorkIndex:
-    structure = graph_structure(params)
-    return _WorkIndex(structure.work_row, structure.work_impact, *structure.pairs)
-
-
 @per_structure
 def _draws(params: EnvParams) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The identity ``(kind number, stage, index)`` of every noise draw, the task owning it and whether it is compute
@@ -327,8 +358,12 @@ class GraphStructure(NamedTuple):
     ``compute_task[k, s, m]`` is the task running the part of kind ``_PART_KINDS[k]`` on stage s for micro-batch m
     (-1: none). ``issue_start`` and ``issue_task`` are the rows the kernel reads: each task's releases, then (row
     tasks + i) the transfers task i's start issues and (row 2 tasks) those issued at time 0, each by task. Per task
-    its row in ``_work``'s table and its impact (``_WorkIndex``'s); ``pairs`` each overlapped pair's task and the
-    stages of its forward and its backward.
+    its row in ``_work_of``'s table and its impact (0 none, 1 a forward's, 2 a backward's); ``pairs`` each
+    overlapped pair's task and the stages of its forward and its backward. Per task as ``engine.GraphArrays`` holds
+    them, its transfer class (``comm``), its class for dispatchers and how many tasks it waits for; whether it is
+    the forward of a micro-batch's first stage on its GPU, and the stages of its part whose activations rise as it
+    starts and fall
+    as it ends (-1: none). ``columns``: the per-task rows, in one array (``kernel.structure.KIND`` ...).
     """
 
     kind: np.ndarray
@@ -358,6 +393,13 @@ class GraphStructure(NamedTuple):
     work_row: np.ndarray
     work_impact: np.ndarray
     pairs: np.ndarray
+    comm: np.ndarray
+    kind_class: np.ndarray
+    needs_count: np.ndarray
+    first_forward: np.ndarray
+    rise_stage: np.ndarray
+    fall_stage: np.ndarray
+    columns: np.ndarray
 
 
 @lru_cache(maxsize=256)
@@ -370,7 +412,8 @@ def _build(params: EnvParams) -> TaskGraph:
 
 
 def _records(params: EnvParams, structure: GraphStructure) -> TaskGraph:
-    lengths, impacts = (values.tolist() for values in _work(params))
+    work = graph_work(params)
+    lengths, impacts = work.lengths.tolist(), work.impact.tolist()
     kinds = [KINDS[k] for k in structure.kind.tolist()]
     actions = [[None if k < 0 else Action(KINDS[k], s, m) for k, s, m in zip(*columns)]
                for columns in zip(*(array.T.tolist()
@@ -399,26 +442,7 @@ def _rows_of(starts: np.ndarray, values: np.ndarray) -> tuple[tuple[int, ...], .
 @per_structure
 def graph_structure(params: EnvParams) -> GraphStructure:
     """The structure of ``params``' graph (the same for every environment of its ``structure_key``)."""
-    structure = _structure_of(params)
-    for array in structure:
-        array.flags.writeable = False
-    return structure
-
-
-#: Whether graphs are built by the builder's plain Python (``plain_builds``).
-_plain = False
-
-
-@contextmanager
-def plain_builds() -> Iterator[None]:
-    """Graphs built by ``kernel.build_structure``'s plain Python while in force: a first compile's own small graph,
-    so that the builder is compiled beside the rest of the kernel rather than before it."""
-    global _plain
-    before, _plain = _plain, True
-    try:
-        yield
-    finally:
-        _plain = before
+    return _structure_of(params)
 
 
 @cache
@@ -432,6 +456,8 @@ def _builder_tables() -> tuple[np.ndarray, np.ndarray]:
     tables = {"release_rank": [*_RELEASE_RANK, 0], "part_slot": [*_PART_SLOT, -1], "input_of": _INPUT_OF,
               "gather_of": _GATHER_OF, "row_in_stages": [*_ROW_IN_STAGES, 0], "row_in_gpus": [*_ROW_IN_GPUS, 0],
               "row_by": [*_ROW_BY, 0], "impact_of": [*_IMPACT_OF, 0],
+              "kind_class": [_KIND_CLASS.get(kind, -1) for kind in KINDS] + [-1], "rising": _RISING,
+              "falling": _FALLING,
               "per_microbatch": [per_microbatch.index(kind) if kind in per_microbatch else -1 for kind in KINDS] + [-1]}
     return (np.array([KIND_INDEX[TaskKind(name)] for name in structure.CODES], dtype=np.int64),
             np.array([tables[name] for name in structure.LOOKUP], dtype=np.int64))
@@ -442,7 +468,7 @@ def _structure_of(params: EnvParams) -> GraphStructure:
     gradient syncs, each stage's gathers, exchanges and all-to-alls, its optimizer step and its gather of updated
     parameters; tasks numbered in that order, each block by stage and micro-batch (docs/model.md sections 2, 6
     and 15-16), built by the compiled ``kernel.build_structure`` from the orders' parts."""
-    from .compile_cache import load_kernel
+    from .compile_cache import built, load_kernel
 
     spec = get_schedule(params.schedule)
     p, n, v = params.num_gpus, params.n, params.v
@@ -454,22 +480,39 @@ def _structure_of(params: EnvParams) -> GraphStructure:
         (TaskKind.A2A_GRAD, params.a2a_len > 0)) if wanted], dtype=np.int64)
     part_gpu, part_kind, part_stage, part_mb, second = order_parts(params)
     error = np.zeros(4, dtype=np.int64)
-    builder = load_kernel().build_structure
-    built = (getattr(builder, "py_func", builder) if _plain else builder)(
+    structure = built(load_kernel().build_structure)(
         p, n, stage_gpu, np.array(sync_points(n, params.sync_freq), dtype=np.int64), per_stage,
         int(params.optimizer_len > 0), int(params.zero in (1, 2) and params.gather_len > 0), part_gpu, part_kind,
-        part_stage, part_mb, second, *_builder_tables(), error)
+        part_stage, part_mb, second, *_builder_tables(), _comm_numbers(params), error)
     if error[0]:
         raise ScheduleError(_schedule_error(params, stage_gpu, error.tolist(), (part_gpu, part_kind, part_stage,
                                                                                  part_mb)))
+    for array in (stage_gpu, *structure):
+        array.flags.writeable = False  # and so every view of it
     columns, parts, needs_start, needs_task, issue_start, issue_task, *rows, stage_chunk, issued_task, issued_by, \
-        holds, table, pairs = built
-    count = len(columns[0])
+        holds, table, pairs = structure
+    count = columns.shape[1]
     order_start, order_task, peer_start, peer_task = rows
-    return GraphStructure(columns[0], columns[1], columns[2], columns[3], columns[4], parts[0], parts[1], parts[2],
-                          needs_start, needs_task, issue_start[:count + 1], issue_task[:issue_start[count]],
-                          order_start, order_task, peer_start, peer_task, stage_gpu, stage_chunk, issued_task,
-                          issued_by, holds, table, issue_start, issue_task, columns[5], columns[6], pairs)
+    (kind, gpu, stage, index, receiver, work_row, work_impact, comm, kind_class, needs_count, first_forward,
+     rise_stage, fall_stage) = columns
+    return GraphStructure(kind, gpu, stage, index, receiver, parts[0], parts[1], parts[2], needs_start, needs_task,
+                          issue_start[:count + 1], issue_task[:issue_start[count]], order_start, order_task,
+                          peer_start, peer_task, stage_gpu, stage_chunk, issued_task, issued_by, holds, table,
+                          issue_start, issue_task, work_row, work_impact, pairs, comm, kind_class, needs_count,
+                          first_forward, rise_stage, fall_stage, columns)
+
+
+_COMM_NUMBERS: dict[str, np.ndarray] = {}
+
+
+def _comm_numbers(params: EnvParams) -> np.ndarray:
+    """Per kind number, the number in ``COMM_KINDS`` of the class whose priority a transfer of that kind takes under
+    ``params`` (-1: compute), which only its ``a2a_class`` changes."""
+    numbers = _COMM_NUMBERS.get(params.a2a_class)
+    if numbers is None:
+        numbers = _COMM_NUMBERS[params.a2a_class] = np.array(
+            [-1 if kind_of.is_compute else _COMM_NUMBER[params.priority_class(kind_of)] for kind_of in KINDS])
+    return numbers
 
 
 def _schedule_error(params: EnvParams, stage_gpu: np.ndarray, error: list[int], parts: tuple[np.ndarray, ...]) -> str:

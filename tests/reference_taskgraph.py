@@ -5,14 +5,16 @@
 from __future__ import annotations
 
 import numpy as np
+from reference_orders import build_orders
 
-from pipeline_sim.engine import _COMM_NUMBER, _FALLS, _KIND_CLASS
 from pipeline_sim.kernel.state import HOLD_CLASS
 from pipeline_sim.model import A2A_KINDS, TRANSFER_KINDS, Action, EnvParams, Pair, TaskKind, sync_points
 from pipeline_sim.noise import KIND_NUMBERS
-from pipeline_sim.orders import build_orders
 from pipeline_sim.schedules import get_schedule
 from pipeline_sim.taskgraph import (
+    _COMM_NUMBER,
+    _FALLS,
+    _KIND_CLASS,
     _PER_GPU,
     _PER_STAGE,
     _SAME_ROWS,
@@ -20,7 +22,6 @@ from pipeline_sim.taskgraph import (
     GraphTask,
     ScheduleError,
     TaskGraph,
-    _WorkIndex,
 )
 
 _F, _B, _I, _W = TaskKind.FORWARD, TaskKind.BACKWARD, TaskKind.BACKWARD_INPUT, TaskKind.BACKWARD_WEIGHT
@@ -216,7 +217,9 @@ def structure_of(params: EnvParams) -> TaskGraph:
                      frozenset(holds))
 
 
-def work_index(params: EnvParams, graph: TaskGraph) -> _WorkIndex:
+def work_index(params: EnvParams, graph: TaskGraph) -> tuple[np.ndarray, ...]:
+    """Per task its row in the table of work and its impact (0 none, 1 a forward's, 2 a backward's); and each
+    overlapped pair's task and the stages of its forward and its backward."""
     stages, p = params.num_gpus * params.v, params.num_gpus
     tasks = graph.tasks
     blocks = {kind: number * stages for number, kind in enumerate(_PER_STAGE)}
@@ -230,10 +233,9 @@ def work_index(params: EnvParams, graph: TaskGraph) -> _WorkIndex:
         return blocks[kind] + (task.gpu if kind in _PER_GPU else task.stage)
     pairs = [i for i, task in enumerate(tasks) if task.kind is TaskKind.OVERLAP_F_B]
     ints = lambda values: np.array(values, dtype=np.int64)  # noqa: E731
-    return _WorkIndex(ints([row(task) for task in tasks]),
-                      ints([1 if task.kind is _F else 2 if task.kind in (_B, _I, _W) else 0 for task in tasks]),
-                      ints(pairs), ints([tasks[i].parts[0].stage for i in pairs]),
-                      ints([tasks[i].parts[1].stage for i in pairs]))
+    return (ints([row(task) for task in tasks]),
+            ints([1 if task.kind is _F else 2 if task.kind in (_B, _I, _W) else 0 for task in tasks]),
+            ints([pairs, [tasks[i].parts[0].stage for i in pairs], [tasks[i].parts[1].stage for i in pairs]]))
 
 
 def draws(graph: TaskGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -264,7 +266,7 @@ def release_lists(graph: TaskGraph) -> list[tuple[int, ...]]:
 
 
 def skeleton(params: EnvParams, graph: TaskGraph) -> dict[str, np.ndarray]:
-    """The structure's arrays of ``engine.GraphArrays`` and the stages of ``engine._Skeleton``, task by task."""
+    """The structure's arrays of ``engine.GraphArrays`` and of ``taskgraph.GraphStructure``, task by task."""
     tasks = graph.tasks
     ints = lambda values: np.array(values, dtype=np.int64)  # noqa: E731
 
@@ -283,7 +285,7 @@ def skeleton(params: EnvParams, graph: TaskGraph) -> dict[str, np.ndarray]:
         "peer_task": peer_task,
         "kind_class": ints([HOLD_CLASS if i in graph.holds else _KIND_CLASS.get(t.kind, -1)
                             for i, t in enumerate(tasks)]),
-        "first_forward": np.array([t.kind is TaskKind.FORWARD and graph.stage_chunk[t.stage] == 0 for t in tasks]),
+        "first_forward": ints([t.kind is TaskKind.FORWARD and graph.stage_chunk[t.stage] == 0 for t in tasks]),
         "rise_stage": part_stages((TaskKind.FORWARD,)), "fall_stage": part_stages(_FALLS)}
 
 

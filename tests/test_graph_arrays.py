@@ -9,11 +9,9 @@ import numpy as np
 import pytest
 import reference_taskgraph as reference
 
-from pipeline_sim import orders
+from pipeline_sim import taskgraph
 from pipeline_sim.engine import (
-    _KIND_CLASS,
     _memory_jobs,
-    _skeleton,
     gpu_order_peaks,
     graph_arrays,
     static_order_peaks,
@@ -29,14 +27,16 @@ from pipeline_sim.model import (
     TaskKind,
 )
 from pipeline_sim.noise import KIND_NUMBERS, standard_normals, work_factors
+from pipeline_sim.orders import order_parts
 from pipeline_sim.schedules import SCHEDULES, get_schedule
 from pipeline_sim.taskgraph import (
+    _KIND_CLASS,
     ScheduleError,
     _draws,
     _structure_of,
-    _work,
-    _work_index,
     build_task_graph,
+    graph_structure,
+    graph_work,
     task_impacts,
     task_lengths,
 )
@@ -248,17 +248,22 @@ def test_structure_is_the_task_by_task_construction():
     for i in range(240):
         params = structure_environment(rng, sorted(SCHEDULES)[i % len(SCHEDULES)])
         expected = reference.structure_of(params)
-        lengths, impacts = (values.tolist() for values in _work(params))
+        work = graph_work(params)
+        lengths, impacts = work.lengths.tolist(), work.impact.tolist()
         expected = expected._replace(params=params, tasks=tuple(
             task._replace(length=length, impact=impact) for task, length, impact in zip(expected.tasks, lengths,
                                                                                         impacts)))
         graph = build_task_graph(params)
         assert graph == expected and list(graph.issued_by.items()) == list(expected.issued_by.items()), params
-        skeleton, old = _skeleton(params), reference.skeleton(params, expected)
-        for name, array in [*zip(skeleton.arrays._fields, skeleton.arrays), *zip(skeleton._fields[1:], skeleton[1:])]:
+        arrays, structure, old = graph_arrays(params), graph_structure(params), reference.skeleton(params, expected)
+        for name, array in [*zip(arrays._fields, arrays), *((name, array) for name, array in
+                                                             zip(structure._fields, structure)
+                                                             if name not in arrays._fields)]:
             if name in old:
                 assert array.dtype == old[name].dtype and same_bits(array, old[name].tolist()), (name, params)
-        for new, reference_arrays_of in ((_work_index(params), reference.work_index(params, expected)),
+        assert {"first_forward", "rise_stage", "fall_stage", "kind_class", "comm"} <= old.keys()
+        for new, reference_arrays_of in (((structure.work_row, structure.work_impact, structure.pairs),
+                                          reference.work_index(params, expected)),
                                          (_draws(params), reference.draws(expected)),
                                          (_memory_jobs(params), reference.memory_jobs(expected))):
             for array, value in zip(new, reference_arrays_of):
@@ -271,9 +276,24 @@ def test_structure_is_the_task_by_task_construction():
 
 
 def _orders_of(schedule: str, p: int, n: int) -> list[list]:
-    """The steps of ``schedule``'s orders on p GPUs for n micro-batches, each GPU's a list to break."""
-    columns = orders.COLUMNS[schedule](p, n, 1)
-    return [[tuple(step) for step in columns[:, gpu].T.tolist()] for gpu in range(p)]
+    """The steps of ``schedule``'s orders on p GPUs for n micro-batches, each GPU's a list to break: a step the
+    kind number, stage and micro-batch of an action, or two such, a pair."""
+    steps: list[list] = [[] for _ in range(p)]
+    for gpu, *step in zip(*(part.tolist() for part in order_parts(EnvParams(schedule=schedule, num_gpus=p, n=n))[:4])):
+        steps[gpu].append(tuple(step))
+    return steps
+
+
+def _parts_of(steps: list[list]) -> tuple[np.ndarray, ...]:
+    """``order_parts``'s arrays of the orders ``steps`` (``_orders_of``'s)."""
+    rows, second = [], []
+    for gpu, order in enumerate(steps):
+        for step in order:
+            pair = isinstance(step[0], tuple)
+            for k, part in enumerate(step if pair else (step,)):
+                rows.append((gpu, *part))
+                second.append(k == 1)
+    return (*np.array(rows, dtype=np.int64).T, np.array(second))
 
 
 @pytest.mark.parametrize("broken, message", [
@@ -298,8 +318,7 @@ def test_broken_orders_are_named(monkeypatch, broken, message):
     pair waiting for itself: a ``ScheduleError`` naming the part."""
     steps = _orders_of("1f1b", 2, 4)
     broken(steps)
-    monkeypatch.delitem(orders.COLUMNS, "1f1b")
-    monkeypatch.setitem(orders.ORDERS, "1f1b", lambda p, n, v: steps)
+    monkeypatch.setattr(taskgraph, "order_parts", lambda params: _parts_of(steps))
     with pytest.raises(ScheduleError) as raised:
         _structure_of(EnvParams(schedule="1f1b", num_gpus=2, n=4))  # uncached: built from these orders
     assert str(raised.value) == message

@@ -15,8 +15,9 @@ state arrays), ``events`` (rate changes, the heap of projected ends), ``allocati
 dispatch rule), ``bound`` (the lower bound of section 12.2), ``observation`` (what a deciding GPU sees), ``play``
 (a learned dispatcher's decisions, its network evaluated in the loop), ``lookahead`` (candidates tried forward on
 expected lengths), ``loop`` (readiness chains and the loop itself), ``figures`` (what a sweep keeps),
-``sorting`` (the one sort the figures and the bound use), ``draws`` (the integer steps of the noise draw) and
-``structure`` (a task graph's arrays built from its orders).
+``sorting`` (the one sort the figures and the bound use), ``draws`` (the integer steps of the noise draw),
+``orders`` (each schedule's compute orders), ``structure`` (a task graph's arrays built from its orders) and
+``work`` (an environment's lengths and activations on them).
 
 The functions take the task graph as arrays (``engine.GraphArrays``) and never ask
 which schedule produced it. They are plain Python that numba compiles once per
@@ -37,6 +38,7 @@ from .lookahead import look_ahead
 from .loop import begin, decision, prepare, simulate, simulate_policies
 from .next_task import choices
 from .observation import observe
+from .orders import schedule_parts
 from .play import act, play
 from .state import (
     BUSY,
@@ -55,8 +57,9 @@ from .state import (
     ZERO_LAYER,
 )
 from .structure import build_structure
+from .work import graph_work
 
 __all__ = ["BUSY", "DONE", "END", "EXTERNAL", "NEXT", "RANK", "READY", "RUNNING", "SHARED_LAYER", "START", "STUCK",
            "THROTTLED", "THROTTLED_TIME", "ZERO_LAYER", "act", "begin", "build_structure", "choices", "decision",
-           "figures", "layered_rates", "look_ahead", "lower_bound", "memory_bound", "observe", "path_times", "play",
-           "prepare", "simulate", "simulate_policies", "uniforms"]
+           "figures", "graph_work", "layered_rates", "look_ahead", "lower_bound", "memory_bound", "observe",
+           "path_times", "play", "prepare", "schedule_parts", "simulate", "simulate_policies", "uniforms"]

@@ -13,18 +13,24 @@ from __future__ import annotations
 import numpy as np
 
 from .jit import compiled, within
+from .state import HOLD_CLASS
 
 #: The kind numbers ``build_structure`` takes in ``codes``, in this order.
 CODES = ("fwd_prop", "grad_prop", "grad_sync", "optimizer_step", "param_gather", "overlap_f_b", "fwd_gather",
-         "kv_exchange", "a2a", "a2a_grad")
+         "kv_exchange", "a2a", "a2a_grad", "forward")
 #: The rows of ``lookup``, per kind number: where a task of that kind stands among what one end releases; its place
 #: among the forward, backward, input and weight parts; which table of inputs a part waits for (0 a forward's, 1 a
 #: backward's or I's, 2 a W's, 3 none); which gather (0 a forward's, 1 a backward's, 2 none); its table among the
 #: transfers of a stage and micro-batch (forward and backward gathers, the two exchanges, the two all-to-alls; -1
 #: none); its block of rows in the table of work, in stages and in GPUs; what numbers its row in that block (0
-#: nothing, 1 its stage, 2 its GPU); its impact (0 none, 1 a forward's, 2 a backward's).
+#: nothing, 1 its stage, 2 its GPU); its impact (0 none, 1 a forward's, 2 a backward's); its class for dispatchers
+#: (``engine.GraphArrays.kind_class``); whether activations rise as a part of that kind starts (a forward), and
+#: whether they fall as it ends (a backward or a W).
 LOOKUP = ("release_rank", "part_slot", "input_of", "gather_of", "per_microbatch", "row_in_stages", "row_in_gpus",
-          "row_by", "impact_of")
+          "row_by", "impact_of", "kind_class", "rising", "falling")
+#: The rows of ``build_structure``'s ``columns``, per task.
+KIND, GPU, STAGE, INDEX, RECEIVER, WORK_ROW, IMPACT, COMM, KIND_CLASS, NEEDS, FIRST_FORWARD, RISE_STAGE, \
+    FALL_STAGE = range(13)
 #: Errors ``build_structure`` reports in ``error[0]``, with the part (its number in the orders' parts), the stage and
 #: micro-batch, or the kind, stage and micro-batch of the task's first part in ``error[1:]``.
 FINE, NO_PART, OUTSIDE, ELSEWHERE, TWICE, NO_FORWARD, NO_GRADIENT, NO_WEIGHT, OWN_TASK = range(9)
@@ -166,7 +172,7 @@ def _tasks(block: np.ndarray, block_start: np.ndarray, compute_block: np.ndarray
     micro-batches (``parts``, two columns, -1 for none); and per part kind, stage and micro-batch, its task
     (``compute_task``)."""
     count = block_start[-1]
-    columns = np.empty((7, count), dtype=np.int64)
+    columns = np.empty((13, count), dtype=np.int64)
     for b in range(block.shape[1]):
         for i in range(block[3, b]):
             t = block_start[b] + i
@@ -505,11 +511,32 @@ def _work(columns: np.ndarray, parts: np.ndarray, p: int, stages: int, pair_kind
     return paired
 
 
+@within
+def _skeleton(columns: np.ndarray, parts: np.ndarray, needs_start: np.ndarray, holds: np.ndarray,
+              stage_chunk: np.ndarray, comm: np.ndarray, kind_class: np.ndarray, rising: np.ndarray,
+              falling: np.ndarray, forward: int) -> None:
+    """Into ``columns``' rows from ``COMM`` on, per task: its transfer class (``comm``, -1 for compute), its class
+    for dispatchers (a hold's ``HOLD_CLASS``), how many tasks it waits for, whether it is the forward of a
+    micro-batch's first stage on its GPU, and the stages of its part whose activations rise as it starts and fall
+    as it ends (-1: none; a task has one such part at most, a pair a forward and a whole backward)."""
+    for t in range(columns.shape[1]):
+        kind = columns[KIND, t]
+        columns[COMM, t] = comm[kind]
+        columns[KIND_CLASS, t] = kind_class[kind]
+        columns[NEEDS, t] = needs_start[t + 1] - needs_start[t]
+        columns[FIRST_FORWARD, t] = 1 if kind == forward and stage_chunk[columns[STAGE, t]] == 0 else 0
+        first, second = parts[0, t, 0], parts[0, t, 1]
+        columns[RISE_STAGE, t] = parts[1, t, 0] if rising[first] else parts[1, t, 1] if rising[second] else -1
+        columns[FALL_STAGE, t] = parts[1, t, 0] if falling[first] else parts[1, t, 1] if falling[second] else -1
+    for t in holds:
+        columns[KIND_CLASS, t] = HOLD_CLASS
+
+
 @compiled
 def build_structure(p: int, n: int, stage_gpu: np.ndarray, syncs: np.ndarray, per_stage: np.ndarray,
                     optimizer: int, param_gather: int, part_gpu: np.ndarray, part_kind: np.ndarray,
                     part_stage: np.ndarray, part_mb: np.ndarray, second: np.ndarray, codes: np.ndarray,
-                    lookup: np.ndarray, error: np.ndarray) -> tuple:
+                    lookup: np.ndarray, comm: np.ndarray, error: np.ndarray) -> tuple:
     """The structure of a graph whose GPUs run the parts ``part_*`` (GPU after GPU, each GPU's in its order; a
     ``second`` part shares the task of the part before it); ``stage_gpu`` per stage its GPU, ``syncs`` the
     micro-batches after which a stage syncs, ``per_stage`` the kinds of transfer each stage has one of per
@@ -519,7 +546,9 @@ def build_structure(p: int, n: int, stage_gpu: np.ndarray, syncs: np.ndarray, pe
 
     Returns ``(columns, parts, needs_start, needs_task, release_start, release_task, order_start, order_task,
     peer_start, peer_task, stage_chunk, issued_task, issued_by, holds, compute_task, pairs)``: ``columns`` per task
-    its kind, GPU, stage, index, receiver, row of work and impact (``_work``'s); ``parts`` (3 x tasks x 2) the
+    (rows ``KIND`` to ``FALL_STAGE``) its kind, GPU, stage, index, receiver, row of work and impact (``_work``'s),
+    then ``_skeleton``'s rows, its transfer class by ``comm`` (per kind number the class whose priority a transfer
+    takes, -1 for compute) and more; ``parts`` (3 x tasks x 2) the
     kind, stage and micro-batch of each task's parts; the releases' rows, each task's then (row tasks + i) those
     task i's start issues and (row 2 tasks) those issued at time 0; ``pairs`` each pair's task and its two parts'
     stages. Or, with ``error[0]`` set (one of ``NO_PART`` ... ``OWN_TASK``), where the orders are wrong, and empty
@@ -528,7 +557,7 @@ def build_structure(p: int, n: int, stage_gpu: np.ndarray, syncs: np.ndarray, pe
     release_rank, part_slot, input_of, gather_of, table_of = lookup[0], lookup[1], lookup[2], lookup[3], lookup[4]
     stages = len(stage_gpu)
     empty = np.zeros(0, dtype=np.int64)
-    failed = (np.zeros((7, 0), dtype=np.int64), np.zeros((3, 0, 2), dtype=np.int64), empty, empty, empty, empty,
+    failed = (np.zeros((13, 0), dtype=np.int64), np.zeros((3, 0, 2), dtype=np.int64), empty, empty, empty, empty,
               empty, empty, empty, empty, empty, empty, empty, empty, np.zeros((4, 0, 0), dtype=np.int64),
               np.zeros((3, 0), dtype=np.int64))
     _check(n, stage_gpu, part_gpu, part_kind, part_stage, part_mb, part_slot, error)
@@ -558,5 +587,6 @@ def build_structure(p: int, n: int, stage_gpu: np.ndarray, syncs: np.ndarray, pe
     release_start, release_task = _releases(columns, needs_start, needs_task, issued_task, issued_by, release_rank)
     order_start, order_task, peer_start, peer_task = _orders(p, block, block_start, firsts, computes, optimizer)
     pairs = _work(columns, parts, p, stages, codes[5], lookup[5], lookup[6], lookup[7], lookup[8])
+    _skeleton(columns, parts, needs_start, holds, stage_chunk, comm, lookup[9], lookup[10], lookup[11], codes[10])
     return (columns, parts, needs_start, needs_task, release_start, release_task, order_start, order_task,
             peer_start, peer_task, stage_chunk, issued_task, issued_by, holds, compute_task, pairs)
