@@ -158,12 +158,8 @@ def task_impacts(params: EnvParams) -> np.ndarray:
     return graph_work(params).impact
 
 
-#: The blocks of ``_work``'s table of lengths, in order: one row per stage of each kind here (a zero 3 gather before a
-#: backward is as long as the one before a forward), one row per GPU of each of ``_PER_GPU``, and the pipeline
-#: transfers' one row.
-_PER_STAGE = (_F, _B, _I, _W, TaskKind.GRAD_SYNC, TaskKind.FWD_GATHER, TaskKind.KV_EXCHANGE, TaskKind.KV_GRAD_EXCHANGE,
-              TaskKind.A2A)
-_PER_GPU = (_O, TaskKind.PARAM_GATHER)
+#: The kinds whose work is that of another's row in the table of work (``kernel.work``): a zero 3 gather before a
+#: backward is as long as the one before a forward, an all-to-all's gradient as its forward all-to-all.
 _SAME_ROWS = {TaskKind.BWD_GATHER: TaskKind.FWD_GATHER, TaskKind.A2A_GRAD: TaskKind.A2A}
 
 
@@ -192,34 +188,25 @@ def graph_work(params: EnvParams) -> Work:
 
 @lru_cache(maxsize=256)
 def _work_of(params: EnvParams, measured: LengthTable | None) -> Work:
-    """``params``' ``Work``, built by the compiled ``kernel.graph_work`` from a table of a few rows per stage and GPU
-    (every task's work from the table of lengths ``measured`` when there is one).
-
-    Each element of the table is computed by the same float operations in the same order as the section it
-    follows, so that a length is the same to the bit however the graph is simulated: e.g. a forward's is
-    ``fwd_len * weight / v``.
-    """
+    """``params``' ``Work``, built by the compiled ``kernel.graph_work`` from its values and weights per stage and GPU
+    (every task's work from the table of lengths ``measured`` when there is one)."""
     from .compile_cache import built, load_kernel
+    from .kernel.work import VALUES, WEIGHTS
 
     structure = graph_structure(params)
-    stages, v = params.num_gpus * params.v, params.v
-    weights = np.array(params.stage_weights or (1.0,) * stages)
-    syncs = np.array(params.sync_weights or (1.0,) * stages)
-    forwards = params.fwd_len * weights / v  # section 6.6: a weight of 1 leaves fwd_len / v to the bit
-    backwards = params.bwd_len * weights * np.array(params.bwd_weights or (1.0,) * stages) / v
-    exchanges = params.cp_len / v * weights
-    # an optimizer step's and a parameter gather's rows are read only where there are such tasks
-    steps = params.step_lengths() if params.optimizer_len > 0 else (0.0,) * params.num_gpus
-    gathers = params.gather_lengths() if params.gather_len > 0 else (0.0,) * params.num_gpus
-    table = np.concatenate([forwards, backwards, backwards * (1.0 - params.w_fraction), backwards * params.w_fraction,
-                            params.sync_base_len / v * syncs, params.gather_len / v * syncs, exchanges,
-                            2.0 * exchanges,  # the keys' and values' gradients travel back with them
-                            params.a2a_len / v * np.array(params.a2a_weights or (1.0,) * stages), steps, gathers,
-                            (params.prop_len,)])
+    weights = np.ones((len(WEIGHTS), params.num_gpus * params.v))
+    for row, name in enumerate(WEIGHTS):
+        given = getattr(params, name)
+        if given:
+            weights[row] = given
+    per_gpu = np.zeros((2, params.num_gpus))  # a step's and a parameter gather's rows: read only where there are any
+    if params.optimizer_len > 0:
+        per_gpu[0] = params.step_lengths()
+    if params.gather_len > 0:
+        per_gpu[1] = params.gather_lengths()
     work = Work(*built(load_kernel().graph_work)(
-        structure.columns, structure.pairs, table, np.array((0.0, params.fwd_impact, params.bwd_impact)),
-        params.fb_overlap, forwards, backwards, np.array(stage_rooms(params), dtype=np.int64),
-        np.array(gpu_rooms(params), dtype=np.int64)))
+        structure.columns, structure.pairs, np.array([getattr(params, name) for name in VALUES]), weights, per_gpu,
+        params.v, np.array(stage_rooms(params), dtype=np.int64), np.array(gpu_rooms(params), dtype=np.int64)))
     if measured is not None:  # a table gives every task's work; the parameters' still weigh a pair's impact
         work = work._replace(lengths=np.array(lengths_of_table(params, measured.lengths, params.lengths)))
     for array in work:
@@ -293,20 +280,20 @@ def per_structure(function: Callable[[EnvParams], _T]) -> Callable[[EnvParams], 
     return cached
 
 
-def _row_form(kind: TaskKind) -> tuple[int, int, int]:
-    """Where ``_work``'s table holds the work of a task of ``kind``: its block's first row, in stages and GPUs
-    (the block starts at ``stages * a + gpus * b``), and what numbers its row within the block: 0 nothing (a
-    transfer's row, the last, and a pair's too: its work is computed apart), 1 its stage, 2 its GPU."""
+def _row_form(kind: TaskKind, per_stage: tuple[str, ...], per_gpu: tuple[str, ...]) -> tuple[int, int, int]:
+    """Where the table of work holds the work of a task of ``kind`` (``kernel.work``'s, of blocks ``per_stage`` and
+    ``per_gpu``): its block's first row, in stages and GPUs (the block starts at ``stages * a + gpus * b``), and what
+    numbers its row within the block: 0 nothing (a transfer's row, the last, and a pair's too: its work is computed
+    apart), 1 its stage, 2 its GPU."""
     kind = _SAME_ROWS.get(kind, kind)
-    if kind in _PER_STAGE:
-        return _PER_STAGE.index(kind), 0, 1
-    if kind in _PER_GPU:
-        return len(_PER_STAGE), _PER_GPU.index(kind), 2
-    return len(_PER_STAGE), len(_PER_GPU), 0
+    if kind in per_stage:
+        return per_stage.index(kind), 0, 1
+    if kind in per_gpu:
+        return len(per_stage), per_gpu.index(kind), 2
+    return len(per_stage), len(per_gpu), 0
 
 
-#: Per kind number, ``_row_form``'s three numbers; and its impact: 0 (none), 1 (a forward's) or 2 (a backward's).
-_ROW_IN_STAGES, _ROW_IN_GPUS, _ROW_BY = np.array([_row_form(kind) for kind in KINDS]).T
+#: Per kind number, its impact: 0 (none), 1 (a forward's) or 2 (a backward's).
 _IMPACT_OF = np.array([1 if kind is _F else 2 if kind in (_B, _I, _W) else 0 for kind in KINDS])
 
 
@@ -362,8 +349,7 @@ class GraphStructure(NamedTuple):
     overlapped pair's task and the stages of its forward and its backward. Per task as ``engine.GraphArrays`` holds
     them, its transfer class (``comm``), its class for dispatchers and how many tasks it waits for; whether it is
     the forward of a micro-batch's first stage on its GPU, and the stages of its part whose activations rise as it
-    starts and fall
-    as it ends (-1: none). ``columns``: the per-task rows, in one array (``kernel.structure.KIND`` ...).
+    starts and fall as it ends (-1: none). ``columns``: the per-task rows, in one array (``kernel.structure.KIND`` ...).
     """
 
     kind: np.ndarray
@@ -449,13 +435,14 @@ def graph_structure(params: EnvParams) -> GraphStructure:
 def _builder_tables() -> tuple[np.ndarray, np.ndarray]:
     """What ``kernel.build_structure`` reads of the kinds: the kind numbers its ``CODES`` name, and per kind number
     (and -1, no kind: the last entry) the tables its ``LOOKUP`` names."""
-    from .kernel import structure
+    from .kernel import structure, work
 
+    rows = np.array([_row_form(kind, work.PER_STAGE, work.PER_GPU) for kind in KINDS]).T
     per_microbatch = (TaskKind.FWD_GATHER, TaskKind.BWD_GATHER, TaskKind.KV_EXCHANGE, TaskKind.KV_GRAD_EXCHANGE,
                       TaskKind.A2A, TaskKind.A2A_GRAD)
     tables = {"release_rank": [*_RELEASE_RANK, 0], "part_slot": [*_PART_SLOT, -1], "input_of": _INPUT_OF,
-              "gather_of": _GATHER_OF, "row_in_stages": [*_ROW_IN_STAGES, 0], "row_in_gpus": [*_ROW_IN_GPUS, 0],
-              "row_by": [*_ROW_BY, 0], "impact_of": [*_IMPACT_OF, 0],
+              "gather_of": _GATHER_OF, "row_in_stages": [*rows[0], 0], "row_in_gpus": [*rows[1], 0],
+              "row_by": [*rows[2], 0], "impact_of": [*_IMPACT_OF, 0],
               "kind_class": [_KIND_CLASS.get(kind, -1) for kind in KINDS] + [-1], "rising": _RISING,
               "falling": _FALLING,
               "per_microbatch": [per_microbatch.index(kind) if kind in per_microbatch else -1 for kind in KINDS] + [-1]}

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 from reference_orders import build_orders
 
+from pipeline_sim.kernel import work
 from pipeline_sim.kernel.state import HOLD_CLASS
 from pipeline_sim.model import A2A_KINDS, TRANSFER_KINDS, Action, EnvParams, Pair, TaskKind, sync_points
 from pipeline_sim.noise import KIND_NUMBERS
@@ -15,8 +16,6 @@ from pipeline_sim.taskgraph import (
     _COMM_NUMBER,
     _FALLS,
     _KIND_CLASS,
-    _PER_GPU,
-    _PER_STAGE,
     _SAME_ROWS,
     ISSUED_KINDS,
     GraphTask,
@@ -24,6 +23,7 @@ from pipeline_sim.taskgraph import (
     TaskGraph,
 )
 
+_PER_STAGE, _PER_GPU = ([TaskKind(name) for name in names] for names in (work.PER_STAGE, work.PER_GPU))
 _F, _B, _I, _W = TaskKind.FORWARD, TaskKind.BACKWARD, TaskKind.BACKWARD_INPUT, TaskKind.BACKWARD_WEIGHT
 _O = TaskKind.OPTIMIZER_STEP
 
