@@ -507,6 +507,18 @@ def figure_columns(F: np.ndarray, I: np.ndarray) -> tuple[np.ndarray, ...]:
             np.ascontiguousarray(I[:, kernel.THROTTLED]), np.ascontiguousarray(F[:, kernel.THROTTLED_TIME]))
 
 
+#: Simulations of this many tasks or more take their state from one room kept for the next (``simulate_figures``):
+#: a large environment's state is then faulted in once, not on every simulation (the C library maps arrays of more
+#: than 32 MiB anew each time: about a fifth of a million-task run). The process holds that room, about 550 bytes per
+#: task of the largest environment simulated, until it ends. Smaller simulations each make their own, in one block
+#: that the C library keeps for the next.
+ROOM_KEPT_TASKS = 32_768
+#: The room kept: the largest a simulation of ``ROOM_KEPT_TASKS`` or more used so far, and the most tasks it was
+#: used for; and no room.
+_kept_room = _NO_ROOM = np.empty(0, dtype=np.int64)
+_kept_tasks = 0
+
+
 def simulate_figures(params: EnvParams, policies: Sequence[Policy], sample: int = 0,
                      orders: Sequence[Sequence[int]] | None = None) -> np.ndarray:
     """The figures of ``kernel.figures`` for every policy of ``policies`` in draw ``sample``, one row each;
@@ -518,8 +530,14 @@ def simulate_figures(params: EnvParams, policies: Sequence[Policy], sample: int 
     arguments = list(arrays.kernel_arguments(in_unit(task_lengths(params, sample), unit), params))
     if orders is not None:
         arguments[11] = _rows(orders)[1]
-    out = kernel.simulate_policies(*arguments, arrays.rises, activation_units(params), tiers, priorities,
-                                   params.ingress_capacity)
+    global _kept_room, _kept_tasks
+    tasks = len(arrays.gpu)
+    if tasks > _kept_tasks:
+        _kept_room = _NO_ROOM  # freed before the kernel makes a larger one
+    out, room = kernel.simulate_policies(*arguments, arrays.rises, activation_units(params), tiers, priorities,
+                                         params.ingress_capacity, _kept_room)
+    if tasks >= ROOM_KEPT_TASKS:
+        _kept_room, _kept_tasks = room, max(tasks, _kept_tasks)
     p = params.num_gpus
     out[:, :2] *= unit  # the times among the figures: completion, throttled time, each GPU's busy time and span
     out[:, 3:3 + 2 * p] *= unit
@@ -762,7 +780,7 @@ def _run_arguments(params: EnvParams) -> dict[str, Any]:
     tiers, priorities = policy_arrays((Policy(),))
     arguments = graph_arrays(params).kernel_arguments(in_unit(task_lengths(params), 1.0), params)
     named = dict(zip(_parameters(kernel.simulate), (*arguments, tiers[0], priorities[0], params.ingress_capacity, 0)),
-                 num_gpus=params.num_gpus)
+                 num_gpus=params.num_gpus, room=np.empty(0, dtype=np.int64))
     state = kernel.prepare.py_func(*(named[name] for name in _parameters(kernel.prepare)))
     names = list(_parameters(loop.advance))
     named.update(zip(names[names.index("F"):names.index("ending") + 1], state))

@@ -132,7 +132,7 @@ class Episode:
         self._state = kernel.prepare(self.lengths, a.gpu, a.receiver, a.comm, a.stage, a.index, a.impact,
                                      a.needs_count, a.kind_class, a.reserve, a.falls, self._structure[16],
                                      self.params.num_gpus, self._structure[19], self._structure[20],
-                                     self._structure[-1])
+                                     self._structure[-1], np.empty(0, dtype=np.int64))
         F, I, P, _, Q, _, _, C, _, _, _, _, K, _ = self._state
         kernel.begin(_EXTERNAL, F, I, P, Q, K, C, a.release_start, a.release_task, a.order_start, a.order_task)
         self.clock = 0.0

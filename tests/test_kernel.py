@@ -228,6 +228,45 @@ def test_a_run_that_fetches_rows_ahead_gives_the_plain_pythons_bits():
     params = EnvParams(num_gpus=4, n=2048, compute_jitter=0.2, seed=3)
     assert engine.simulate_figures(params, [DEFAULT_POLICY])[0].tolist() == json.loads(result.stdout)
 
+
+def test_a_room_used_before_gives_each_simulation_what_a_new_one_gives():
+    """The state taken from a room that other simulations filled (larger ones, other graphs, garbage), or from one
+    too small, which the kernel replaces: every policy's figures to the bit as from a new room; a room large enough
+    is the one used, and the engine keeps the room of a simulation of ``ROOM_KEPT_TASKS`` tasks or more."""
+    import numpy as np
+
+    from pipeline_sim.engine import ROOM_KEPT_TASKS, graph_arrays, in_unit, policy_arrays, task_lengths
+    from pipeline_sim.model import Policy
+
+    policies = (DEFAULT_POLICY, Policy(priorities={"fwd_prop": 0.6, "grad_prop": 0.1, "grad_sync": 0.3}),
+                Policy(exclusive_tiers={"grad_sync": "a"}))
+    tiers, priorities = policy_arrays(policies)
+
+    def figures(params, room):
+        arrays = graph_arrays(params)
+        arguments = arrays.kernel_arguments(in_unit(task_lengths(params), params.time_unit), params)
+        return kernel.simulate_policies(*arguments, arrays.rises, engine.activation_units(params), tiers, priorities,
+                                        params.ingress_capacity, room)
+    rng = random.Random(11)
+    cases = [random_case(rng)[0] for _ in range(30)]
+    garbage = np.arange(2_000_000, dtype=np.int64) * 7919
+    for params in cases:
+        fresh, room = figures(params, np.empty(0, dtype=np.int64))
+        assert len(room) > 0
+        for given in (garbage.copy(), room[: len(room) // 2].copy(), room):
+            out, used = figures(params, given)
+            assert out.tobytes() == fresh.tobytes(), params
+            assert (used is given) == (len(given) >= len(room))
+    large = EnvParams(num_gpus=4, n=ROOM_KEPT_TASKS // 16 + 8)
+    assert len(graph_arrays(large).gpu) >= ROOM_KEPT_TASKS
+    first = engine.simulate_figures(large, policies)
+    kept = engine._kept_room
+    assert len(kept) > 0 and engine.simulate_figures(large, policies).tobytes() == first.tobytes()
+    assert engine._kept_room is kept  # the same room, used again
+    small = cases[0]  # fewer tasks, in the room kept
+    assert engine.simulate_figures(small, policies).tobytes() == figures(small, np.empty(0, np.int64))[0].tobytes()
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="madvise's huge pages are Linux's")
 def test_large_state_asks_for_huge_pages_and_the_run_is_unchanged():
     """The kernel calls the C library's madvise from compiled code on state of 32 MiB or more: the call is accepted,

@@ -239,13 +239,23 @@ def _layered(count: int, ingress_capacity: float, num_gpus: int, A: np.ndarray, 
         previous = layer
 
 
+#: The rows of the scratch ``A`` (integers) and ``AF`` (floats).
+SCRATCH_INTS, SCRATCH_FLOATS = 13, 7
+
+
+@within
+def scratch_width(flows: int, num_gpus: int) -> int:
+    """The columns of the scratch rows for ``flows`` flows among ``num_gpus`` GPUs."""
+    return max(2 * flows, num_gpus) + 1
+
+
 @within
 def scratch(flows: int, num_gpus: int) -> tuple[np.ndarray, np.ndarray]:
-    """Scratch rows for ``flows`` flows among ``num_gpus`` GPUs (``A``, ``AF``): compiled into the compiled code that
-    calls it, and plain numpy from Python (no compile before a first compile's first function)."""
-    width = max(2 * flows, num_gpus) + 1
-    A = np.empty((13, width), dtype=np.int64)
-    AF = np.empty((7, width))
+    """Scratch rows for ``flows`` flows among ``num_gpus`` GPUs (``A``, ``AF``), zero: compiled into the compiled code
+    that calls it, and plain numpy from Python (no compile before a first compile's first function)."""
+    width = scratch_width(flows, num_gpus)
+    A = np.empty((SCRATCH_INTS, width), dtype=np.int64)
+    AF = np.empty((SCRATCH_FLOATS, width))
     A[:] = 0
     AF[:] = 0.0
     return A, AF

@@ -7,17 +7,29 @@ import numpy as np
 from numba import types
 
 from .allocation import (
+    SCRATCH_FLOATS,
+    SCRATCH_INTS,
     compute_rates,
     contended_rates,
     group_flows,
     ready_key,
-    scratch,
+    scratch_width,
     sending_sets,
     set_group_rates,
 )
 from .events import heap_pop, mark, push, set_rate
 from .figures import figures
-from .jit import PREFETCH_TASKS, advise_huge_pages, at_address, compiled, exposed, inlined, inner, prefetch_row
+from .jit import (
+    PREFETCH_TASKS,
+    advise_huge_pages,
+    at_address,
+    compiled,
+    exposed,
+    inlined,
+    inner,
+    prefetch_row,
+    within,
+)
 from .next_task import dispatch, enter_candidates, leave_candidates, next_decider, take_next, wake
 from .state import (
     BEFORE,
@@ -249,23 +261,69 @@ def _finish(i: int, now: float, F: np.ndarray, I: np.ndarray, P: np.ndarray, Q: 
         mark(P, C, DIRTY_COMM, DIRTY_COMM_LIST, DIRTY_COMM_COUNT, s)
 
 
+@within
+def queue_room(gpu: np.ndarray, comm: np.ndarray, p: int) -> int:
+    """The most transfers one GPU has (at least 1): the room of its queue of ready transfers."""
+    per_gpu = np.zeros(p, dtype=np.int64)
+    for i in range(len(comm)):
+        if comm[i] >= 0:
+            per_gpu[gpu[i]] += 1
+    room = 1
+    for s in range(p):  # not per_gpu.max(), which compiles numpy's reduction for a few numbers
+        room = max(room, per_gpu[s])
+    return room
+
+
+@within
+def state_words(n: int, p: int, queue: int) -> int:
+    """The words (8 bytes each) of the state arrays that grow with the tasks, which ``prepare`` takes from its room,
+    for ``n`` tasks on ``p`` GPUs of ``queue`` transfers at most: ``F``, ``HT``, ``AF``, then ``I``, ``HI``, ``K``,
+    ``ending``, ``Q`` and ``A``."""
+    width = scratch_width(p * queue, p)
+    return n * (TASK_FLOATS + 1 + TASK_INTS + 3 + 1) + 3 * (3 * n + 2 * p + 8) + 2 * p * queue + \
+        (SCRATCH_FLOATS + SCRATCH_INTS) * width
+
+
 @compiled
 def prepare(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.ndarray, stage: np.ndarray,
             index: np.ndarray, impact: np.ndarray, needs_count: np.ndarray, kind_class: np.ndarray,
             reserve: np.ndarray, falls: np.ndarray, dispatch_key: np.ndarray, num_gpus: int, kind_tier: np.ndarray,
-            kind_priority: np.ndarray, segment_room: int) -> tuple:
+            kind_priority: np.ndarray, segment_room: int, room: np.ndarray) -> tuple:
     """The state of an iteration at time 0, before anything starts: the arrays ``F, I, P, PF, Q, A, AF, C, HT, HI,
-    SI, SF, K, ending`` that ``advance`` and the decisions carry from event to event."""
+    SI, SF, K, ending`` that ``advance`` and the decisions carry from event to event. Those that grow with the tasks
+    are taken from ``room`` (``state_words`` of it, anything it held overwritten), or from a new one when it is
+    smaller: a run that gives the same room to one simulation after another faults its pages in once."""
     n = len(length)
     p = num_gpus
-    F = np.empty((n, TASK_FLOATS))
-    I = np.empty((n, TASK_INTS), dtype=np.int64)
-    advise_huge_pages(F)  # a large run's state: in huge pages, which fault once per 2 MiB, not per 4 KiB
-    advise_huge_pages(I)
-    per_gpu = np.empty(p, dtype=np.int64)
+    queue = queue_room(gpu, comm, p)
+    width = scratch_width(p * queue, p)
+    words = state_words(n, p, queue)
+    if len(room) < words:
+        room = np.empty(words, dtype=np.int64)
+    room = room[:words]
+    advise_huge_pages(room)  # a large run's state: in huge pages, which fault once per 2 MiB, not per 4 KiB
+    floats = room[:n * (TASK_FLOATS + 1) + SCRATCH_FLOATS * width].view(np.float64)
+    F = floats[:n * TASK_FLOATS].reshape((n, TASK_FLOATS))
+    HT = floats[n * TASK_FLOATS:n * (TASK_FLOATS + 1)]
+    AF = floats[n * (TASK_FLOATS + 1):].reshape((SCRATCH_FLOATS, width))
+    at = len(floats)
+    I = room[at:at + n * TASK_INTS].reshape((n, TASK_INTS))
+    at += n * TASK_INTS
+    # the heap of projected ends, one entry a task at most: per entry its time (HT), number and task (HI rows 0
+    # and 1); per task the place of its entry (HI row 2, -1: none)
+    HI = room[at:at + 3 * n].reshape((3, n))
+    at += 3 * n
+    stack = 3 * n + 2 * p + 8
+    K = room[at:at + 3 * stack].reshape((3, stack))
+    at += 3 * stack
+    ending = room[at:at + n]
+    at += n
+    Q = room[at:at + 2 * p * queue].reshape((2, p, queue))
+    A = room[at + 2 * p * queue:].reshape((SCRATCH_INTS, width))
+    A[:] = 0
+    AF[:] = 0.0
     F[:] = 0.0
     I[:] = 0
-    per_gpu[:] = 0
     for i in range(n):  # element by element: a whole-row copy would compile a shape check and its error message
         F[i, LENGTH] = length[i]
         F[i, IMPACT] = impact[i]
@@ -285,12 +343,8 @@ def prepare(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.
         I[i, RESERVE] = reserve[i]
         I[i, FALLS] = falls[i]
         if comm[i] >= 0:
-            per_gpu[gpu[i]] += 1
             I[i, TIER] = kind_tier[comm[i]]
             F[i, PRIORITY] = kind_priority[comm[i]]
-    room = 1
-    for s in range(p):  # not per_gpu.max(), which compiles numpy's reduction for a few numbers
-        room = max(room, per_gpu[s])
     P = np.empty((GPU_INTS, p), dtype=np.int64)
     P[:] = 0
     P[BUSY] = -1
@@ -302,19 +356,11 @@ def prepare(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.
             enter_candidates(i, I, P)
     PF = np.empty((2, p))
     PF[:] = 0.0
-    Q = np.empty((2, p, room), dtype=np.int64)
-    A, AF = scratch(p * room, p)
     C = np.empty(7, dtype=np.int64)
     C[:] = 0
-    # the heap of projected ends, one entry a task at most: per entry its time (HT), number and task (HI rows 0
-    # and 1); per task the place of its entry (HI row 2, -1: none)
-    HT = np.empty(n)
-    HI = np.empty((3, n), dtype=np.int64)
     HI[2] = -1
     SI = np.empty(segment_room, dtype=np.int64)
     SF = np.empty((3, segment_room))
-    K = np.empty((3, 3 * n + 2 * p + 8), dtype=np.int64)
-    ending = np.empty(n, dtype=np.int64)
     return F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending
 
 
@@ -414,10 +460,11 @@ def start(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.nd
           index: np.ndarray, impact: np.ndarray, needs_count: np.ndarray, release_start: np.ndarray,
           release_task: np.ndarray, order_start: np.ndarray, order_task: np.ndarray, kind_class: np.ndarray,
           reserve: np.ndarray, falls: np.ndarray, dispatch_key: np.ndarray, rule: int, kind_tier: np.ndarray,
-          kind_priority: np.ndarray, segment_room: int) -> tuple:
-    """An iteration's state (``prepare``) once time 0 is settled (``begin``): what ``advance`` runs from."""
+          kind_priority: np.ndarray, segment_room: int, room: np.ndarray) -> tuple:
+    """An iteration's state (``prepare``, in ``room``) once time 0 is settled (``begin``): what ``advance`` runs
+    from."""
     state = prepare_apart(length, gpu, receiver, comm, stage, index, impact, needs_count, kind_class, reserve, falls,
-                          dispatch_key, len(order_start) - 1, kind_tier, kind_priority, segment_room)
+                          dispatch_key, len(order_start) - 1, kind_tier, kind_priority, segment_room, room)
     F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending = state
     begin_apart(rule, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
     return state
@@ -461,7 +508,7 @@ def simulate(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np
     if state is None:
         state = start(length, gpu, receiver, comm, stage, index, impact, needs_count, release_start, release_task,
                       order_start, order_task, kind_class, reserve, falls, dispatch_key, rule, kind_tier,
-                      kind_priority, segment_room)
+                      kind_priority, segment_room, np.empty(0, dtype=np.int64))  # its own: the caller keeps it
     F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending = state
     status, now, decider = advance_apart(rule, memory, ingress_capacity, release_start, release_task, order_start,
                                          order_task, peer_start, peer_task, F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF,
@@ -506,23 +553,26 @@ def simulate_policies(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray,
                       order_task: np.ndarray, peer_start: np.ndarray, peer_task: np.ndarray,
                       kind_class: np.ndarray, reserve: np.ndarray, falls: np.ndarray, dispatch_key: np.ndarray,
                       rule: int, memory: int, rises: np.ndarray, units: int, kind_tiers: np.ndarray,
-                      kind_priorities: np.ndarray, ingress_capacity: float) -> np.ndarray:
-    """``figures`` of one simulation per policy (rows of ``kind_tiers`` and ``kind_priorities``), in one call.
-
-    A stuck simulation's row is all NaN.
+                      kind_priorities: np.ndarray, ingress_capacity: float, room: np.ndarray) -> tuple:
+    """``figures`` of one simulation per policy (rows of ``kind_tiers`` and ``kind_priorities``), in one call, each
+    simulation's state in ``room`` (``prepare``'s; a new one when it is smaller), one after another. Returns the
+    figures, a stuck simulation's row all NaN, and the room used.
     """
     p = len(order_start) - 1
     out = np.empty((len(kind_tiers), 3 + 3 * p))
     out[:] = np.nan
+    words = state_words(len(length), p, queue_room(gpu, comm, p))
+    if len(room) < words:
+        room = np.empty(words, dtype=np.int64)
     for row in range(len(kind_tiers)):
         F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending = start(
             length, gpu, receiver, comm, stage, index, impact, needs_count, release_start, release_task,
             order_start, order_task, kind_class, reserve, falls, dispatch_key, rule, kind_tiers[row],
-            kind_priorities[row], 0)
+            kind_priorities[row], 0, room)
         status = advance_apart(rule, memory, ingress_capacity, release_start, release_task, order_start, order_task,
                                peer_start, peer_task, F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending, 0.0)[0]
         if status == DONE:
             # each column copied whole: the figures' one signature takes contiguous arrays, as a schedule's records
             figures_apart(gpu, comm, rises, falls, p, units, F[:, START].copy(), F[:, END].copy(),
                           I[:, THROTTLED].copy(), F[:, THROTTLED_TIME].copy(), out[row])
-    return out
+    return out, room

@@ -152,7 +152,8 @@ def play(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.nda
     (``observe_all``, ``fields`` wide), a decision with one possible action taken without asking it. Returns
     ``(status, now, segments, state)``: the state the arrays of ``prepare``, as ``simulate`` leaves them."""
     state = prepare_apart(length, gpu, receiver, comm, stage, index, impact, needs_count, kind_class, reserve, falls,
-                          dispatch_key, len(order_start) - 1, kind_tier, kind_priority, segment_room)
+                          dispatch_key, len(order_start) - 1, kind_tier, kind_priority, segment_room,
+                          np.empty(0, dtype=np.int64))
     F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending = state
     begin_apart(EXTERNAL, F, I, P, Q, K, C, release_start, release_task, order_start, order_task)
     out = np.empty(actions, dtype=np.int64)
