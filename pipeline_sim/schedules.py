@@ -76,7 +76,9 @@ SCHEDULES: dict[str, ScheduleSpec] = {spec.name: spec for spec in (
 
 def get_schedule(name: object) -> ScheduleSpec:
     """The schedule called ``name`` (case-insensitive); ``ParameterError`` lists the valid names."""
-    spec = SCHEDULES.get(name.strip().lower()) if isinstance(name, str) else None
+    spec = SCHEDULES.get(name) if isinstance(name, str) else None  # a name as written: most calls' (``EnvParams.v``)
+    if spec is None and isinstance(name, str):
+        spec = SCHEDULES.get(name.strip().lower())
     if spec is None:
         raise ParameterError("schedule", name, f"must be one of {', '.join(SCHEDULES)}")
     return spec

@@ -271,8 +271,13 @@ def per_structure(function: Callable[[EnvParams], _T]) -> Callable[[EnvParams], 
         if key in kept:
             value = kept.pop(key)
         else:
-            with collector_paused():
+            collecting = gc.isenabled()
+            gc.disable()  # as ``collector_paused``, without a context manager's cost for a structure of a few tasks
+            try:
                 value = function(params)
+            finally:
+                if collecting:
+                    gc.enable()
             if len(kept) >= STRUCTURES_KEPT:
                 del kept[next(iter(kept))]  # the least recently used
         kept[key] = value
