@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Generator, Iterable, Iterator, TypeVar
 
+from .allocator import child_environment
 from .parallel import die_with_parent
 
 _Item = TypeVar("_Item")
@@ -201,12 +202,13 @@ def connected(address: str | None, workers: int) -> Iterator[DaskCluster | None]
 
 def _start_workers(address: str, workers: int) -> subprocess.Popen:
     """``workers`` worker processes for the scheduler at ``address``, under one `dask worker` process in a session
-    of its own; they import this very package."""
+    of its own; they import this very package, and keep what a simulation frees as a command does
+    (``allocator.child_environment``)."""
     package_root = str(Path(__file__).resolve().parents[1])
     path = os.pathsep.join(filter(None, (package_root, os.environ.get("PYTHONPATH"))))
     return subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address, "--nworkers",
                              str(workers), "--nthreads", "1", "--no-dashboard"],
-                            env={**os.environ, "PYTHONPATH": path},
+                            env={**child_environment(os.environ), "PYTHONPATH": path},
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True, preexec_fn=die_with_parent)
 

@@ -511,7 +511,7 @@ def figure_columns(F: np.ndarray, I: np.ndarray) -> tuple[np.ndarray, ...]:
 #: a large environment's state is then faulted in once, not on every simulation (the C library maps arrays of more
 #: than 32 MiB anew each time: about a fifth of a million-task run). The process holds that room, about 550 bytes per
 #: task of the largest environment simulated, until it ends. Smaller simulations each make their own, in one block
-#: that the C library keeps for the next.
+#: that the C library reuses for the next.
 ROOM_KEPT_TASKS = 32_768
 #: The room kept: the largest a simulation of ``ROOM_KEPT_TASKS`` or more used so far, and the most tasks it was
 #: used for; and no room.

@@ -61,7 +61,7 @@ class ResultsError(ValueError):
 
 #: Rows read at a time: a sweep's output is read in pieces, so memory stays flat however many rows it has.
 #: Pieces of 100,000 rows read as fast but left the reading process about 100 MB larger (freed memory that
-#: the C library's allocator keeps).
+#: the allocator keeps).
 READ_ROWS = 20_000
 
 

@@ -16,6 +16,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Callable, Iterator, NoReturn, Sequence
 
+from ..allocator import keep_freed_memory
 from ..cluster import CLUSTER_VARIABLE
 from ..parallel import interrupt_behind
 
@@ -99,7 +100,9 @@ def ready_kernel(episodes: bool = False, parts: Sequence[str] = ("figures", "rec
     """Compile the entry points of ``parts`` of the simulation kernel (``engine.KERNEL_PARTS``) before any work, or
     load them, saying so, and how long it took, when this installation has not compiled them before; with
     ``episodes``, its step-by-step entry points too (a learned dispatcher, training). Worker processes forked
-    afterwards share them."""
+    afterwards share them. The command owns its process: from here on its allocator keeps what a simulation frees
+    for the next one (``allocator.keep_freed_memory``; forked workers inherit it)."""
+    keep_freed_memory()
     from ..compile_cache import NOTICES
     from ..engine import COMPILE_SECONDS, KERNEL_PARTS, REST_SECONDS, compile_kernel, kernel_is_compiled, mark_compiled
     from ..episode import EPISODE_COMPILE_SECONDS, compile_episode
