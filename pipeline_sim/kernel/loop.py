@@ -20,6 +20,7 @@ from .allocation import (
 from .events import heap_pop, mark, push, set_rate
 from .figures import figures
 from .jit import (
+    HUGE_PAGE_BYTES,
     PREFETCH_TASKS,
     advise_huge_pages,
     at_address,
@@ -301,9 +302,10 @@ def prepare(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.
     if len(room) < words:
         room = np.empty(words, dtype=np.int64)
     room = room[:words]
-    advise_huge_pages(room)  # a large run's state: in huge pages, which fault once per 2 MiB, not per 4 KiB
     floats = room[:n * (TASK_FLOATS + 1) + SCRATCH_FLOATS * width].view(np.float64)
     F = floats[:n * TASK_FLOATS].reshape((n, TASK_FLOATS))
+    if F.nbytes >= HUGE_PAGE_BYTES:  # a large run's state in huge pages, which fault once per 2 MiB, not per 4 KiB
+        advise_huge_pages(room)  # (asked for smaller, their wait for the system to free 2 MiB stalls some runs)
     HT = floats[n * TASK_FLOATS:n * (TASK_FLOATS + 1)]
     AF = floats[n * (TASK_FLOATS + 1):].reshape((SCRATCH_FLOATS, width))
     at = len(floats)
