@@ -102,52 +102,54 @@ def _cut(out: np.ndarray, at: int, kind: int, stage: int, mb: int, n: int) -> in
 
 
 @within
+def _take(out: np.ndarray, at: int, kind: int, stage: int, taken: np.ndarray, which: int, n: int) -> int:
+    """``_cut``'s action of ``kind`` on ``stage`` for micro-batch ``taken[which]``, which then moves to the next."""
+    at = _cut(out, at, kind, stage, taken[which], n)
+    taken[which] += 1
+    return at
+
+
+@within
+def _input_and_weight(out: np.ndarray, at: int, stage: int, taken: np.ndarray, which: int, n: int,
+                      codes: np.ndarray) -> int:
+    """``_take``'s I of ``stage``, and at once its W."""
+    at = _cut(out, at, codes[2], stage, taken[which], n)
+    return _take(out, at, codes[3], stage, taken, which, n)
+
+
+@within
 def _zb_v(out: np.ndarray, at: int, r: int, p: int, n: int, codes: np.ndarray) -> int:
     """PyTorch's ScheduleZBVZeroBubble, written for max(2p - 1, n) micro-batches and cut to n."""
     big_n = max(2 * p - 1, n)
     first, second = r, 2 * p - 1 - r
     F, I, W = codes[0], codes[2], codes[3]
-    f0 = f1 = b0 = b1 = 0  # next forward and next input-gradient micro-batch of each chunk
+    # the next micro-batch of each chunk's forward (0, 1) and input gradient (2, 3), and of the first chunk's W (4)
+    taken = np.zeros(5, dtype=np.int64)
     for _ in range(2 * (p - r) - 1):
-        at = _cut(out, at, F, first, f0, n)
-        f0 += 1
+        at = _take(out, at, F, first, taken, 0, n)
     for _ in range(r):
-        at = _cut(out, at, F, second, f1, n)
-        f1 += 1
-        at = _cut(out, at, F, first, f0, n)
-        f0 += 1
+        at = _take(out, at, F, second, taken, 1, n)
+        at = _take(out, at, F, first, taken, 0, n)
     for _ in range(p - r):
-        at = _cut(out, at, F, second, f1, n)
-        f1 += 1
-        at = _cut(out, at, I, second, b1, n)
-        at = _cut(out, at, W, second, b1, n)
-        b1 += 1
-    while f1 < f0 or f0 < big_n:
-        if f0 < big_n:
-            at = _cut(out, at, F, first, f0, n)
-            f0 += 1
-        at = _cut(out, at, I, first, b0, n)
-        at = _cut(out, at, W, first, b0, n)
-        b0 += 1
-        at = _cut(out, at, F, second, f1, n)
-        f1 += 1
-        at = _cut(out, at, I, second, b1, n)
-        at = _cut(out, at, W, second, b1, n)
-        b1 += 1
-    w0, w1 = b0, b1
+        at = _take(out, at, F, second, taken, 1, n)
+        at = _input_and_weight(out, at, second, taken, 3, n, codes)
+    while taken[1] < taken[0] or taken[0] < big_n:
+        if taken[0] < big_n:
+            at = _take(out, at, F, first, taken, 0, n)
+        at = _input_and_weight(out, at, first, taken, 2, n, codes)
+        at = _take(out, at, F, second, taken, 1, n)
+        at = _input_and_weight(out, at, second, taken, 3, n, codes)
+    taken[4] = taken[2]
+    weighed = taken[3]  # the second chunk's Ws done so far
     for _ in range(r):
-        at = _cut(out, at, I, first, b0, n)
-        b0 += 1
-        at = _cut(out, at, I, second, b1, n)
-        b1 += 1
+        at = _take(out, at, I, first, taken, 2, n)
+        at = _take(out, at, I, second, taken, 3, n)
     for _ in range(p - r):
-        at = _cut(out, at, I, first, b0, n)
-        b0 += 1
-        at = _cut(out, at, W, first, w0, n)
-        w0 += 1
-    for m in range(w1, b1):
+        at = _take(out, at, I, first, taken, 2, n)
+        at = _take(out, at, W, first, taken, 4, n)
+    for m in range(weighed, taken[3]):
         at = _cut(out, at, W, second, m, n)
-    for m in range(w0, b0):
+    for m in range(taken[4], taken[2]):
         at = _cut(out, at, W, first, m, n)
     return at
 
