@@ -85,8 +85,8 @@ class GraphArrays(NamedTuple):
 
     Per task: its GPU, receiver (-1: none), transfer kind number (-1: compute), stage,
     index, compute impact, how many tasks it waits for, its class for dispatchers
-    (``_KIND_CLASS``; -1 for a transfer or a pair; an optimizer step's is never chosen), the room for activations
-    it takes when it starts (``reserve``: a micro-batch's whole share on its GPU, at the forward of its
+    (``taskgraph._KIND_CLASS``; -1 for a transfer or a pair; an optimizer step's is never chosen), the room for
+    activations it takes when it starts (``reserve``: a micro-batch's whole share on its GPU, at the forward of its
     first stage there; docs/model.md section 12.1), the activations of the forward part
     starting with it (``rises``) and of the backward or weight-gradient part ending with
     it (``falls``), all in units of ``ROOM_UNIT`` per stage of weight 1.
@@ -507,11 +507,11 @@ def figure_columns(F: np.ndarray, I: np.ndarray) -> tuple[np.ndarray, ...]:
             np.ascontiguousarray(I[:, kernel.THROTTLED]), np.ascontiguousarray(F[:, kernel.THROTTLED_TIME]))
 
 
-#: Simulations of this many tasks or more take their state from one room kept for the next (``simulate_figures``):
-#: a large environment's state is then faulted in once, not on every simulation (the C library maps arrays of more
-#: than 32 MiB anew each time: about a fifth of a million-task run). The process holds that room, about 550 bytes per
-#: task of the largest environment simulated, until it ends. Smaller simulations each make their own, in one block
-#: that the C library reuses for the next.
+#: Simulations of this many tasks or more, whose state outgrows the caches (``kernel.jit.PREFETCH_TASKS``), take it
+#: from one room kept for the next (``simulate_figures``): a large environment's state is then faulted in once, not
+#: on every simulation (from 32 MiB, about 57,000 tasks, the C library maps a block anew each time: about a fifth of
+#: a million-task run). The process holds that room, 550 to 650 bytes per task of the largest environment simulated,
+#: until it ends. Smaller simulations each make their own, in one block that the C library reuses for the next.
 ROOM_KEPT_TASKS = 32_768
 #: The room kept: the largest a simulation of ``ROOM_KEPT_TASKS`` or more used so far, and the most tasks it was
 #: used for; and no room.
