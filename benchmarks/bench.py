@@ -305,14 +305,21 @@ def first_and_repeat(params: EnvParams, rounds: int = 1) -> dict:
             "kernel_us_per_task": statistics.median(repeat) / tasks * 1e6}
 
 
+def rounds_of(params: EnvParams) -> int:
+    """How many structures of the size of ``params`` ``first_and_repeat`` measures: seven below 10,000 tasks, where
+    a process's first structures take up to twice as long as later ones (its Python code not yet specialized by the
+    interpreter, its caches cold), three below 100,000, else one."""
+    tasks = estimated_tasks(params)
+    return 7 if tasks < 10_000 else 3 if tasks < 100_000 else 1
+
+
 def doubling() -> list[dict]:
-    """Per task, for each doubling of the tasks (1F1B): graph construction against the kernel (medians of three
-    structures below 100,000 tasks)."""
+    """Per task, for each doubling of the tasks (1F1B): graph construction against the kernel (medians of
+    ``rounds_of`` structures)."""
     rows = []
     for num_gpus, n in DOUBLINGS:
         params = EnvParams(num_gpus=num_gpus, n=n)
-        rounds = 3 if estimated_tasks(params) < 100_000 else 1
-        rows.append({"num_gpus": num_gpus, "n": n, **first_and_repeat(params, rounds)})
+        rows.append({"num_gpus": num_gpus, "n": n, **first_and_repeat(params, rounds_of(params))})
     return rows
 
 
@@ -323,13 +330,13 @@ SCHEDULE_SIZES = ((4, 8), (4, 1024), (16, 128), (64, 128), (64, 1024))
 
 def schedule_doubling() -> list[dict]:
     """Per schedule and size of ``SCHEDULE_SIZES``: graph construction against the kernel, per task (medians of
-    three structures below 100,000 tasks)."""
+    ``rounds_of`` structures)."""
     rows = []
     for schedule in SCHEDULES:
         for num_gpus, n in SCHEDULE_SIZES:
             params = EnvParams(schedule=schedule, num_gpus=num_gpus, n=n)
-            rounds = 3 if estimated_tasks(params) < 100_000 else 1
-            rows.append({"schedule": schedule, "num_gpus": num_gpus, "n": n, **first_and_repeat(params, rounds)})
+            rows.append({"schedule": schedule, "num_gpus": num_gpus, "n": n,
+                         **first_and_repeat(params, rounds_of(params))})
     return rows
 
 

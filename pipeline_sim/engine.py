@@ -175,13 +175,14 @@ def static_order_peaks(params: EnvParams) -> list[float]:
     """What ``gpu_order_peaks`` gives for the schedule's static order, read from the orders alone: the planner asks
     it of layouts it never simulates, whose task graphs would cost more than this."""
     gpus, kinds, stages, _, second = order_parts(params, split=False)
-    task = np.cumsum(~second) - 1  # each part's task: a pair is one
+    first = second == 0
+    task = np.cumsum(first) - 1  # each part's task: a pair is one
     room = np.array(stage_rooms(params), dtype=np.int64)[stages]
     count = int(task[-1]) + 1 if len(task) else 0
     rises, falls = (np.bincount(task, weights=np.where(chosen[kinds], room, 0), minlength=count).astype(np.int64)
                     for chosen in (_RISING, _FALLING))
     starts = np.zeros(params.num_gpus + 1, dtype=np.int64)
-    np.cumsum(np.bincount(gpus[~second], minlength=params.num_gpus), out=starts[1:])
+    np.cumsum(np.bincount(gpus[first], minlength=params.num_gpus), out=starts[1:])
     return _order_peaks(params, rises, falls, starts)
 
 
@@ -261,12 +262,13 @@ def dispatch_arguments(params: EnvParams) -> tuple[np.ndarray, int, int]:
 def _dispatch_arguments(params: EnvParams, table: LengthTable | None) -> tuple[np.ndarray, int, int]:
     """``dispatch_arguments`` of ``params`` and its table of lengths as read."""
     arrays = graph_arrays(params)
-    key = np.zeros(len(arrays.gpu))
     if params.dispatch == "critical-path":
         lengths = task_lengths(replace(params, compute_jitter=0.0, comm_jitter=0.0))
         _, tail = kernel.path_times(lengths, arrays.needs_count, arrays.release_start, arrays.release_task)
         key = -(lengths + tail)
-    key.flags.writeable = False
+        key.flags.writeable = False
+    else:
+        key = _no_keys(len(arrays.gpu))
     if params.dispatch == "static":
         return key, DISPATCHERS.index("static"), 0
     if params.dispatch == HINDSIGHT:
@@ -284,13 +286,21 @@ def _dispatch_arguments(params: EnvParams, table: LengthTable | None) -> tuple[n
                                                                + 1e-6)
 
 
+@lru_cache(maxsize=64)
+def _no_keys(tasks: int) -> np.ndarray:
+    """The keys of rules that read none: zeros, made once per size."""
+    key = np.zeros(tasks)
+    key.flags.writeable = False
+    return key
+
+
 def in_unit(lengths: np.ndarray, unit: float) -> np.ndarray:
     """``lengths`` in the engine's time unit (``EnvParams.time_unit``, a power of two: the division is exact),
     read-only as the kernel is compiled for."""
     if unit == 1.0:
         return lengths
     scaled = lengths / unit
-    scaled.flags.writeable = False
+    scaled.setflags(write=False)
     return scaled
 
 

@@ -11,6 +11,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .compile_cache import built, load_kernel
 from .model import KIND_INDEX, KINDS, Action, EnvParams, Pair, ParameterError, TaskKind
 
 #: A GPU's compute actions in the order it runs them.
@@ -33,12 +34,11 @@ def _pairing(params: EnvParams) -> bool:
     return bool(params.ep_overlap) and params.a2a_len > 0
 
 
-def order_parts(params: EnvParams, split: bool | None = None) -> tuple[np.ndarray, ...]:
-    """Every part of the actions of ``params``' orders, GPU after GPU: its GPU, kind number (``KIND_INDEX``), stage
-    and micro-batch, and whether it is the second part of a pair run as one task (``split``: each part of a pair run
-    as a task of its own, as a dispatcher runs them; None: as ``params``' dispatcher runs them)."""
-    from .compile_cache import built, load_kernel
-
+def order_parts(params: EnvParams, split: bool | None = None) -> np.ndarray:
+    """Every part of the actions of ``params``' orders, GPU after GPU, as the rows of one array: its GPU, kind number
+    (``KIND_INDEX``), stage and micro-batch, and whether (1 or 0) it is the second part of a pair run as one task
+    (``split``: each part of a pair run as a task of its own, as a dispatcher runs them; None: as ``params``'
+    dispatcher runs them)."""
     numbers, codes = _schedule_numbers()
     split = params.dispatch != "static" if split is None else split
     return built(load_kernel().schedule_parts)(numbers[params.schedule], params.num_gpus, params.n, params.v,

@@ -11,10 +11,12 @@ from __future__ import annotations
 import gc
 from contextlib import contextmanager
 from functools import cache, lru_cache, wraps
-from typing import Callable, Iterator, Mapping, NamedTuple, TypeVar
+from operator import attrgetter
+from typing import Any, Callable, Iterator, Mapping, NamedTuple, TypeVar
 
 import numpy as np
 
+from .compile_cache import built, load_kernel
 from .model import (
     COMM_KINDS,
     KIND_INDEX,
@@ -149,7 +151,7 @@ def task_lengths(params: EnvParams, sample: int = 0, work: np.ndarray | None = N
     per_task = np.bincount(owners, weights=factors, minlength=count) / np.bincount(owners, minlength=count)
     slow = computes & (gpus == params.slow_gpu)
     lengths = lengths * (per_task * np.where(slow, params.slow_factor, 1.0))
-    lengths.flags.writeable = False  # as the noise-free lengths: the kernel is compiled for one array type
+    lengths.setflags(write=False)  # as the noise-free lengths: the kernel is compiled for one array type
     return lengths
 
 
@@ -169,16 +171,25 @@ def table_of(params: EnvParams) -> LengthTable | None:
     return read_table(params.lengths) if params.lengths else None
 
 
-class Work(NamedTuple):
+def _row(array: str, row: int) -> Any:
+    """A property: row ``row`` of the field ``array``, a view made when read (a graph's construction makes none)."""
+    return property(lambda self: getattr(self, array)[row], doc=f"``{array}[{row}]``")
+
+
+class _WorkRows(NamedTuple):
+    floats: np.ndarray
+    integers: np.ndarray
+
+
+class Work(_WorkRows):
     """An environment's work on its graph, per task and read-only: its noise-free length and impact (section 3.3),
     the room for activations it reserves as it starts (``engine.GraphArrays.reserve``), and the activations that rise
-    as it starts and fall as it ends, in units of ``ROOM_UNIT`` per stage of weight 1."""
+    as it starts and fall as it ends, in units of ``ROOM_UNIT`` per stage of weight 1: rows of ``floats`` (lengths,
+    impacts) and ``integers`` (the rest), each read as a view."""
 
-    lengths: np.ndarray
-    impact: np.ndarray
-    reserve: np.ndarray
-    rises: np.ndarray
-    falls: np.ndarray
+    __slots__ = ()
+    lengths, impact = (_row("floats", row) for row in range(2))
+    reserve, rises, falls = (_row("integers", row) for row in range(3))
 
 
 def graph_work(params: EnvParams) -> Work:
@@ -190,28 +201,66 @@ def graph_work(params: EnvParams) -> Work:
 def _work_of(params: EnvParams, measured: LengthTable | None) -> Work:
     """``params``' ``Work``, built by the compiled ``kernel.graph_work`` from its values and weights per stage and GPU
     (every task's work from the table of lengths ``measured`` when there is one)."""
-    from .compile_cache import built, load_kernel
+    structure = graph_structure(params)
+    stage_rooms, gpu_rooms = _rooms(params)
+    values, weights = _work_fields()
+    floats, integers = built(load_kernel().graph_work)(
+        structure.columns, structure.pairs, np.array(values(params)), _weights(params, weights), _per_gpu(params),
+        params.v, stage_rooms, gpu_rooms)
+    if measured is not None:  # a table gives every task's work; the parameters' still weigh a pair's impact
+        floats[0] = lengths_of_table(params, measured.lengths, params.lengths)
+    floats.setflags(write=False)
+    integers.setflags(write=False)
+    return Work(floats, integers)
+
+
+@cache
+def _work_fields() -> tuple[attrgetter, attrgetter]:
+    """What reads ``kernel.work``'s ``VALUES`` and ``WEIGHTS`` from an environment."""
     from .kernel.work import VALUES, WEIGHTS
 
-    structure = graph_structure(params)
-    weights = np.ones((len(WEIGHTS), params.num_gpus * params.v))
-    for row, name in enumerate(WEIGHTS):
-        given = getattr(params, name)
-        if given:
-            weights[row] = given
-    per_gpu = np.zeros((2, params.num_gpus))  # a step's and a parameter gather's rows: read only where there are any
+    return attrgetter(*VALUES), attrgetter(*WEIGHTS)
+
+
+def _weights(params: EnvParams, fields: attrgetter) -> np.ndarray:
+    """The weights ``fields`` reads of ``params`` (``kernel.work``'s ``WEIGHTS``), per stage (1 where none is
+    given)."""
+    given = fields(params)
+    if not any(given):
+        return _filled(1.0, len(given), params.num_gpus * params.v)
+    return np.array([weights or [1.0] * (params.num_gpus * params.v) for weights in given], dtype=np.float64)
+
+
+@lru_cache(maxsize=64)
+def _filled(value: float, rows: int, columns: int) -> np.ndarray:
+    """A read-only array of ``value``: what most environments give, made once."""
+    array = np.full((rows, columns), value)
+    array.flags.writeable = False
+    return array
+
+
+def _per_gpu(params: EnvParams) -> np.ndarray:
+    """Each GPU's optimizer step and parameter gather, rows read only where there are any."""
+    if params.optimizer_len <= 0 and params.gather_len <= 0:
+        return _filled(0.0, 2, params.num_gpus)
+    per_gpu = np.zeros((2, params.num_gpus))
     if params.optimizer_len > 0:
         per_gpu[0] = params.step_lengths()
     if params.gather_len > 0:
         per_gpu[1] = params.gather_lengths()
-    work = Work(*built(load_kernel().graph_work)(
-        structure.columns, structure.pairs, np.array([getattr(params, name) for name in VALUES]), weights, per_gpu,
-        params.v, np.array(stage_rooms(params), dtype=np.int64), np.array(gpu_rooms(params), dtype=np.int64)))
-    if measured is not None:  # a table gives every task's work; the parameters' still weigh a pair's impact
-        work = work._replace(lengths=np.array(lengths_of_table(params, measured.lengths, params.lengths)))
-    for array in work:
-        array.flags.writeable = False
-    return work
+    return per_gpu
+
+
+def _rooms(params: EnvParams) -> tuple[np.ndarray, np.ndarray]:
+    """``stage_rooms`` and ``gpu_rooms`` as arrays."""
+    if not params.stage_weights:
+        return _equal_rooms(params.num_gpus, params.v)
+    return np.array(stage_rooms(params), dtype=np.int64), np.array(gpu_rooms(params), dtype=np.int64)
+
+
+@lru_cache(maxsize=64)
+def _equal_rooms(p: int, v: int) -> tuple[np.ndarray, np.ndarray]:
+    return _read_only([ROOM_UNIT] * (p * v)), _read_only([v * ROOM_UNIT] * p)
 
 
 def stage_rooms(params: EnvParams) -> list[int]:
@@ -264,10 +313,16 @@ def collector_paused() -> Iterator[None]:
 def per_structure(function: Callable[[EnvParams], _T]) -> Callable[[EnvParams], _T]:
     """``function``, computed once per structure (``structure_key``) of the ``STRUCTURES_KEPT`` used last."""
     kept: dict[tuple, _T] = {}
+    # the environment asked for last and its key, as one tuple (threads may ask): one environment is asked again and
+    # again, and its key costs more than the lookup
+    last: list[tuple] = [(None, ())]
 
     @wraps(function)
     def cached(params: EnvParams) -> _T:
-        key = structure_key(params)
+        asked, key = last[0]
+        if asked is not params:
+            key = structure_key(params)
+            last[0] = (params, key)
         if key in kept:
             value = kept.pop(key)
         else:
@@ -338,7 +393,29 @@ _INPUT_OF = np.array([{_F: 0, _B: 1, _I: 1, _W: 2}.get(kind, 3) for kind in KIND
 _GATHER_OF = np.array([{_F: 0, _B: 1, _I: 1}.get(kind, 2) for kind in KINDS] + [2])
 
 
-class GraphStructure(NamedTuple):
+class _Built(NamedTuple):
+    """What ``kernel.build_structure`` returns, in its order, and each stage's GPU."""
+
+    columns: np.ndarray
+    parts: np.ndarray
+    needs_start: np.ndarray
+    needs_task: np.ndarray
+    issue_start: np.ndarray
+    issue_task: np.ndarray
+    order_start: np.ndarray
+    order_task: np.ndarray
+    peer_start: np.ndarray
+    peer_task: np.ndarray
+    stage_chunk: np.ndarray
+    issued_task: np.ndarray
+    issued_by: np.ndarray
+    holds: np.ndarray
+    compute_task: np.ndarray
+    pairs: np.ndarray
+    stage_gpu: np.ndarray
+
+
+class GraphStructure(_Built):
     """A task graph but for its work (``TaskGraph``'s records without lengths and impacts), as arrays: what the
     simulation reads, built by the compiled ``kernel.build_structure`` from the orders, once per structure.
 
@@ -354,43 +431,23 @@ class GraphStructure(NamedTuple):
     overlapped pair's task and the stages of its forward and its backward. Per task as ``engine.GraphArrays`` holds
     them, its transfer class (``comm``), its class for dispatchers and how many tasks it waits for; whether it is
     the forward of a micro-batch's first stage on its GPU, and the stages of its part whose activations rise as it
-    starts and fall as it ends (-1: none). ``columns``: the per-task rows, in one array (``kernel.structure.KIND`` ...).
+    starts and fall as it ends (-1: none). ``columns``: the per-task rows, in one array (``kernel.structure.KIND`` ...),
+    each read as a view of it.
     """
 
-    kind: np.ndarray
-    gpu: np.ndarray
-    stage: np.ndarray
-    index: np.ndarray  # type: ignore[assignment]  # shadows tuple.index, as GraphTask's
-    receiver: np.ndarray
-    part_kind: np.ndarray
-    part_stage: np.ndarray
-    part_mb: np.ndarray
-    needs_start: np.ndarray
-    needs_task: np.ndarray
-    release_start: np.ndarray
-    release_task: np.ndarray
-    order_start: np.ndarray
-    order_task: np.ndarray
-    peer_start: np.ndarray
-    peer_task: np.ndarray
-    stage_gpu: np.ndarray
-    stage_chunk: np.ndarray
-    issued_task: np.ndarray
-    issued_by: np.ndarray
-    holds: np.ndarray
-    compute_task: np.ndarray
-    issue_start: np.ndarray
-    issue_task: np.ndarray
-    work_row: np.ndarray
-    work_impact: np.ndarray
-    pairs: np.ndarray
-    comm: np.ndarray
-    kind_class: np.ndarray
-    needs_count: np.ndarray
-    first_forward: np.ndarray
-    rise_stage: np.ndarray
-    fall_stage: np.ndarray
-    columns: np.ndarray
+    __slots__ = ()
+    # in the order of ``kernel.structure``'s rows ``KIND`` ... ``FALL_STAGE``
+    kind, gpu, stage, index, receiver, work_row, work_impact, comm, kind_class, needs_count, first_forward, \
+        rise_stage, fall_stage = (_row("columns", row) for row in range(13))
+    part_kind, part_stage, part_mb = (_row("parts", row) for row in range(3))
+
+    @property
+    def release_start(self) -> np.ndarray:
+        return self.issue_start[:self.columns.shape[1] + 1]
+
+    @property
+    def release_task(self) -> np.ndarray:
+        return self.issue_task[:self.issue_start[self.columns.shape[1]]]
 
 
 @lru_cache(maxsize=256)
@@ -460,38 +517,48 @@ def _structure_of(params: EnvParams) -> GraphStructure:
     gradient syncs, each stage's gathers, exchanges and all-to-alls, its optimizer step and its gather of updated
     parameters; tasks numbered in that order, each block by stage and micro-batch (docs/model.md sections 2, 6
     and 15-16), built by the compiled ``kernel.build_structure`` from the orders' parts."""
-    from .compile_cache import built, load_kernel
-
-    spec = get_schedule(params.schedule)
-    p, n, v = params.num_gpus, params.n, params.v
-    stage_gpu = np.array([spec.placement(s, p, v) for s in range(p * v)], dtype=np.int64)
-    per_use = params.zero == 3 and params.gather_len > 0
-    per_stage = np.array([KIND_INDEX[kind] for kind, wanted in (
-        (TaskKind.FWD_GATHER, per_use), (TaskKind.BWD_GATHER, per_use), (TaskKind.KV_EXCHANGE, params.cp_len > 0),
-        (TaskKind.KV_GRAD_EXCHANGE, params.cp_len > 0), (TaskKind.A2A, params.a2a_len > 0),
-        (TaskKind.A2A_GRAD, params.a2a_len > 0)) if wanted], dtype=np.int64)
-    part_gpu, part_kind, part_stage, part_mb, second = order_parts(params)
+    p, n = params.num_gpus, params.n
+    stage_gpu = _stage_gpu(params.schedule, p, params.v)
+    per_stage = _per_stage(params.zero == 3 and params.gather_len > 0, params.cp_len > 0, params.a2a_len > 0)
+    parts = order_parts(params)
     error = np.zeros(4, dtype=np.int64)
     structure = built(load_kernel().build_structure)(
-        p, n, stage_gpu, np.array(sync_points(n, params.sync_freq), dtype=np.int64), per_stage,
-        int(params.optimizer_len > 0), int(params.zero in (1, 2) and params.gather_len > 0), part_gpu, part_kind,
-        part_stage, part_mb, second, *_builder_tables(), _comm_numbers(params), error)
+        p, n, stage_gpu, _syncs(n, params.sync_freq), per_stage, int(params.optimizer_len > 0),
+        int(params.zero in (1, 2) and params.gather_len > 0), parts, *_builder_tables(), _comm_numbers(params), error)
     if error[0]:
-        raise ScheduleError(_schedule_error(params, stage_gpu, error.tolist(), (part_gpu, part_kind, part_stage,
-                                                                                 part_mb)))
-    for array in (stage_gpu, *structure):
-        array.flags.writeable = False  # and so every view of it
-    columns, parts, needs_start, needs_task, issue_start, issue_task, *rows, stage_chunk, issued_task, issued_by, \
-        holds, table, pairs = structure
-    count = columns.shape[1]
-    order_start, order_task, peer_start, peer_task = rows
-    (kind, gpu, stage, index, receiver, work_row, work_impact, comm, kind_class, needs_count, first_forward,
-     rise_stage, fall_stage) = columns
-    return GraphStructure(kind, gpu, stage, index, receiver, parts[0], parts[1], parts[2], needs_start, needs_task,
-                          issue_start[:count + 1], issue_task[:issue_start[count]], order_start, order_task,
-                          peer_start, peer_task, stage_gpu, stage_chunk, issued_task, issued_by, holds, table,
-                          issue_start, issue_task, work_row, work_impact, pairs, comm, kind_class, needs_count,
-                          first_forward, rise_stage, fall_stage, columns)
+        raise ScheduleError(_schedule_error(params, stage_gpu, error.tolist(), parts))
+    for array in structure:
+        array.setflags(write=False)  # and so every view of it (faster than through ``flags``)
+    return GraphStructure._make((*structure, stage_gpu))
+
+
+def _read_only(values: list[int]) -> np.ndarray:
+    array = np.array(values, dtype=np.int64)
+    array.flags.writeable = False
+    return array
+
+
+@lru_cache(maxsize=256)
+def _stage_gpu(schedule: str, p: int, v: int) -> np.ndarray:
+    """Per stage, the GPU it lives on."""
+    spec = get_schedule(schedule)
+    return _read_only([spec.placement(s, p, v) for s in range(p * v)])
+
+
+@cache
+def _per_stage(per_use: bool, exchanges: bool, all_to_all: bool) -> np.ndarray:
+    """The kind numbers of the transfers each stage has one of per micro-batch: the gathers of zero 3 (``per_use``),
+    the exchanges of context parallelism, the all-to-alls."""
+    return _read_only([KIND_INDEX[kind] for kind, wanted in (
+        (TaskKind.FWD_GATHER, per_use), (TaskKind.BWD_GATHER, per_use), (TaskKind.KV_EXCHANGE, exchanges),
+        (TaskKind.KV_GRAD_EXCHANGE, exchanges), (TaskKind.A2A, all_to_all), (TaskKind.A2A_GRAD, all_to_all))
+        if wanted])
+
+
+@lru_cache(maxsize=256)
+def _syncs(n: int, sync_freq: int) -> np.ndarray:
+    """``sync_points`` as an array."""
+    return _read_only(sync_points(n, sync_freq))
 
 
 _COMM_NUMBERS: dict[str, np.ndarray] = {}
@@ -507,7 +574,7 @@ def _comm_numbers(params: EnvParams) -> np.ndarray:
     return numbers
 
 
-def _schedule_error(params: EnvParams, stage_gpu: np.ndarray, error: list[int], parts: tuple[np.ndarray, ...]) -> str:
+def _schedule_error(params: EnvParams, stage_gpu: np.ndarray, error: list[int], parts: np.ndarray) -> str:
     """What ``kernel.build_structure``'s ``error`` says is wrong with ``params``' orders, in words."""
     from .kernel import structure as built
 
@@ -519,7 +586,7 @@ def _schedule_error(params: EnvParams, stage_gpu: np.ndarray, error: list[int], 
         if code == built.NO_WEIGHT:
             return f"the orders of {params.schedule} split {Action(_I, stage, mb)} but never run its W"
         return f"the orders of {params.schedule} never run {Action(_F if code == built.NO_FORWARD else _B, stage, mb)}"
-    part_gpu, part_kind, part_stage, part_mb = (values[where[0]].item() for values in parts)
+    part_gpu, part_kind, part_stage, part_mb = parts[:4, where[0]].tolist()
     if code == built.NO_PART:
         named = f" ({KINDS[part_kind]})" if 0 <= part_kind < len(KINDS) else ""
         return (f"the orders of {params.schedule} run a part of kind number {part_kind}{named}: an order runs "

@@ -284,8 +284,8 @@ def _orders_of(schedule: str, p: int, n: int) -> list[list]:
     return steps
 
 
-def _parts_of(steps: list[list]) -> tuple[np.ndarray, ...]:
-    """``order_parts``'s arrays of the orders ``steps`` (``_orders_of``'s)."""
+def _parts_of(steps: list[list]) -> np.ndarray:
+    """``order_parts``'s array of the orders ``steps`` (``_orders_of``'s)."""
     rows, second = [], []
     for gpu, order in enumerate(steps):
         for step in order:
@@ -293,7 +293,7 @@ def _parts_of(steps: list[list]) -> tuple[np.ndarray, ...]:
             for k, part in enumerate(step if pair else (step,)):
                 rows.append((gpu, *part))
                 second.append(k == 1)
-    return (*np.array(rows, dtype=np.int64).T, np.array(second))
+    return np.vstack([np.array(rows, dtype=np.int64).T, np.array(second, dtype=np.int64)])
 
 
 @pytest.mark.parametrize("broken, message", [

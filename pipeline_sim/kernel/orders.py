@@ -258,10 +258,11 @@ def _paired(out: np.ndarray, start: int, stop: int, codes: np.ndarray) -> None:
 
 
 @compiled
-def schedule_parts(schedule: int, p: int, n: int, v: int, pairing: bool, split: bool, codes: np.ndarray) -> tuple:
+def schedule_parts(schedule: int, p: int, n: int, v: int, pairing: bool, split: bool, codes: np.ndarray) -> np.ndarray:
     """Every part of the actions of the orders of schedule number ``schedule`` (``SCHEDULES``) on ``p`` GPUs for ``n``
-    micro-batches of ``v`` chunks, GPU after GPU, each GPU's in its order: its GPU, kind (of ``codes``: forward,
-    backward, I, W), stage and micro-batch, and whether it is the second part of a pair run as one task (never,
+    micro-batches of ``v`` chunks, GPU after GPU, each GPU's in its order, as the rows of one array: its GPU, kind (of
+    ``codes``: forward, backward, I, W), stage and micro-batch, and whether (1 or 0) it is the second part of a pair
+    run as one task (never,
     when ``split``: each part of a pair run as a task of its own, as a dispatcher runs them). With ``pairing``, each
     whole backward and the forward after it run as a pair (``_paired``)."""
     room = 3 * max(v, 2) * n  # the most parts any schedule gives a GPU: a forward, I and W of each stage it holds
@@ -287,15 +288,11 @@ def schedule_parts(schedule: int, p: int, n: int, v: int, pairing: bool, split: 
     total = 0
     for r in range(p):
         total += counts[r]
-    gpu = np.empty(total, dtype=np.int64)
-    kind = np.empty(total, dtype=np.int64)
-    stage = np.empty(total, dtype=np.int64)
-    mb = np.empty(total, dtype=np.int64)
-    second = np.zeros(total, dtype=np.bool_)
+    parts = np.empty((5, total), dtype=np.int64)  # one array: each array returned costs Python a conversion
     k = 0
     for r in range(p):
         for at in range(r * room, r * room + counts[r]):
-            gpu[k], kind[k], stage[k], mb[k] = r, out[_KIND, at], out[_STAGE, at], out[_MB, at]
-            second[k] = out[_SECOND, at] != 0 and not split
+            parts[0, k], parts[1, k], parts[2, k], parts[3, k] = r, out[_KIND, at], out[_STAGE, at], out[_MB, at]
+            parts[4, k] = 1 if out[_SECOND, at] != 0 and not split else 0
             k += 1
-    return gpu, kind, stage, mb, second
+    return parts

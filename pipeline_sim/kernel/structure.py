@@ -532,13 +532,22 @@ def _skeleton(columns: np.ndarray, parts: np.ndarray, needs_start: np.ndarray, h
         columns[KIND_CLASS, t] = HOLD_CLASS
 
 
+@within
+def _failed() -> tuple:
+    """What ``build_structure`` returns for orders that are wrong: empty arrays, made only then."""
+    empty = np.zeros(0, dtype=np.int64)
+    return (np.zeros((13, 0), dtype=np.int64), np.zeros((3, 0, 2), dtype=np.int64), empty, empty, empty, empty,
+            empty, empty, empty, empty, empty, empty, empty, empty, np.zeros((4, 0, 0), dtype=np.int64),
+            np.zeros((3, 0), dtype=np.int64))
+
+
 @compiled
 def build_structure(p: int, n: int, stage_gpu: np.ndarray, syncs: np.ndarray, per_stage: np.ndarray,
-                    optimizer: int, param_gather: int, part_gpu: np.ndarray, part_kind: np.ndarray,
-                    part_stage: np.ndarray, part_mb: np.ndarray, second: np.ndarray, codes: np.ndarray,
-                    lookup: np.ndarray, comm: np.ndarray, error: np.ndarray) -> tuple:
-    """The structure of a graph whose GPUs run the parts ``part_*`` (GPU after GPU, each GPU's in its order; a
-    ``second`` part shares the task of the part before it); ``stage_gpu`` per stage its GPU, ``syncs`` the
+                    optimizer: int, param_gather: int, orders: np.ndarray, codes: np.ndarray, lookup: np.ndarray,
+                    comm: np.ndarray, error: np.ndarray) -> tuple:
+    """The structure of a graph whose GPUs run the parts of ``orders`` (``schedule_parts``' rows: GPU, kind, stage,
+    micro-batch and whether it is a second part, which shares the task of the part before it; GPU after GPU, each
+    GPU's in its order); ``stage_gpu`` per stage its GPU, ``syncs`` the
     micro-batches after which a stage syncs, ``per_stage`` the kinds of transfer each stage has one of per
     micro-batch (gathers, exchanges, all-to-alls), and whether each GPU steps an optimizer and gathers its
     parameters after it. Per GPU its compute tasks in their order, its pipeline transfers, syncs, per-stage
@@ -555,14 +564,11 @@ def build_structure(p: int, n: int, stage_gpu: np.ndarray, syncs: np.ndarray, pe
     arrays.
     """
     release_rank, part_slot, input_of, gather_of, table_of = lookup[0], lookup[1], lookup[2], lookup[3], lookup[4]
+    part_gpu, part_kind, part_stage, part_mb, second = orders[0], orders[1], orders[2], orders[3], orders[4]
     stages = len(stage_gpu)
-    empty = np.zeros(0, dtype=np.int64)
-    failed = (np.zeros((13, 0), dtype=np.int64), np.zeros((3, 0, 2), dtype=np.int64), empty, empty, empty, empty,
-              empty, empty, empty, empty, empty, empty, empty, empty, np.zeros((4, 0, 0), dtype=np.int64),
-              np.zeros((3, 0), dtype=np.int64))
     _check(n, stage_gpu, part_gpu, part_kind, part_stage, part_mb, part_slot, error)
     if error[0] != FINE:
-        return failed
+        return _failed()
     block, own_start, own, stage_chunk, computes, firsts = _blocks(p, n, stage_gpu, len(syncs), per_stage, optimizer,
                                                                    param_gather, part_gpu, second, codes)
     block_start = _starts(block[3])
@@ -575,7 +581,7 @@ def build_structure(p: int, n: int, stage_gpu: np.ndarray, syncs: np.ndarray, pe
     wants, gradient, transfers = _wants(columns, parts, compute_task, block, block_start, syncs, per_use, codes,
                                         input_of, gather_of, table_of, error)
     if error[0] != FINE:
-        return failed
+        return _failed()
     issued_task, issued_by, holds, exchanges = _issues(columns, compute_task[0], gradient, transfers, wants,
                                                        exchanging, codes[5])
     counts = np.empty((2, p), dtype=np.int64)  # per GPU, its compute tasks and its syncs

@@ -64,15 +64,16 @@ def graph_work(columns: np.ndarray, pairs: np.ndarray, values: np.ndarray, weigh
     reserves as it starts, its GPU's of ``gpu_rooms`` for the forward of a micro-batch's first stage there; and the
     activations of its stages in ``stage_rooms`` that rise as it starts and fall as it ends. An overlapped pair of
     ``pairs`` (its task, the stages of its forward and its backward) mixes its forward's work and its backward's:
-    their sum less the overlap, and the impact weighted by each."""
+    their sum less the overlap, and the impact weighted by each.
+
+    Returns ``(floats, integers)``: rows of lengths and impacts, and rows of reserves, rises and falls."""
     table, forwards, backwards = _table(values, weights, per_gpu, v)
     fwd_impact, bwd_impact, fb_overlap = values[8], values[9], values[10]
     count = columns.shape[1]
-    lengths = np.empty(count)
-    impact = np.empty(count)
-    reserve = np.empty(count, dtype=np.int64)
-    rises = np.empty(count, dtype=np.int64)
-    falls = np.empty(count, dtype=np.int64)
+    floats = np.empty((2, count))  # one array for each type: each array returned costs Python a conversion
+    integers = np.empty((3, count), dtype=np.int64)
+    lengths, impact = floats[0], floats[1]
+    reserve, rises, falls = integers[0], integers[1], integers[2]
     for t in range(count):
         lengths[t] = table[columns[WORK_ROW, t]]
         kind = columns[IMPACT, t]
@@ -86,4 +87,4 @@ def graph_work(columns: np.ndarray, pairs: np.ndarray, values: np.ndarray, weigh
         both = forward + backward
         impact[t] = (forward * fwd_impact + backward * bwd_impact) / both if both != 0.0 else np.nan
         lengths[t] = both * (1.0 - fb_overlap)
-    return lengths, impact, reserve, rises, falls
+    return floats, integers
