@@ -56,7 +56,7 @@ from pipeline_sim.config import EnvironmentGrid  # noqa: E402
 from pipeline_sim.engine import compile_kernel, dispatch_arguments, graph_arrays, simulate_figures  # noqa: E402
 from pipeline_sim.files import OutputError, atomic_output, output_target  # noqa: E402
 from pipeline_sim.learned import LearnedPolicy, play  # noqa: E402
-from pipeline_sim.model import DISPATCHERS  # noqa: E402
+from pipeline_sim.model import DISPATCHERS, ParameterError  # noqa: E402
 from pipeline_sim.scenarios import policy_grid  # noqa: E402
 from pipeline_sim.sweep import SweepPlan, run_sweep  # noqa: E402
 from pipeline_sim.taskgraph import estimated_tasks, task_lengths  # noqa: E402
@@ -284,33 +284,48 @@ DOUBLINGS = ((8, 128), (16, 128), (16, 256), (32, 256), (32, 512), (64, 512), (6
 def first_and_repeat(params: EnvParams, rounds: int = 1) -> dict:
     """A new structure's arrays built (``graph_arrays``, the noise-free lengths and the dispatch arguments: all that
     a simulation reads, its graph built from the orders), then its first ``simulate_figures``, then a repeat of the
-    same call (the kernel alone, its state's memory reused), in seconds, medians over ``rounds`` structures of the
-    size of ``params`` (sync frequencies 1, 2, ...: each a structure of its own). ``first_seconds``: the first
-    simulation from nothing, its graph included."""
+    same call (the kernel alone, its state's memory reused): per task, medians over ``rounds`` structures of the
+    size of ``params`` (sync frequencies 1, 2, ...: each a structure of its own, beyond n one that syncs once, at
+    the end), each over its own tasks. ``first_seconds``: the first simulation from nothing, its graph included, in
+    seconds; ``tasks``: those of ``params``."""
     built, first, repeat = [], [], []
     for k in range(rounds):
         environment = replace(params, sync_freq=params.sync_freq + k)
         start = time.perf_counter()
-        graph_arrays(environment)
+        tasks = len(graph_arrays(environment).gpu)
         task_lengths(environment)
         dispatch_arguments(environment)
-        built.append(time.perf_counter() - start)
+        built.append((time.perf_counter() - start, tasks))
         for times in (first, repeat):
             start = time.perf_counter()
             simulate_figures(environment, [SCALING_POLICY])
             times.append(time.perf_counter() - start)
-    tasks = len(graph_arrays(params).gpu)
-    return {"tasks": tasks, "first_seconds": statistics.median(a + b for a, b in zip(built, first)),
-            "graph_us_per_task": statistics.median(built) / tasks * 1e6,
-            "kernel_us_per_task": statistics.median(repeat) / tasks * 1e6}
+    return {"tasks": len(graph_arrays(params).gpu),
+            "first_seconds": statistics.median(seconds + f for (seconds, _), f in zip(built, first)),
+            "graph_us_per_task": statistics.median(seconds / tasks for seconds, tasks in built) * 1e6,
+            "kernel_us_per_task": statistics.median(r / tasks for r, (_, tasks) in zip(repeat, built)) * 1e6}
 
 
 def rounds_of(params: EnvParams) -> int:
-    """How many structures of the size of ``params`` ``first_and_repeat`` measures: seven below 10,000 tasks, where
-    a process's first structures take up to twice as long as later ones (its Python code not yet specialized by the
-    interpreter, its caches cold), three below 100,000, else one."""
+    """How many structures of the size of ``params`` ``first_and_repeat`` measures: 21 below 10,000 tasks, where
+    one takes microseconds and a process's first ten or so take up to 1.5 times as long as later ones (its Python
+    code not yet specialized by the interpreter, nor in the CPU's caches); three below 100,000, else one."""
     tasks = estimated_tasks(params)
-    return 7 if tasks < 10_000 else 3 if tasks < 100_000 else 1
+    return 21 if tasks < 10_000 else 3 if tasks < 100_000 else 1
+
+
+def warm_up() -> None:
+    """Build and simulate structures of a size no row measures (2 GPUs, 2 to 17 micro-batches, every schedule that
+    runs there), unmeasured: a process's first structures take up to twice as long, its Python code not yet
+    specialized by the interpreter (which it does after a few calls), nor in the CPU's caches. The rows measure
+    construction, as the kernel's repeat measures the kernel, not a process starting."""
+    for schedule in SCHEDULES:
+        for n in range(2, 18):
+            try:
+                params = EnvParams(schedule=schedule, num_gpus=2, n=n)
+            except ParameterError:
+                continue
+            simulate_figures(params, [SCALING_POLICY])
 
 
 def doubling() -> list[dict]:
@@ -330,14 +345,15 @@ SCHEDULE_SIZES = ((4, 8), (4, 1024), (16, 128), (64, 128), (64, 1024))
 
 def schedule_doubling() -> list[dict]:
     """Per schedule and size of ``SCHEDULE_SIZES``: graph construction against the kernel, per task (medians of
-    ``rounds_of`` structures)."""
+    ``rounds_of`` structures), listed by schedule; measured size by size, every schedule's smallest first, so that
+    no row is measured in a process that has just built and run one a thousand times larger."""
     rows = []
-    for schedule in SCHEDULES:
-        for num_gpus, n in SCHEDULE_SIZES:
+    for num_gpus, n in SCHEDULE_SIZES:
+        for schedule in SCHEDULES:
             params = EnvParams(schedule=schedule, num_gpus=num_gpus, n=n)
             rows.append({"schedule": schedule, "num_gpus": num_gpus, "n": n,
                          **first_and_repeat(params, rounds_of(params))})
-    return rows
+    return sorted(rows, key=lambda row: list(SCHEDULES).index(row["schedule"]))
 
 
 #: The first simulation of about 200,000 tasks: ZB-H1 on 64 GPUs, 528 micro-batches (201,696 tasks).
@@ -638,6 +654,8 @@ import json, sys
 sys.path.insert(0, {folder!r})
 import bench
 bench.compile_kernel()
+if {part!r} != "large":
+    bench.warm_up()
 print(json.dumps({{"large": lambda: bench.first_and_repeat(bench.LARGE_FIRST), "schedules": bench.schedule_doubling,
                   "doubling": bench.doubling}}[{part!r}]()))
 """
@@ -646,7 +664,7 @@ print(json.dumps({{"large": lambda: bench.first_and_repeat(bench.LARGE_FIRST), "
 def construction() -> dict:
     """Graph construction against the kernel, printed as measured: the first simulation of about 200,000 tasks,
     every schedule over ``SCHEDULE_SIZES``, and 1F1B per doubling of tasks; each in a process of its own, so that
-    each structure is new to it."""
+    each structure is new to it (the last two after ``warm_up``)."""
     def measured(part: str):
         result = subprocess.run([sys.executable, "-c", _CONSTRUCTION.format(folder=str(Path(__file__).parent),
                                                                             part=part)],
