@@ -9,6 +9,7 @@ it, the plots and metrics read it; none of them knows which schedule produced it
 from __future__ import annotations
 
 import gc
+import threading
 from contextlib import contextmanager
 from functools import cache, lru_cache, wraps
 from operator import attrgetter
@@ -228,7 +229,8 @@ def _weights(params: EnvParams, fields: attrgetter) -> np.ndarray:
     given = fields(params)
     if not any(given):
         return _filled(1.0, len(given), params.num_gpus * params.v)
-    return np.array([weights or [1.0] * (params.num_gpus * params.v) for weights in given], dtype=np.float64)
+    return _read_only(np.array([weights or [1.0] * (params.num_gpus * params.v) for weights in given],
+                               dtype=np.float64))
 
 
 @lru_cache(maxsize=64)
@@ -248,14 +250,14 @@ def _per_gpu(params: EnvParams) -> np.ndarray:
         per_gpu[0] = params.step_lengths()
     if params.gather_len > 0:
         per_gpu[1] = params.gather_lengths()
-    return per_gpu
+    return _read_only(per_gpu)
 
 
 def _rooms(params: EnvParams) -> tuple[np.ndarray, np.ndarray]:
     """``stage_rooms`` and ``gpu_rooms`` as arrays."""
     if not params.stage_weights:
         return _equal_rooms(params.num_gpus, params.v)
-    return np.array(stage_rooms(params), dtype=np.int64), np.array(gpu_rooms(params), dtype=np.int64)
+    return _read_only(stage_rooms(params)), _read_only(gpu_rooms(params))
 
 
 @lru_cache(maxsize=64)
@@ -292,6 +294,7 @@ def structure_key(params: EnvParams) -> tuple:
 
 
 _T = TypeVar("_T")
+_MISSING: Any = object()
 #: Structures kept per function of ``per_structure``: the least recently used goes beyond it.
 STRUCTURES_KEPT = 64
 
@@ -313,6 +316,7 @@ def collector_paused() -> Iterator[None]:
 def per_structure(function: Callable[[EnvParams], _T]) -> Callable[[EnvParams], _T]:
     """``function``, computed once per structure (``structure_key``) of the ``STRUCTURES_KEPT`` used last."""
     kept: dict[tuple, _T] = {}
+    lock = threading.Lock()  # the dictionary's reorder and eviction, as threads may ask at once
     # the environment asked for last and its key, as one tuple (threads may ask): one environment is asked again and
     # again, and its key costs more than the lookup
     last: list[tuple] = [(None, ())]
@@ -323,19 +327,22 @@ def per_structure(function: Callable[[EnvParams], _T]) -> Callable[[EnvParams], 
         if asked is not params:
             key = structure_key(params)
             last[0] = (params, key)
-        if key in kept:
-            value = kept.pop(key)
-        else:
-            collecting = gc.isenabled()
-            gc.disable()  # as ``collector_paused``, without a context manager's cost for a structure of a few tasks
-            try:
-                value = function(params)
-            finally:
-                if collecting:
-                    gc.enable()
-            if len(kept) >= STRUCTURES_KEPT:
+        with lock:
+            value = kept.pop(key, _MISSING)
+            if value is not _MISSING:
+                kept[key] = value  # the most recently used, last
+                return value
+        collecting = gc.isenabled()
+        gc.disable()  # as ``collector_paused``, without a context manager's cost for a structure of a few tasks
+        try:
+            value = function(params)
+        finally:
+            if collecting:
+                gc.enable()
+        with lock:  # two threads may have built the same structure: either is it
+            while len(kept) >= STRUCTURES_KEPT:
                 del kept[next(iter(kept))]  # the least recently used
-        kept[key] = value
+            kept[key] = value
         return value
     return cached
 
@@ -532,9 +539,11 @@ def _structure_of(params: EnvParams) -> GraphStructure:
     return GraphStructure._make((*structure, stage_gpu))
 
 
-def _read_only(values: list[int]) -> np.ndarray:
-    array = np.array(values, dtype=np.int64)
-    array.flags.writeable = False
+def _read_only(values: list[int] | np.ndarray) -> np.ndarray:
+    """``values`` as an array no one writes: every array a compiled builder takes of one argument is read-only, or
+    every one writable, as numba compiles the builder anew for each kind."""
+    array = np.array(values, dtype=np.int64) if isinstance(values, list) else values
+    array.setflags(write=False)
     return array
 
 

@@ -3,6 +3,8 @@ records (docs/model.md sections 6.6, 7, 8 and 15): every array equal to the bit,
 structure already seen."""
 
 import random
+import sys
+import threading
 from dataclasses import replace
 
 import numpy as np
@@ -31,6 +33,7 @@ from pipeline_sim.orders import order_parts
 from pipeline_sim.schedules import SCHEDULES, get_schedule
 from pipeline_sim.taskgraph import (
     _KIND_CLASS,
+    GraphStructure,
     ScheduleError,
     _draws,
     _structure_of,
@@ -261,12 +264,13 @@ def test_structure_is_the_task_by_task_construction():
         graph = build_task_graph(params)
         assert graph == expected and list(graph.issued_by.items()) == list(expected.issued_by.items()), params
         arrays, structure, old = graph_arrays(params), graph_structure(params), reference.skeleton(params, expected)
-        for name, array in [*zip(arrays._fields, arrays), *((name, array) for name, array in
-                                                             zip(structure._fields, structure)
-                                                             if name not in arrays._fields)]:
+        rows = [name for name, value in vars(GraphStructure).items() if isinstance(value, property)]  # views
+        names = [name for name in (*structure._fields, *rows) if name not in arrays._fields]
+        for name, array in [*zip(arrays._fields, arrays), *((name, getattr(structure, name)) for name in names)]:
             if name in old:
                 assert array.dtype == old[name].dtype and same_bits(array, old[name].tolist()), (name, params)
-        assert {"first_forward", "rise_stage", "fall_stage", "kind_class", "comm"} <= old.keys()
+        compared = old.keys() & {*names, *arrays._fields}
+        assert {"first_forward", "rise_stage", "fall_stage", "kind_class", "comm"} <= compared
         for new, reference_arrays_of in (((structure.work_row, structure.work_impact, structure.pairs),
                                           reference.work_index(params, expected)),
                                          (_draws(params), reference.draws(expected)),
@@ -327,3 +331,34 @@ def test_broken_orders_are_named(monkeypatch, broken, message):
     with pytest.raises(ScheduleError) as raised:
         _structure_of(EnvParams(schedule="1f1b", num_gpus=2, n=4))  # uncached: built from these orders
     assert str(raised.value) == message
+
+
+def test_structures_asked_by_threads_at_once():
+    """Threads asking at once for more structures than are kept (``STRUCTURES_KEPT``), the interpreter switching
+    between them every microsecond: each gets its own structure, and none an error."""
+    environments = [EnvParams(n=n, num_gpus=p) for n in range(1, 25) for p in range(1, 5)]
+    assert len(environments) > taskgraph.STRUCTURES_KEPT
+    expected = [graph_structure(params).columns.tobytes() for params in environments]
+    errors: list[Exception] = []
+    wrong: list[int] = []
+
+    def ask(first: int) -> None:
+        for k in range(first, first + 400):
+            i = k % len(environments)
+            try:
+                if graph_structure(environments[i]).columns.tobytes() != expected[i]:
+                    wrong.append(i)
+            except Exception as error:  # noqa: BLE001  # what a race raises, counted
+                errors.append(error)
+
+    switching = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=ask, args=(17 * k,)) for k in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(switching)
+    assert not errors and not wrong, (errors[:3], wrong[:3])

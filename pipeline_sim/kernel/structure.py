@@ -553,7 +553,7 @@ def build_structure(p: int, n: int, stage_gpu: np.ndarray, syncs: np.ndarray, pe
     parameters after it. Per GPU its compute tasks in their order, its pipeline transfers, syncs, per-stage
     transfers, step and gather, tasks numbered in that order.
 
-    Returns ``(columns, parts, needs_start, needs_task, release_start, release_task, order_start, order_task,
+    Returns ``(columns, parts, needs_start, needs_task, issue_start, issue_task, order_start, order_task,
     peer_start, peer_task, stage_chunk, issued_task, issued_by, holds, compute_task, pairs)``: ``columns`` per task
     (rows ``KIND`` to ``FALL_STAGE``) its kind, GPU, stage, index, receiver, row of work and impact (``_work``'s),
     then ``_skeleton``'s rows, its transfer class by ``comm`` (per kind number the class whose priority a transfer
