@@ -57,6 +57,7 @@ from .taskgraph import (
     gpu_rooms,
     graph_structure,
     graph_work,
+    per_environment,
     per_structure,
     stage_rooms,
     table_of,
@@ -122,7 +123,7 @@ def _rows(lists: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
     return starts, np.array([x for row in lists for x in row], dtype=np.int64)
 
 
-@lru_cache(maxsize=256)
+@per_environment(256)
 def graph_arrays(params: EnvParams) -> GraphArrays:
     """The arrays of ``params``' task graph (its structure: the same for every noise draw), without its records:
     the structure's own once per structure, those of the work and activations from a few values per stage."""
@@ -258,7 +259,7 @@ def dispatch_arguments(params: EnvParams) -> tuple[np.ndarray, int, int]:
     return _dispatch_arguments(params, table_of(params))
 
 
-@lru_cache(maxsize=256)
+@per_environment(256)
 def _dispatch_arguments(params: EnvParams, table: LengthTable | None) -> tuple[np.ndarray, int, int]:
     """``dispatch_arguments`` of ``params`` and its table of lengths as read."""
     arrays = graph_arrays(params)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from functools import lru_cache
 from typing import NamedTuple, Sequence
 
 import numpy as np
@@ -31,7 +30,7 @@ from .engine import (
 )
 from .model import ROOM_UNIT, EnvParams, ParameterError, Policy, Schedule, TaskKind
 from .tables import LengthTable
-from .taskgraph import table_of
+from .taskgraph import per_environment, table_of
 
 #: The most tasks the solver is given (n = 32 on 8 GPUs has about 1,300): beyond them the order is a rule's.
 SOLVED_TASKS = 2_000
@@ -88,7 +87,7 @@ def hindsight(params: EnvParams, sample: int = 0) -> Hindsight:
     return _hindsight(params, sample, table_of(params))
 
 
-@lru_cache(maxsize=256)
+@per_environment(256)
 def _hindsight(params: EnvParams, sample: int, table: LengthTable | None) -> Hindsight:
     """``hindsight`` of ``params``' draw on its table of lengths as read."""
     check_hindsight(params)

@@ -13,7 +13,7 @@ import threading
 from contextlib import contextmanager
 from functools import cache, lru_cache, wraps
 from operator import attrgetter
-from typing import Any, Callable, Iterator, Mapping, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -35,6 +35,9 @@ from .noise import KIND_NUMBERS, standard_normals, work_factors
 from .orders import order_parts
 from .schedules import get_schedule
 from .tables import LengthTable, read_table
+
+if TYPE_CHECKING:
+    from functools import _lru_cache_wrapper
 
 _F, _B, _I, _W = TaskKind.FORWARD, TaskKind.BACKWARD, TaskKind.BACKWARD_INPUT, TaskKind.BACKWARD_WEIGHT
 _O = TaskKind.OPTIMIZER_STEP
@@ -120,6 +123,122 @@ def check_size(params: EnvParams, hint: str = "") -> None:
                                             f"{MAX_TASKS:,} fit in memory{hint}")
 
 
+_T = TypeVar("_T")
+_MISSING: Any = object()
+#: Structures kept per function of ``per_structure``: the least recently used goes beyond it.
+STRUCTURES_KEPT = 64
+#: The most tasks the environments of one cache's values hold in all (``per_structure``, ``per_environment``):
+#: beyond it the least recently used go, the last computed always kept. An environment's values take tens to
+#: hundreds of bytes a task (a structure about 220, its work 40), so that a cache of 256 works of a
+#: million-task environment would hold 10 GB; one of small environments never reaches it.
+KEPT_TASKS = 1_000_000
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector paused: what a graph holds is up to millions of small objects and no cycle, and
+    the collector, run again and again while they are made, would spend most of the time scanning what the caches
+    hold."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
+
+
+#: The environment sized last and its tasks (``_tasks_of``), as one tuple (threads may ask).
+_sized: list[tuple] = [(None, 0)]
+
+
+def _tasks_of(params: EnvParams) -> int:
+    """``estimated_tasks(params)``: one environment's values go into several caches one after another."""
+    asked, tasks = _sized[0]
+    if asked is not params:
+        tasks = estimated_tasks(params)
+        _sized[0] = (params, tasks)
+    return tasks
+
+
+class Kept(NamedTuple):
+    """What a cache of ``per_structure`` or ``per_environment`` holds: its values and (an upper bound on) the
+    tasks of their environments."""
+
+    values: int
+    tasks: int
+
+
+def per_structure(function: Callable[[EnvParams], _T]) -> Callable[[EnvParams], _T]:
+    """``function``, computed once per structure (``structure_key``) of the ``STRUCTURES_KEPT`` used last, of
+    ``KEPT_TASKS`` tasks at most in all (``estimated_tasks``; the last computed is kept whatever its size).
+    ``kept()`` says what it holds."""
+    kept: dict[tuple, tuple[_T, int]] = {}
+    tasks = [0]  # of the environments kept
+    lock = threading.Lock()  # the dictionary's reorder and eviction, as threads may ask at once
+    # the environment asked for last and its key, as one tuple (threads may ask): one environment is asked again and
+    # again, and its key costs more than the lookup
+    last: list[tuple] = [(None, ())]
+
+    @wraps(function)
+    def cached(params: EnvParams) -> _T:
+        asked, key = last[0]
+        if asked is not params:
+            key = structure_key(params)
+            last[0] = (params, key)
+        with lock:
+            entry = kept.pop(key, _MISSING)
+            if entry is not _MISSING:
+                kept[key] = entry  # the most recently used, last
+                return entry[0]
+        collecting = gc.isenabled()
+        gc.disable()  # as ``collector_paused``, without a context manager's cost for a structure of a few tasks
+        try:
+            value = function(params)
+        finally:
+            if collecting:
+                gc.enable()
+        size = _tasks_of(params)
+        with lock:  # two threads may have built the same structure: either is it
+            if key in kept:
+                tasks[0] -= kept.pop(key)[1]
+            while kept and (len(kept) >= STRUCTURES_KEPT or tasks[0] + size > KEPT_TASKS):
+                tasks[0] -= kept.pop(next(iter(kept)))[1]  # the least recently used
+            kept[key] = (value, size)
+            tasks[0] += size
+        return value
+
+    cached.kept = lambda: Kept(len(kept), tasks[0])  # type: ignore[attr-defined]
+    return cached
+
+
+def per_environment(entries: int) -> Callable[[Callable[..., _T]], _lru_cache_wrapper[_T]]:
+    """``functools.lru_cache(entries)`` for a function of an environment (its first argument) and more, that holds
+    values of ``KEPT_TASKS`` tasks at most in all: when the tasks of the environments it computed since it was last
+    emptied would exceed them, it is emptied before the new value goes in. (A C ``lru_cache`` answers a repeat
+    faster than any cache written here, and cannot drop one value of its own.) ``kept()`` says what it holds, at
+    most."""
+    def decorate(function: Callable[..., _T]) -> _lru_cache_wrapper[_T]:
+        tasks = [0]  # of the environments computed since the cache was last emptied
+        lock = threading.Lock()
+
+        @lru_cache(maxsize=entries)
+        @wraps(function)
+        def cached(params: EnvParams, *rest: Any) -> _T:
+            value = function(params, *rest)
+            size = _tasks_of(params)
+            with lock:
+                if tasks[0] + size > KEPT_TASKS:
+                    cached.cache_clear()  # the value computed now goes in after it
+                    tasks[0] = 0
+                tasks[0] += size
+            return value
+
+        cached.kept = lambda: Kept(cached.cache_info().currsize, tasks[0])  # type: ignore[attr-defined]
+        return cached
+    return decorate
+
+
 def build_task_graph(params: EnvParams, sample: int = 0) -> TaskGraph:
     """The task graph of ``params``, with the work of its ``sample``-th noise draw (section 8).
 
@@ -198,7 +317,7 @@ def graph_work(params: EnvParams) -> Work:
     return _work_of(params, table_of(params))
 
 
-@lru_cache(maxsize=256)
+@per_environment(256)
 def _work_of(params: EnvParams, measured: LengthTable | None) -> Work:
     """``params``' ``Work``, built by the compiled ``kernel.graph_work`` from its values and weights per stage and GPU
     (every task's work from the table of lengths ``measured`` when there is one)."""
@@ -291,60 +410,6 @@ def structure_key(params: EnvParams) -> tuple:
     return (params.schedule, params.num_gpus, params.v, params.n, params.sync_freq, params.dispatch != "static",
             params.optimizer_len > 0, params.zero if params.gather_len > 0 else 0, params.cp_len > 0,
             (params.a2a_class, params.ep_overlap) if params.a2a_len > 0 else ())
-
-
-_T = TypeVar("_T")
-_MISSING: Any = object()
-#: Structures kept per function of ``per_structure``: the least recently used goes beyond it.
-STRUCTURES_KEPT = 64
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """The cyclic garbage collector paused: what a graph holds is up to millions of small objects and no cycle, and
-    the collector, run again and again while they are made, would spend most of the time scanning what the caches
-    hold."""
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if collecting:
-            gc.enable()
-
-
-def per_structure(function: Callable[[EnvParams], _T]) -> Callable[[EnvParams], _T]:
-    """``function``, computed once per structure (``structure_key``) of the ``STRUCTURES_KEPT`` used last."""
-    kept: dict[tuple, _T] = {}
-    lock = threading.Lock()  # the dictionary's reorder and eviction, as threads may ask at once
-    # the environment asked for last and its key, as one tuple (threads may ask): one environment is asked again and
-    # again, and its key costs more than the lookup
-    last: list[tuple] = [(None, ())]
-
-    @wraps(function)
-    def cached(params: EnvParams) -> _T:
-        asked, key = last[0]
-        if asked is not params:
-            key = structure_key(params)
-            last[0] = (params, key)
-        with lock:
-            value = kept.pop(key, _MISSING)
-            if value is not _MISSING:
-                kept[key] = value  # the most recently used, last
-                return value
-        collecting = gc.isenabled()
-        gc.disable()  # as ``collector_paused``, without a context manager's cost for a structure of a few tasks
-        try:
-            value = function(params)
-        finally:
-            if collecting:
-                gc.enable()
-        with lock:  # two threads may have built the same structure: either is it
-            while len(kept) >= STRUCTURES_KEPT:
-                del kept[next(iter(kept))]  # the least recently used
-            kept[key] = value
-        return value
-    return cached
 
 
 def _row_form(kind: TaskKind, per_stage: tuple[str, ...], per_gpu: tuple[str, ...]) -> tuple[int, int, int]:
@@ -457,7 +522,7 @@ class GraphStructure(_Built):
         return self.issue_task[:self.issue_start[self.columns.shape[1]]]
 
 
-@lru_cache(maxsize=256)
+@per_environment(256)
 def _build(params: EnvParams) -> TaskGraph:
     """The records of ``params``' graph, from its structure's arrays, with ``params``' work and impact in each
     task."""

@@ -2,9 +2,11 @@
 records (docs/model.md sections 6.6, 7, 8 and 15): every array equal to the bit, for environments new and of a
 structure already seen."""
 
+import gc
 import random
 import sys
 import threading
+import weakref
 from dataclasses import replace
 
 import numpy as np
@@ -13,9 +15,11 @@ import reference_taskgraph as reference
 
 from pipeline_sim import taskgraph
 from pipeline_sim.engine import (
+    _dispatch_arguments,
     _memory_jobs,
     gpu_order_peaks,
     graph_arrays,
+    simulate_figures,
     static_order_peaks,
     static_peak,
 )
@@ -26,6 +30,7 @@ from pipeline_sim.model import (
     KIND_INDEX,
     ROOM_UNIT,
     EnvParams,
+    Policy,
     TaskKind,
 )
 from pipeline_sim.noise import KIND_NUMBERS, standard_normals, work_factors
@@ -37,7 +42,9 @@ from pipeline_sim.taskgraph import (
     ScheduleError,
     _draws,
     _structure_of,
+    _work_of,
     build_task_graph,
+    estimated_tasks,
     graph_structure,
     graph_work,
     task_impacts,
@@ -333,9 +340,12 @@ def test_broken_orders_are_named(monkeypatch, broken, message):
     assert str(raised.value) == message
 
 
-def test_structures_asked_by_threads_at_once():
-    """Threads asking at once for more structures than are kept (``STRUCTURES_KEPT``), the interpreter switching
-    between them every microsecond: each gets its own structure, and none an error."""
+@pytest.mark.parametrize("kept_tasks", [taskgraph.KEPT_TASKS, 600])
+def test_structures_asked_by_threads_at_once(monkeypatch, kept_tasks):
+    """Threads asking at once for more structures than are kept (``STRUCTURES_KEPT``; and, with 600, for more tasks
+    than are kept, ``KEPT_TASKS``), the interpreter switching between them every microsecond: each gets its own
+    structure, and none an error."""
+    monkeypatch.setattr(taskgraph, "KEPT_TASKS", kept_tasks)
     environments = [EnvParams(n=n, num_gpus=p) for n in range(1, 25) for p in range(1, 5)]
     assert len(environments) > taskgraph.STRUCTURES_KEPT
     expected = [graph_structure(params).columns.tobytes() for params in environments]
@@ -362,3 +372,25 @@ def test_structures_asked_by_threads_at_once():
     finally:
         sys.setswitchinterval(switching)
     assert not errors and not wrong, (errors[:3], wrong[:3])
+
+
+def test_caches_keep_at_most_their_tasks(monkeypatch):
+    """Environments of more tasks in all than a cache keeps (``KEPT_TASKS``, here 5,000): every cache of an
+    environment's values holds no more tasks (the last computed, whatever its size), gives what a new computation
+    gives, and frees what it let go."""
+    monkeypatch.setattr(taskgraph, "KEPT_TASKS", 5_000)
+    environments = [EnvParams(num_gpus=4, n=n, fwd_len=1.0 + n / 100) for n in range(40, 400, 24)]
+    gone = weakref.ref(graph_structure(environments[0]).columns)
+    caches = (graph_structure, _draws, _memory_jobs, _work_of, graph_arrays, _dispatch_arguments)
+    for params in environments:
+        simulate_figures(params, [Policy()])
+        task_lengths(replace(params, compute_jitter=0.1))
+        _memory_jobs(params)
+        for cache in caches:
+            assert cache.kept().tasks <= max(5_000, estimated_tasks(params)), cache.__name__
+        assert graph_structure(params) is graph_structure(params)  # the last, kept
+        assert graph_structure(params).columns.tobytes() == _structure_of(params).columns.tobytes()
+        assert graph_work(params).floats.tobytes() == _work_of.__wrapped__(params, None).floats.tobytes()
+    assert estimated_tasks(environments[-1]) > 5_000  # one environment beyond what is kept: kept all the same
+    gc.collect()
+    assert gone() is None
