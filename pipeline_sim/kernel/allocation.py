@@ -22,6 +22,7 @@ from .state import (
     DIRTY_COMPUTE_COUNT,
     DIRTY_COMPUTE_LIST,
     EGRESS_OF,
+    EGRESS_SLOT,
     FLOWS,
     FREE,
     FROZEN,
@@ -34,12 +35,14 @@ from .state import (
     INDEX,
     INFLOW,
     INGRESS_OF,
+    INGRESS_SLOT,
     KEY,
     LAYER,
     LAYER_OF,
     LEFT,
     LEVEL,
     LEVEL_TOLERANCE,
+    LIVE,
     MEMBER,
     OPEN,
     PORTS,
@@ -58,6 +61,7 @@ from .state import (
     SHARE,
     SHARED_LAYER,
     STAGE,
+    STALE,
     SYNC_RATE,
     THROTTLE_TOLERANCE,
     THROTTLED_NOW,
@@ -93,27 +97,11 @@ def key_before(a_tier: int, a_ready: float, a_index: int, a_kind: int, a_stage: 
 
 
 @inner
-def _insert(A: np.ndarray, first: int, stop: int, value: int) -> int:
-    """Insert ``value`` into the sorted distinct ``A[PORTS, first:stop]`` unless present; return the new stop."""
-    k = stop
-    for j in range(first, stop):
-        if A[PORTS, j] == value:
-            return stop
-        if A[PORTS, j] > value:
-            k = j
-            break
-    for j in range(stop, k, -1):
-        A[PORTS, j] = A[PORTS, j - 1]
-    A[PORTS, k] = value
-    return stop + 1
-
-
-@inner
-def _position(A: np.ndarray, first: int, stop: int, value: int) -> int:
-    for j in range(first, stop):
-        if A[PORTS, j] == value:
-            return j
-    return -1
+def _froze(c: int, A: np.ndarray) -> None:
+    """One flow of capacity c (-1: none) froze: one fewer of its flows is unfrozen, and its level is stale."""
+    if c >= 0:
+        A[LIVE, c] -= 1
+        A[STALE, c] = 1
 
 
 @inner
@@ -130,22 +118,45 @@ def _fill(count: int, A: np.ndarray, AF: np.ndarray) -> None:
     egress binds, so that equal rates are equal floats however they were reached.
     Constraints are taken egress before ingress, each by GPU number.
     """
-    egress = 0
+    if count == 0:
+        return
+    # the capacities: each sending GPU's egress, then each receiving GPU's ingress, by GPU number (a GPU's slot in
+    # each is marked, then counted, over the range of GPUs the flows touch)
+    low, high = A[SENDER, A[MEMBER, 0]], A[SENDER, A[MEMBER, 0]]
     for k in range(count):
-        egress = _insert(A, 0, egress, A[SENDER, A[MEMBER, k]])
-    total = egress
+        f = A[MEMBER, k]
+        low, high = min(low, A[SENDER, f]), max(high, A[SENDER, f])
+        if A[RECEIVER_OF, f] >= 0:
+            low, high = min(low, A[RECEIVER_OF, f]), max(high, A[RECEIVER_OF, f])
+    for g in range(low, high + 1):
+        A[EGRESS_SLOT, g] = -1
+        A[INGRESS_SLOT, g] = -1
     for k in range(count):
-        if A[RECEIVER_OF, A[MEMBER, k]] >= 0:
-            total = _insert(A, egress, total, A[RECEIVER_OF, A[MEMBER, k]])
+        f = A[MEMBER, k]
+        A[EGRESS_SLOT, A[SENDER, f]] = 0
+        if A[RECEIVER_OF, f] >= 0:
+            A[INGRESS_SLOT, A[RECEIVER_OF, f]] = 0
+    total = 0
+    for g in range(low, high + 1):
+        if A[EGRESS_SLOT, g] == 0:
+            A[EGRESS_SLOT, g] = total
+            A[PORTS, total] = g
+            AF[CAPACITY, total] = 1.0
+            total += 1
+    for g in range(low, high + 1):
+        if A[INGRESS_SLOT, g] == 0:
+            A[INGRESS_SLOT, g] = total
+            A[PORTS, total] = g
+            AF[CAPACITY, total] = AF[LEFT, g]
+            total += 1
     for c in range(total + 1):
         A[BOUND_START, c] = 0
     for c in range(total):
-        AF[CAPACITY, c] = 1.0 if c < egress else AF[LEFT, A[PORTS, c]]
         A[OPEN, c] = c
     for k in range(count):
         f = A[MEMBER, k]
-        A[EGRESS_OF, k] = _position(A, 0, egress, A[SENDER, f])
-        A[INGRESS_OF, k] = _position(A, egress, total, A[RECEIVER_OF, f]) if A[RECEIVER_OF, f] >= 0 else -1
+        A[EGRESS_OF, k] = A[EGRESS_SLOT, A[SENDER, f]]
+        A[INGRESS_OF, k] = A[INGRESS_SLOT, A[RECEIVER_OF, f]] if A[RECEIVER_OF, f] >= 0 else -1
         A[FROZEN, k] = 0
         AF[RATE_OF, f] = 0.0
         A[BOUND_START, A[EGRESS_OF, k] + 1] += 1
@@ -166,23 +177,30 @@ def _fill(count: int, A: np.ndarray, AF: np.ndarray) -> None:
     for c in range(total, 0, -1):
         A[BOUND_START, c] = A[BOUND_START, c - 1]
     A[BOUND_START, 0] = 0
+    for c in range(total):
+        A[STALE, c] = 1
+        A[LIVE, c] = A[BOUND_START, c + 1] - A[BOUND_START, c]
     open_count = total
     while open_count > 0:
         lowest = np.inf
         for j in range(open_count):
             c = A[OPEN, j]
-            used = 0.0
-            unfrozen = 0.0
-            for m in range(A[BOUND_START, c], A[BOUND_START, c + 1]):
-                k = A[BOUND_MEMBER, m]
-                if A[FROZEN, k] == 1:
-                    used += AF[RATE_OF, A[MEMBER, k]]
-                else:
-                    unfrozen += AF[WEIGHT_OF, A[MEMBER, k]]
-            left = AF[CAPACITY, c] - used
-            AF[FREE, c] = left if left > 0.0 else 0.0
-            AF[UNFROZEN, c] = unfrozen
-            AF[LEVEL, c] = AF[FREE, c] / unfrozen
+            # a capacity's level changes only when one of its flows freezes: found again then, in the same way, and
+            # otherwise the same floats as before
+            if A[STALE, c] == 1:
+                A[STALE, c] = 0
+                used = 0.0
+                unfrozen = 0.0
+                for m in range(A[BOUND_START, c], A[BOUND_START, c + 1]):
+                    k = A[BOUND_MEMBER, m]
+                    if A[FROZEN, k] == 1:
+                        used += AF[RATE_OF, A[MEMBER, k]]
+                    else:
+                        unfrozen += AF[WEIGHT_OF, A[MEMBER, k]]
+                left = AF[CAPACITY, c] - used
+                AF[FREE, c] = left if left > 0.0 else 0.0
+                AF[UNFROZEN, c] = unfrozen
+                AF[LEVEL, c] = AF[FREE, c] / unfrozen
             if AF[LEVEL, c] < lowest:
                 lowest = AF[LEVEL, c]
         for j in range(open_count):
@@ -194,15 +212,16 @@ def _fill(count: int, A: np.ndarray, AF: np.ndarray) -> None:
                         f = A[MEMBER, k]
                         AF[RATE_OF, f] = AF[WEIGHT_OF, f] * AF[FREE, c] / AF[UNFROZEN, c]
                         A[FROZEN, k] = 1
+                        _froze(A[EGRESS_OF, k], A)
+                        _froze(A[INGRESS_OF, k], A)
         still_open = 0
         for j in range(open_count):
             c = A[OPEN, j]
-            for m in range(A[BOUND_START, c], A[BOUND_START, c + 1]):
-                if A[FROZEN, A[BOUND_MEMBER, m]] == 0:
-                    A[OPEN, still_open] = c
-                    still_open += 1
-                    break
+            if A[LIVE, c] > 0:
+                A[OPEN, still_open] = c
+                still_open += 1
         open_count = still_open
+
 
 
 @exposed
@@ -240,7 +259,7 @@ def _layered(count: int, ingress_capacity: float, num_gpus: int, A: np.ndarray, 
 
 
 #: The rows of the scratch ``A`` (integers) and ``AF`` (floats).
-SCRATCH_INTS, SCRATCH_FLOATS = 13, 7
+SCRATCH_INTS, SCRATCH_FLOATS = 17, 7
 
 
 @within

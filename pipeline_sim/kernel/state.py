@@ -65,7 +65,9 @@ SEQ, DONE_COUNT, SEGMENTS, HEAP_SIZE, DIRTY_COMM_COUNT, DIRTY_COMPUTE_COUNT, STA
 # Scratch of the allocation: rows of A (integers) and AF (floats), each wider than twice the
 # flows of a group and at least as wide as the GPUs. A flow's number is its column;
 # BOUND_START and BOUND_MEMBER are compressed rows: per capacity (up to two per flow), its
-# flows, BOUND_START one longer than the capacities.
+# flows, BOUND_START one longer than the capacities; LIVE per capacity its flows not yet frozen,
+# STALE whether one froze since its level was found; EGRESS_SLOT and INGRESS_SLOT per GPU its
+# capacities (-1: none).
 FLOWS, CHOSEN, SENDER, RECEIVER_OF, LAYER_OF, MEMBER, EGRESS_OF, INGRESS_OF, PORTS, OPEN, FROZEN, BOUND_START, \
-    BOUND_MEMBER = range(13)
+    BOUND_MEMBER, LIVE, STALE, EGRESS_SLOT, INGRESS_SLOT = range(17)
 WEIGHT_OF, RATE_OF, CAPACITY, FREE, UNFROZEN, LEVEL, LEFT = range(7)
