@@ -54,6 +54,7 @@ from .taskgraph import (
     _work_of,
     build_task_graph,
     check_size,
+    environment_computed,
     gpu_rooms,
     graph_structure,
     graph_work,
@@ -127,6 +128,7 @@ def _rows(lists: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarray]:
 def graph_arrays(params: EnvParams) -> GraphArrays:
     """The arrays of ``params``' task graph (its structure: the same for every noise draw), without its records:
     the structure's own once per structure, those of the work and activations from a few values per stage."""
+    environment_computed(params)
     structure, work = graph_structure(params), graph_work(params)
     return GraphArrays(structure.gpu, structure.receiver, structure.comm, structure.stage, structure.index, work.impact,
                        structure.needs_count, structure.issue_start, structure.issue_task, structure.order_start,

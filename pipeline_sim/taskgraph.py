@@ -127,10 +127,11 @@ _T = TypeVar("_T")
 _MISSING: Any = object()
 #: Structures kept per function of ``per_structure``: the least recently used goes beyond it.
 STRUCTURES_KEPT = 64
-#: The most tasks the environments of one cache's values hold in all (``per_structure``, ``per_environment``):
-#: beyond it the least recently used go, the last computed always kept. An environment's values take tens to
-#: hundreds of bytes a task (a structure about 220, its work 40), so that a cache of 256 works of a
-#: million-task environment would hold 10 GB; one of small environments never reaches it.
+#: The most tasks of the environments whose values a cache holds: a cache of ``per_structure`` lets its least
+#: recently used structures go beyond it, the caches of ``per_environment`` are emptied together
+#: (``environment_computed``); the value computed last is kept whatever its size. Values take tens to hundreds of
+#: bytes a task (a structure about 220, an environment's work 40): 256 works of million-task environments would
+#: hold 10 GB. Small environments never reach it.
 KEPT_TASKS = 1_000_000
 
 
@@ -153,7 +154,7 @@ _sized: list[tuple] = [(None, 0)]
 
 
 def _tasks_of(params: EnvParams) -> int:
-    """``estimated_tasks(params)``: one environment's values go into several caches one after another."""
+    """``estimated_tasks(params)``: a new environment is sized for two caches, one after the other."""
     asked, tasks = _sized[0]
     if asked is not params:
         tasks = estimated_tasks(params)
@@ -212,31 +213,34 @@ def per_structure(function: Callable[[EnvParams], _T]) -> Callable[[EnvParams], 
     return cached
 
 
+#: Every cache of ``per_environment``, and the tasks of the environments computed since they were last emptied.
+_ENVIRONMENT_CACHES: list[_lru_cache_wrapper] = []
+_environment_tasks = [0]
+
+
 def per_environment(entries: int) -> Callable[[Callable[..., _T]], _lru_cache_wrapper[_T]]:
-    """``functools.lru_cache(entries)`` for a function of an environment (its first argument) and more, that holds
-    values of ``KEPT_TASKS`` tasks at most in all: when the tasks of the environments it computed since it was last
-    emptied would exceed them, it is emptied before the new value goes in. (A C ``lru_cache`` answers a repeat
-    faster than any cache written here, and cannot drop one value of its own.) ``kept()`` says what it holds, at
-    most."""
+    """``functools.lru_cache(entries)`` for a function of an environment (its first argument) and more, emptied with
+    every other such cache when ``environment_computed`` says so. ``kept()`` says what it holds, at most."""
     def decorate(function: Callable[..., _T]) -> _lru_cache_wrapper[_T]:
-        tasks = [0]  # of the environments computed since the cache was last emptied
-        lock = threading.Lock()
-
-        @lru_cache(maxsize=entries)
-        @wraps(function)
-        def cached(params: EnvParams, *rest: Any) -> _T:
-            value = function(params, *rest)
-            size = _tasks_of(params)
-            with lock:
-                if tasks[0] + size > KEPT_TASKS:
-                    cached.cache_clear()  # the value computed now goes in after it
-                    tasks[0] = 0
-                tasks[0] += size
-            return value
-
-        cached.kept = lambda: Kept(cached.cache_info().currsize, tasks[0])  # type: ignore[attr-defined]
+        cached = lru_cache(maxsize=entries)(function)
+        cached.kept = lambda: Kept(cached.cache_info().currsize, _environment_tasks[0])  # type: ignore[attr-defined]
+        _ENVIRONMENT_CACHES.append(cached)
         return cached
     return decorate
+
+
+def environment_computed(params: EnvParams) -> None:
+    """Count the tasks of ``params`` (``estimated_tasks``), a new environment, among those whose values the caches of
+    ``per_environment`` hold: when they would exceed ``KEPT_TASKS``, every such cache is emptied first. Called where
+    every simulation passes, as its arrays are first made (``engine.graph_arrays``), so that the caches themselves
+    count nothing and answer as fast as ``lru_cache``. (Threads counting at once may miss an environment's tasks:
+    a bound all the same.)"""
+    size = _tasks_of(params)
+    if _environment_tasks[0] + size > KEPT_TASKS:
+        for cache in _ENVIRONMENT_CACHES:
+            cache.cache_clear()
+        _environment_tasks[0] = 0
+    _environment_tasks[0] += size
 
 
 def build_task_graph(params: EnvParams, sample: int = 0) -> TaskGraph:
