@@ -752,21 +752,21 @@ def main() -> int:
     cores = os.cpu_count() or 1
 
     compile_kernel()
+    machine = {"python": platform.python_version(), "cores": cores, "platform": platform.platform()}
     if args.doubling:
-        construction()
-        return 0
+        return _written(args.json, {"machine": machine, "doubling": construction()})
     if args.replay:
         trace = replay_trace()
         print(f"PyTorch trace, Interleaved1F1B on 2 ranks ({trace['iterations']} iterations): read "
               f"{trace['read_seconds'] * 1e3:.0f} ms, transfers fitted {trace['fit_seconds'] * 1e3:.1f} ms, "
               f"{trace['replay_seconds'] * 1e3:.1f} ms per iteration replayed (medians of five)", flush=True)
-        return 0
+        return _written(args.json, {"machine": machine, "replay": trace})
     if args.moe:
         moe = deepseek_v3()
         print(f"DeepSeek-V3 on 2,048 H800 (DualPipeV, p 16, e 64, n 120; {moe['tasks']:,} tasks): first simulation "
               f"{moe['first_seconds']:.2f} s, repeat {moe['repeat_seconds']:.2f} s on one core; iteration "
               f"{moe['iteration_seconds']:.2f} s", flush=True)
-        return 0
+        return _written(args.json, {"machine": machine, "moe": moe})
     learned = learned_cost() if args.learned or not (args.planner or args.chart or args.hindsight or args.moe or
                                                      args.lookahead) else None
     if learned is not None:
@@ -774,14 +774,14 @@ def main() -> int:
               f"iteration inside the compiled loop, {learned['stepped_ms']:.1f} ms stepped from Python: "
               f"{learned['stepped_over_played']:.1f}x (CPU time, medians of alternating runs, one core)", flush=True)
     if args.learned:
-        return 0
+        return _written(args.json, {"machine": machine, "learned": learned})
     ahead = lookahead_cost() if args.lookahead or not (args.planner or args.chart or args.hindsight or args.moe) else []
     for row in ahead:
         print(f"look-ahead, ZB-H1, n = {row['n']}, {row['num_gpus']} GPUs ({row['tasks']} tasks), 30% jitter: "
               f"{row['ms_per_iteration']:.1f} ms per iteration, {row['copies_per_iteration']:.0f} copies run to the "
               f"end, {row['over_static']:.0f}x a static run (medians of alternating runs, one core)", flush=True)
     if args.lookahead:
-        return 0
+        return _written(args.json, {"machine": machine, "lookahead": ahead})
     solved = None
     if args.hindsight or not (args.planner or args.chart):
         solved = hindsight_per_draw()
@@ -790,19 +790,19 @@ def main() -> int:
                   f"of {solved['draws']}, at most {solved['max_seconds']:.1f} s), {solved['optimal']} proven optimal",
                   flush=True)
         if args.hindsight:
-            return 0
+            return _written(args.json, {"machine": machine, "hindsight": solved})
     if not args.planner:
         chart = large_chart()
         print(f"visualizer, ZB-H1 on 64 GPUs, 512 micro-batches, chart included: {chart['seconds']:.1f} s "
               f"({chart['pixels'][0]:,} x {chart['pixels'][1]:,} pixels)", flush=True)
         if args.chart:
-            return 0
+            return _written(args.json, {"machine": machine, "chart": chart})
     planner = planner_405b(cores)
     print(f"planner, Llama 3 405B on 8,192 H100: {planner['seconds']:.1f} s on {cores} workers, "
           f"{planner['simulated']} of {planner['enumerated']:,} layouts simulated; best {planner['best']}; Meta's "
           f"t 8 p 16 d 64 layout #{planner['meta_layout_rank']}", flush=True)
     if args.planner:
-        return 0
+        return _written(args.json, {"machine": machine, "planner": planner})
     single = sims_per_second(1.0 if args.quick else 4.0)
     pure = pure_python_sims_per_second()
     api = api_sims_per_second(1.0 if args.quick else 3.0)
@@ -885,7 +885,7 @@ def main() -> int:
               f"{cluster['dask_over_pool']:.2f}x; byte-identical: {cluster['byte_identical']}", flush=True)
 
     results = {
-        "machine": {"python": platform.python_version(), "cores": cores, "platform": platform.platform()},
+        "machine": machine,
         "single_core": single, "pure_python_sims_per_second": pure,
         "kernel_over_pure_python": single["sims_per_second"] / pure, "api_sims_per_second": api,
         "example_pipeline": pipeline, "heatmap_cpu_seconds": heatmap, "first_compile_seconds": compile_seconds,
@@ -897,11 +897,15 @@ def main() -> int:
                   "parallel_efficiency": efficiency},
         "noisy_sweep": noisy, "memory": memory, "cluster": cluster, "planner": planner, "chart": chart,
     }
-    text = json.dumps(results, indent=2)
-    print("\n" + text)
-    if args.json:
-        with atomic_output(args.json) as temporary:
-            temporary.write_text(text + "\n")
+    print("\n" + json.dumps(results, indent=2))
+    return _written(args.json, results)
+
+
+def _written(path: Path | None, results: dict) -> int:
+    """``results`` written to ``path`` as JSON, when one is given (``--json``); the exit status, 0."""
+    if path is not None:
+        with atomic_output(path) as temporary:
+            temporary.write_text(json.dumps(results, indent=2) + "\n")
     return 0
 
 
