@@ -254,8 +254,18 @@ TABLE_WORK = ("fwd_len", "bwd_len", "prop_len", "sync_base_len", "w_fraction")
 STAGE_LISTS = ("stage_weights", "sync_weights", "bwd_weights", "a2a_weights")
 
 
+class _Remembered:
+    """What an environment computes of itself once and keeps: its hash and its chunks per GPU, in slots beside its
+    fields, which equality, ``replace`` and pickling ignore (a copy computes them again). Every cache of the
+    simulation is keyed by environments, and a hash of all their fields took longer than a lookup."""
+
+    __slots__ = ("_hash", "_v")
+    _hash: int
+    _v: int
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
-class EnvParams:
+class EnvParams(_Remembered):
     """One environment (docs/model.md sections 1 and 6). Invalid values raise ``ValueError``.
 
     Each field is a row of the one table of environment parameters (``PARAMETERS``):
@@ -488,7 +498,20 @@ class EnvParams:
     @property
     def v(self) -> int:
         """Model chunks (stages) per GPU."""
-        return get_schedule(self.schedule).v(self.chunks)
+        try:
+            return self._v
+        except AttributeError:
+            v = get_schedule(self.schedule).v(self.chunks)
+            object.__setattr__(self, "_v", v)
+            return v
+
+    def __hash__(self) -> int:
+        try:
+            return self._hash
+        except AttributeError:
+            value = hash(tuple(getattr(self, name) for name in _FIELD_NAMES))
+            object.__setattr__(self, "_hash", value)
+            return value
 
     @property
     def time_unit(self) -> float:
@@ -503,6 +526,7 @@ class EnvParams:
 
 #: The environment parameters, in ``EnvParams`` field order.
 PARAMETERS = parameters_of(EnvParams)
+_FIELD_NAMES = EnvParams.names()
 PARAMETER = {p.name: p for p in PARAMETERS}
 _DEFAULTS = {p.name: p.default for p in PARAMETERS}
 #: The parameters that only some schedules read.

@@ -332,9 +332,9 @@ def _work_of(params: EnvParams, measured: LengthTable | None) -> Work:
         structure.columns, structure.pairs, np.array(values(params)), _weights(params, weights), _per_gpu(params),
         params.v, stage_rooms, gpu_rooms)
     if measured is not None:  # a table gives every task's work; the parameters' still weigh a pair's impact
+        floats = floats.copy()
         floats[0] = lengths_of_table(params, measured.lengths, params.lengths)
-    floats.setflags(write=False)
-    integers.setflags(write=False)
+        floats.setflags(write=False)
     return Work(floats, integers)
 
 
@@ -603,8 +603,6 @@ def _structure_of(params: EnvParams) -> GraphStructure:
         int(params.zero in (1, 2) and params.gather_len > 0), parts, *_builder_tables(), _comm_numbers(params), error)
     if error[0]:
         raise ScheduleError(_schedule_error(params, stage_gpu, error.tolist(), parts))
-    for array in structure:
-        array.setflags(write=False)  # and so every view of it (faster than through ``flags``)
     return GraphStructure._make((*structure, stage_gpu))
 
 

@@ -1,5 +1,9 @@
 """Parameters, policies, task ids and the 1F1B order."""
 
+import copy
+import pickle
+from dataclasses import fields, replace
+
 import pytest
 
 from pipeline_sim import (
@@ -118,6 +122,21 @@ def test_one_f_one_b_order():
     assert codes(1, 4, 3) == "1F0 1F1 1B0 1F2 1B1 1F3 1B2 1B3"
     assert codes(2, 4, 3) == "2F0 2B0 2F1 2B1 2F2 2B2 2F3 2B3"
     assert codes(0, 2, 4) == "0F0 0F1 0B0 0B1"  # fewer micro-batches than warm-up slots
+
+
+def test_an_environment_remembers_its_hash_and_chunks_apart_from_its_fields():
+    """Kept in slots beside the fields: equal environments hash alike however made, a copy or a pickled one computes
+    its own again, and neither equality, ``replace`` nor the fields see them."""
+    params = EnvParams(schedule="zb-v", num_gpus=4, n=8, fwd_len=1.5, stage_weights=[1.0] * 8)
+    twin = EnvParams(schedule="ZB-V", num_gpus=4, n=8, fwd_len=1.5, stage_weights=(1.0,) * 8)
+    assert hash(params) == hash(params) == hash(twin) and params == twin and params.v == twin.v == 2
+    assert hash(params) == hash(tuple(getattr(params, field.name) for field in fields(EnvParams)))
+    for other in (pickle.loads(pickle.dumps(params)), copy.copy(params), copy.deepcopy(params)):
+        assert other == params and hash(other) == hash(params) and other.v == 2
+    assert "_hash" not in {field.name for field in fields(EnvParams)} and "_v" not in EnvParams.names()
+    changed = replace(params, schedule="gpipe", stage_weights=[1.0] * 4)
+    assert changed.v == 1 and changed != params and hash(changed) != hash(params)
+    assert len({params: 1, twin: 2, changed: 3}) == 2
 
 
 def test_sync_points():

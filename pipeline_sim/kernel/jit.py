@@ -24,8 +24,9 @@ import llvmlite.ir
 import numpy as np
 from numba import config, njit, types
 from numba.core import cgutils
+from numba.core.imputils import impl_ret_borrowed
 from numba.core.typing import signature
-from numba.extending import intrinsic, register_jitable
+from numba.extending import intrinsic, overload, register_jitable
 
 
 def _one_signature(options: dict[str, Any]) -> Any:
@@ -185,6 +186,32 @@ def _cached_signatures(function: Any) -> set[tuple]:
         return set()
     codegen = function.targetctx.codegen()
     return {key[0] for key in index if key == cache._index_key(key[0], codegen)}
+
+
+def read_only(array: np.ndarray) -> np.ndarray:
+    """``array``, which no one is to write again: returned to Python, it arrives with its writeable flag off (and so
+    every view of it). Compiled, this costs nothing: the array is typed read-only, and numba converts an array of
+    that type so; a call of ``setflags`` per array a builder returns took longer than the builder's own work on a
+    small graph."""
+    array.setflags(write=False)
+    return array
+
+
+def _typed_read_only_call(typingctx: Any, array: Any) -> Any:
+    """``array`` itself, typed read-only (the same data, one more reference)."""
+    def lower(context: Any, builder: Any, sig: Any, values: Any) -> Any:
+        return impl_ret_borrowed(context, builder, sig.return_type, values[0])
+    return signature(array.copy(readonly=True), array), lower
+
+
+_typed_read_only: Any = intrinsic(_typed_read_only_call)
+
+
+@overload(read_only)
+def _read_only_compiled(array: Any) -> Any:
+    def typed(array: Any) -> Any:  # annotated as the overload is: numba compares the two signatures
+        return _typed_read_only(array)
+    return typed
 
 
 #: Linux's advice that a range of memory be backed by huge pages of 2 MiB (``madvise``), which the system gives, in

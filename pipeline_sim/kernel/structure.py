@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .jit import compiled, within
+from .jit import compiled, read_only, within
 from .state import HOLD_CLASS
 
 #: The kind numbers ``build_structure`` takes in ``codes``, in this order.
@@ -535,10 +535,10 @@ def _skeleton(columns: np.ndarray, parts: np.ndarray, needs_start: np.ndarray, h
 @within
 def _failed() -> tuple:
     """What ``build_structure`` returns for orders that are wrong: empty arrays, made only then."""
-    empty = np.zeros(0, dtype=np.int64)
-    return (np.zeros((13, 0), dtype=np.int64), np.zeros((3, 0, 2), dtype=np.int64), empty, empty, empty, empty,
-            empty, empty, empty, empty, empty, empty, empty, empty, np.zeros((4, 0, 0), dtype=np.int64),
-            np.zeros((3, 0), dtype=np.int64))
+    empty = read_only(np.zeros(0, dtype=np.int64))
+    return (read_only(np.zeros((13, 0), dtype=np.int64)), read_only(np.zeros((3, 0, 2), dtype=np.int64)), empty,
+            empty, empty, empty, empty, empty, empty, empty, empty, empty, empty, empty,
+            read_only(np.zeros((4, 0, 0), dtype=np.int64)), read_only(np.zeros((3, 0), dtype=np.int64)))
 
 
 @compiled
@@ -554,14 +554,13 @@ def build_structure(p: int, n: int, stage_gpu: np.ndarray, syncs: np.ndarray, pe
     transfers, step and gather, tasks numbered in that order.
 
     Returns ``(columns, parts, needs_start, needs_task, issue_start, issue_task, order_start, order_task,
-    peer_start, peer_task, stage_chunk, issued_task, issued_by, holds, compute_task, pairs)``: ``columns`` per task
-    (rows ``KIND`` to ``FALL_STAGE``) its kind, GPU, stage, index, receiver, row of work and impact (``_work``'s),
-    then ``_skeleton``'s rows, its transfer class by ``comm`` (per kind number the class whose priority a transfer
-    takes, -1 for compute) and more; ``parts`` (3 x tasks x 2) the
-    kind, stage and micro-batch of each task's parts; the releases' rows, each task's then (row tasks + i) those
-    task i's start issues and (row 2 tasks) those issued at time 0; ``pairs`` each pair's task and its two parts'
-    stages. Or, with ``error[0]`` set (one of ``NO_PART`` ... ``OWN_TASK``), where the orders are wrong, and empty
-    arrays.
+    peer_start, peer_task, stage_chunk, issued_task, issued_by, holds, compute_task, pairs)``, each read-only:
+    ``columns`` per task (rows ``KIND`` to ``FALL_STAGE``) its kind, GPU, stage, index, receiver, row of work and
+    impact (``_work``'s), then ``_skeleton``'s rows, its transfer class by ``comm`` (per kind number the class whose
+    priority a transfer takes, -1 for compute) and more; ``parts`` (3 x tasks x 2) the kind, stage and micro-batch
+    of each task's parts; the releases' rows, each task's then (row tasks + i) those task i's start issues and (row
+    2 tasks) those issued at time 0; ``pairs`` each pair's task and its two parts' stages. Or, with ``error[0]`` set
+    (one of ``NO_PART`` ... ``OWN_TASK``), where the orders are wrong, and empty arrays.
     """
     release_rank, part_slot, input_of, gather_of, table_of = lookup[0], lookup[1], lookup[2], lookup[3], lookup[4]
     part_gpu, part_kind, part_stage, part_mb, second = orders[0], orders[1], orders[2], orders[3], orders[4]
@@ -594,5 +593,7 @@ def build_structure(p: int, n: int, stage_gpu: np.ndarray, syncs: np.ndarray, pe
     order_start, order_task, peer_start, peer_task = _orders(p, block, block_start, firsts, computes, optimizer)
     pairs = _work(columns, parts, p, stages, codes[5], lookup[5], lookup[6], lookup[7], lookup[8])
     _skeleton(columns, parts, needs_start, holds, stage_chunk, comm, lookup[9], lookup[10], lookup[11], codes[10])
-    return (columns, parts, needs_start, needs_task, release_start, release_task, order_start, order_task,
-            peer_start, peer_task, stage_chunk, issued_task, issued_by, holds, compute_task, pairs)
+    return (read_only(columns), read_only(parts), read_only(needs_start), read_only(needs_task),
+            read_only(release_start), read_only(release_task), read_only(order_start), read_only(order_task),
+            read_only(peer_start), read_only(peer_task), read_only(stage_chunk), read_only(issued_task),
+            read_only(issued_by), read_only(holds), read_only(compute_task), read_only(pairs))

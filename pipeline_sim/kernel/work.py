@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .jit import compiled, within
+from .jit import compiled, read_only, within
 from .structure import FALL_STAGE, FIRST_FORWARD, GPU, IMPACT, RISE_STAGE, WORK_ROW
 
 #: The values ``graph_work`` takes in ``values``, in this order.
@@ -66,7 +66,7 @@ def graph_work(columns: np.ndarray, pairs: np.ndarray, values: np.ndarray, weigh
     ``pairs`` (its task, the stages of its forward and its backward) mixes its forward's work and its backward's:
     their sum less the overlap, and the impact weighted by each.
 
-    Returns ``(floats, integers)``: rows of lengths and impacts, and rows of reserves, rises and falls."""
+    Returns ``(floats, integers)``, read-only: rows of lengths and impacts, and rows of reserves, rises and falls."""
     table, forwards, backwards = _table(values, weights, per_gpu, v)
     fwd_impact, bwd_impact, fb_overlap = values[8], values[9], values[10]
     count = columns.shape[1]
@@ -87,4 +87,4 @@ def graph_work(columns: np.ndarray, pairs: np.ndarray, values: np.ndarray, weigh
         both = forward + backward
         impact[t] = (forward * fwd_impact + backward * bwd_impact) / both if both != 0.0 else np.nan
         lengths[t] = both * (1.0 - fb_overlap)
-    return floats, integers
+    return read_only(floats), read_only(integers)
