@@ -307,11 +307,12 @@ def first_and_repeat(params: EnvParams, rounds: int = 1) -> dict:
 
 
 def rounds_of(params: EnvParams) -> int:
-    """How many structures of the size of ``params`` ``first_and_repeat`` measures: 21 below 10,000 tasks, where
+    """How many structures of the size of ``params`` ``first_and_repeat`` measures: 101 below 10,000 tasks, where
     one takes microseconds and a process's first ten or so take up to 1.5 times as long as later ones (its Python
-    code not yet specialized by the interpreter, nor in the CPU's caches); three below 100,000, else one."""
+    code not yet specialized by the interpreter, nor in the CPU's caches), so that they do not decide the median;
+    three below 100,000, else one."""
     tasks = estimated_tasks(params)
-    return 21 if tasks < 10_000 else 3 if tasks < 100_000 else 1
+    return 101 if tasks < 10_000 else 3 if tasks < 100_000 else 1
 
 
 def warm_up() -> None:
