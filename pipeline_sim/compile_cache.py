@@ -141,5 +141,7 @@ def plain_builds(*names: str) -> Iterator[None]:
 def built(builder: Callable) -> Callable:
     """``builder``, a compiled function of the kernel that builds a graph's arrays, as graphs are now built: its
     plain Python under ``plain_builds``."""
+    if not _plain:  # as always but in a first compile
+        return builder
     plain = getattr(builder, "py_func", None)
     return plain if plain is not None and ("*" in _plain or plain.__name__ in _plain) else builder

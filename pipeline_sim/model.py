@@ -255,9 +255,10 @@ STAGE_LISTS = ("stage_weights", "sync_weights", "bwd_weights", "a2a_weights")
 
 
 class _Remembered:
-    """What an environment computes of itself once and keeps: its hash and its chunks per GPU, in slots beside its
-    fields, which equality, ``replace`` and pickling ignore (a copy computes them again). Every cache of the
-    simulation is keyed by environments, and a hash of all their fields took longer than a lookup."""
+    """What an environment computes of itself as it is made and keeps: its hash and its chunks per GPU, in slots
+    beside its fields, which equality, ``replace`` and pickling ignore (a copy computes them again when first asked).
+    Every cache of the simulation is keyed by environments, and a hash of all their fields took longer than a
+    lookup."""
 
     __slots__ = ("_hash", "_v")
     _hash: int
@@ -405,6 +406,8 @@ class EnvParams(_Remembered):
             value = getattr(self, p.name)
             if type(value) is not p.type and p.type is not tuple:
                 object.__setattr__(self, p.name, p.type(value))
+        object.__setattr__(self, "_v", spec.v(self.chunks))
+        object.__setattr__(self, "_hash", hash(tuple(getattr(self, name) for name in _FIELD_NAMES)))
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -500,18 +503,16 @@ class EnvParams(_Remembered):
         """Model chunks (stages) per GPU."""
         try:
             return self._v
-        except AttributeError:
-            v = get_schedule(self.schedule).v(self.chunks)
-            object.__setattr__(self, "_v", v)
-            return v
+        except AttributeError:  # a copy, or an unpickled environment: its fields were set without ``__post_init__``
+            object.__setattr__(self, "_v", get_schedule(self.schedule).v(self.chunks))
+            return self._v
 
     def __hash__(self) -> int:
         try:
             return self._hash
-        except AttributeError:
-            value = hash(tuple(getattr(self, name) for name in _FIELD_NAMES))
-            object.__setattr__(self, "_hash", value)
-            return value
+        except AttributeError:  # as ``v``'s
+            object.__setattr__(self, "_hash", hash(tuple(getattr(self, name) for name in _FIELD_NAMES)))
+            return self._hash
 
     @property
     def time_unit(self) -> float:
@@ -606,14 +607,6 @@ class Policy:
 
 #: The policy the visualizers use unless told otherwise, and that the schedule comparison marks.
 DEFAULT_POLICY = Policy(priorities={"fwd_prop": 0.5, "grad_prop": 0.3, "grad_sync": 0.2})
-
-
-def sync_points(n: int, sync_freq: int) -> list[int]:
-    """Micro-batches whose backward is followed by a ``grad_sync``, in order."""
-    points = [m for m in range(n) if (m + 1) % sync_freq == 0]
-    if not points or points[-1] != n - 1:
-        points.append(n - 1)
-    return points
 
 
 class Run(NamedTuple):

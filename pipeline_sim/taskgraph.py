@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gc
 import threading
+from collections import OrderedDict
 from contextlib import contextmanager
 from functools import cache, lru_cache, wraps
 from operator import attrgetter
@@ -29,7 +30,6 @@ from .model import (
     ParameterError,
     TaskKind,
     room_units,
-    sync_points,
 )
 from .noise import KIND_NUMBERS, standard_normals, work_factors
 from .orders import order_parts
@@ -124,7 +124,6 @@ def check_size(params: EnvParams, hint: str = "") -> None:
 
 
 _T = TypeVar("_T")
-_MISSING: Any = object()
 #: Structures kept per function of ``per_structure``: the least recently used goes beyond it.
 STRUCTURES_KEPT = 64
 #: The most tasks of the environments whose values a cache holds: a cache of ``per_structure`` lets its least
@@ -174,23 +173,28 @@ def per_structure(function: Callable[[EnvParams], _T]) -> Callable[[EnvParams], 
     """``function``, computed once per structure (``structure_key``) of the ``STRUCTURES_KEPT`` used last, of
     ``KEPT_TASKS`` tasks at most in all (``estimated_tasks``; the last computed is kept whatever its size).
     ``kept()`` says what it holds."""
-    kept: dict[tuple, tuple[_T, int]] = {}
+    # least recently used first: an ordered dictionary moves an entry to the end and lets the first go in constant
+    # time (a plain one, taken from the front again and again, skips ever more freed slots to find its first)
+    kept: OrderedDict[tuple, tuple[_T, int]] = OrderedDict()
     tasks = [0]  # of the environments kept
     lock = threading.Lock()  # the dictionary's reorder and eviction, as threads may ask at once
-    # the environment asked for last and its key, as one tuple (threads may ask): one environment is asked again and
-    # again, and its key costs more than the lookup
-    last: list[tuple] = [(None, ())]
+    # the environment asked for last, its key and its value once known, as one tuple (threads may ask): one
+    # environment is asked again and again, and its key costs more than the lookup
+    last: list[tuple] = [(None, (), None)]
 
     @wraps(function)
     def cached(params: EnvParams) -> _T:
-        asked, key = last[0]
+        asked, key, value = last[0]
+        if asked is params and value is not None:
+            return value
         if asked is not params:
             key = structure_key(params)
-            last[0] = (params, key)
+            last[0] = (params, key, None)
         with lock:
-            entry = kept.pop(key, _MISSING)
-            if entry is not _MISSING:
-                kept[key] = entry  # the most recently used, last
+            entry = kept.get(key)
+            if entry is not None:
+                kept.move_to_end(key)
+                last[0] = (params, key, entry[0])
                 return entry[0]
         collecting = gc.isenabled()
         gc.disable()  # as ``collector_paused``, without a context manager's cost for a structure of a few tasks
@@ -204,9 +208,10 @@ def per_structure(function: Callable[[EnvParams], _T]) -> Callable[[EnvParams], 
             if key in kept:
                 tasks[0] -= kept.pop(key)[1]
             while kept and (len(kept) >= STRUCTURES_KEPT or tasks[0] + size > KEPT_TASKS):
-                tasks[0] -= kept.pop(next(iter(kept)))[1]  # the least recently used
+                tasks[0] -= kept.popitem(last=False)[1][1]
             kept[key] = (value, size)
             tasks[0] += size
+        last[0] = (params, key, value)
         return value
 
     cached.kept = lambda: Kept(len(kept), tasks[0])  # type: ignore[attr-defined]
@@ -482,11 +487,7 @@ class _Built(NamedTuple):
     order_task: np.ndarray
     peer_start: np.ndarray
     peer_task: np.ndarray
-    stage_chunk: np.ndarray
-    issued_task: np.ndarray
-    issued_by: np.ndarray
-    holds: np.ndarray
-    compute_task: np.ndarray
+    rare: np.ndarray
     pairs: np.ndarray
     stage_gpu: np.ndarray
 
@@ -508,7 +509,8 @@ class GraphStructure(_Built):
     them, its transfer class (``comm``), its class for dispatchers and how many tasks it waits for; whether it is
     the forward of a micro-batch's first stage on its GPU, and the stages of its part whose activations rise as it
     starts and fall as it ends (-1: none). ``columns``: the per-task rows, in one array (``kernel.structure.KIND`` ...),
-    each read as a view of it.
+    each read as a view of it; ``rare``: ``stage_chunk``, ``issued_task``, ``issued_by``, ``holds`` and
+    ``compute_task``, which few read, in one array (``kernel.structure._rare``), each read as a view of it.
     """
 
     __slots__ = ()
@@ -516,6 +518,31 @@ class GraphStructure(_Built):
     kind, gpu, stage, index, receiver, work_row, work_impact, comm, kind_class, needs_count, first_forward, \
         rise_stage, fall_stage = (_row("columns", row) for row in range(13))
     part_kind, part_stage, part_mb = (_row("parts", row) for row in range(3))
+
+    @property
+    def stage_chunk(self) -> np.ndarray:
+        return self.rare[2:2 + len(self.stage_gpu)]
+
+    @property
+    def issued_task(self) -> np.ndarray:
+        first = 2 + len(self.stage_gpu)
+        return self.rare[first:first + int(self.rare[0])]
+
+    @property
+    def issued_by(self) -> np.ndarray:
+        first = 2 + len(self.stage_gpu) + int(self.rare[0])
+        return self.rare[first:first + int(self.rare[0])]
+
+    @property
+    def holds(self) -> np.ndarray:
+        first = 2 + len(self.stage_gpu) + 2 * int(self.rare[0])
+        return self.rare[first:first + int(self.rare[1])]
+
+    @property
+    def compute_task(self) -> np.ndarray:
+        stages = len(self.stage_gpu)
+        first = 2 + stages + 2 * int(self.rare[0]) + int(self.rare[1])
+        return self.rare[first:].reshape((len(_PART_KINDS), stages, -1))
 
     @property
     def release_start(self) -> np.ndarray:
@@ -599,7 +626,7 @@ def _structure_of(params: EnvParams) -> GraphStructure:
     parts = order_parts(params)
     error = np.zeros(4, dtype=np.int64)
     structure = built(load_kernel().build_structure)(
-        p, n, stage_gpu, _syncs(n, params.sync_freq), per_stage, int(params.optimizer_len > 0),
+        p, n, stage_gpu, params.sync_freq, per_stage, int(params.optimizer_len > 0),
         int(params.zero in (1, 2) and params.gather_len > 0), parts, *_builder_tables(), _comm_numbers(params), error)
     if error[0]:
         raise ScheduleError(_schedule_error(params, stage_gpu, error.tolist(), parts))
@@ -629,12 +656,6 @@ def _per_stage(per_use: bool, exchanges: bool, all_to_all: bool) -> np.ndarray:
         (TaskKind.FWD_GATHER, per_use), (TaskKind.BWD_GATHER, per_use), (TaskKind.KV_EXCHANGE, exchanges),
         (TaskKind.KV_GRAD_EXCHANGE, exchanges), (TaskKind.A2A, all_to_all), (TaskKind.A2A_GRAD, all_to_all))
         if wanted])
-
-
-@lru_cache(maxsize=256)
-def _syncs(n: int, sync_freq: int) -> np.ndarray:
-    """``sync_points`` as an array."""
-    return _read_only(sync_points(n, sync_freq))
 
 
 _COMM_NUMBERS: dict[str, np.ndarray] = {}

@@ -9,7 +9,7 @@ from reference_orders import build_orders
 
 from pipeline_sim.kernel import work
 from pipeline_sim.kernel.state import HOLD_CLASS
-from pipeline_sim.model import A2A_KINDS, TRANSFER_KINDS, Action, EnvParams, Pair, TaskKind, sync_points
+from pipeline_sim.model import A2A_KINDS, TRANSFER_KINDS, Action, EnvParams, Pair, TaskKind
 from pipeline_sim.noise import KIND_NUMBERS
 from pipeline_sim.schedules import get_schedule
 from pipeline_sim.taskgraph import (
@@ -46,7 +46,7 @@ def structure_of(params: EnvParams) -> TaskGraph:
                              parts=tuple(action))
         return GraphTask(action.kind, gpu, action.stage, action.mb, 0.0, parts=(action,))
 
-    syncs = sync_points(n, params.sync_freq)
+    syncs = [m for m in range(n) if (m + 1) % params.sync_freq == 0 or m == n - 1]  # a sync's micro-batches
     tasks: list[GraphTask] = []
     where: dict[tuple, int] = {}  # ("part", kind, stage, mb) or (transfer kind, stage, index) -> task
     gpu_orders = []

@@ -200,7 +200,8 @@ def test_every_array_is_the_reference_to_the_bit():
             assert same_bits(array, expected[name]), (name, params)
         assert same_bits(task_impacts(params), expected["impact"])
         structure, work = graph_structure(params), graph_work(params)  # what the arrays are views of, read-only too
-        for name in (*structure._fields, "kind", "part_mb", "release_start", "release_task"):
+        for name in (*structure._fields, "kind", "part_mb", "release_start", "release_task", "stage_chunk",
+                     "issued_task", "issued_by", "holds", "compute_task"):
             assert not getattr(structure, name).flags.writeable, name
         for name in ("floats", "integers", "lengths", "impact", "reserve", "rises", "falls"):
             assert not getattr(work, name).flags.writeable, name

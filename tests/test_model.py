@@ -15,8 +15,8 @@ from pipeline_sim import (
     calculate_full_pipeline_schedule,
     compute_orders,
 )
+from pipeline_sim.kernel.structure import sync_points
 from pipeline_sim.metrics import schedule_metrics
-from pipeline_sim.model import sync_points
 
 
 @pytest.mark.parametrize("name, value, fragment", [
@@ -140,10 +140,14 @@ def test_an_environment_remembers_its_hash_and_chunks_apart_from_its_fields():
 
 
 def test_sync_points():
-    assert sync_points(8, 1) == list(range(8))
-    assert sync_points(8, 4) == [3, 7]
-    assert sync_points(7, 3) == [2, 5, 6]
-    assert sync_points(2, 5) == [1]
+    assert sync_points(8, 1).tolist() == list(range(8))
+    assert sync_points(8, 4).tolist() == [3, 7]
+    assert sync_points(7, 3).tolist() == [2, 5, 6]
+    assert sync_points(2, 5).tolist() == [1]
+    for n in range(1, 30):
+        for every in range(1, 12):
+            expected = [m for m in range(n) if (m + 1) % every == 0 or m == n - 1]
+            assert sync_points(n, every).tolist() == expected, (n, every)
 
 
 def test_policy_labels_and_precedence():

@@ -342,7 +342,7 @@ def _issues(columns: np.ndarray, forward: np.ndarray, gradient: np.ndarray, tran
         if held[t]:
             holds[k] = t
             k += 1
-    return issued_task[:issued].copy(), issued_by[:issued].copy(), holds, exchanges
+    return issued_task[:issued], issued_by[:issued], holds, exchanges
 
 
 @within
@@ -533,28 +533,59 @@ def _skeleton(columns: np.ndarray, parts: np.ndarray, needs_start: np.ndarray, h
 
 
 @within
+def _rare(stage_chunk: np.ndarray, issued_task: np.ndarray, issued_by: np.ndarray, holds: np.ndarray,
+          compute_task: np.ndarray) -> np.ndarray:
+    """What few readers read, in one array (each array returned costs Python a conversion, about as long as a
+    small graph's building): how many transfers a start issues and how many hold their GPU, then ``stage_chunk``,
+    ``issued_task``, ``issued_by``, ``holds`` and ``compute_task`` flat (``taskgraph.GraphStructure`` reads them)."""
+    issued, held = len(issued_task), len(holds)
+    rare = np.empty(2 + len(stage_chunk) + 2 * issued + held + compute_task.size, dtype=np.int64)
+    rare[0], rare[1] = issued, held
+    at = 2
+    for values in (stage_chunk, issued_task, issued_by, holds):
+        rare[at:at + len(values)] = values
+        at += len(values)
+    rare[at:] = compute_task.ravel()
+    return rare
+
+
+@within
 def _failed() -> tuple:
     """What ``build_structure`` returns for orders that are wrong: empty arrays, made only then."""
     empty = read_only(np.zeros(0, dtype=np.int64))
     return (read_only(np.zeros((13, 0), dtype=np.int64)), read_only(np.zeros((3, 0, 2), dtype=np.int64)), empty,
-            empty, empty, empty, empty, empty, empty, empty, empty, empty, empty, empty,
-            read_only(np.zeros((4, 0, 0), dtype=np.int64)), read_only(np.zeros((3, 0), dtype=np.int64)))
+            empty, empty, empty, empty, empty, empty, empty, read_only(np.zeros(2, dtype=np.int64)),
+            read_only(np.zeros((3, 0), dtype=np.int64)))
+
+
+@within
+def sync_points(n: int, sync_freq: int) -> np.ndarray:
+    """The micro-batches whose backward is followed by a ``grad_sync``, in order: every ``sync_freq``-th, and the
+    last."""
+    uneven = n % sync_freq != 0  # the last micro-batch is not one of them: it is added
+    points = np.empty(n // sync_freq + (1 if uneven else 0), dtype=np.int64)
+    for k in range(n // sync_freq):
+        points[k] = (k + 1) * sync_freq - 1
+    if uneven:
+        points[-1] = n - 1
+    return points
 
 
 @compiled
-def build_structure(p: int, n: int, stage_gpu: np.ndarray, syncs: np.ndarray, per_stage: np.ndarray,
+def build_structure(p: int, n: int, stage_gpu: np.ndarray, sync_freq: int, per_stage: np.ndarray,
                     optimizer: int, param_gather: int, orders: np.ndarray, codes: np.ndarray, lookup: np.ndarray,
                     comm: np.ndarray, error: np.ndarray) -> tuple:
     """The structure of a graph whose GPUs run the parts of ``orders`` (``schedule_parts``' rows: GPU, kind, stage,
     micro-batch and whether it is a second part, which shares the task of the part before it; GPU after GPU, each
-    GPU's in its order); ``stage_gpu`` per stage its GPU, ``syncs`` the
-    micro-batches after which a stage syncs, ``per_stage`` the kinds of transfer each stage has one of per
+    GPU's in its order); ``stage_gpu`` per stage its GPU, ``sync_freq`` how many micro-batches a stage syncs after
+    (``sync_points``), ``per_stage`` the kinds of transfer each stage has one of per
     micro-batch (gathers, exchanges, all-to-alls), and whether each GPU steps an optimizer and gathers its
     parameters after it. Per GPU its compute tasks in their order, its pipeline transfers, syncs, per-stage
     transfers, step and gather, tasks numbered in that order.
 
     Returns ``(columns, parts, needs_start, needs_task, issue_start, issue_task, order_start, order_task,
-    peer_start, peer_task, stage_chunk, issued_task, issued_by, holds, compute_task, pairs)``, each read-only:
+    peer_start, peer_task, rare, pairs)``, each read-only (``rare``: ``_rare``'s of ``stage_chunk``, ``issued_task``,
+    ``issued_by``, ``holds`` and ``compute_task``):
     ``columns`` per task (rows ``KIND`` to ``FALL_STAGE``) its kind, GPU, stage, index, receiver, row of work and
     impact (``_work``'s), then ``_skeleton``'s rows, its transfer class by ``comm`` (per kind number the class whose
     priority a transfer takes, -1 for compute) and more; ``parts`` (3 x tasks x 2) the kind, stage and micro-batch
@@ -565,6 +596,7 @@ def build_structure(p: int, n: int, stage_gpu: np.ndarray, syncs: np.ndarray, pe
     release_rank, part_slot, input_of, gather_of, table_of = lookup[0], lookup[1], lookup[2], lookup[3], lookup[4]
     part_gpu, part_kind, part_stage, part_mb, second = orders[0], orders[1], orders[2], orders[3], orders[4]
     stages = len(stage_gpu)
+    syncs = sync_points(n, sync_freq)
     _check(n, stage_gpu, part_gpu, part_kind, part_stage, part_mb, part_slot, error)
     if error[0] != FINE:
         return _failed()
@@ -593,7 +625,7 @@ def build_structure(p: int, n: int, stage_gpu: np.ndarray, syncs: np.ndarray, pe
     order_start, order_task, peer_start, peer_task = _orders(p, block, block_start, firsts, computes, optimizer)
     pairs = _work(columns, parts, p, stages, codes[5], lookup[5], lookup[6], lookup[7], lookup[8])
     _skeleton(columns, parts, needs_start, holds, stage_chunk, comm, lookup[9], lookup[10], lookup[11], codes[10])
+    rare = _rare(stage_chunk, issued_task, issued_by, holds, compute_task)
     return (read_only(columns), read_only(parts), read_only(needs_start), read_only(needs_task),
             read_only(release_start), read_only(release_task), read_only(order_start), read_only(order_task),
-            read_only(peer_start), read_only(peer_task), read_only(stage_chunk), read_only(issued_task),
-            read_only(issued_by), read_only(holds), read_only(compute_task), read_only(pairs))
+            read_only(peer_start), read_only(peer_task), read_only(rare), read_only(pairs))
