@@ -539,13 +539,19 @@ def _rare(stage_chunk: np.ndarray, issued_task: np.ndarray, issued_by: np.ndarra
     small graph's building): how many transfers a start issues and how many hold their GPU, then ``stage_chunk``,
     ``issued_task``, ``issued_by``, ``holds`` and ``compute_task`` flat (``taskgraph.GraphStructure`` reads them)."""
     issued, held = len(issued_task), len(holds)
-    rare = np.empty(2 + len(stage_chunk) + 2 * issued + held + compute_task.size, dtype=np.int64)
+    kinds, stages, n = compute_task.shape
+    rare = np.empty(2 + stages + 2 * issued + held + kinds * stages * n, dtype=np.int64)
     rare[0], rare[1] = issued, held
     at = 2
-    for values in (stage_chunk, issued_task, issued_by, holds):
-        rare[at:at + len(values)] = values
-        at += len(values)
-    rare[at:] = compute_task.ravel()
+    for values in (stage_chunk, issued_task, issued_by, holds):  # element by element: a slice's assignment takes
+        for value in values:  # seconds to compile
+            rare[at] = value
+            at += 1
+    for k in range(kinds):
+        for s in range(stages):
+            for m in range(n):
+                rare[at] = compute_task[k, s, m]
+                at += 1
     return rare
 
 
