@@ -59,7 +59,7 @@ from pipeline_sim.learned import LearnedPolicy, play  # noqa: E402
 from pipeline_sim.model import DISPATCHERS, ParameterError  # noqa: E402
 from pipeline_sim.scenarios import policy_grid  # noqa: E402
 from pipeline_sim.sweep import SweepPlan, run_sweep  # noqa: E402
-from pipeline_sim.taskgraph import estimated_tasks, task_lengths  # noqa: E402
+from pipeline_sim.taskgraph import empty_caches, estimated_tasks, task_lengths  # noqa: E402
 
 keep_freed_memory()  # as every command does: what is measured is what a run of the command line gets
 
@@ -282,35 +282,35 @@ DOUBLINGS = ((8, 128), (16, 128), (16, 256), (32, 256), (32, 512), (64, 512), (6
 
 
 def first_and_repeat(params: EnvParams, rounds: int = 1) -> dict:
-    """A new structure's arrays built (``graph_arrays``, the noise-free lengths and the dispatch arguments: all that
-    a simulation reads, its graph built from the orders), then its first ``simulate_figures``, then a repeat of the
-    same call (the kernel alone, its state's memory reused): per task, medians over ``rounds`` structures of the
-    size of ``params`` (sync frequencies 1, 2, ...: each a structure of its own, beyond n one that syncs once, at
-    the end), each over its own tasks. ``first_seconds``: the first simulation from nothing, its graph included, in
-    seconds; ``tasks``: those of ``params``."""
+    """``params`` built from nothing (``taskgraph.empty_caches``, which frees the structure and environment built
+    before, as a sweep's full caches let one go for each they take; then ``graph_arrays``, the noise-free lengths
+    and the dispatch arguments: all that a simulation reads, its graph built from the orders), then its first
+    ``simulate_figures``, then a repeat of the same call (the kernel alone, its state's memory reused): per task,
+    medians over ``rounds`` such builds. ``first_seconds``: the first simulation from nothing, its graph included,
+    in seconds; ``tasks``: those of ``params``."""
     built, first, repeat = [], [], []
-    for k in range(rounds):
-        environment = replace(params, sync_freq=params.sync_freq + k)
+    for _ in range(rounds):
         start = time.perf_counter()
-        tasks = len(graph_arrays(environment).gpu)
-        task_lengths(environment)
-        dispatch_arguments(environment)
-        built.append((time.perf_counter() - start, tasks))
+        empty_caches()
+        graph_arrays(params)
+        task_lengths(params)
+        dispatch_arguments(params)
+        built.append(time.perf_counter() - start)
         for times in (first, repeat):
             start = time.perf_counter()
-            simulate_figures(environment, [SCALING_POLICY])
+            simulate_figures(params, [SCALING_POLICY])
             times.append(time.perf_counter() - start)
-    return {"tasks": len(graph_arrays(params).gpu),
-            "first_seconds": statistics.median(seconds + f for (seconds, _), f in zip(built, first)),
-            "graph_us_per_task": statistics.median(seconds / tasks for seconds, tasks in built) * 1e6,
-            "kernel_us_per_task": statistics.median(r / tasks for r, (_, tasks) in zip(repeat, built)) * 1e6}
+    tasks = len(graph_arrays(params).gpu)
+    return {"tasks": tasks, "first_seconds": statistics.median(b + f for b, f in zip(built, first)),
+            "graph_us_per_task": statistics.median(built) / tasks * 1e6,
+            "kernel_us_per_task": statistics.median(repeat) / tasks * 1e6}
 
 
 def rounds_of(params: EnvParams) -> int:
-    """How many structures of the size of ``params`` ``first_and_repeat`` measures: 101 below 10,000 tasks, where
-    one takes microseconds and a process's first ten or so take up to 1.5 times as long as later ones (its Python
-    code not yet specialized by the interpreter, nor in the CPU's caches), so that they do not decide the median;
-    three below 100,000, else one."""
+    """How many times ``first_and_repeat`` builds ``params``: 101 below 10,000 tasks, where a build takes
+    microseconds and a process's first ten or so take up to 1.5 times as long as later ones (its Python code not
+    yet specialized by the interpreter, nor in the CPU's caches), so that they do not decide the median; three below
+    100,000, else one."""
     tasks = estimated_tasks(params)
     return 101 if tasks < 10_000 else 3 if tasks < 100_000 else 1
 
@@ -331,7 +331,7 @@ def warm_up() -> None:
 
 def doubling() -> list[dict]:
     """Per task, for each doubling of the tasks (1F1B): graph construction against the kernel (medians of
-    ``rounds_of`` structures)."""
+    ``rounds_of`` builds)."""
     rows = []
     for num_gpus, n in DOUBLINGS:
         params = EnvParams(num_gpus=num_gpus, n=n)
@@ -346,7 +346,7 @@ SCHEDULE_SIZES = ((4, 8), (4, 1024), (16, 128), (64, 128), (64, 1024))
 
 def schedule_doubling() -> list[dict]:
     """Per schedule and size of ``SCHEDULE_SIZES``: graph construction against the kernel, per task (medians of
-    ``rounds_of`` structures), listed by schedule; measured size by size, every schedule's smallest first, so that
+    ``rounds_of`` builds), listed by schedule; measured size by size, every schedule's smallest first, so that
     no row is measured in a process that has just built and run one a thousand times larger."""
     rows = []
     for num_gpus, n in SCHEDULE_SIZES:
@@ -642,8 +642,8 @@ def replay_trace() -> dict:
 
 
 def _print_doubling(rows: list[dict]) -> None:
-    print("\n  schedule          GPUs     n      tasks  first run (s)  graph us/task  kernel us/task  (a new structure "
-          "each)")
+    print("\n  schedule          GPUs     n      tasks  first run (s)  graph us/task  kernel us/task  (built from "
+          "nothing each)")
     for row in rows:
         print(f"  {row.get('schedule', '1f1b'):<16} {row['num_gpus']:>5} {row['n']:>5} {row['tasks']:>10,} "
               f"{row['first_seconds']:>14.3f} {row['graph_us_per_task']:>14.2f} {row['kernel_us_per_task']:>15.2f}",

@@ -169,10 +169,14 @@ class Kept(NamedTuple):
     tasks: int
 
 
+#: Every cache of ``per_structure``.
+_STRUCTURE_CACHES: list[Callable] = []
+
+
 def per_structure(function: Callable[[EnvParams], _T]) -> Callable[[EnvParams], _T]:
     """``function``, computed once per structure (``structure_key``) of the ``STRUCTURES_KEPT`` used last, of
     ``KEPT_TASKS`` tasks at most in all (``estimated_tasks``; the last computed is kept whatever its size).
-    ``kept()`` says what it holds."""
+    ``kept()`` says what it holds, ``clear()`` lets it all go."""
     # least recently used first: an ordered dictionary moves an entry to the end and lets the first go in constant
     # time (a plain one, taken from the front again and again, skips ever more freed slots to find its first)
     kept: OrderedDict[tuple, tuple[_T, int]] = OrderedDict()
@@ -214,7 +218,15 @@ def per_structure(function: Callable[[EnvParams], _T]) -> Callable[[EnvParams], 
         last[0] = (params, key, value)
         return value
 
+    def clear() -> None:
+        with lock:
+            kept.clear()
+            tasks[0] = 0
+            last[0] = (None, (), None)
+
     cached.kept = lambda: Kept(len(kept), tasks[0])  # type: ignore[attr-defined]
+    cached.clear = clear  # type: ignore[attr-defined]
+    _STRUCTURE_CACHES.append(cached)
     return cached
 
 
@@ -242,10 +254,23 @@ def environment_computed(params: EnvParams) -> None:
     a bound all the same.)"""
     size = _tasks_of(params)
     if _environment_tasks[0] + size > KEPT_TASKS:
-        for cache in _ENVIRONMENT_CACHES:
-            cache.cache_clear()
-        _environment_tasks[0] = 0
+        _empty_environments()
     _environment_tasks[0] += size
+
+
+def _empty_environments() -> None:
+    for environment_cache in _ENVIRONMENT_CACHES:
+        environment_cache.cache_clear()
+    _environment_tasks[0] = 0
+
+
+def empty_caches() -> None:
+    """Let go of every structure and environment the caches of ``per_structure`` and ``per_environment`` hold: what
+    follows is computed from nothing (a benchmark of a new structure's cost, which frees the one before it as a
+    sweep's caches, once full, let one go for each they take)."""
+    for structure_cache in _STRUCTURE_CACHES:
+        structure_cache.clear()  # type: ignore[attr-defined]
+    _empty_environments()
 
 
 def build_task_graph(params: EnvParams, sample: int = 0) -> TaskGraph:
@@ -626,7 +651,7 @@ def _structure_of(params: EnvParams) -> GraphStructure:
     parts = order_parts(params)
     error = np.zeros(4, dtype=np.int64)
     structure = built(load_kernel().build_structure)(
-        p, n, stage_gpu, params.sync_freq, per_stage, int(params.optimizer_len > 0),
+        p, n, stage_gpu, min(params.sync_freq, n), per_stage, int(params.optimizer_len > 0),  # the same syncs
         int(params.zero in (1, 2) and params.gather_len > 0), parts, *_builder_tables(), _comm_numbers(params), error)
     if error[0]:
         raise ScheduleError(_schedule_error(params, stage_gpu, error.tolist(), parts))

@@ -375,6 +375,23 @@ def test_structures_asked_by_threads_at_once(monkeypatch, kept_tasks):
     assert not errors and not wrong, (errors[:3], wrong[:3])
 
 
+def test_emptied_caches_let_everything_go_and_compute_it_again():
+    """``empty_caches``: every cache of structures and environments holds nothing after it, what it held is freed, and
+    the next call computes the same arrays from nothing."""
+    params = EnvParams(num_gpus=4, n=12, fwd_len=1.7)
+    before = [array.tobytes() for array in graph_arrays(params)]
+    simulate_figures(params, [Policy()])
+    _memory_jobs(params)
+    gone = weakref.ref(graph_structure(params).columns)
+    taskgraph.empty_caches()
+    gc.collect()
+    assert gone() is None
+    for cache in (graph_structure, _draws, _memory_jobs, _work_of, graph_arrays, _dispatch_arguments):
+        assert cache.kept().values == 0, cache.__name__
+    assert [array.tobytes() for array in graph_arrays(params)] == before
+    assert graph_structure.kept().values == 1
+
+
 def test_caches_keep_at_most_their_tasks(monkeypatch):
     """Environments of more tasks in all than a cache keeps (``KEPT_TASKS``, here 5,000): every cache of an
     environment's values holds no more tasks (the last computed, whatever its size), gives what a new computation

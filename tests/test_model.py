@@ -150,6 +150,15 @@ def test_sync_points():
             assert sync_points(n, every).tolist() == expected, (n, every)
 
 
+def test_a_sync_frequency_beyond_any_integer_syncs_once_at_the_end():
+    """Any frequency from n up syncs once, after the last micro-batch: one too large for a machine integer too."""
+    once = calculate_full_pipeline_schedule(num_gpus=4, n=8, sync_freq=8)
+    for every in (9, 2 ** 63, 10 ** 30):
+        schedule = calculate_full_pipeline_schedule(num_gpus=4, n=8, sync_freq=every)
+        assert schedule.completion_time == once.completion_time
+        assert [(t.start, t.end) for t in schedule.tasks] == [(t.start, t.end) for t in once.tasks]
+
+
 def test_policy_labels_and_precedence():
     assert Policy().label == "F1 G1 S1"
     assert Policy(exclusive_tiers={"grad_sync": "a", "fwd_prop": "b", "grad_prop": "b"}).label == "S>F=G"
