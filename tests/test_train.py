@@ -13,6 +13,7 @@ import resource
 import signal
 import subprocess
 import sys
+import tempfile
 
 import numpy as np
 import pytest
@@ -217,11 +218,15 @@ def test_the_vectorised_form_steps_copies_with_their_masks():
         assert ((0 <= observations) & (observations <= 1)).all()
 
 
-def test_training_stops_at_its_steps():
-    """Not a whole update of 4 x 256 decisions past them (a rollout that fills up is trained on: see tiny_run)."""
+def test_training_stops_at_its_steps_and_leaves_nothing_behind(tmp_path, monkeypatch):
+    """Not a whole update of 4 x 256 decisions past them (a rollout that fills up is trained on: see tiny_run); and
+    no folder of its own in the temporary directory, where the learning library's logger made a new one a run (torch
+    keeps its cache of compiled kernels there, one folder a user)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     settings = Settings(steps=1000, rollout=256, evaluate_every=512, validation_samples=1, seed=7)
     _, curve, completed = train(ENVIRONMENTS, DEFAULT_POLICY, settings)
     assert completed and [point.steps for point in curve] == [4, 512, 1000]
+    assert [path.name for path in tmp_path.iterdir() if not path.name.startswith("torchinductor_")] == []
 
 
 TINY_CONFIG = {"n": 8, "num_gpus": 4, "schedule": "zb-h1", "compute_jitter": 0.2, "dispatch": "learned:p/t.npz"}

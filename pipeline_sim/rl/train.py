@@ -150,6 +150,7 @@ def train(environments: Sequence[EnvParams], policy: Policy, settings: Settings 
     ``progress(steps, checkpoint)`` is called as steps are taken, with a ``Checkpoint`` at each evaluation."""
     from sb3_contrib import MaskablePPO
     from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.logger import Logger
 
     check_layouts(environments)
     torch.set_num_threads(1)  # a small network: one thread is faster than several contending
@@ -164,6 +165,9 @@ def train(environments: Sequence[EnvParams], policy: Policy, settings: Settings 
                         n_epochs=settings.epochs, learning_rate=settings.learning_rate, ent_coef=settings.entropy,
                         gamma=1.0, gae_lambda=0.95, seed=settings.seed, device="cpu", verbose=0,
                         policy_kwargs={"net_arch": {"pi": list(settings.hidden), "vf": list(settings.hidden)}})
+    # a logger that writes nowhere: the library's default makes an empty folder in the system's temporary directory
+    # on every run, and the progress reported here is all the run says
+    model.set_logger(Logger(folder=None, output_formats=[]))
     with torch.no_grad():  # a prior against waiting, which most decisions allow and which, at random, stalls
         bias = model.policy.action_net.bias
         assert isinstance(bias, torch.Tensor)
