@@ -309,10 +309,11 @@ def first_and_repeat(params: EnvParams, rounds: int = 1) -> dict:
 def rounds_of(params: EnvParams) -> int:
     """How many times ``first_and_repeat`` builds ``params``: 101 below 10,000 tasks, where a build takes
     microseconds and a process's first ten or so take up to 1.5 times as long as later ones (its Python code not
-    yet specialized by the interpreter, nor in the CPU's caches), so that they do not decide the median; three below
-    100,000, else one."""
-    tasks = estimated_tasks(params)
-    return 101 if tasks < 10_000 else 3 if tasks < 100_000 else 1
+    yet specialized by the interpreter, nor in the CPU's caches), so that they do not decide the median; else three,
+    of which the first builds in memory the process never had (a row has more tasks than the one before), faulting
+    its pages in, and the other two in the memory the first freed, as a sweep's or the planner's later environments
+    do (``allocator.keep_freed_memory``)."""
+    return 101 if estimated_tasks(params) < 10_000 else 3
 
 
 def warm_up() -> None:
