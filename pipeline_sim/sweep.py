@@ -192,6 +192,14 @@ class SweepPlan:
         text = json.dumps(record, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()
 
+    def settings(self) -> dict[str, object]:
+        """What the command line set for this plan, by option, and a checksum of its grid (``grid``): kept in a
+        partial's record, so that a sweep that cannot continue it names what differs."""
+        grid = hashlib.sha256(json.dumps(self.grid.as_dict(), sort_keys=True).encode()).hexdigest()
+        return {"--step": self.step, "--simulator": self.simulator, "--skip-invalid": self.skip_invalid,
+                "--samples": self.samples, "--samples-output": self.with_samples, "--format": self.format,
+                "grid": grid}
+
     def networks(self) -> dict[str, str]:
         """By ``dispatch`` value, the checksum of the network each policy file of the grid holds (as first read)."""
         return {name: network.digest for name, network in self.grid.networks().items()}
@@ -416,7 +424,7 @@ def samples_path(output: Path) -> Path:
     return output.with_name(output.name + ".samples.partial")
 
 
-def _record(meta: Path) -> dict:
+def sweep_record(meta: Path) -> dict:
     """The partial's record: the plan's fingerprint, and once every row is on disk, the checksum of the output
     it becomes (``complete``). Empty when missing or damaged."""
     try:
@@ -439,7 +447,7 @@ def _write_record(meta: Path, record: dict) -> None:
 def resumable(output: Path, plan: SweepPlan) -> bool:
     """Whether ``output`` has a partial file written by this very plan."""
     partial, meta = partial_paths(output)
-    return partial.exists() and _record(meta).get("fingerprint") == plan.fingerprint()
+    return partial.exists() and sweep_record(meta).get("fingerprint") == plan.fingerprint()
 
 
 def _not_resumable(partial: Path, meta: Path, plan: SweepPlan) -> str:
@@ -447,20 +455,51 @@ def _not_resumable(partial: Path, meta: Path, plan: SweepPlan) -> str:
     if not meta.exists():
         return (f"{partial} has lost its record {meta.name}, so which sweep wrote it is unknown; remove it or "
                 f"pass --overwrite to start over")
-    if not _record(meta):
+    if not sweep_record(meta):
         return f"{meta} is damaged, so which sweep wrote {partial} is unknown; remove both or pass --overwrite"
-    then, now = _record(meta).get("networks", {}), plan.networks()
+    then, now = sweep_record(meta).get("networks", {}), plan.networks()
     changed = sorted(name for name in now if name in then and then[name] != now[name])
     if changed:
         return (f"{partial} holds rows of another network: {changed[0][len('learned:'):]} changed since they were "
                 f"written; pass --overwrite to start over with the new one, or put the old one back to resume")
+    differences = settings_changed(sweep_record(meta).get("settings"), plan)
+    if differences == [ANOTHER_GRID]:
+        return f"{partial} was written {ANOTHER_GRID}; pass --overwrite to discard it and start over, or choose " \
+               f"another output"
+    if differences:
+        return (f"{partial} was written {', '.join(differences)}; rerun with its settings and --resume to continue "
+                f"it, or pass --overwrite to discard it and start over")
     return (f"{partial} was written by a different config, step, simulator or samples setting; pass --overwrite "
             f"to discard it and start over, or choose another output")
 
 
+#: What ``settings_changed`` says of a partial written from another grid than the plan's.
+ANOTHER_GRID = "from another grid (its config has changed since, or is another file of that name)"
+
+
+def settings_changed(then: object, plan: SweepPlan) -> list[str]:
+    """How the settings of a partial's record (``SweepPlan.settings``) differ from ``plan``'s, said as options
+    (``"with --step 0.05 (this run: 0.1)"``), or ``[ANOTHER_GRID]``; none when they do not, or when the record
+    predates them."""
+    if not isinstance(then, dict):
+        return []
+    said = []
+    for option, value in plan.settings().items():
+        if option not in then or then[option] == value:
+            continue
+        if option == "grid":
+            return [ANOTHER_GRID]  # its options then say nothing of how to continue it
+        if isinstance(value, bool):
+            said.append(f"{'with' if then[option] else 'without'} {option} (this run: "
+                        f"{'with' if value else 'without'})")
+        else:
+            said.append(f"with {option} {then[option]} (this run: {value})")
+    return said
+
+
 def finished(output: Path, plan: SweepPlan) -> bool:
     """Whether ``output`` is the complete output of ``plan`` and only the cleanup of its sweep was cut short."""
-    record = _record(partial_paths(output)[1])
+    record = sweep_record(partial_paths(output)[1])
     return record.get("fingerprint") == plan.fingerprint() and "complete" in record and output.is_file() and \
         file_digest(output) == record["complete"]
 
@@ -600,9 +639,11 @@ def _start(plan: SweepPlan, output: Path, samples_output: Path | None, overwrite
             if resumable(output, plan):
                 raise ResumeError(f"{partial} holds rows of this very sweep; pass --resume to continue it or "
                                   f"--overwrite to start over")
-            raise ResumeError(f"{partial} holds rows of another sweep (a different config, step, simulator or "
-                              f"samples setting); pass --overwrite to discard them and start over, or choose "
-                              f"another output")
+            differences = settings_changed(sweep_record(meta).get("settings"), plan)
+            which = f", written {', '.join(differences)}" if differences else \
+                " (a different config, step, simulator or samples setting)"
+            raise ResumeError(f"{partial} holds rows of another sweep{which}; pass --overwrite to discard them and "
+                              f"start over, or choose another output")
         for existing in (output, samples_output):
             if existing is not None and existing.exists():
                 raise ResumeError(f"{existing} exists; pass --overwrite to replace it or choose another "
@@ -611,7 +652,7 @@ def _start(plan: SweepPlan, output: Path, samples_output: Path | None, overwrite
         output.parent.mkdir(parents=True, exist_ok=True)
         _remove_leftovers(output)
         # the record first: a kill before the partial exists leaves a record of nothing, which a resume replaces
-        _write_record(meta, {"fingerprint": plan.fingerprint(), "output": str(output),
+        _write_record(meta, {"fingerprint": plan.fingerprint(), "output": str(output), "settings": plan.settings(),
                              **({"networks": plan.networks()} if plan.networks() else {})})
         if plan.format == "parquet":
             partial.mkdir()
@@ -637,7 +678,7 @@ def _finish(plan: SweepPlan, output: Path, samples_output: Path | None, types: p
         merge_parts(parts.paths, final, types)
     else:
         final = partial
-    _write_record(meta, {**_record(meta), "complete": file_digest(final)})
+    _write_record(meta, {**sweep_record(meta), "complete": file_digest(final)})
     os.replace(final, output)
     if plan.with_samples:
         assert samples_output is not None

@@ -157,8 +157,9 @@ def test_a_scheduler_lost_mid_sweep_is_one_line_and_keeps_the_rows(tmp_path, big
     lines = [line for line in err.replace("\r", "\n").splitlines() if line.strip() and "%|" not in line]
     assert sweep.returncode != 0 and len(lines) == 1, err
     assert f"the Dask scheduler at {address} was lost" in lines[0]
-    assert re.search(r"after [\d,]+ of [\d,]+ simulations; rows kept in out\.csv\.partial; rerun with --resume to "
-                     r"continue$", lines[0]), lines[0]
+    assert re.search(r"after [\d,]+ of [\d,]+ simulations; rows kept in out\.csv\.partial; to continue: python "
+                     rf".*data_generator\.py -c {re.escape(str(config))} -o out\.csv --cluster \S+ --resume$",
+                     lines[0]), lines[0]
     resumed = run_script("data_generator.py", "-c", str(config), "-o", "out.csv", "--resume", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert (tmp_path / "out.csv").read_bytes() == big_reference

@@ -167,7 +167,8 @@ def test_a_sweep_whose_lock_file_is_removed_stops_in_one_line(tmp_path, big_refe
     assert process.returncode == 2, err
     last = err.replace("\r", "\n").strip().splitlines()[-1]
     assert "out.csv.lock was removed while this run held it" in last and "Traceback" not in err
-    assert "rows kept in out.csv.partial; once no other run writes it, rerun with --resume" in last
+    assert "rows kept in out.csv.partial; once no other run writes it, continue with python " in last
+    assert last.endswith(f"data_generator.py -c {config} -o out.csv --workers 1 --resume"), last
     resumed = run_here("data_generator.py", "-c", str(config), "-o", "out.csv", "--resume", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert (tmp_path / "out.csv").read_bytes() == big_reference
@@ -341,7 +342,8 @@ def test_interrupts_stop_at_once_keep_every_row_and_resume(tmp_path, signals, bi
     else:
         assert process.returncode == 130
         last = err.replace("\r", "\n").strip().splitlines()[-1]
-        assert "rows kept in out.csv.partial; rerun with --resume to continue" in last
+        assert "rows kept in out.csv.partial; to continue: python " in last
+        assert last.endswith(f"data_generator.py -c {config} -o out.csv --workers 2 --resume"), last
     resumed = run_here("data_generator.py", "-c", str(config), "-o", "out.csv", "--resume", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert (tmp_path / "out.csv").read_bytes() == big_reference
@@ -793,8 +795,16 @@ def test_misleading_messages_are_gone(tmp_path):
     other = write_config(tmp_path, {"n": [4, 5]}, "other.json")
     (tmp_path / "out.csv.partial.json").write_text(record)
     result = run_here("data_generator.py", "-c", str(other), "-o", "out.csv", "--resume", cwd=tmp_path)
-    assert_one_line_error(result, "was written by a different config, step, simulator or samples setting; pass "
-                                  "--overwrite to discard it")
+    assert_one_line_error(result, "out.csv.partial was written from another grid (its config has changed since, or "
+                                  "is another file of that name); pass --overwrite to discard it")
+    # another setting is named, with the run's own, and how to continue
+    result = run_here("data_generator.py", "-c", str(config), "-o", "out.csv", "--resume", "--step", "0.5",
+                      "--samples", "2", cwd=tmp_path)
+    assert_one_line_error(result, "out.csv.partial was written with --step 0.1 (this run: 0.5), with --samples 1 "
+                                  "(this run: 2); rerun with its settings and --resume to continue it")
+    result = run_here("data_generator.py", "-c", str(config), "-o", "out.csv", "--step", "0.5", cwd=tmp_path)
+    assert_one_line_error(result, "out.csv.partial holds rows of another sweep, written with --step 0.1 (this run: "
+                                  "0.5); pass --overwrite")
 
 
 def test_a_reader_that_stops_early_ends_the_run_quietly(tmp_path):

@@ -209,6 +209,37 @@ def test_full_pipeline_resume_finds_a_sweep_by_its_record(tmp_path, fmt):
     assert sorted(path.name for path in data.iterdir()) == [interrupted.name, cut_short.name]
 
 
+def test_full_pipeline_resume_names_the_settings_of_an_unfinished_sweep_it_cannot_continue(tmp_path):
+    """--resume under other settings than an unfinished sweep of its config was written with stops in one line that
+    names them, rather than start a new sweep beside it; a sweep of another grid of that name is not taken for it."""
+    from pipeline_sim.config import EnvironmentGrid
+    from pipeline_sim.sweep import SweepPlan, run_sweep
+
+    config = tmp_path / "q.json"
+    config.write_text(json.dumps({"n": [4, 6]}))
+    data = tmp_path / "outputs" / "data"
+    interrupted = data / "q_20260101-000000.csv"
+    progress = run_sweep(SweepPlan(EnvironmentGrid.load(config), step=0.5, samples=2), interrupted, workers=1)
+    assert next(progress) == 0 and next(progress) == 37
+    progress.close()
+    result = run_here("run_full_pipeline.py", "-c", str(config), "--resume", cwd=tmp_path)
+    assert_one_line_error(result, "outputs/data/q_20260101-000000.csv.partial is an unfinished sweep of q.json written "
+                                  "with --step 0.5 (this run: 0.1), with --samples 2 (this run: 1); rerun with its "
+                                  "settings and --resume to continue it, or without --resume to start another")
+    assert sorted(path.name for path in data.iterdir()) == [f"{interrupted.name}.partial",
+                                                           f"{interrupted.name}.partial.json"]
+    resumed = run_here("run_full_pipeline.py", "-c", str(config), "--priority_step", "0.5", "--samples", "2",
+                       "--resume", cwd=tmp_path)
+    assert resumed.returncode == 0 and "resuming: 37 rows already in" in resumed.stdout, resumed.stderr
+    progress = run_sweep(SweepPlan(EnvironmentGrid.load(config), step=0.5), data / "q_20260101-000001.csv",
+                         workers=1)
+    assert next(progress) == 0 and next(progress) == 37
+    progress.close()
+    config.write_text(json.dumps({"n": [8, 10]}))  # another grid of that name: its sweep is not this one's
+    fresh = run_here("run_full_pipeline.py", "-c", str(config), "--priority_step", "0.5", "--resume", cwd=tmp_path)
+    assert fresh.returncode == 0 and "nothing to resume for this config" in fresh.stdout, fresh.stderr
+
+
 @pytest.mark.parametrize("content, fragments", [
     (None, ["no such file"]),
     ('{"n": [8, 16],\n "fwd_len": [1.0,]}', ["invalid JSON at line 2, column 18"]),

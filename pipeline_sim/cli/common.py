@@ -9,6 +9,7 @@ import gc
 import json
 import os
 import re
+import shlex
 import signal
 import sys
 import textwrap
@@ -265,6 +266,14 @@ def counted(number: int, noun: str, plural: str | None = None) -> str:
     """``1 environment``, ``2,178 environments``: ``number`` and ``noun`` in its number (``plural``, or the noun and
     an s)."""
     return f"{number:,} {noun if number == 1 else plural or noun + 's'}"
+
+
+def command_to_resume() -> str:
+    """The command this process runs, as typed, with ``--resume``: what continues its work after an interruption
+    (each setting it was given, so that the resume finds the sweep they made)."""
+    script, *args = sys.argv
+    program = ["python", script] if script.endswith(".py") else [os.path.basename(script)]
+    return shlex.join([*program, *args, *([] if "--resume" in args else ["--resume"])])
 
 
 def script_name(path: str) -> str:

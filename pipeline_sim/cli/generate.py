@@ -22,6 +22,7 @@ from .common import (
     UserError,
     add_cluster_argument,
     check_interrupt,
+    command_to_resume,
     counted,
     positive_int,
     ready_kernel,
@@ -71,7 +72,7 @@ def default_output(config: Path, plan: SweepPlan, resume: bool) -> Path:
     """``outputs/data/<config name>_<timestamp>.csv`` (``.parquet``); with ``resume``, the newest unfinished sweep of
     this plan, found by its partial's record: written first and removed last, it is there whatever the sweep's
     state (a partial file or folder, or a finished output whose cleanup was cut short)."""
-    from ..sweep import finished, partial_paths, resumable
+    from ..sweep import ANOTHER_GRID, finished, partial_paths, resumable, settings_changed, sweep_record
 
     if resume:
         candidates = sorted(DATA_DIR.glob(f"{config.stem}_*.{plan.format}.partial.json"), reverse=True)
@@ -79,6 +80,14 @@ def default_output(config: Path, plan: SweepPlan, resume: bool) -> Path:
             output = meta.with_name(meta.name.removesuffix(".partial.json"))
             if resumable(output, plan) or finished(output, plan):
                 return output
+        for meta in candidates:  # an unfinished sweep of this config under other settings is not left behind unsaid
+            partial = meta.with_name(meta.name.removesuffix(".json"))
+            differences = settings_changed(sweep_record(meta).get("settings"), plan)
+            if partial.exists() and differences and differences != [ANOTHER_GRID]:
+                raise UserError(f"{partial} is an unfinished sweep of {config.name} written "
+                                f"{', '.join(differences)}; rerun "
+                                f"with its settings and --resume to continue it, or without --resume to start "
+                                f"another")
     stem = f"{config.stem}_{time.strftime('%Y%m%d-%H%M%S')}"
     for suffix in ("", *(f"-{k}" for k in range(2, 1000))):  # runs started in one second get their own files
         output = DATA_DIR / f"{stem}{suffix}.{plan.format}"
@@ -195,16 +204,16 @@ def _follow(progress: Generator[int, None, None], plan: SweepPlan, done: int, pa
         progress.close()
         bar.close()
         raise ClusterError(f"{error} after {bar.n:,} of {plan.num_simulations:,} simulations; rows kept in "
-                           f"{partial}; rerun with --resume to continue") from None
+                           f"{partial}; to continue: {command_to_resume()}") from None
     except TaskKilled as error:
         progress.close()
         bar.close()
-        raise ClusterError(f"{error}; the rows before it are kept (rerun with --resume)") from None
+        raise ClusterError(f"{error}; the rows before it are kept; to continue: {command_to_resume()}") from None
     except LockLost as error:
         progress.close()
         bar.close()
-        raise LockLost(f"{error}; rows kept in {partial}; once no other run writes it, rerun with --resume to "
-                       f"continue") from None
+        raise LockLost(f"{error}; rows kept in {partial}; once no other run writes it, continue with "
+                       f"{command_to_resume()}") from None
     except (KeyboardInterrupt, BrokenProcessPool, SystemError) as error:
         interrupt = interrupt_behind(error)
         if interrupt is None and not isinstance(error, BrokenProcessPool):
@@ -213,7 +222,7 @@ def _follow(progress: Generator[int, None, None], plan: SweepPlan, done: int, pa
         bar.close()
         why = "a worker process died" if interrupt is None else str(interrupt) or "interrupted"
         raise KeyboardInterrupt(f"{why} after {bar.n:,} of {plan.num_simulations:,} simulations; "
-                                f"rows kept in {partial}; rerun with --resume to continue") from None
+                                f"rows kept in {partial}; to continue: {command_to_resume()}") from None
     bar.close()
 
 
