@@ -381,6 +381,15 @@ def best_rows(rows: pd.DataFrame, rel_tol: float = 1e-9, metric: str = "completi
     return rows[rows[metric] <= best * (1 + rel_tol) + (1e-12 if best == 0 else 0.0)]
 
 
+def best_label(rows: pd.DataFrame, metric: str = "completion_time") -> str:
+    """The best policy of one environment's rows by ``metric``, as a reader should take it: its label and how many
+    others tie with it (``best_rows``), or that every policy does, when the priorities change nothing."""
+    winners = best_rows(rows, metric=metric)
+    if len(winners) == len(rows) > 1:
+        return f"any policy (all {len(rows)} tie)"
+    return str(winners["policy"].iloc[0]) + (f" (and {len(winners) - 1} tied)" if len(winners) > 1 else "")
+
+
 def simplex_steps(rows: pd.DataFrame) -> int:
     """Steps per unit of the sweep that wrote these rows, from its shared-priority simplex."""
     count = int((policy_family(rows) == 0).sum())
@@ -559,7 +568,7 @@ DEFAULT_POLICY_LABEL = DEFAULT_POLICY.label
 
 def schedule_summary(params: EnvParams, rows: pd.DataFrame) -> dict[str, Any]:
     """One environment's line of a schedule comparison: ``schedule`` (name with its parameters),
-    ``best_policy``, ``best_time``, ``default_time`` (NaN when the sweep's step has no such policy),
+    ``best_policy`` (``best_label``), ``best_time``, ``default_time`` (NaN when the sweep's step has no such policy),
     ``worst_policy``, ``worst_time``, ``ideal_time``, ``peak_activations``, ``max_span``, the best
     policy's spread over samples ``best_min``, ``best_p50``, ``best_p95``, ``best_max`` (NaN in a
     CSV without them), ``samples`` and ``lower_bound`` (NaN in a CSV without it); in a workload sweep
@@ -568,7 +577,7 @@ def schedule_summary(params: EnvParams, rows: pd.DataFrame) -> dict[str, Any]:
     best, worst = best_rows(rows).iloc[0], rows.loc[rows["completion_time"].idxmax()]
     default = rows.loc[rows["policy"] == DEFAULT_POLICY_LABEL, "completion_time"]
     return {
-        "schedule": schedule_name(params), "best_policy": best["policy"],
+        "schedule": schedule_name(params), "best_policy": best_label(rows),
         "best_time": float(best["completion_time"]),
         "default_time": float(default.iloc[0]) if len(default) else math.nan,
         "worst_policy": worst["policy"], "worst_time": float(worst["completion_time"]),

@@ -4,6 +4,7 @@ checked in this process)."""
 import csv
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -418,6 +419,22 @@ def test_invalid_schedule_combinations_are_reported_up_front(tmp_path):
     assert "left out 2 combinations" in result.stdout
     assert [(r["schedule"], r["n"]) for r in read_rows(output)][::31] == [
         ("1f1b", "6"), ("1f1b", "8"), ("interleaved-1f1b", "8"), ("dualpipe-v", "8")]
+
+
+def test_the_full_pipelines_summary_names_every_environment_and_what_ties(tmp_path):
+    """An environment whose schedule has no other to compare with is listed on its own after the comparisons; a best
+    policy that others tie with says so, and where the priorities change nothing no policy is called the best."""
+    config = tmp_path / "mixed.json"
+    config.write_text(json.dumps({"schedule": ["1f1b", "interleaved-1f1b"], "n": [6, 8], "num_gpus": 4,
+                                  "prop_len": [0.0, 1.0]}))
+    result = run_here("run_full_pipeline.py", "-c", str(config), "--step", "0.5", "--skip-invalid", "--workers", "1",
+                      cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    summary = result.stdout[result.stdout.index("best policy per schedule"):]
+    alone = summary[summary.index("best policy of each environment with no other schedule to compare:"):]
+    assert re.search(r"\n  n=6 +prop_len=0 +schedule=1f1b +-> any policy \(all 37 tie\) ", alone), alone
+    assert re.search(r"\n  n=6 +prop_len=1 +schedule=1f1b +-> F \| G1 S0 \(and 2 tied\) ", alone), alone
+    assert summary.count(" -> ") == 2 and "any policy (all 37 tie)" in summary[:summary.index(alone)]
 
 
 @pytest.mark.parametrize("workers", ["1", "2"])

@@ -6,11 +6,12 @@ import glob
 import math
 import re
 import sys
+from collections import Counter
 from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
-from ..results import SCHEDULE_KEYS, parameter_value
+from ..results import SCHEDULE_KEYS, identity, parameter_value
 from .common import Parser, counted, run_command, script_name
 from .generate import DATA_DIR, add_sweep_arguments, generate
 from .heatmap import add_metric_argument, describe, drawing_stopped, mark_incomplete, write_heatmaps
@@ -58,14 +59,15 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
             (["model", "num_gpus"] if plan.grid.has_workload else ["n", "num_gpus"])
         if drawn.comparisons:
             print_schedule_summary(drawn.comparisons, varying)
+            # an environment whose schedule has no other to compare with is in no group: listed on its own
+            groups = Counter(identity(params, workload, SCHEDULE_KEYS) for params, workload, _, _ in drawn.heatmaps)
+            alone = [heatmap for heatmap in drawn.heatmaps if groups[identity(*heatmap[:2], SCHEDULE_KEYS)] < 2]
+            if alone:
+                print_best_policies(alone, [*varying, "schedule"], args.metric,
+                                    "best policy of each environment with no other schedule to compare")
         else:
-            print(f"best policy per environment (by {', '.join(varying)}):")
-            for params, workload, best, _ in drawn.heatmaps[:SUMMARY_LINES]:
-                unit = " s/iteration" if workload is not None and args.metric.startswith("completion") else ""
-                print(f"  {_where(params, workload, varying)} -> {best['policy']:<20} {best[args.metric]:.6g}{unit}"
-                      f"{_report(best)}")
-            if len(drawn.heatmaps) > SUMMARY_LINES:
-                print(f"  ... and {counted(len(drawn.heatmaps) - SUMMARY_LINES, 'more environment')} (see the CSV)")
+            print_best_policies(drawn.heatmaps, varying, args.metric,
+                                f"best policy per environment (by {', '.join(varying)})")
         print(f"CSV: {csv}\nfigures: {heatmap_dir}/ ({describe(drawn)})")
         return 0
 
@@ -112,6 +114,17 @@ def _report(row) -> str:
             f"{row['peak_memory_gb']:.1f} of {row['gpu_memory_gb']:g} GB ({fits})")
 
 
+def print_best_policies(heatmaps, varying: list[str], metric: str, title: str) -> None:
+    """Under ``title``, each environment of ``heatmaps`` by its ``varying`` parameters, with its best policy and
+    its ``metric`` (for a workload: its report), at most ``SUMMARY_LINES`` of them."""
+    print(f"{title}:")
+    for params, workload, best, _ in heatmaps[:SUMMARY_LINES]:
+        unit = " s/iteration" if workload is not None and metric.startswith("completion") else ""
+        print(f"  {_where(params, workload, varying)} -> {best['policy']:<20} {best[metric]:.6g}{unit}{_report(best)}")
+    if len(heatmaps) > SUMMARY_LINES:
+        print(f"  ... and {counted(len(heatmaps) - SUMMARY_LINES, 'more environment')} (see the CSV)")
+
+
 def print_schedule_summary(comparisons, varying: list[str]) -> None:
     """Per group of environments, each schedule's best policy, its time, the ideal and the peak activations
     (for a workload: its report)."""
@@ -123,7 +136,9 @@ def print_schedule_summary(comparisons, varying: list[str]) -> None:
         width = max(24, *(len(name) for name in summary["schedule"]))
         for i, row in summary.iterrows():
             mark = "*" if i == fastest else " "
-            bound = "" if math.isnan(row.get("lower_bound", math.nan)) else f", lower bound {row['lower_bound']:.4g}"
+            digits = ".4g" if workload is not None else ".6g"  # as the time it bounds is given, never rounded past it
+            bound = "" if math.isnan(row.get("lower_bound", math.nan)) else \
+                f", lower bound {row['lower_bound']:{digits}}"
             if workload is not None:
                 print(f"   {mark} {row['schedule']:<{width}} {row['best_policy']:<18} {row['best_time']:.4g} "
                       f"s/iteration (ideal {row['ideal_time']:.4g}{bound}){_report(row)}")

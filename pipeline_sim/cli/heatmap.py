@@ -22,6 +22,7 @@ from ..results import (
     REPORT_SUMMARY,
     TIER_COLUMNS,
     ResultsError,
+    best_label,
     best_rows,
     curve_rows,
     dispatch_families,
@@ -228,7 +229,8 @@ def _write_heatmaps(csv: Path, source: BinaryIO, output_dir: Path, workers: int,
         steps_used.add(steps)
         best = best_rows(rows, metric=metric).iloc[0]
         taken[slug] = taken.get(slug, 0) + 1  # two environments the name does not tell apart: numbered, never lost
-        heatmaps.append((params, workload, {name: best[name] for name in _BEST_COLUMNS if name in best},
+        heatmaps.append((params, workload, {**{name: best[name] for name in _BEST_COLUMNS if name in best},
+                                            "policy": best_label(rows, metric)},
                          output_dir / (f"{slug}.png" if taken[slug] == 1 else f"{slug}_{taken[slug]}.png")))
         summaries.append((params, workload, schedule_summary(params, rows)))
         families = jitter_keys(params, workload)
