@@ -678,6 +678,12 @@ def with_cell(rows, row, column, value):
     return rows[:row] + [",".join(cells) + "\n"] + rows[row + 1:]
 
 
+def sorted_by(rows, column):
+    """The rows of a CSV sorted by one column's numbers, as a reader looking for the best one sorts them."""
+    index = rows[0].rstrip("\n").split(",").index(column)
+    return [rows[0], *sorted(rows[1:], key=lambda row: float(row.rstrip("\n").split(",")[index]))]
+
+
 def without_column(rows, column):
     index = rows[0].rstrip("\n").split(",").index(column)
     return ["".join(",".join(cells[:index] + cells[index + 1:]) + "\n")
@@ -702,6 +708,9 @@ def without_column(rows, column):
     ("torn.csv", lambda rows: "".join(rows)[:3000], "its last line is cut (no line end)"),
     ("one.csv", lambda rows: "".join(rows[:2]), "has 1 of the 26 policies of its grid; pass --skip-incomplete"),
     ("part.csv", lambda rows: "".join(rows[:20]), "has 19 of the 37 policies of its grid; pass --skip-incomplete"),
+    # every environment whole, its rows apart: said so at once, not taken for a cut sweep
+    ("sorted.csv", lambda rows: "".join(sorted_by(rows, "completion_time")),
+     "are not together; a sweep writes each environment's rows in one run (was the CSV sorted or edited?)"),
     ("negative.csv", lambda rows: "".join(with_cell(rows, 5, "completion_time", "-3.0")),
      "line 6 has completion_time = -3; every time must be a finite number > 0"),
     ("infinite.csv", lambda rows: "".join(with_cell(rows, 7, "completion_time", "inf")),

@@ -211,6 +211,7 @@ def _write_heatmaps(csv: Path, source: BinaryIO, output_dir: Path, workers: int,
     drawable: list[tuple[list[tuple], int, Path] | None] = []
     steps_used: set[int] = set()
     levels: dict[tuple, list[float]] = {}  # per family of jitter levels, the levels of its environments
+    incomplete = ""  # the first environment that is not a whole policy grid
     for params, rows in environments(read_results(csv, source=source), where=f"CSV {csv}"):
         if metric not in rows.columns:
             raise ResultsError(f"CSV {csv} has no column {metric!r} to colour; it was written before noise "
@@ -220,9 +221,10 @@ def _write_heatmaps(csv: Path, source: BinaryIO, output_dir: Path, workers: int,
         try:
             steps = _complete(rows)
         except ResultsError as problem:
-            if not skip_incomplete:
-                raise ResultsError(f"CSV {csv}: environment {slug} {problem}; pass --skip-incomplete to draw the "
-                                   f"others") from None
+            # said once the whole file is read: rows of the environment further on are a sorted or edited CSV,
+            # which reading on finds, not a sweep cut short
+            incomplete = incomplete or f"CSV {csv}: environment {slug} {problem}; pass --skip-incomplete to draw " \
+                                       f"the others"
             left_out.append(f"{slug} ({problem})")
             drawable.append(None)
             continue
@@ -237,6 +239,8 @@ def _write_heatmaps(csv: Path, source: BinaryIO, output_dir: Path, workers: int,
         for family in families:
             levels.setdefault(family, []).append(jitter_level(params, family[0]))
         drawable.append((families, steps, heatmaps[-1][3]))
+    if incomplete and not skip_incomplete:
+        raise ResultsError(incomplete)
     comparisons = [(params, workload, summary, output_dir / f"compare_{group_slug(params, workload)}.png")
                    for params, workload, summary in schedule_groups(summaries)]
     dispatch = [DispatchJob(params, workload, key, family,
