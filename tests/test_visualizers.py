@@ -7,6 +7,7 @@ import pytest
 from conftest import assert_one_line_error, assert_png_drawn, run_here, run_script
 
 from pipeline_sim import calculate_full_pipeline_schedule
+from pipeline_sim.engine import bound_of_run, memory_bound
 from pipeline_sim.metrics import schedule_metrics
 
 SCRIPTS = ["schedule_visualizer_single_channel.py", "schedule_visualizer_duel_channel.py"]
@@ -113,6 +114,12 @@ def test_every_schedule_draws_with_memory_and_order(schedule, n, tmp_path):
     direct = calculate_full_pipeline_schedule(schedule=schedule, n=n, priorities=DEFAULT_PRIORITIES)
     assert f"completion time {direct.completion_time:.6g}" in lines[4]
     assert f"peak activations {schedule_metrics(direct).peak_activations:g}" in lines[4]
+    assert f"lower bound {direct.lower_bound:.6g}: {direct.completion_time / direct.lower_bound - 1:.1%} above it" \
+        in lines[4]
+    held = bound_of_run(memory_bound(direct.params, 0, direct.memory_limit), direct.completion_time, direct.params)
+    if held > direct.lower_bound:  # named as the bound it is, with the limit it holds to
+        assert f"; memory-aware bound {held:.6g}, at most {direct.memory_limit:g} micro-batches of activations in " \
+               f"flight: {direct.completion_time / held - 1:.1%} above it" in lines[4]
     assert_png_drawn(chart)
 
 

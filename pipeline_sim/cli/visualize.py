@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
@@ -33,6 +34,7 @@ from ..tables import read_table
 from ..taskgraph import check_size, graph_structure, task_lengths
 from ..workload import (
     DERIVED_KEYS,
+    GPU_PRESETS,
     MODEL_PRESETS,
     RECOMPUTE_MODES,
     WORKLOAD_KEYS,
@@ -44,6 +46,9 @@ from ..workload import (
     workload_report,
 )
 from .common import Parser, UserError, preset_or_object, ready_kernel, run_command, script_name, use_display
+
+#: The GPU of a workload that names none.
+_DEFAULT_GPU = next(field.default for field in fields(Workload) if field.name == "gpu")
 
 if TYPE_CHECKING:
     from ..learned import LearnedPolicy
@@ -121,7 +126,7 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
                            "ffn_hidden, vocab[, kv_heads, gated_mlp, seq_len; experts, expert_ffn_hidden, top_k, "
                            "shared_experts, dense_layers for a mixture of experts]")
     work.add_argument("--gpu", default=None, metavar="NAME|JSON",
-                      help="a100-40gb, a100-80gb (default), h100-80gb, h200-141gb, or a JSON object with tflops, "
+                      help=f"a preset ({', '.join(GPU_PRESETS)}; default {_DEFAULT_GPU}) or a JSON object with tflops, "
                            "memory_gb[, memory_bandwidth, nvlink_bandwidth] (GB/s; memory_bandwidth is needed by "
                            "--elementwise and --optimizer-step, nvlink_bandwidth by --tensor-parallel)")
     for key, kind, text in (
@@ -432,7 +437,8 @@ def draw(args: argparse.Namespace, params: EnvParams, workload: Workload | None,
     held = bound_of_run(memory_bound(schedule.params, args.sample, schedule.memory_limit), schedule.completion_time,
                         schedule.params)
     within = "" if held <= schedule.lower_bound else \
-        f"; within the memory limit {held:.6g}{unit}: {schedule.completion_time / held - 1:.1%} above it"
+        f"; memory-aware bound {held:.6g}{unit}, at most {schedule.memory_limit:g} micro-batches of activations " \
+        f"in flight: {schedule.completion_time / held - 1:.1%} above it"
     print(f"{name}: completion time {schedule.completion_time:.6g}{unit} (ideal {ideal:.6g}{unit}, lower bound "
           f"{schedule.lower_bound:.6g}{unit}: {schedule.bound_gap:.1%} above it{within}), peak activations {peak:g} "
           f"micro-batches; chart: {output}")
