@@ -323,6 +323,43 @@ def _allowed(filters: Filters | None, dimension: str, values: Iterable) -> list:
     return [value for value in values if pinned is None or value in pinned]
 
 
+#: The degrees whose product is a layout's GPUs.
+_FACTORS = ("tensor_parallel", "context_parallel", "pipeline_parallel", "data_parallel")
+
+
+def _check_pins(base: Workload, gpus: int, filters: Filters) -> None:
+    """``PlanError`` for pinned values no layout can take together: degrees whose product cannot make the GPUs,
+    chunks without interleaved-1f1b to read them, or a chunk count no pipeline degree gives the model's layers."""
+    pinned = [(key, sorted(filters[key])) for key in _FACTORS if filters.get(key)]
+    for key, values in pinned:
+        if all(gpus % value for value in values):
+            verb = "none divides" if len(values) > 1 else "does not divide"
+            raise PlanError(f"{key} = {'/'.join(map(str, values))}: {verb} gpus = {gpus}; a layout's tensor x "
+                            f"context x pipeline x data degrees make its GPUs")
+    combinations = [dict(zip([key for key, _ in pinned], values)) for values in product(*(v for _, v in pinned))]
+    if len(pinned) > 1 and all(gpus % math.prod(together.values()) for together in combinations):
+        least = min(combinations, key=lambda together: math.prod(together.values()))
+        product_of = math.prod(least.values())
+        raise PlanError(f"{' x '.join(f'{key} {value}' for key, value in least.items())} = {product_of}: "
+                        f"{'more than' if product_of > gpus else 'does not divide'} gpus = {gpus}"
+                        f"{' (the least of the pinned degrees together)' if len(combinations) > 1 else ''}; a "
+                        f"layout's tensor x context x pipeline x data degrees make its GPUs")
+    chunks = sorted(filters.get("chunks", ()))
+    if not chunks:
+        return
+    schedules = filters.get("schedule")
+    if schedules is not None and "interleaved-1f1b" not in schedules:
+        raise PlanError(f"chunks = {'/'.join(map(str, chunks))}: only interleaved-1f1b has chunks, and schedule = "
+                        f"{'/'.join(sorted(schedules))} leaves it out")
+    pipelines = [p for p in _divisors(gpus) if p > 1 and p in filters.get("pipeline_parallel", {p})]
+    counts = {v for p in pipelines for v in chunk_counts(base.shape.layers, p)}
+    if not counts & set(chunks):
+        raise PlanError(f"chunks = {'/'.join(map(str, chunks))}: no interleaved-1f1b layout of {base.shape.name} on "
+                        f"{gpus} GPUs has {'that many' if len(chunks) == 1 else 'any of these'}: its "
+                        f"{base.shape.layers} layers allow {'/'.join(map(str, sorted(counts))) or 'none'} on "
+                        f"pipelines of {'/'.join(map(str, pipelines)) or 'no'} GPUs")
+
+
 def enumerate_layouts(base: Workload, gpus: int, env: dict[str, object] | None = None,
                       filters: Filters | None = None, headroom_gb: float = 0.0, workers: int = 1) -> Enumeration:
     """Every layout of ``base`` (its model, GPU, batch and network) on ``gpus`` GPUs that is a valid environment,
@@ -571,17 +608,12 @@ def plan(base: Workload, gpus: int, *, env: dict[str, object] | None = None, sam
         raise PlanError(f"schedule = {'/'.join(pinned_schedules)}: not searched for {base.shape.name}, a model "
                         f"without experts (dualpipe-v's overlapped pairs hide an all-to-all); the planner searches "
                         f"{', '.join(SCHEDULES)}")
+    _check_pins(base, gpus, filters or {})
     found = enumerate_layouts(base, gpus, env, filters, headroom_gb, workers)
     degrees = f"tensor degrees dividing {gpus} up to {GPUS_PER_NODE} and its {base.shape.heads} heads" \
         if base.tp_bandwidth is not None else f"tensor degree 1 only ({NO_TENSOR_PARALLEL})"
     pinned = "; within " + ", ".join(f"{key} {'/'.join(map(str, sorted(values)))}"
                                      for key, values in (filters or {}).items()) if filters else ""
-    for key in ("tensor_parallel", "context_parallel", "pipeline_parallel", "data_parallel"):  # factors of the GPUs
-        values = sorted((filters or {}).get(key, ()))
-        if values and all(gpus % value for value in values):
-            verb = "none divides" if len(values) > 1 else "does not divide"
-            raise PlanError(f"{key} = {'/'.join(map(str, values))}: {verb} gpus = {gpus}; a layout's tensor x "
-                            f"context x pipeline x data degrees make its GPUs")
     if not found.enumerated:
         raise PlanError(f"gpus = {gpus}: no layout of {base.shape.name} on {gpus} GPUs; tried {degrees}, "
                         f"pipeline degrees up "

@@ -215,6 +215,17 @@ def test_a_plan_that_nothing_answers():
         plan(tiny(), 37)
 
 
+def test_a_plan_with_fewer_layouts_than_it_lists_says_how_many(tmp_path):
+    """A global batch of 63 on 16 GPUs leaves only a data-parallel degree of 1: four layouts fit, and four are said."""
+    result = run_script("plan.py", "--model", "llama3-8b", "--gpus", "16", "--global-batch-size", "63", "-o",
+                        "plan.csv", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    listed = [line for line in lines if line[:3].strip().isdigit()]
+    assert 1 < len(listed) < TOP_LAYOUTS
+    assert lines[1].startswith(f"the {len(listed)} fastest layouts, each by its fastest run")
+
+
 @pytest.mark.parametrize("args, fragments", [
     (["--model", "nope", "--gpus", "8", "--global-batch-size", "8"], ("model = 'nope': unknown preset",)),
     (["--model", "llama3-8b", "--gpus", "37", "--global-batch-size", "64"],
@@ -225,6 +236,17 @@ def test_a_plan_that_nothing_answers():
      ("pipeline_parallel = 3: does not divide gpus = 8",)),
     (["--model", "llama3-8b", "--gpus", "8", "--global-batch-size", "64", "--tensor-parallel", "3,5"],
      ("tensor_parallel = 3/5: none divides gpus = 8",)),
+    # pinned degrees that divide the GPUs alone but not together, chunks no layout takes
+    (["--model", "llama3-8b", "--gpus", "8", "--global-batch-size", "64", "--tensor-parallel", "8",
+      "--pipeline-parallel", "4"], ("tensor_parallel 8 x pipeline_parallel 4 = 32: more than gpus = 8",)),
+    (["--model", "llama3-8b", "--gpus", "8", "--global-batch-size", "64", "--tensor-parallel", "2,4",
+      "--pipeline-parallel", "8"],
+     ("tensor_parallel 2 x pipeline_parallel 8 = 16: more than gpus = 8 (the least of the pinned degrees together)",)),
+    (["--model", "llama3-8b", "--gpus", "8", "--global-batch-size", "64", "--chunks", "3", "--schedule", "1f1b"],
+     ("chunks = 3: only interleaved-1f1b has chunks, and schedule = 1f1b leaves it out",)),
+    (["--model", "llama3-8b", "--gpus", "8", "--global-batch-size", "64", "--chunks", "3"],
+     ("chunks = 3: no interleaved-1f1b layout of llama3-8b on 8 GPUs has that many: its 32 layers allow 2/4/8/16 on "
+      "pipelines of 2/4/8 GPUs",)),
     (["--model", "llama3-8b", "--gpus", "8", "--global-batch-size", "8", "--jitter", "2"], ("--jitter 2.0",)),
     (["--model", "llama3-8b", "--gpus", "8", "--global-batch-size", "64", "--schedule", "dualpipe-v"],
      ("schedule = dualpipe-v: not searched for llama3-8b, a model without experts",)),
