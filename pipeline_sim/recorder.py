@@ -16,6 +16,7 @@ import gzip
 import json
 import os
 import sys
+import tempfile
 from contextlib import contextmanager, suppress
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -202,6 +203,18 @@ def _rank_main(rank: int, spec: RunSpec, out: str) -> None:
             dist.destroy_process_group()
 
 
+@contextmanager
+def _private_temporary_files() -> Iterator[None]:
+    """The temporary files made meanwhile (PyTorch's, by which a failed rank reports its error, left behind when one
+    fails) in a folder of their own, removed with all it holds."""
+    with tempfile.TemporaryDirectory(prefix="pipeline-trace-") as folder:
+        before, tempfile.tempdir = tempfile.tempdir, folder
+        try:
+            yield
+        finally:
+            tempfile.tempdir = before
+
+
 def record(spec: RunSpec, out: Path) -> list[Path]:
     """Run ``spec`` for real on ``spec.ranks`` processes and write ``out/rank<r>.json.gz``; the paths written (under
     a launcher, this process runs its own rank and writes its own file: on a cluster, each host writes its ranks')."""
@@ -215,7 +228,9 @@ def record(spec: RunSpec, out: Path) -> list[Path]:
                 atexit.register(dist.destroy_process_group)
             _rank_main(ranks[0], spec, str(out))
         else:  # forked, the ranks share the imported torch instead of importing it again (seconds on a busy host)
-            mp.start_processes(_rank_main, args=(spec, str(out)), nprocs=spec.ranks, join=True, start_method="fork")
+            with _private_temporary_files():
+                mp.start_processes(_rank_main, args=(spec, str(out)), nprocs=spec.ranks, join=True,
+                                   start_method="fork")
     except BaseException:  # a run stopped leaves none of its files, so that what reads the folder finds no half run
         for rank, path in zip(ranks, written):
             for leftover in (path, path.with_suffix(".partial"), out / f".rank{rank}.json"):

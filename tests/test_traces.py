@@ -2,10 +2,12 @@
 
 import gzip
 import json
+import re
 import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from dataclasses import replace
 from pathlib import Path
 
@@ -459,6 +461,33 @@ def test_a_run_stopped_while_recorded_leaves_no_half_run(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         recorder.record(recorder.RunSpec("1f1b"), folder)
     assert not folder.exists() and (tmp_path / "1f1b").is_dir()
+
+
+def test_a_record_whose_ranks_fail_leaves_nothing_behind(tmp_path, monkeypatch):
+    """A backend this torch cannot run is refused before any rank starts; ranks that fail leave no folder the run
+    made and none of PyTorch's error files (by which a rank reports its failure) in the temporary directory."""
+    pytest.importorskip("torch")
+    import torch
+
+    from pipeline_sim import recorder
+
+    if not torch.cuda.is_available():
+        assert_one_line_error(run_here("pipeline_trace.py", "record", "--out", "x", "--backend", "nccl",
+                                       cwd=tmp_path), "--backend nccl: this installation of torch cannot run it")
+        assert not (tmp_path / "x").exists()
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+
+    def failing(rank, spec, out):
+        raise RuntimeError(f"rank {rank} cannot start")
+
+    monkeypatch.setattr(recorder, "_rank_main", failing)
+    result = run_here("pipeline_trace.py", "record", "--out", "x", "--schedule", "1f1b", cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert re.fullmatch(r"pipeline_trace.py: error: a rank failed: RuntimeError: rank \d cannot start",
+                        result.stderr.strip().splitlines()[-1]), result.stderr
+    assert not (tmp_path / "x").exists() and list(temporary.iterdir()) == []
 
 
 def test_fresh_traces_under_torchrun_one_process_per_rank(tmp_path):

@@ -7,6 +7,7 @@ import importlib.util
 import json
 import os
 import sys
+from contextlib import suppress
 from pathlib import Path
 from statistics import median
 from typing import Sequence
@@ -118,6 +119,10 @@ def _record(args) -> int:
                             f"stage, {spec.least_microbatches}")
         if spec.layers % spec.stages:
             raise UserError(f"--layers {spec.layers}: must be a multiple of {spec.schedule}'s {spec.stages} stages")
+    if not _backend_available(args.backend):
+        raise UserError(f"--backend {args.backend}: this installation of torch cannot run it"
+                        f"{' (it needs CUDA GPUs and a torch built with NCCL)' if args.backend == 'nccl' else ''}; "
+                        f"use --backend gloo, which runs on CPUs")
     folders = [args.out / spec.schedule / f"run{r}" for r in range(args.rounds) for spec in specs]
     held = [folder for folder in folders if any(folder.glob("rank*.json*"))]
     if held and not args.overwrite:
@@ -130,14 +135,30 @@ def _record(args) -> int:
     speaks = not launched() or os.environ["RANK"] == "0"  # under a launcher, one rank reports for all
     if speaks:
         print(f"recording {len(specs)} schedule(s) x {args.rounds} round(s) into {args.out}", file=sys.stderr)
+    made = [folder for folder in (args.out, *(args.out / spec.schedule for spec in specs)) if not folder.exists()]
     try:
         for done, folder in enumerate(record_rounds(specs, args.out, args.rounds), 1):
             if speaks:
                 print(f"[{done}/{total}] {folder}", flush=True)
-    except ProcessException as error:  # a rank failed: PyTorch's own message, on its last line, says why
-        lines = [line for line in str(error).splitlines() if line.strip()]
-        raise UserError(f"a rank failed: {lines[-1].strip() if lines else error}") from None
+    except BaseException as error:
+        for folder in reversed(made):  # the folders this run made, left empty by a run stopped or failed
+            with suppress(OSError):
+                folder.rmdir()
+        if isinstance(error, ProcessException):  # a rank failed: PyTorch's own message, on its last line, says why
+            lines = [line for line in str(error).splitlines() if line.strip()]
+            raise UserError(f"a rank failed: {lines[-1].strip() if lines else error}") from None
+        raise
     return 0
+
+
+def _backend_available(backend: str) -> bool:
+    """Whether this torch can run ranks over ``backend`` (gloo on CPUs, NCCL on CUDA GPUs)."""
+    import torch
+    import torch.distributed as dist
+
+    if backend == "nccl":
+        return dist.is_nccl_available() and torch.cuda.is_available()
+    return dist.is_gloo_available()
 
 
 def _replay(args) -> int:
