@@ -70,7 +70,7 @@ def test_an_interrupted_cluster_sweep_resumes_to_the_same_bytes(tmp_path, big_re
     wait_for_rows(tmp_path / "out.csv.partial", process)
     process.send_signal(signal.SIGTERM)
     _, err = process.communicate(timeout=60)
-    assert process.returncode == 130 and "--resume" in err, err
+    assert process.returncode == 143 and "--resume" in err, err
     env = dict(os.environ, PIPELINE_SIM_CLUSTER="LOCAL")  # the address may come from the environment, in any case
     resumed = run_script("data_generator.py", "-c", str(config), "-o", "out.csv", "--resume", "--workers", "2",
                          cwd=tmp_path, env=env)

@@ -185,10 +185,16 @@ def check_interrupt() -> None:
         raise KeyboardInterrupt("terminated" if "terminated" in _INTERRUPTS else "")
 
 
+def interrupt_status() -> int:
+    """The exit status of a run stopped by a signal, as a shell gives it: 128 + the signal's number (SIGTERM 143,
+    Ctrl-C 130)."""
+    return 128 + (signal.SIGTERM if "terminated" in _INTERRUPTS else signal.SIGINT)
+
+
 def run_command(prog: str, body: Callable[[], int]) -> int:
     """Run a command's body, turning user mistakes and interrupts into one line and an exit status.
 
-    SIGTERM is handled as Ctrl-C is: the run stops cleanly and says how to resume.
+    SIGTERM is handled as Ctrl-C is: the run stops cleanly and says how to resume (exit status 143 against 130).
     """
     _INTERRUPTS.clear()
     previous = signal.signal(signal.SIGTERM, _terminated)
@@ -214,7 +220,7 @@ def run_command(prog: str, body: Callable[[], int]) -> int:
         if interrupt is None:
             raise
         print(f"\n{prog}: {str(interrupt) or 'interrupted'}", file=sys.stderr)
-        return 130
+        return interrupt_status()
     finally:
         if previous is not None:  # a command run in-process leaves its caller as it was
             signal.signal(signal.SIGTERM, previous)

@@ -20,6 +20,7 @@ from .common import (
     bounded_int,
     check_interrupt,
     counted,
+    interrupt_status,
     positive_int,
     ready_kernel,
     run_command,
@@ -213,7 +214,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         if not completed:  # stopped as every tool stops: the last line says so, the status is an interrupt's
             print(f"{prog}: interrupted; the best network of the evaluations up to decision {curve[-1].steps:,} "
                   f"is written", file=sys.stderr)
-            return 130
+            return interrupt_status()
         return 0
 
     return run_command(prog, body)
