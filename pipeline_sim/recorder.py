@@ -241,11 +241,30 @@ def record(spec: RunSpec, out: Path) -> list[Path]:
     return written
 
 
-def record_rounds(specs: list[RunSpec], out: Path, rounds: int) -> Iterator[Path]:
+#: What a run's record (``pipelineRun`` of each rank's trace) must share with a spec for the run to be the spec's.
+_SAME_RUN = ("schedule", "ranks", "chunks", "microbatches", "batch", "width", "layers", "warmup", "iterations",
+             "backend")
+
+
+def recorded(spec: RunSpec, folder: Path) -> bool:
+    """Whether ``folder`` holds a whole run of ``spec``: a trace of every rank, its record that spec's."""
+    try:
+        with gzip.open(folder / "rank0.json.gz", "rt") as handle:
+            run = json.load(handle).get("pipelineRun", {})
+    except (OSError, ValueError, EOFError):
+        return False
+    return all((folder / f"rank{rank}.json.gz").is_file() for rank in range(spec.ranks)) and \
+        all(run.get(key) == value for key, value in asdict(spec).items() if key in _SAME_RUN)
+
+
+def record_rounds(specs: list[RunSpec], out: Path, rounds: int, kept: frozenset[Path] = frozenset()
+                  ) -> Iterator[tuple[Path, bool]]:
     """Each of ``specs`` ``rounds`` times, in turn (a round runs every spec once, so that a slow spell of the host
-    falls on all schedules alike), into ``out/<schedule>/run<r>/``; each folder as it is written."""
+    falls on all schedules alike), into ``out/<schedule>/run<r>/``; each folder as it is written, or as it was when
+    it is one of ``kept`` (not run again), with whether it was."""
     for r in range(rounds):
         for spec in specs:
             folder = out / spec.schedule / f"run{r}"
-            record(spec, folder)
-            yield folder
+            if folder not in kept:
+                record(spec, folder)
+            yield folder, folder in kept

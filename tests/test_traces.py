@@ -8,7 +8,7 @@ import socket
 import subprocess
 import sys
 import tempfile
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import numpy as np
@@ -488,6 +488,49 @@ def test_a_record_whose_ranks_fail_leaves_nothing_behind(tmp_path, monkeypatch):
     assert re.fullmatch(r"pipeline_trace.py: error: a rank failed: RuntimeError: rank \d cannot start",
                         result.stderr.strip().splitlines()[-1]), result.stderr
     assert not (tmp_path / "x").exists() and list(temporary.iterdir()) == []
+
+
+def test_an_interrupted_recording_says_what_it_kept_and_resumes_past_it(tmp_path, monkeypatch):
+    """Ctrl-C after the first of two runs: the line says how many runs are kept and the command that continues;
+    --resume keeps the whole run of those settings and records only the other; without it, the traces are refused
+    with both ways on."""
+    pytest.importorskip("torch")
+    from pipeline_sim import recorder
+
+    def traced(rank, spec, out):  # a rank's trace as the recorder writes it, without running the model
+        with gzip.open(Path(out) / f"rank{rank}.json.gz", "wt") as handle:
+            json.dump({"traceEvents": [], "pipelineRun": {**asdict(spec), "rank": rank}}, handle)
+
+    monkeypatch.setattr(recorder, "_rank_main", traced)
+    real = recorder.record
+    calls = []
+
+    def stopped_at_the_second(spec, folder):
+        calls.append(folder)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(spec, folder)
+
+    monkeypatch.setattr(recorder, "record", stopped_at_the_second)
+    command = ("pipeline_trace.py", "record", "--out", "x", "--schedule", "1f1b", "--rounds", "2")
+    result = run_here(*command, cwd=tmp_path)
+    assert result.returncode == 130
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"pipeline_trace.py: interrupted after 1 of 2 runs, which are kept in x; to continue: python "
+        f"{ROOT / 'pipeline_trace.py'} record --out x --schedule 1f1b --rounds 2 --resume")
+    assert recorder.recorded(recorder.RunSpec("1f1b"), tmp_path / "x" / "1f1b" / "run0")
+    assert not (tmp_path / "x" / "1f1b" / "run1").exists()
+    assert_one_line_error(run_here(*command, cwd=tmp_path), "x/1f1b/run0 already holds traces; pass --overwrite to "
+                                                            "replace them, or --resume to keep those of these settings")
+    assert_one_line_error(run_here(*command, "--iterations", "2", "--resume", cwd=tmp_path),
+                          "x/1f1b/run0 already holds traces of other settings; pass --overwrite")
+    calls.clear()
+    monkeypatch.setattr(recorder, "record", lambda spec, folder: (calls.append(folder), real(spec, folder))[1])
+    resumed = run_here(*command, "--resume", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout.splitlines() == ["[1/2] x/1f1b/run0 (kept)", "[2/2] x/1f1b/run1"]
+    assert calls == [Path("x/1f1b/run1")]
+    assert recorder.recorded(recorder.RunSpec("1f1b"), tmp_path / "x" / "1f1b" / "run1")
 
 
 def test_fresh_traces_under_torchrun_one_process_per_rank(tmp_path):

@@ -16,7 +16,7 @@ from ..files import atomic_output, output_target
 from ..measured import fit_comm, read_run
 from ..parameters import ParameterError
 from ..schedules import SCHEDULES, get_schedule
-from .common import Parser, UserError, counted, positive_int, run_command, script_name, use_display
+from .common import Parser, UserError, command_to_resume, counted, positive_int, run_command, script_name, use_display
 
 #: The schedules PyTorch runs that the simulator also has (``recorder.TORCH_SCHEDULES``; said here without torch).
 RECORDABLE = ("1f1b", "gpipe", "interleaved-1f1b", "zb-h1", "zb-v", "dualpipe-v")
@@ -47,6 +47,9 @@ def build_parser(prog: str) -> Parser:
     record.add_argument("--backend", default="gloo", choices=("gloo", "nccl"), help="default gloo (CPU)")
     record.add_argument("--overwrite", action="store_true",
                         help="replace the traces of runs already in --out (without it, they are refused)")
+    record.add_argument("--resume", action="store_true",
+                        help="keep the runs already whole in --out with these settings (an interrupted recording's) "
+                             "and record only the others")
     record.add_argument("--port", type=port_number, default=29517,
                         help="the rendezvous port (default 29517; under torchrun, its --master-port instead)")
 
@@ -101,7 +104,7 @@ def _record(args) -> int:
         raise UserError("record needs torch: pip install \"pipeline-sim[trace]\" (requirements-trace.txt)")
     from torch.multiprocessing.spawn import ProcessException
 
-    from ..recorder import RunSpec, launched, record_rounds
+    from ..recorder import RunSpec, launched, record_rounds, recorded
 
     if launched() and int(os.environ["WORLD_SIZE"]) != args.ranks:
         raise UserError(f"--ranks {args.ranks}: the launcher started {os.environ['WORLD_SIZE']} processes; give "
@@ -123,11 +126,14 @@ def _record(args) -> int:
         raise UserError(f"--backend {args.backend}: this installation of torch cannot run it"
                         f"{' (it needs CUDA GPUs and a torch built with NCCL)' if args.backend == 'nccl' else ''}; "
                         f"use --backend gloo, which runs on CPUs")
-    folders = [args.out / spec.schedule / f"run{r}" for r in range(args.rounds) for spec in specs]
-    held = [folder for folder in folders if any(folder.glob("rank*.json*"))]
+    runs = [(args.out / spec.schedule / f"run{r}", spec) for r in range(args.rounds) for spec in specs]
+    kept = frozenset(folder for folder, spec in runs if args.resume and recorded(spec, folder))
+    held = [folder for folder, _ in runs if folder not in kept and any(folder.glob("rank*.json*"))]
     if held and not args.overwrite:
         more = f" (and {len(held) - 1} more)" if len(held) > 1 else ""
-        raise UserError(f"--out {args.out}: {held[0]} already holds traces{more}; pass --overwrite to replace them")
+        other = " of other settings" if args.resume else ""
+        raise UserError(f"--out {args.out}: {held[0]} already holds traces{other}{more}; pass --overwrite to replace "
+                        f"them{'' if args.resume else ', or --resume to keep those of these settings'}")
     for folder in held:  # a run of fewer ranks must not leave the files of more beside its own
         for stale in folder.glob("rank*.json*"):
             stale.unlink(missing_ok=True)
@@ -136,10 +142,11 @@ def _record(args) -> int:
     if speaks:
         print(f"recording {len(specs)} schedule(s) x {args.rounds} round(s) into {args.out}", file=sys.stderr)
     made = [folder for folder in (args.out, *(args.out / spec.schedule for spec in specs)) if not folder.exists()]
+    done = 0
     try:
-        for done, folder in enumerate(record_rounds(specs, args.out, args.rounds), 1):
+        for done, (folder, was_kept) in enumerate(record_rounds(specs, args.out, args.rounds, kept), 1):
             if speaks:
-                print(f"[{done}/{total}] {folder}", flush=True)
+                print(f"[{done}/{total}] {folder}{' (kept)' if was_kept else ''}", flush=True)
     except BaseException as error:
         for folder in reversed(made):  # the folders this run made, left empty by a run stopped or failed
             with suppress(OSError):
@@ -147,6 +154,9 @@ def _record(args) -> int:
         if isinstance(error, ProcessException):  # a rank failed: PyTorch's own message, on its last line, says why
             lines = [line for line in str(error).splitlines() if line.strip()]
             raise UserError(f"a rank failed: {lines[-1].strip() if lines else error}") from None
+        if isinstance(error, KeyboardInterrupt) and done:
+            raise KeyboardInterrupt(f"{str(error) or 'interrupted'} after {done} of {total} runs, which are kept in "
+                                    f"{args.out}; to continue: {command_to_resume()}") from None
         raise
     return 0
 
