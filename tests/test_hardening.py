@@ -376,8 +376,9 @@ def test_an_interrupt_that_lands_where_exceptions_are_swallowed_still_stops_the_
     assert swallowed not in gc.callbacks
     lines = [line for line in result.stderr.replace("\r", "\n").splitlines() if line.strip() and "%|" not in line]
     assert result.returncode == 130 and len(lines) == 1 and re.fullmatch(
-        r"data_generator\.py: interrupted after [\d,]+ of 1,452 simulations; rows kept in out\.csv\.partial; rerun "
-        r"with --resume to continue", lines[0]), result.stderr
+        r"data_generator\.py: interrupted after [\d,]+ of 1,452 simulations; rows kept in out\.csv\.partial; to "
+        rf"continue: python \S+data_generator\.py -c {re.escape(str(config))} -o out\.csv --workers 1 --resume",
+        lines[0]), result.stderr
     assert not (tmp_path / "out.csv").exists()
 
 

@@ -225,7 +225,8 @@ def test_a_csv_partial_does_not_resume_as_parquet(tmp_path):
     progress = run_sweep(plan_of(SMALL), tmp_path / "out.csv")
     next(progress), next(progress)
     progress.close()
-    with pytest.raises(ValueError, match="different config"):
+    with pytest.raises(ValueError, match=r"out\.csv\.partial was written with --format csv \(this run: parquet\); "
+                                         r"rerun with its settings and --resume to continue it"):
         next(run_sweep(plan_of(SMALL, format="parquet"), tmp_path / "out.csv", resume=True))
 
 

@@ -100,7 +100,8 @@ def test_resume_refuses_a_different_plan(plan, tmp_path):
     next(progress), next(progress)
     progress.close()
     other = SweepPlan(EnvironmentGrid.from_mapping(SMALL), step=0.5)
-    with pytest.raises(ResumeError, match="different config"):
+    with pytest.raises(ResumeError, match=r"out\.csv\.partial was written with --step 0\.25 \(this run: 0\.5\); "
+                                          r"rerun with its settings and --resume to continue it"):
         next(run_sweep(other, output, resume=True))
 
 
