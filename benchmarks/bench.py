@@ -312,7 +312,7 @@ def rounds_of(params: EnvParams) -> int:
     yet specialized by the interpreter, nor in the CPU's caches), so that they do not decide the median; else three,
     of which the first builds in memory the process never had (a row has more tasks than the one before), faulting
     its pages in, and the other two in the memory the first freed, as a sweep's or the planner's later environments
-    do (``allocator.keep_freed_memory``)."""
+    do (``allocator.keep_freed_memory``; blocks of more than 32 MiB excepted, which the C library maps anew)."""
     return 101 if estimated_tasks(params) < 10_000 else 3
 
 

@@ -2,16 +2,14 @@
 
 A sweep builds each new environment's graph into arrays and simulates it in a state of a few hundred bytes a
 task, freeing both at the end. glibc, left to itself, returns the freed top of its heap to the system once it
-exceeds twice the largest block freed so far, and blocks larger than its current threshold (at most 32 MiB) to
-the system at once; the next environment then faults those pages in again (a sweep over micro-batches on 8 GPUs,
-n = 256 to 1,024: twice the page faults, and up to a tenth more time; a structure of more than about 320,000 tasks,
-whose largest array passes 32 MiB: its construction 2.5 times as long, every time). With the settings here, every
-block comes from the heap (``MMAP_MAX``: none from the system on its own) and the heap's freed top is kept up to
-``TRIM_THRESHOLD``: the next environment reuses those pages, whatever its size. (The state of one environment
-simulated again and again needs none of this: it is one block, which the engine keeps from 32,768 tasks up,
-``engine.ROOM_KEPT_TASKS``.) A simulation's peak is the same; the difference is that memory a large simulation
-freed stays with the process until it exits: its freed top up to ``TRIM_THRESHOLD``, and what lies below blocks
-still in use.
+exceeds twice the largest block freed so far, and blocks larger than its current threshold to the system at once;
+the next environment then faults those pages in again (a sweep over micro-batches on 8 GPUs, n = 256 to 1,024:
+twice the page faults, and up to a tenth more time). With the thresholds here, blocks below ``MMAP_THRESHOLD`` come
+from the heap and its freed top is kept up to ``TRIM_THRESHOLD``: the next environment reuses those pages. (The
+state of one environment simulated again and again needs none of this: it is one block, which glibc reuses
+itself, and from 32,768 tasks up the engine keeps it, ``engine.ROOM_KEPT_TASKS``.) A simulation's peak is the
+same; the difference is that memory a large simulation freed stays with the process, up to ``TRIM_THRESHOLD``,
+until it exits.
 
 This changes the whole process, so only a command that simulates does it, before its first simulation
 (``cli.common.ready_kernel``; a sweep's workers, forked from it, inherit it, and a local Dask cluster's workers are
@@ -32,9 +30,10 @@ from functools import cache
 from typing import Mapping
 
 #: glibc's ``mallopt`` parameters (malloc.h).
-_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
-#: The blocks taken from the system on their own (mmap) at once, at most: none, every block from the heap.
-MMAP_MAX = 0
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+#: Blocks from this size up are taken from the system and given back when freed, as glibc's highest automatic
+#: threshold does: a simulation's arrays of up to about 240,000 tasks come from the heap.
+MMAP_THRESHOLD = 32 << 20
 #: The freed top of the heap kept for later allocations, at most.
 TRIM_THRESHOLD = 256 << 20
 #: The environment variables by which a user sets glibc's thresholds (each stops glibc's own adjustment of them).
@@ -56,16 +55,16 @@ def left_as_it_is(environ: Mapping[str, str]) -> bool:
 
 def child_environment(environ: Mapping[str, str]) -> dict[str, str]:
     """``environ`` for a process of ours that does not fork from a command (the workers of a local Dask cluster):
-    with glibc's own variables for ``MMAP_MAX`` and ``TRIM_THRESHOLD``, which it reads as it starts, unless
+    with glibc's own variables for ``MMAP_THRESHOLD`` and ``TRIM_THRESHOLD``, which it reads as it starts, unless
     ``left_as_it_is``. Elsewhere than glibc they mean nothing."""
     if left_as_it_is(environ):
         return dict(environ)
-    return {**environ, "MALLOC_MMAP_MAX_": str(MMAP_MAX), "MALLOC_TRIM_THRESHOLD_": str(TRIM_THRESHOLD)}
+    return {**environ, "MALLOC_MMAP_THRESHOLD_": str(MMAP_THRESHOLD), "MALLOC_TRIM_THRESHOLD_": str(TRIM_THRESHOLD)}
 
 
 @cache
 def keep_freed_memory() -> bool:
-    """Set glibc's ``MMAP_MAX`` and ``TRIM_THRESHOLD``, once per process; whether they were set
+    """Set glibc's thresholds to ``MMAP_THRESHOLD`` and ``TRIM_THRESHOLD``, once per process; whether they were set
     (not when ``left_as_it_is``, nor without ``mallopt``)."""
     if left_as_it_is(os.environ):
         return False
@@ -74,6 +73,6 @@ def keep_freed_memory() -> bool:
     except (AttributeError, OSError, TypeError):  # no mallopt: not glibc (musl, macOS, Windows)
         return False
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-    # no blocks from the system first: setting either stops glibc's own adjustment of its thresholds, and a trim
-    # threshold alone, with the mmap threshold left at its initial 128 KiB, would send every large block there
-    return bool(mallopt(_M_MMAP_MAX, MMAP_MAX)) and bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))
+    # the mmap threshold first: setting either stops glibc's own adjustment of both, and a trim threshold alone,
+    # with the mmap threshold left at its initial 128 KiB, would send every large block to the system
+    return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))

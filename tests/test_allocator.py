@@ -38,29 +38,10 @@ print(json.dumps({{"kept": kept, "faults": faults}}))
 """
 
 
-#: A large structure (325,632 tasks, whose largest array is more than glibc's highest threshold, 32 MiB) built, let
-#: go, and built again: the page faults of the second build.
-_REBUILT = """
-import json, resource, sys
-sys.path.insert(0, {root!r})
-from pipeline_sim import EnvParams, allocator
-from pipeline_sim.engine import graph_arrays
-from pipeline_sim.taskgraph import empty_caches
-kept = allocator.keep_freed_memory()
-params = EnvParams(num_gpus=64, n=1024)
-graph_arrays(params)
-empty_caches()
-before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-graph_arrays(params)
-faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
-print(json.dumps({{"kept": kept, "faults": faults}}))
-"""
-
-
-def _repeated(script: str = _REPEATED, **environment: str) -> dict:
+def _repeated(**environment: str) -> dict:
     env = {name: value for name, value in os.environ.items()
            if not allocator.left_as_it_is({name: value}) and name != "GLIBC_TUNABLES"}
-    result = subprocess.run([sys.executable, "-c", script.format(root=str(ROOT))], env={**env, **environment},
+    result = subprocess.run([sys.executable, "-c", _REPEATED.format(root=str(ROOT))], env={**env, **environment},
                             capture_output=True, text=True, check=True)
     return json.loads(result.stdout)
 
@@ -76,21 +57,9 @@ def test_a_sweep_reuses_the_memory_the_environments_before_freed():
     assert kept["faults"] * 3 < glibc["faults"] * 2
     # a process started with glibc's variables for the same thresholds (a local Dask cluster's workers) keeps it too
     started = {name: value for name, value in allocator.child_environment({}).items()}
-    assert sorted(started) == ["MALLOC_MMAP_MAX_", "MALLOC_TRIM_THRESHOLD_"]
+    assert sorted(started) == ["MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"]
     told = _repeated(**started)
     assert told["kept"] is False and told["faults"] * 3 < glibc["faults"] * 2
-
-
-@pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc's allocator")
-def test_a_large_structure_built_again_reuses_the_memory_of_the_one_before():
-    """glibc maps a block larger than 32 MiB anew each time and gives it back when freed, whatever its thresholds:
-    every such build faulted its pages in again (2.5 times a build's time)."""
-    glibc = _repeated(_REBUILT, **{allocator.SWITCH: "0"})
-    assert glibc["kept"] is False
-    if glibc["faults"] < 4_000:
-        pytest.skip(f"glibc alone faults only {glibc['faults']} pages in again here: nothing to keep")
-    kept = _repeated(_REBUILT)
-    assert kept["kept"] is True and kept["faults"] * 10 < glibc["faults"]
 
 
 def test_a_local_clusters_workers_start_with_the_thresholds(monkeypatch):
@@ -106,7 +75,7 @@ def test_a_local_clusters_workers_start_with_the_thresholds(monkeypatch):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
     cluster._start_workers("tcp://127.0.0.1:1", 2)
-    assert started["MALLOC_MMAP_MAX_"] == str(allocator.MMAP_MAX)
+    assert started["MALLOC_MMAP_THRESHOLD_"] == str(allocator.MMAP_THRESHOLD)
     assert started["MALLOC_TRIM_THRESHOLD_"] == str(allocator.TRIM_THRESHOLD)
     assert allocator.child_environment({"MALLOC_TOP_PAD_": "0", "X": "1"}) == {"MALLOC_TOP_PAD_": "0", "X": "1"}
     assert allocator.child_environment({allocator.SWITCH: "0"}) == {allocator.SWITCH: "0"}
