@@ -328,8 +328,8 @@ _FACTORS = ("tensor_parallel", "context_parallel", "pipeline_parallel", "data_pa
 
 
 def _check_pins(base: Workload, gpus: int, filters: Filters) -> None:
-    """``PlanError`` for pinned values no layout can take together: degrees whose product cannot make the GPUs,
-    chunks without interleaved-1f1b to read them, or a chunk count no pipeline degree gives the model's layers."""
+    """``PlanError`` for pinned values no layout can take together: degrees whose product cannot make the GPUs, or
+    chunks a GPU that no schedule searched has (interleaved-1f1b's from the model's layers, the others' fixed)."""
     pinned = [(key, sorted(filters[key])) for key in _FACTORS if filters.get(key)]
     for key, values in pinned:
         if all(gpus % value for value in values):
@@ -347,17 +347,17 @@ def _check_pins(base: Workload, gpus: int, filters: Filters) -> None:
     chunks = sorted(filters.get("chunks", ()))
     if not chunks:
         return
-    schedules = filters.get("schedule")
-    if schedules is not None and "interleaved-1f1b" not in schedules:
-        raise PlanError(f"chunks = {'/'.join(map(str, chunks))}: only interleaved-1f1b has chunks, and schedule = "
-                        f"{'/'.join(sorted(schedules))} leaves it out")
+    # the chunks a GPU each schedule searched has: interleaved-1f1b's as enumerated, the others' fixed
     pipelines = [p for p in _divisors(gpus) if p > 1 and p in filters.get("pipeline_parallel", {p})]
-    counts = {v for p in pipelines for v in chunk_counts(base.shape.layers, p)}
-    if not counts & set(chunks):
-        raise PlanError(f"chunks = {'/'.join(map(str, chunks))}: no interleaved-1f1b layout of {base.shape.name} on "
-                        f"{gpus} GPUs has {'that many' if len(chunks) == 1 else 'any of these'}: its "
-                        f"{base.shape.layers} layers allow {'/'.join(map(str, sorted(counts))) or 'none'} on "
-                        f"pipelines of {'/'.join(map(str, pipelines)) or 'no'} GPUs")
+    interleaved = sorted({v for p in pipelines for v in chunk_counts(base.shape.layers, p)})
+    offered = {schedule: interleaved if schedule == "interleaved-1f1b" else [get_schedule(schedule).v(2)]
+               for schedule in _allowed(filters, "schedule", EXPERT_SCHEDULES if base.shape.experts else SCHEDULES)}
+    if not any(set(chunks) & set(counts) for counts in offered.values()):
+        said = ", ".join(f"{schedule} {'/'.join(map(str, counts)) or 'none'}" + (
+            f" (its {base.shape.layers} layers on pipelines of {'/'.join(map(str, pipelines)) or 'no'} GPUs)"
+            if schedule == "interleaved-1f1b" else "") for schedule, counts in offered.items())
+        raise PlanError(f"chunks = {'/'.join(map(str, chunks))}: no schedule searched has "
+                        f"{'that many' if len(chunks) == 1 else 'any of these'} chunks a GPU: {said}")
 
 
 def enumerate_layouts(base: Workload, gpus: int, env: dict[str, object] | None = None,

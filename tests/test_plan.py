@@ -215,6 +215,15 @@ def test_a_plan_that_nothing_answers():
         plan(tiny(), 37)
 
 
+def test_pinned_chunks_are_a_schedules_own():
+    """A chunk count pinned with a schedule that has it (zb-v's two) searches that schedule; one that none searched
+    has is refused, naming what each has."""
+    result = plan(tiny(), 4, filters={"schedule": frozenset({"zb-v"}), "chunks": frozenset({2})})
+    assert result.ranked and {outcome.layout.params.schedule for outcome in result.ranked} == {"zb-v"}
+    with pytest.raises(PlanError, match="chunks = 3: no schedule searched has that many chunks a GPU: zb-h1 1$"):
+        plan(tiny(), 4, filters={"schedule": frozenset({"zb-h1"}), "chunks": frozenset({3})})
+
+
 def test_a_plan_with_fewer_layouts_than_it_lists_says_how_many(tmp_path):
     """A global batch of 63 on 16 GPUs leaves only a data-parallel degree of 1: four layouts fit, and four are said."""
     result = run_script("plan.py", "--model", "llama3-8b", "--gpus", "16", "--global-batch-size", "63", "-o",
@@ -243,10 +252,10 @@ def test_a_plan_with_fewer_layouts_than_it_lists_says_how_many(tmp_path):
       "--pipeline-parallel", "8"],
      ("tensor_parallel 2 x pipeline_parallel 8 = 16: more than gpus = 8 (the least of the pinned degrees together)",)),
     (["--model", "llama3-8b", "--gpus", "8", "--global-batch-size", "64", "--chunks", "3", "--schedule", "1f1b"],
-     ("chunks = 3: only interleaved-1f1b has chunks, and schedule = 1f1b leaves it out",)),
+     ("chunks = 3: no schedule searched has that many chunks a GPU: 1f1b 1",)),
     (["--model", "llama3-8b", "--gpus", "8", "--global-batch-size", "64", "--chunks", "3"],
-     ("chunks = 3: no interleaved-1f1b layout of llama3-8b on 8 GPUs has that many: its 32 layers allow 2/4/8/16 on "
-      "pipelines of 2/4/8 GPUs",)),
+     ("chunks = 3: no schedule searched has that many chunks a GPU: 1f1b 1, interleaved-1f1b 2/4/8/16 (its 32 layers "
+      "on pipelines of 2/4/8 GPUs), zb-h1 1, zb-v 2",)),
     (["--model", "llama3-8b", "--gpus", "8", "--global-batch-size", "8", "--jitter", "2"], ("--jitter 2.0",)),
     (["--model", "llama3-8b", "--gpus", "8", "--global-batch-size", "64", "--schedule", "dualpipe-v"],
      ("schedule = dualpipe-v: not searched for llama3-8b, a model without experts",)),

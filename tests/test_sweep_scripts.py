@@ -210,9 +210,11 @@ def test_full_pipeline_resume_finds_a_sweep_by_its_record(tmp_path, fmt):
     assert sorted(path.name for path in data.iterdir()) == [interrupted.name, cut_short.name]
 
 
-def test_full_pipeline_resume_names_the_settings_of_an_unfinished_sweep_it_cannot_continue(tmp_path):
-    """--resume under other settings than an unfinished sweep of its config was written with stops in one line that
-    names them, rather than start a new sweep beside it; a sweep of another grid of that name is not taken for it."""
+def test_full_pipeline_resume_names_the_settings_of_an_unfinished_sweep_it_cannot_continue(tmp_path, monkeypatch):
+    """--resume under other settings than an unfinished sweep of its config was written with (another step, samples
+    setting or format) stops in one line that names them, rather than start a new sweep beside it; a sweep whose
+    figures were stopped is still drawn, and a sweep of another grid of that name is not taken for it."""
+    from pipeline_sim.cli import heatmap
     from pipeline_sim.config import EnvironmentGrid
     from pipeline_sim.sweep import SweepPlan, run_sweep
 
@@ -229,6 +231,20 @@ def test_full_pipeline_resume_names_the_settings_of_an_unfinished_sweep_it_canno
                                   "settings and --resume to continue it, or without --resume to start another")
     assert sorted(path.name for path in data.iterdir()) == [f"{interrupted.name}.partial",
                                                            f"{interrupted.name}.partial.json"]
+    result = run_here("run_full_pipeline.py", "-c", str(config), "--priority_step", "0.5", "--samples", "2",
+                      "--format", "parquet", "--resume", cwd=tmp_path)
+    assert_one_line_error(result, "is an unfinished sweep of q.json written with --format csv (this run: parquet)")
+    # a whole sweep at another step, its figures stopped: --resume at that step draws them, the other one aside
+    reading = heatmap.environments
+
+    def interrupted_drawing(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(heatmap, "environments", interrupted_drawing)
+    assert run_here("run_full_pipeline.py", "-c", str(config), "--step", "1", cwd=tmp_path).returncode == 130
+    monkeypatch.setattr(heatmap, "environments", reading)
+    drawn = run_here("run_full_pipeline.py", "-c", str(config), "--step", "1", "--resume", cwd=tmp_path)
+    assert drawn.returncode == 0 and "resuming: the sweep of outputs/data/q_" in drawn.stdout, drawn.stderr
     resumed = run_here("run_full_pipeline.py", "-c", str(config), "--priority_step", "0.5", "--samples", "2",
                        "--resume", cwd=tmp_path)
     assert resumed.returncode == 0 and "resuming: 37 rows already in" in resumed.stdout, resumed.stderr

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 import signal
 import sys
 import textwrap
@@ -278,7 +279,9 @@ def command_to_resume() -> str:
     """The command this process runs, as typed, with ``--resume``: what continues its work after an interruption
     (each setting it was given, so that the resume finds the sweep they made)."""
     script, *args = sys.argv
-    program = ["python", script] if script.endswith(".py") else [os.path.basename(script)]
+    python = os.path.basename(sys.executable)  # as the user would type it, where that name runs a Python
+    program = [python if shutil.which(python) else sys.executable, script] if script.endswith(".py") else \
+        [os.path.basename(script)]
     return shlex.join([*program, *args, *([] if "--resume" in args else ["--resume"])])
 
 

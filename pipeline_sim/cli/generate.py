@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 import os
 import sys
 import time
@@ -72,7 +73,7 @@ def default_output(config: Path, plan: SweepPlan, resume: bool) -> Path:
     """``outputs/data/<config name>_<timestamp>.csv`` (``.parquet``); with ``resume``, the newest unfinished sweep of
     this plan, found by its partial's record: written first and removed last, it is there whatever the sweep's
     state (a partial file or folder, or a finished output whose cleanup was cut short)."""
-    from ..sweep import ANOTHER_GRID, finished, partial_paths, resumable, settings_changed, sweep_record
+    from ..sweep import finished, partial_paths, resumable
 
     if resume:
         candidates = sorted(DATA_DIR.glob(f"{config.stem}_*.{plan.format}.partial.json"), reverse=True)
@@ -80,20 +81,27 @@ def default_output(config: Path, plan: SweepPlan, resume: bool) -> Path:
             output = meta.with_name(meta.name.removesuffix(".partial.json"))
             if resumable(output, plan) or finished(output, plan):
                 return output
-        for meta in candidates:  # an unfinished sweep of this config under other settings is not left behind unsaid
-            partial = meta.with_name(meta.name.removesuffix(".json"))
-            differences = settings_changed(sweep_record(meta).get("settings"), plan)
-            if partial.exists() and differences and differences != [ANOTHER_GRID]:
-                raise UserError(f"{partial} is an unfinished sweep of {config.name} written "
-                                f"{', '.join(differences)}; rerun "
-                                f"with its settings and --resume to continue it, or without --resume to start "
-                                f"another")
     stem = f"{config.stem}_{time.strftime('%Y%m%d-%H%M%S')}"
     for suffix in ("", *(f"-{k}" for k in range(2, 1000))):  # runs started in one second get their own files
         output = DATA_DIR / f"{stem}{suffix}.{plan.format}"
         if not any(path.exists() for path in (output, *partial_paths(output), output.with_name(output.name + ".lock"))):
             return output
     raise UserError(f"{DATA_DIR}: a thousand sweeps of {config.stem} started this second; give --output")
+
+
+def unfinished_elsewhere(config: Path, plan: SweepPlan) -> str:
+    """Why ``--resume`` finds nothing of ``plan`` to continue when the newest unfinished sweep of ``config`` in
+    ``DATA_DIR`` (of any format) was written under other settings: said with them, so that the user continues it or
+    starts another knowingly; empty when there is none."""
+    from ..sweep import ANOTHER_GRID, settings_changed, sweep_record
+
+    for meta in sorted(DATA_DIR.glob(f"{glob.escape(config.stem)}_*.partial.json"), reverse=True):
+        partial = meta.with_name(meta.name.removesuffix(".json"))
+        differences = settings_changed(sweep_record(meta).get("settings"), plan)
+        if partial.exists() and differences and differences != [ANOTHER_GRID]:
+            return (f"{partial} is an unfinished sweep of {config.name} written {', '.join(differences)}; rerun with "
+                    f"its settings and --resume to continue it, or without --resume to start another")
+    return ""
 
 
 def _where(workers: int, cluster: str | None) -> str:
@@ -130,9 +138,11 @@ def generate(config: Path, *, step: float, simulator: str, output: Path | None, 
     complete = None
     if output is None:
         output = default_output(config, plan, resume)
-        if resume and unfinished is not None and not any(path.exists() for path in partial_paths(output)):
-            complete = unfinished(plan)
+        if resume and not any(path.exists() for path in partial_paths(output)):
+            complete = unfinished(plan) if unfinished is not None else None
             output = complete or output
+            if complete is None and (elsewhere := unfinished_elsewhere(config, plan)):
+                raise UserError(elsewhere)
     for written in filter(None, (output, samples_output)):
         if written.resolve() == config.resolve():
             raise UserError(f"{written} is the config itself; choose another output")

@@ -106,6 +106,9 @@ def _record(args) -> int:
 
     from ..recorder import RunSpec, launched, record_rounds, recorded
 
+    if launched() and args.resume:  # the ranks must agree on the runs they skip, and a host sees its own traces only
+        raise UserError("--resume: under a launcher each host holds only its own ranks' traces, so which runs are "
+                        "whole is not known here; record the remaining rounds into another --out")
     if launched() and int(os.environ["WORLD_SIZE"]) != args.ranks:
         raise UserError(f"--ranks {args.ranks}: the launcher started {os.environ['WORLD_SIZE']} processes; give "
                         "--ranks the same number")
@@ -154,7 +157,7 @@ def _record(args) -> int:
         if isinstance(error, ProcessException):  # a rank failed: PyTorch's own message, on its last line, says why
             lines = [line for line in str(error).splitlines() if line.strip()]
             raise UserError(f"a rank failed: {lines[-1].strip() if lines else error}") from None
-        if isinstance(error, KeyboardInterrupt) and done:
+        if isinstance(error, KeyboardInterrupt) and done and not launched():
             raise KeyboardInterrupt(f"{str(error) or 'interrupted'} after {done} of {total} runs, which are kept in "
                                     f"{args.out}; to continue: {command_to_resume()}") from None
         raise
