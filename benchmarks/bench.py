@@ -801,7 +801,7 @@ def main() -> int:
             return _written(args.json, {"machine": machine, "chart": chart})
     planner = planner_405b(cores)
     print(f"planner, Llama 3 405B on 8,192 H100: {planner['seconds']:.1f} s on {cores} workers, "
-          f"{planner['simulated']} of {planner['enumerated']:,} layouts simulated; best {planner['best']}; Meta's "
+          f"{planner['simulated']} of {planner['enumerated']:,} runs simulated; best {planner['best']}; Meta's "
           f"t 8 p 16 d 64 layout #{planner['meta_layout_rank']}", flush=True)
     if args.planner:
         return _written(args.json, {"machine": machine, "planner": planner})

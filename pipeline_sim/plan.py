@@ -674,11 +674,13 @@ def plan(base: Workload, gpus: int, *, env: dict[str, object] | None = None, sam
                                                else outcome, budget, base.device.memory_gb,
                                                LOWER_ZERO if outcome is None else OVER_MEMORY))
         serial.record(outcomes)
+    # those the bound left are told apart by their memory estimate as a screened one is: over the budget is why
+    # they cannot be run at all (step 2 before step 3)
+    late = [(layout, estimated_memory_gb(layout)) for family in ordered[count:] for layout in family]
+    unsimulated.extend(Unsimulated(tuple(layout.row()), estimate, budget, base.device.memory_gb,
+                                   OVER_MEMORY if estimate > budget else ABOVE_BOUND) for layout, estimate in late)
     too_large = sum(1 for u in unsimulated if u.reason == OVER_MEMORY) - len(found.too_large)
-    late = [layout for family in ordered[count:] for layout in family]
-    unsimulated.extend(Unsimulated(tuple(layout.row()), estimated_memory_gb(layout), budget, base.device.memory_gb,
-                                   ABOVE_BOUND) for layout in late)
-    skipped = len(late)
+    skipped = sum(1 for _, estimate in late if estimate <= budget)
     fitting = sorted((o for o in tried if o.fits), key=lambda o: o.seconds)
     passed: set[int] = set()  # outcomes of the policy pass
     if not fitting:

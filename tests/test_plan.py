@@ -2,10 +2,12 @@
 on a small model, and bad input in one line."""
 
 import csv
+import subprocess
+import sys
 
 import numpy as np
 import pytest
-from conftest import assert_one_line_error, assert_png_drawn, run_script
+from conftest import ROOT, assert_one_line_error, assert_png_drawn, run_script
 
 from pipeline_sim import Policy
 from pipeline_sim.engine import simulate_figures
@@ -41,7 +43,7 @@ def test_a_small_plan_end_to_end(tmp_path):
     with open(tmp_path / "plan.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert tuple(rows[0]) == COLUMNS
-    enumerated = int(lines[0].split(" layouts simulated of ")[1].split()[0])
+    enumerated = int(lines[0].split(" runs simulated of ")[1].split()[0])
     assert len(rows) == enumerated  # every layout enumerated has its row
     ranked = [row for row in rows if row["rank"]]
     assert len(ranked) >= TOP and rows[:len(ranked)] == ranked
@@ -213,6 +215,19 @@ def test_a_plan_that_nothing_answers():
     assert {layout.tensor for layout in enumerate_layouts(tiny(gpu={"tflops": 10, "memory_gb": 1}), 4).layouts} == {1}
     with pytest.raises(PlanError, match="no layout of"):
         plan(tiny(), 37)
+
+
+def test_a_reader_that_stops_early_still_gets_the_files_written(tmp_path):
+    """``plan.py ... | head -1``: the listing's reader gone after its first line, the CSV and the figure are written
+    all the same, and the run ends quietly."""
+    process = subprocess.Popen([sys.executable, str(ROOT / "plan.py"), *SMALL, "-o", "plan.csv"], cwd=tmp_path,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert " runs simulated of " in process.stdout.readline()
+    process.stdout.close()  # as `| head -1` does
+    err = process.stderr.read()
+    process.wait(timeout=300)
+    assert process.returncode == 0 and "error" not in err.lower(), err
+    assert (tmp_path / "plan.csv").read_text().count("\n") > TOP and (tmp_path / "plan.png").stat().st_size > 0
 
 
 def test_pinned_chunks_are_a_schedules_own():

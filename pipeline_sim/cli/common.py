@@ -16,7 +16,7 @@ import sys
 import textwrap
 import threading
 import time
-from typing import TYPE_CHECKING, Callable, Iterator, NoReturn, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn, Sequence, TextIO
 
 from ..allocator import keep_freed_memory
 from ..cluster import CLUSTER_VARIABLE
@@ -192,6 +192,34 @@ def interrupt_status() -> int:
     return 128 + (signal.SIGTERM if "terminated" in _INTERRUPTS else signal.SIGINT)
 
 
+class _QuietWhenClosed:
+    """Standard output that, once its reader has gone (``| head``), writes nowhere and lets the run go on: what it
+    writes to files (a sweep's CSV, the planner's) is still written."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._gone()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._gone()
+
+    def _gone(self) -> None:
+        with contextlib.suppress(OSError, ValueError):  # a stream without a descriptor has no reader to lose
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self._stream.fileno())
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def run_command(prog: str, body: Callable[[], int]) -> int:
     """Run a command's body, turning user mistakes and interrupts into one line and an exit status.
 
@@ -201,11 +229,13 @@ def run_command(prog: str, body: Callable[[], int]) -> int:
     previous = signal.signal(signal.SIGTERM, _terminated)
     previous_int = signal.signal(signal.SIGINT, _interrupted)
     previous_hook, sys.unraisablehook = sys.unraisablehook, _unraisable(sys.unraisablehook)
+    stdout, sys.stdout = sys.stdout, _QuietWhenClosed(sys.stdout)
     try:
         return body()
     except BrokenPipeError:
-        # The reader of our output has gone (``| head``): nothing is wrong with the work, so stop quietly.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        # The reader of our output has gone (``| head``) where it is written past the wrapper: nothing is wrong with
+        # the work, so stop quietly.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), stdout.fileno())
         return 0
     except (UserError, ValueError) as error:
         print(f"{prog}: error: {error}", file=sys.stderr)
@@ -223,6 +253,7 @@ def run_command(prog: str, body: Callable[[], int]) -> int:
         print(f"\n{prog}: {str(interrupt) or 'interrupted'}", file=sys.stderr)
         return interrupt_status()
     finally:
+        sys.stdout = stdout
         if previous is not None:  # a command run in-process leaves its caller as it was
             signal.signal(signal.SIGTERM, previous)
         if previous_int is not None:

@@ -317,7 +317,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
             heading = (f"{base.shape.name} on {args.gpus} x {base.device.name}, batch {args.global_batch_size} x "
                        f"{base.seq_len} tokens, efficiency {base.compute_efficiency:g}"
                        f"{''.join(', ' + extra for extra in extras)}")
-            counts = f"{len(result.tried)} layouts simulated of {result.enumerated}"
+            counts = f"{len(result.tried)} runs simulated of {result.enumerated}"
             print(f"{heading}: {counts} ({result.pruned_memory} too large for memory, {result.pruned_bound} unable "
                   f"to beat those listed), {elapsed:.1f} s")
             if args.by == "layout":
