@@ -70,6 +70,8 @@ class Episode:
     """
 
     def __init__(self, params: EnvParams, policy: Policy, *, segment_room: int = 0, allow_large: bool = False) -> None:
+        if not isinstance(policy, Policy):
+            raise ParameterError("policy", policy, "must be a Policy, such as Policy() or Policy(priorities={...})")
         if not allow_large:  # refused before anything is built, as every entry point of the library refuses it
             check_size(params, " (allow_large=True to try anyway)")
         if params.fb_overlap > 0:
@@ -105,6 +107,7 @@ class Episode:
         self.segment_count = 0
         self.gpu = -1
         self.status = kernel.DONE
+        self.started = False  # whether a draw was begun (``reset``, ``play``, ``look_ahead``)
 
     @property
     def graph(self) -> TaskGraph:
@@ -119,6 +122,7 @@ class Episode:
 
     def _draw(self, sample: int, lengths: np.ndarray | None = None) -> None:
         self.sample = sample
+        self.started = True
         work = task_lengths(self.params, sample, lengths)
         self.lengths = in_unit(work, self.unit)
         # the bound of the parameters' own draw (``bound``): of the work just drawn, unless given work replaced it
@@ -211,6 +215,8 @@ class Episode:
                 not 0 <= action < self.actions:
             raise ParameterError("action", action, f"must be a whole number from 0 to {self.actions - 1} (one of "
                                                    f"{', '.join(self.action_names)})")
+        if not self.started:
+            raise ParameterError("action", int(action), "comes before the episode has begun: reset it first")
         if self.done:
             raise ParameterError("action", int(action), "comes after the episode's end: reset it first")
         return int(action)

@@ -86,6 +86,15 @@ def test_bad_input_is_one_line() -> None:
         PipelineDispatchEnv(EnvParams(n=10, schedule="dualpipe-v", fb_overlap=0.2), DEFAULT_POLICY)
     with pytest.raises(ParameterError, match="samples"):
         PipelineDispatchEnv(PARAMS, DEFAULT_POLICY, samples=[])
+    with pytest.raises(ParameterError, match="policy = 'foo': must be a Policy"):
+        PipelineDispatchEnv(PARAMS, "foo")
+    env = PipelineDispatchEnv(PARAMS, DEFAULT_POLICY)
+    with pytest.raises(ParameterError, match="action = 0: comes before the episode has begun: reset it first"):
+        env.step(0)
+    with pytest.raises(ParameterError, match="episode = 'not begun': action_masks\\(\\) and step\\(\\) come after"):
+        env.action_masks()
+    env.reset()
+    assert env.action_masks().any()
 
 
 def test_a_missing_extra_is_named() -> None:

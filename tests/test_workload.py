@@ -132,6 +132,10 @@ def test_the_report_refuses_a_negative_time_or_a_peak_count_of_other_gpus():
         workload_report(workload, params, -1.0, (2, 1))
     with pytest.raises(ParameterError, match=r"gpu_peak_activations = \(2,\): must give one peak per GPU, 2"):
         workload_report(workload, params, 1.0, (2,))
+    for peaks in ((2, -1), (2, float("nan")), (2, "1")):
+        with pytest.raises(ParameterError, match="gpu_peak_activations = .*: must be micro-batches of activations, "
+                                                 "each finite and >= 0"):
+            workload_report(workload, params, 1.0, peaks)
 
 
 def test_the_report_lists_a_few_gpus_peaks_and_sums_up_many():
@@ -162,6 +166,8 @@ def test_n_and_sync_freq_may_be_given_when_the_workload_does_not_set_them():
     ({"model": "gpt3-175b", "p2p_bandwidth": -1.0}, "p2p_bandwidth = -1.0: must be a finite number > 0"),
     ({"model": "gpt3-175b", "tensor_parallel": 5}, "tensor_parallel = 5: must divide heads = 96"),
     ({"model": {"layers": 2}}, "lacks hidden, heads, ffn_hidden, vocab"),
+    ({"model": {"layers": 2, "hidden": 130, "heads": 4, "ffn_hidden": 256, "vocab": 1000}},
+     "model.heads = 4: must divide hidden = 130"),
     ({"model": "llama3-8b", "gpu": "v100"}, "valid: a100-40gb, a100-80gb, h100-80gb, h200-141gb"),
     ({"model": "llama3-8b", "recompute": "some"}, "must be one of none, selective, full"),
 ])

@@ -88,7 +88,9 @@ class PipelineDispatchEnv(gym.Env):
         return self._observe(), {"sample": sample, "action_mask": self._mask.copy()}
 
     def action_masks(self) -> np.ndarray:
-        """Which actions are possible now (for masked policies)."""
+        """Which actions are possible now (for masked policies); ``ParameterError`` before the first ``reset``."""
+        if not self.episode.started:
+            raise ParameterError("episode", "not begun", "action_masks() and step() come after reset()")
         return self._mask.copy()
 
     def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict]:

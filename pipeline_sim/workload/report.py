@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -88,6 +89,9 @@ def workload_report(workload: Workload, params: EnvParams, completion_time: floa
     if len(gpu_peak_activations) != params.num_gpus:
         raise ParameterError("gpu_peak_activations", tuple(gpu_peak_activations),
                              f"must give one peak per GPU, {params.num_gpus}")
+    if not all(isinstance(peak, numbers.Real) and 0.0 <= peak < math.inf for peak in gpu_peak_activations):
+        raise ParameterError("gpu_peak_activations", tuple(gpu_peak_activations),
+                             "must be micro-batches of activations, each finite and >= 0")
     batch = params.n * workload.micro_batch_size * workload.data_parallel
     total_gpus = params.num_gpus * workload.model_parallel * workload.data_parallel
     assert workload.seq_len is not None

@@ -61,6 +61,8 @@ class ModelShape:
         Integers(1).check("model.kv_heads", kv_heads)
         if self.heads % kv_heads:
             raise ParameterError("model.kv_heads", self.kv_heads, f"must divide heads = {self.heads}")
+        if self.hidden % self.heads:  # each head a slice of the hidden size, as attention cuts it
+            raise ParameterError("model.heads", self.heads, f"must divide hidden = {self.hidden}")
         if not isinstance(self.dropout, bool):
             raise ParameterError("model.dropout", self.dropout, "must be true or false")
         if not isinstance(self.gated_mlp, bool):
