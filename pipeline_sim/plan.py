@@ -72,7 +72,7 @@ DIMENSIONS = ("tensor_parallel", "context_parallel", "expert_parallel", "pipelin
 COLUMNS = ("rank", "layout_rank", "tensor_parallel", "context_parallel", "expert_parallel", "pipeline_parallel",
            "data_parallel", "zero", "micro_batch_size", "schedule", "chunks", "recompute", "partition",
            "layers_per_stage", "iteration_seconds", "tokens_per_second", "tflops_per_gpu", "mfu", "memory_gb",
-           "gpu_memory_gb", "over_gb", "policy", "simulated")
+           "gpu_memory_gb", "budget_gb", "over_gb", "policy", "simulated")
 #: The columns of a layout itself (``Layout.row``): what ``--mark`` may name.
 LAYOUT_COLUMNS = COLUMNS[2:14]
 #: What the ``simulated`` column says of a layout that was not simulated.
@@ -168,7 +168,7 @@ class Outcome:
     def cells(self, rank: int | str, layout_rank: int | str) -> list[object]:
         w = self.layout.workload
         return [rank, layout_rank, *self.layout.row(), self.seconds, self.tokens_per_second, self.mfu * w.device.tflops,
-                self.mfu, self.memory_gb, w.device.memory_gb, max(0.0, self.memory_gb - self.budget_gb),
+                self.mfu, self.memory_gb, w.device.memory_gb, self.budget_gb, max(0.0, self.memory_gb - self.budget_gb),
                 self.policy, "full" if self.full else "extrapolated"]
 
 
@@ -186,8 +186,8 @@ class Unsimulated:
 
     def row(self) -> list[object]:
         over = max(0.0, self.memory_gb - self.budget_gb)
-        return ["", "", *self.cells, "", "", "", "", self.memory_gb, self.gpu_memory_gb, over if over else "", "",
-                self.reason]
+        return ["", "", *self.cells, "", "", "", "", self.memory_gb, self.gpu_memory_gb, self.budget_gb,
+                over if over else "", "", self.reason]
 
 
 @dataclass(frozen=True)

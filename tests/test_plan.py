@@ -106,6 +106,14 @@ def test_pins_headroom_and_names(tmp_path):
     assert {row["pipeline_parallel"] for row in rows} == {"2", "4"}
     assert {row["chunks"] for row in rows if row["schedule"] == "interleaved-1f1b"} == {"2"}
     assert all(float(row["memory_gb"]) <= GPU_PRESETS["h100-80gb"].memory_gb - 30 for row in rows if row["rank"])
+    # the budget each row is measured against is in the CSV: the GPU's memory less the headroom
+    assert {float(row["budget_gb"]) for row in rows} == {GPU_PRESETS["h100-80gb"].memory_gb - 30}
+    for row in rows:
+        over = float(row["memory_gb"]) - float(row["budget_gb"])
+        if over > 0:
+            assert float(row["over_gb"]) == pytest.approx(over)
+        else:
+            assert row["over_gb"] in ("", "0.0")
 
 
 def test_chunk_counts_divide_a_gpus_layers():
