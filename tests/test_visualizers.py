@@ -126,6 +126,10 @@ def test_every_schedule_draws_with_memory_and_order(schedule, n, tmp_path):
 @pytest.mark.parametrize("args, fragments", [
     (["--schedule", "interleaved-1f1b", "-n", "6"], ["-n/--num_groups", "interleaved-1f1b", "multiple of num_gpus"]),
     (["--schedule", "dualpipe-v", "-n", "7"], ["-n/--num_groups", "dualpipe-v", "n >= 2 x num_gpus (8)"]),
+    # n made by the workload's batch: the flag that made it is named, not -n
+    (["--model", "llama3-8b", "--global-batch-size", "6", "--schedule", "interleaved-1f1b"],
+     ["error: --global-batch-size (n is the global batch over the micro-batch size and the data-parallel degree): "
+      "n = 6: schedule interleaved-1f1b with num_gpus = 4 requires n to be a multiple of num_gpus (4)"]),
     (["--schedule", "pipedream"], ["--schedule", "'pipedream'", "gpipe, 1f1b, interleaved-1f1b"]),
     (["--chunks", "1"], ["--chunks", "chunks = 1", ">= 2"]),
     (["--w-fraction", "1"], ["--w-fraction", "w_fraction = 1.0"]),

@@ -331,6 +331,9 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
             network = load_policy(params) if params.learned else None  # read once, played below
         except ParameterError as error:
             flag = FLAGS.get(error.name.split("[")[0], error.name)
+            if error.name == "n" and args.model is not None and "n" not in given:  # n is the workload's, not given
+                flag = "--global-batch-size (n is the global batch over the micro-batch size and the data-parallel " \
+                       "degree)"
             raise UserError(f"{flag}: {error}") from None
         output = args.output or Path("outputs/gantt") / default_chart_name(layout, params, workload)
         output_target(output)  # a folder, a device or a FIFO is refused before its extension is judged
