@@ -118,9 +118,12 @@ def print_best_policies(heatmaps, varying: list[str], metric: str, title: str) -
     """Under ``title``, each environment of ``heatmaps`` by its ``varying`` parameters, with its best policy and
     its ``metric`` (for a workload: its report), at most ``SUMMARY_LINES`` of them."""
     print(f"{title}:")
-    for params, workload, best, _ in heatmaps[:SUMMARY_LINES]:
+    shown = heatmaps[:SUMMARY_LINES]
+    width = max([20, *(len(best["policy"]) for _, _, best, _ in shown)])  # a tie's label is longer
+    for params, workload, best, _ in shown:
         unit = " s/iteration" if workload is not None and metric.startswith("completion") else ""
-        print(f"  {_where(params, workload, varying)} -> {best['policy']:<20} {best[metric]:.6g}{unit}{_report(best)}")
+        print(f"  {_where(params, workload, varying)} -> {best['policy']:<{width}} {best[metric]:.6g}{unit}"
+              f"{_report(best)}")
     if len(heatmaps) > SUMMARY_LINES:
         print(f"  ... and {counted(len(heatmaps) - SUMMARY_LINES, 'more environment')} (see the CSV)")
 
@@ -134,16 +137,17 @@ def print_schedule_summary(comparisons, varying: list[str]) -> None:
         print("  " + ", ".join(f"{name}={_text(parameter_value(params, workload, name))}" for name in varying))
         fastest = summary["best_time"].idxmin()
         width = max(24, *(len(name) for name in summary["schedule"]))
+        labels = max([18, *(len(label) for label in summary["best_policy"])])
         for i, row in summary.iterrows():
             mark = "*" if i == fastest else " "
             digits = ".4g" if workload is not None else ".6g"  # as the time it bounds is given, never rounded past it
             bound = "" if math.isnan(row.get("lower_bound", math.nan)) else \
                 f", lower bound {row['lower_bound']:{digits}}"
             if workload is not None:
-                print(f"   {mark} {row['schedule']:<{width}} {row['best_policy']:<18} {row['best_time']:.4g} "
+                print(f"   {mark} {row['schedule']:<{width}} {row['best_policy']:<{labels}} {row['best_time']:.4g} "
                       f"s/iteration (ideal {row['ideal_time']:.4g}{bound}){_report(row)}")
             else:
-                print(f"   {mark} {row['schedule']:<{width}} {row['best_policy']:<18} {row['best_time']:<10.6g} "
+                print(f"   {mark} {row['schedule']:<{width}} {row['best_policy']:<{labels}} {row['best_time']:<10.6g} "
                       f"ideal {row['ideal_time']:<8.4g} peak activations {row['peak_activations']:g}{bound}")
     if len(comparisons) > len(shown):
         print(f"  ... and {counted(len(comparisons) - len(shown), 'more group')} (see the compare_*.png figures)")
