@@ -34,7 +34,15 @@ def test_chart_and_trace(script, tmp_path, load_json):
     assert len(complete) == tasks
     assert len({e["args"]["task"] for e in complete}) == tasks
     assert {e["pid"] for e in complete} == {0, 1, 2}
-    assert {e["tid"] for e in complete} == {0, 1}
+    # compute on thread 0, transfers on 1 and more where they run at once: on every thread, events never overlap
+    # (a trace's complete events must nest), and every thread is named
+    assert {0, 1} <= {e["tid"] for e in complete}
+    threads = {(e["pid"], e["tid"]) for e in complete}
+    for pid, tid in threads:
+        spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in complete if (e["pid"], e["tid"]) == (pid, tid))
+        assert all(start >= end - 1e-6 for (_, end), (start, _) in zip(spans, spans[1:]))  # floats of one time
+    named = {(e["pid"], e["tid"]) for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert threads <= named
     from pipeline_sim import EnvParams, Policy, simulate
 
     expected = simulate(EnvParams(n=6, num_gpus=3), Policy(priorities={"fwd_prop": 0.5, "grad_prop": 0.3,
