@@ -817,6 +817,28 @@ def test_misleading_messages_are_gone(tmp_path):
                                   "0.5); pass --overwrite")
 
 
+def test_an_interrupt_as_the_kernel_loads_says_how_to_continue(tmp_path, monkeypatch):
+    """Stopped after the banner, before any row: the same line as a sweep stopped later, and --resume continues the
+    sweep it made (not "nothing to resume")."""
+    from pipeline_sim.cli import generate
+
+    def stopped(**_):
+        raise KeyboardInterrupt
+
+    config = write_config(tmp_path, {"n": [4, 6]})
+    monkeypatch.setattr(generate, "ready_kernel", stopped)
+    result = run_here("data_generator.py", "-c", str(config), "-o", "out.csv", "--step", "0.5", cwd=tmp_path)
+    assert result.returncode == 130
+    assert re.fullmatch(r"data_generator\.py: interrupted after 0 of 74 simulations; rows kept in out\.csv\.partial; "
+                        rf"to continue: python \S+data_generator\.py -c {re.escape(str(config))} -o out\.csv --step "
+                        r"0\.5 --resume", result.stderr.strip().splitlines()[-1]), result.stderr
+    monkeypatch.undo()
+    resumed = run_here("data_generator.py", "-c", str(config), "-o", "out.csv", "--step", "0.5", "--resume",
+                       cwd=tmp_path)
+    assert resumed.returncode == 0 and "nothing to resume" not in resumed.stdout, resumed.stdout
+    assert (tmp_path / "out.csv").read_text().count("\n") == 2 * 37 + 1
+
+
 def test_a_reader_that_stops_early_ends_the_run_quietly(tmp_path):
     process = subprocess.Popen([sys.executable, str(ROOT / "data_generator.py"), "-c", str(QUICK), "-o", "q.csv",
                                 "--step", "0.5"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -80,6 +80,11 @@ def test_tiny_and_huge_times_are_drawn_in_a_power_of_ten_the_colour_bar_names(tm
     assert figure.outlines == []
     assert f"every policy ties at {best:.6g}: the priorities change nothing here" in figure.title.get_text()
     assert "worst" not in figure.title.get_text()
+    # no spread under any policy (no noise) says nothing of what the priorities change
+    spread = same.assign(completion_std=0.0)
+    figure.draw(spread, title="t", metric="completion_std")
+    told = figure.title.get_text()
+    assert "every policy ties at 0" in told and "change nothing" not in told
 
 
 def test_a_memory_bar_s_label_stays_within_its_axes():

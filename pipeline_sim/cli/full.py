@@ -58,7 +58,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         varying = [name for name in plan.grid.varying() if name not in SCHEDULE_KEYS] or \
             (["model", "num_gpus"] if plan.grid.has_workload else ["n", "num_gpus"])
         if drawn.comparisons:
-            print_schedule_summary(drawn.comparisons, varying)
+            print_schedule_summary(drawn.comparisons, varying, args.metric)
             # an environment whose schedule has no other to compare with is in no group: listed on its own
             groups = Counter(identity(params, workload, SCHEDULE_KEYS) for params, workload, _, _ in drawn.heatmaps)
             alone = [heatmap for heatmap in drawn.heatmaps if groups[identity(*heatmap[:2], SCHEDULE_KEYS)] < 2]
@@ -68,7 +68,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         else:
             print_best_policies(drawn.heatmaps, varying, args.metric,
                                 f"best policy per environment (by {', '.join(varying)})")
-        print(f"CSV: {csv}\nfigures: {heatmap_dir}/ ({describe(drawn)})")
+        print(f"{plan.format.replace('csv', 'CSV').replace('parquet', 'Parquet')}: {csv}\nfigures: {heatmap_dir}/ "
+              f"({describe(drawn)})")
         return 0
 
     return run_command(prog, body)
@@ -128,11 +129,13 @@ def print_best_policies(heatmaps, varying: list[str], metric: str, title: str) -
         print(f"  ... and {counted(len(heatmaps) - SUMMARY_LINES, 'more environment')} (see the CSV)")
 
 
-def print_schedule_summary(comparisons, varying: list[str]) -> None:
+def print_schedule_summary(comparisons, varying: list[str], metric: str = "completion_time") -> None:
     """Per group of environments, each schedule's best policy, its time, the ideal and the peak activations
-    (for a workload: its report)."""
+    (for a workload: its report); by completion time, as the comparison figures, whatever ``metric`` the heatmaps
+    colour (then said)."""
     shown = comparisons[:max(1, SUMMARY_LINES // 4)]
-    print("best policy per schedule (* = the fastest schedule of its environment):")
+    by = " by completion time, as the comparison figures" if metric != "completion_time" else ""
+    print(f"best policy per schedule{by} (* = the fastest schedule of its environment):")
     for params, workload, summary, _ in shown:
         print("  " + ", ".join(f"{name}={_text(parameter_value(params, workload, name))}" for name in varying))
         fastest = summary["best_time"].idxmin()

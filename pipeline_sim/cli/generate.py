@@ -164,17 +164,18 @@ def _run(plan: SweepPlan, output: Path, partial: Path, workers: int, asked: int,
          samples_output: Path | None, overwrite: bool, cluster: str | None) -> None:
     from ..sweep import run_sweep
 
+    continuing = resume and partial.exists()  # a partial of no rows yet is continued all the same
     with connected(cluster, workers) as dask:  # an unreachable one: one line, no files
         progress = run_sweep(plan, output, workers=workers, resume=resume, samples_output=samples_output,
                              overwrite=overwrite, cluster=dask, report=lambda line: print(line, flush=True))
         try:
-            _announce(plan, progress, output, partial, workers, asked, resume, cluster)
+            _announce(plan, progress, output, partial, workers, asked, resume and not continuing, cluster)
         finally:
             progress.close()  # a sweep that stopped early keeps its rows and releases its lock
 
 
 def _announce(plan: SweepPlan, progress: Generator[int, None, None], output: Path, partial: Path, workers: int,
-              asked: int, resume: bool, cluster: str | None) -> None:
+              asked: int, nothing_to_resume: bool, cluster: str | None) -> None:
     """Say what the sweep runs and where, then follow it to the end."""
     done = next(progress) * plan.samples  # checks that the output can be written before announcing the work
     draws = f" x {plan.samples} samples" if plan.samples > 1 else ""
@@ -190,13 +191,21 @@ def _announce(plan: SweepPlan, progress: Generator[int, None, None], output: Pat
         pass  # nothing left to simulate, nor a kernel to load
     elif done:
         print(f"resuming: {done // plan.samples:,} rows already in {partial}", flush=True)
-    elif resume:
+    elif nothing_to_resume:
         print("nothing to resume for this config; starting a new sweep", flush=True)
     if done < plan.num_simulations:
-        ready_kernel(episodes=bool(plan.grid.networks()) or any(
-            name == "dispatch" and any(str(v).strip().lower() == LOOKAHEAD for v in values)
-            for name, values in plan.grid.values),
-            parts=("figures", "records") if plan.grid.has_dispatch else ("figures",))  # records: the bound
+        try:
+            ready_kernel(episodes=bool(plan.grid.networks()) or any(
+                name == "dispatch" and any(str(v).strip().lower() == LOOKAHEAD for v in values)
+                for name, values in plan.grid.values),
+                parts=("figures", "records") if plan.grid.has_dispatch else ("figures",))  # records: the bound
+        except (KeyboardInterrupt, SystemError) as error:  # stopped as the kernel loads: as the sweep says it
+            interrupt = interrupt_behind(error)
+            if interrupt is None:
+                raise
+            raise KeyboardInterrupt(f"{str(interrupt) or 'interrupted'} after {done:,} of "
+                                    f"{plan.num_simulations:,} simulations; rows kept in {partial}; to continue: "
+                                    f"{command_to_resume()}") from None
     _follow(progress, plan, done, partial)
 
 

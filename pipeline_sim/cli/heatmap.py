@@ -423,8 +423,9 @@ def describe(drawn: Drawn) -> str:
 
 def add_metric_argument(parser: Parser) -> None:
     parser.add_argument("--metric", choices=tuple(METRICS), default="completion_time",
-                        help="what the heatmaps colour (lower is better; default %(default)s; the p95, p99 and std "
-                             "columns need a sweep with --samples > 1 to differ from it)")
+                        help="what the heatmaps colour and name the best by (lower is better; default %(default)s; "
+                             "the p95, p99 and std columns need a sweep with --samples > 1 to differ from it); the "
+                             "schedule comparisons and robustness figures rank by completion time whatever it is")
 
 
 def build_parser(prog: str) -> Parser:

@@ -296,7 +296,9 @@ class HeatmapFigure:
         gain = 100 * (1 - first[metric] / worst[metric]) if worst[metric] else 0.0
         ties = f" (and {len(winners) - 1} tied)" if len(winners) > 1 else ""
         over = f" over {samples} samples" if samples > 1 else ""
-        told = (f"every policy ties at {first[metric]:.6g}: the priorities change nothing here" if tied else
+        # the same time under every policy is a finding; the same spread (none, without noise) says nothing of it
+        moot = ": the priorities change nothing here" if metric != "completion_std" else ""
+        told = (f"every policy ties at {first[metric]:.6g}{moot}" if tied else
                 f"best: {first['policy']} = {first[metric]:.6g}{ties};  worst: {worst['policy']} = "
                 f"{worst[metric]:.6g} - the best is {gain:.1f}% lower")
         self.title.set_text(fitted(f"{title}\n{name}{over} - {told}", self.fig, 10))
