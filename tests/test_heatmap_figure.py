@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -85,6 +87,19 @@ def test_tiny_and_huge_times_are_drawn_in_a_power_of_ten_the_colour_bar_names(tm
     figure.draw(spread, title="t", metric="completion_std")
     told = figure.title.get_text()
     assert "every policy ties at 0" in told and "change nothing" not in told
+
+
+def test_every_number_stays_within_its_cell(tmp_path):
+    """Values below 1 of four significant figures (0.8461) are the widest a cell shows: drawn smaller where they
+    would cross its borders, in the narrow cells of the weak orders as in the others."""
+    rows = _rows(tmp_path, "0.1")
+    rows = rows.assign(completion_time=0.8 + rows["completion_time"] / rows["completion_time"].max() / 10 + 1e-5)
+    figure = HeatmapFigure(10)
+    figure.draw(rows, title="t")
+    for name, texts in figure.texts.items():
+        for path in texts.get_paths():
+            left, right = path.vertices[:, 0].min(), path.vertices[:, 0].max()
+            assert math.floor(left) == math.floor(right - 1e-9), (name, left, right)  # within one cell's column
 
 
 def test_a_memory_bar_s_label_stays_within_its_axes():

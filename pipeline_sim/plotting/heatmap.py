@@ -159,6 +159,9 @@ def _number_path(text: str, bold: bool, x: float, y: float, scale_x: float, scal
     """
     glyphs = [_glyph(char, bold) for char in text]
     width = sum(advance for _, _, advance in glyphs)
+    if width * scale_x > 0.96:  # wider than its cell (0.8461 in a narrow one): made smaller, never over its borders
+        fit = 0.96 / (width * scale_x)
+        scale_x, scale_y = scale_x * fit, scale_y * fit
     left, vertices, codes = -width / 2, [], []
     for outline, kinds, advance in glyphs:
         if len(outline):
