@@ -78,9 +78,13 @@ def read_results(path: str | Path, rows: int = READ_ROWS, source: BinaryIO | Non
             yield from read_results(path, rows, handle)
         return
     source.seek(0)
-    parquet = source.read(4) == b"PAR1"
+    head = source.read(4096)
+    parquet = head[:4] == b"PAR1"
     source.seek(0)
     if not parquet and path.suffix.lower() == ".parquet":
+        if b"completion_time" in head.split(b"\n", 1)[0]:  # a sweep's CSV header
+            raise ResultsError(f"{path}: a CSV, not a Parquet file (its first line is a sweep's CSV header); name "
+                               f"it .csv")
         raise ResultsError(f"{path}: not a Parquet file (it does not begin as one); was it copied while written?")
     if parquet:
         frames = _parquet_frames(path, rows, source)

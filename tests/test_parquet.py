@@ -296,3 +296,7 @@ def test_a_damaged_parquet_file_is_one_line(tmp_path):
     (tmp_path / "y.parquet").write_text("garbage\n")  # not even its first bytes: no CSV either
     result = run_here("plot_heatmap.py", "y.parquet", cwd=tmp_path)
     assert_one_line_error(result, "y.parquet: not a Parquet file (it does not begin as one)")
+    (tmp_path / "z.parquet").write_text("n,num_gpus,completion_time\n8,4,1.0\n")  # a sweep's CSV, renamed
+    result = run_here("plot_heatmap.py", "z.parquet", cwd=tmp_path)
+    assert_one_line_error(result, "z.parquet: a CSV, not a Parquet file (its first line is a sweep's CSV header); "
+                                  "name it .csv")
