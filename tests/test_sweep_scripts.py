@@ -453,6 +453,29 @@ def test_the_full_pipelines_summary_names_every_environment_and_what_ties(tmp_pa
     assert summary.count(" -> ") == 2 and "any policy (all 37 tie)" in summary[:summary.index(alone)]
 
 
+def test_two_tables_of_one_file_name_get_figures_of_their_own(tmp_path):
+    """Tables (or policy files) of one file name in two folders: the figures of each are numbered, none written over,
+    and as many are on disk as the run says it drew."""
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+        shutil.copy(ROOT / "configs" / "tables" / "1f1b.json", tmp_path / folder / "1f1b.json")
+    config = tmp_path / "dup.json"
+    config.write_text(json.dumps({"lengths": ["a/1f1b.json", "b/1f1b.json"], "dispatch": ["static", "greedy"],
+                                  "compute_jitter": [0.0, 0.3], "samples": 3}))
+    result = run_here("run_full_pipeline.py", "-c", str(config), "--step", "1", "--workers", "2", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    drawn = re.search(r"\((\d+) heatmaps, (\d+) schedule comparisons, (\d+) dispatch figures, (\d+) robustness "
+                      r"figures\)", result.stdout)
+    assert drawn, result.stdout
+    (folder,) = (tmp_path / "outputs" / "heatmaps").iterdir()
+    kinds = ("compare_", "dispatch_", "robustness_")
+    names = [path.name for path in folder.glob("*.png")]
+    heatmaps = [name for name in names if not name.startswith(kinds)]
+    assert [len(heatmaps), *(sum(name.startswith(kind) for name in names) for kind in kinds)] == \
+        [int(count) for count in drawn.groups()] == [8, 4, 2, 4]
+    assert sum(name.endswith("_2.png") for name in names) == 9  # one of each pair numbered
+
+
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_a_combination_left_out_is_never_simulated(tmp_path, workers):
     """--skip-invalid leaves out what the config's checks refuse beyond the schedule's requirements too (a memory

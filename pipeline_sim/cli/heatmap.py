@@ -230,10 +230,8 @@ def _write_heatmaps(csv: Path, source: BinaryIO, output_dir: Path, workers: int,
             continue
         steps_used.add(steps)
         best = best_rows(rows, metric=metric).iloc[0]
-        taken[slug] = taken.get(slug, 0) + 1  # two environments the name does not tell apart: numbered, never lost
         heatmaps.append((params, workload, {**{name: best[name] for name in _BEST_COLUMNS if name in best},
-                                            "policy": best_label(rows, metric)},
-                         output_dir / (f"{slug}.png" if taken[slug] == 1 else f"{slug}_{taken[slug]}.png")))
+                                            "policy": best_label(rows, metric)}, output_dir / figure_name(slug, taken)))
         summaries.append((params, workload, schedule_summary(params, rows)))
         families = jitter_keys(params, workload)
         for family in families:
@@ -241,14 +239,15 @@ def _write_heatmaps(csv: Path, source: BinaryIO, output_dir: Path, workers: int,
         drawable.append((families, steps, heatmaps[-1][3]))
     if incomplete and not skip_incomplete:
         raise ResultsError(incomplete)
-    comparisons = [(params, workload, summary, output_dir / f"compare_{group_slug(params, workload)}.png")
+    comparisons = [(params, workload, summary, output_dir / figure_name(f"compare_{group_slug(params, workload)}",
+                                                                        taken))
                    for params, workload, summary in schedule_groups(summaries)]
-    dispatch = [DispatchJob(params, workload, key, family,
-                            output_dir / f"dispatch_{key}_{group_slug(replace(params, **_lowest(key)), workload)}.png")
+    dispatch = [DispatchJob(params, workload, key, family, output_dir / figure_name(
+                    f"dispatch_{key}_{group_slug(replace(params, **_lowest(key)), workload)}", taken))
                 for params, workload, key, family in dispatch_families(summaries)]
     drawn = {family for family, values in levels.items() if len(set(values)) == len(values) >= 2}
     robustness: list[Path] = []
-    draw = _Drawing(csv, source, output_dir, metric, [None if planned is None else
+    draw = _Drawing(csv, source, output_dir, metric, taken, [None if planned is None else
                                                       (bool(drawn.intersection(planned[0])), *planned[1:])
                                                       for planned in drawable])
     jobs: Iterator[HeatmapJob | ComparisonJob | RobustnessJob | DispatchJob] = chain(
@@ -333,15 +332,24 @@ def _lowest(key: str) -> dict[str, Any]:
     return {name: 0.0 for name in JITTER_KEYS if key in (name, "jitter")}
 
 
+def figure_name(stem: str, taken: dict[str, int]) -> str:
+    """``stem.png``, or ``stem_2.png`` and on when figures ``taken`` already has it: two environments or groups the
+    name does not tell apart (two policy files or tables of one file name in two folders) are numbered, never lost
+    nor written over."""
+    taken[stem] = taken.get(stem, 0) + 1
+    return f"{stem}.png" if taken[stem] == 1 else f"{stem}_{taken[stem]}.png"
+
+
 class _Drawing:
     """The second reading of a sweep's output: its heatmap jobs, and on the way the curves of the environments
     that a robustness figure follows. ``planned``, per environment as the first reading found it: whether a
     robustness figure follows it, its policy grid's steps per unit and its heatmap's path; None for an environment left
     out."""
 
-    def __init__(self, path: Path, source: BinaryIO, output_dir: Path, metric: str,
+    def __init__(self, path: Path, source: BinaryIO, output_dir: Path, metric: str, taken: dict[str, int],
                  planned: list[tuple[bool, int, Path] | None]) -> None:
         self.path, self.source, self.output_dir, self.metric, self.planned = path, source, output_dir, metric, planned
+        self.taken = taken
         self.curves: list[tuple[EnvParams, Workload | None, pd.DataFrame]] = []
 
     def heatmaps(self) -> Iterator[HeatmapJob]:
@@ -356,8 +364,8 @@ class _Drawing:
     def robustness(self, paths: list[Path]) -> Iterator[RobustnessJob]:
         """Runs once every heatmap job was made (``chain`` asks for it last)."""
         for params, workload, key, family in jitter_families(self.curves):
-            job = RobustnessJob(params, workload, key, family,
-                                self.output_dir / f"robustness_{key}_{env_slug(params, workload)}.png")
+            job = RobustnessJob(params, workload, key, family, self.output_dir / figure_name(
+                f"robustness_{key}_{env_slug(params, workload)}", self.taken))
             paths.append(job.path)
             yield job
 
