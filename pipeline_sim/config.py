@@ -15,7 +15,8 @@ other key's value in every environment instead of multiplying them (``"comm_jitt
 workload keys (``workload.WORKLOAD_KEYS``) and each environment's ``n``, lengths and
 ``sync_freq`` come from its workload (docs/model.md section 11). With the key ``lengths``, a table of every task's
 length (a file, or a list of them: ``tables.read_table``), each table's flags set the parameters of its environment
-that the file does not give, and the work keys (``model.TABLE_WORK``) may not be given: the table holds the work.
+that the file does not give, and the work keys (``model.TABLE_WORK``) and the weights that scale the work
+(``model.TABLE_SCALES``) may not be given: the table holds the work.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from .model import (
     PARAMETER,
     PARAMETERS,
     SCHEDULE_PARAMETERS,
+    TABLE_SCALES,
     TABLE_WORK,
     EnvParams,
     ParameterError,
@@ -298,7 +300,7 @@ class EnvironmentGrid:
                               + f" keys: {', '.join(valid)}"
                               + "".join(f"; {alias} is another name for {name}" for alias, name in aliases.items()))
         if "lengths" in raw:
-            beside = [key for key in (*TABLE_WORK, "model") if key in raw]
+            beside = [key for key in (*TABLE_WORK, *TABLE_SCALES, "model") if key in raw]
             if beside:
                 raise ConfigError(f"config key {beside[0]!r}: a table of 'lengths' gives every task's work; leave "
                                   f"{beside[0]!r} out (the table's flags give its mean)")

@@ -250,6 +250,9 @@ LOOKAHEAD = "lookahead"
 #: The parameters that only set the work of a kind of task: a table of lengths (``EnvParams.lengths``) replaces
 #: them (its flags give their means, which the ideal time reads).
 TABLE_WORK = ("fwd_len", "bwd_len", "prop_len", "sync_base_len", "w_fraction")
+#: What scales the work a table of lengths gives (its mean lengths, the ideal time and the critical path's
+#: expectations are read from it): refused beside a table, as the work is.
+TABLE_SCALES = ("stage_weights", "bwd_weights")
 #: The per-stage lists of an environment (section 6.6), each one factor per stage or empty.
 STAGE_LISTS = ("stage_weights", "sync_weights", "bwd_weights", "a2a_weights")
 

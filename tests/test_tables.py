@@ -115,6 +115,9 @@ def test_a_bad_table_is_refused_in_one_line(tmp_path, change, fragments):
     ({"lengths": "table.txt"}, ("config key 'lengths': lengths = 'table.txt': must be a table of lengths: a JSON",)),
     ({"lengths": "configs/tables/1f1b.json", "fwd_len": 2.0},
      ("config key 'fwd_len': a table of 'lengths' gives every task's work; leave 'fwd_len' out",)),
+    # weights that scale the work would change the mean-based ideal time and critical path, not the run
+    ({"lengths": "configs/tables/1f1b.json", "stage_weights": [[1, 1], [5, 1]]},
+     ("config key 'stage_weights': a table of 'lengths' gives every task's work; leave 'stage_weights' out",)),
     ({"lengths": "configs/tables/1f1b.json", "schedule": "zb-h1"},
      ("schedule=zb-h1, n=8, num_gpus=2: lengths = 'configs/tables/1f1b.json': lacks 0I0",)),
     ({"lengths": "configs/tables/1f1b.json", "num_gpus": 4},
@@ -126,6 +129,14 @@ def test_a_config_naming_a_table_it_cannot_run_is_refused_in_one_line(tmp_path, 
     (tmp_path / "table.txt").write_text("{}")
     result = run_here("data_generator.py", "-c", str(write_config(tmp_path, grid)), "-o", "x.csv", cwd=tmp_path)
     assert_one_line_error(result, *fragments)
+
+
+@pytest.mark.parametrize("flags", [["--fwd-len", "5"], ["--bwd-weights", "1,3"], ["--prop-len", "3"]])
+def test_the_visualizer_refuses_work_beside_a_table_other_than_its_own(tmp_path, flags):
+    result = run_here("schedule_visualizer_single_channel.py", "--lengths", str(ROOT / "configs" / "tables" /
+                      "1f1b.json"), *flags, "--no-show", "-o", "c.png", cwd=tmp_path)
+    assert_one_line_error(result, f"{flags[0]}: ", "a table of --lengths gives every task's work; leave it out")
+    assert not (tmp_path / "c.png").exists()
 
 
 def _random_table(rng: np.random.Generator, params: EnvParams, path: Path) -> EnvParams:

@@ -22,6 +22,8 @@ from ..model import (
     PARAMETER,
     PARAMETERS,
     SAMPLES,
+    TABLE_SCALES,
+    TABLE_WORK,
     EnvParams,
     ParameterError,
     Policy,
@@ -225,8 +227,12 @@ def _environment(args, given: set[str]) -> tuple[EnvParams, Workload | None]:
             raise ParameterError(next(iter(keys)), next(iter(keys.values())), "needs --model")
         if args.lengths:
             PARAMETER["lengths"].domain.check("lengths", args.lengths)  # a name that is no table's is not opened
-            env.update((key, value) for key, value in read_table(args.lengths.strip()).environment.items()
-                       if key not in given)
+            table = read_table(args.lengths.strip()).environment
+            for key in (*TABLE_WORK, *TABLE_SCALES):  # the table's own flags, given again, change nothing
+                if key in given and env[key] != table.get(key, PARAMETER[key].default):
+                    raise ParameterError(key, env[key], "a table of --lengths gives every task's work; leave it out "
+                                                        "(the table's flags give its mean)")
+            env.update((key, value) for key, value in table.items() if key not in given)
         return EnvParams(**env), None
     for key in ("model", "gpu"):
         if key in keys:
