@@ -249,6 +249,11 @@ def memory_in_force(params: EnvParams, peak: float | None = None) -> float:
         raise ParameterError("memory_limit", params.memory_limit,
                              f"a dispatcher needs room for one micro-batch's activations: {room:g} is the smallest "
                              f"limit that runs the iteration (or 0 for the static order's peak)")
+    if params.dispatch == LOOKAHEAD and params.memory_limit < (peak := static_peak(params)):
+        raise ParameterError("memory_limit", params.memory_limit,
+                             f"the look-ahead continues the static order, which holds {peak:g} (its peak), in every "
+                             f"copy it runs: a limit below it would foretell runs it cannot take; give at least "
+                             f"{peak:g}, or 0 for it")
     if params.stage_weights:
         return params.memory_limit
     return math.floor(params.memory_limit * params.v + 1e-9) / params.v

@@ -85,3 +85,13 @@ def test_the_look_ahead_is_refused_for_schedules_of_several_chunks():
     for schedule in ("interleaved-1f1b", "zb-v", "dualpipe-v"):
         with pytest.raises(ParameterError, match="chunk"):
             EnvParams(schedule=schedule, n=8, num_gpus=4, dispatch="LookAhead")
+
+
+def test_the_look_ahead_is_refused_below_the_static_orders_peak():
+    """The copies continue the static order, which holds its peak: below it they foretell runs the look-ahead
+    cannot take (GPipe at a limit of 2: 183 against greedy's 90); at the peak it runs."""
+    gpipe = EnvParams(schedule="gpipe", n=8, num_gpus=4, dispatch="lookahead", memory_limit=2)
+    with pytest.raises(ParameterError, match="memory_limit = 2.0: the look-ahead continues the static order, which "
+                                             "holds 8 \\(its peak\\).*give at least 8, or 0 for it"):
+        simulate_lookahead(gpipe, DEFAULT_POLICY)
+    assert simulate_lookahead(replace(gpipe, memory_limit=8), DEFAULT_POLICY).completion_time > 0
