@@ -84,7 +84,7 @@ class LearnedPolicy:
         try:
             data = read_at_most(path, MAX_POLICY_BYTES)
         except FileNotFoundError:
-            raise ValueError("no such policy file") from None
+            raise ValueError("no such policy file (train.py writes one: python train.py -c CONFIG)") from None
         except TooLarge as error:
             raise ValueError(f"is {error}, more than any policy file") from None
         except OSError as error:
