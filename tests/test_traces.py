@@ -386,11 +386,25 @@ def test_study_command_tabulates_every_schedule(tmp_path):
     assert len(rows) == 2 and all(row.count("|") == 14 for row in rows)
 
 
+def test_predict_leaves_out_a_schedule_that_cannot_run_its_micro_batches(tmp_path):
+    """Of every schedule, those that cannot run 3 micro-batches on 2 ranks are left out, said why; the others are
+    predicted."""
+    result = run_here("pipeline_trace.py", "predict", str(TRACES / "1f1b" / "run0"), "--microbatches", "3",
+                      cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "interleaved-1f1b: not predicted (--microbatches 3: n = 3:" in result.stderr
+    assert "dualpipe-v: not predicted" in result.stderr
+    assert [line.split(":")[0].strip() for line in result.stdout.splitlines() if "predicted" in line] == \
+        ["1f1b", "gpipe", "zb-h1", "zb-v"]
+
+
 @pytest.mark.parametrize("args, fragments", [
     (["replay", "nowhere"], ["nowhere: no such file"]),
     (["replay", str(TRACES / "1f1b" / "run0"), "--iteration", "9", "--plot", "x.png"], ["--iteration 9"]),
     (["replay", str(TRACES / "1f1b" / "run0"), "--iteration", "-1"], ["--iteration -1: must be from 0 to 2"]),
     (["predict", str(TRACES / "1f1b" / "run0"), "--schedule", "zb-h2"], ["invalid choice: 'zb-h2'"]),
+    (["predict", str(TRACES / "1f1b" / "run0"), "--schedule", "interleaved-1f1b", "--microbatches", "3"],
+     ["--microbatches 3: n = 3: schedule interleaved-1f1b with num_gpus = 2 requires n to be a multiple"]),
     (["replay", str(TRACES / "1f1b" / "run0"), "--schedule", "zb-h1"],
      ["does not match schedule zb-h1", "lacks zb-h1's actions 0I0"]),
     (["replay", str(TRACES / "zb-h1" / "run0"), "--schedule", "1f1b"], ["does not match schedule 1f1b"]),

@@ -229,8 +229,18 @@ def _predict(args) -> int:
     source = read_run([args.source])
     comm = fit_comm(source.iterations)
     n = args.microbatches or source.microbatches
-    for schedule in args.schedule:
-        get_schedule(schedule).check(n, source.ranks)
+    said = f"--microbatches {n}" if args.microbatches else f"{args.source}: its {n} micro-batches"
+    schedules = []
+    for schedule in args.schedule:  # one a schedule cannot run at n is left out, said why; none at all, an error
+        try:
+            get_schedule(schedule).check(n, source.ranks)
+            schedules.append(schedule)
+        except ParameterError as error:
+            if len(args.schedule) == 1:
+                raise UserError(f"{said}: {error}") from None
+            print(f"{schedule}: not predicted ({said}: {error})", file=sys.stderr)
+    if not schedules:
+        raise UserError(f"{said}: no schedule given runs them on {source.ranks} ranks")
     measured: dict[str, list[float]] = {}
     for folder in args.measured:
         run = read_run([folder])
@@ -254,7 +264,7 @@ def _predict(args) -> int:
               file=sys.stderr)
     if len(source.iterations) < 2:
         print(f"{args.source}: one iteration: no task spread to put back as jitter", file=sys.stderr)
-    for schedule in args.schedule:
+    for schedule in schedules:
         time = median(predicted_time(source, k, comm, schedule, runtime=runtime, microbatches=n)
                       for k in range(len(source.iterations)))
         line = f"{schedule:>17}: predicted {time:8.2f} ms"
