@@ -9,7 +9,7 @@
     python benchmarks/bench.py --replay     # only reading and replaying a committed PyTorch trace
     python benchmarks/bench.py --lookahead  # only dispatch = lookahead's time per iteration
     python benchmarks/bench.py --learned    # only a learned dispatcher's iteration, played and stepped from Python
-    python benchmarks/bench.py --doubling   # only graph construction against the kernel (about two minutes)
+    python benchmarks/bench.py --doubling   # only graph construction against the kernel (about three minutes)
 
 Measures: simulations per second on one core (default environment, all 121 policies
 of the sweep: shared, exclusive and priority-0 layers), compiled and as plain Python
@@ -19,7 +19,8 @@ against the same decisions stepped from Python (``--learned``); time per simulat
 n in {8, 32, 128, 512} x num_gpus in {4, 16, 64} (144 to 160,000 tasks); the first simulation of an environment
 whose structure is known against a repeat (1F1B and ZB-H1, 16 and 64 GPUs, n 64 and 256); graph construction
 against the kernel per task (``--doubling``): the first simulation of 201,696 tasks, every schedule from 4 to 64
-GPUs and 8 to 1,024 micro-batches, and 1F1B per doubling of tasks up to 1,306,624, each in a fresh process; the example
+GPUs and 8 to 1,024 micro-batches, and 1F1B per doubling of tasks up to 1,306,624 (GPUs and micro-batches doubled in
+turn) and to 1,245,184 (8 GPUs), each in a fresh process, a size's first build apart from its later ones; the example
 config's sweep with one worker and with every core; the example pipeline end to end,
 split into start-up, kernel load, simulations and figures; CPU time per heatmap; a noisy
 sweep (20 samples) against a noise-free one as large; the first compile of the kernel
@@ -279,6 +280,10 @@ def first_of_structure(rounds: int = 3) -> list[dict]:
 #: 4 p n tasks), up to a million.
 DOUBLINGS = ((8, 128), (16, 128), (16, 256), (32, 256), (32, 512), (64, 512), (64, 1024), (128, 1024),
              (128, 2048))
+#: The same with the GPUs held at 8, micro-batches doubling from 128 to 32,768 (4,864 to 1,245,184 tasks): the cost
+#: of more tasks apart from that of more GPUs, which a longer pipeline adds to each task (more GPUs coupled by an
+#: event, a deeper heap).
+MICROBATCH_DOUBLINGS = tuple((8, 128 * 2 ** k) for k in range(9))
 
 
 def first_and_repeat(params: EnvParams, rounds: int = 1) -> dict:
@@ -287,7 +292,9 @@ def first_and_repeat(params: EnvParams, rounds: int = 1) -> dict:
     and the dispatch arguments: all that a simulation reads, its graph built from the orders), then its first
     ``simulate_figures``, then a repeat of the same call (the kernel alone, its state's memory reused): per task,
     medians over ``rounds`` such builds. ``first_seconds``: the first simulation from nothing, its graph included,
-    in seconds; ``tasks``: those of ``params``."""
+    in seconds; ``tasks``: those of ``params``; ``graph_us_per_task``: the median build; ``first_build_us_per_task``
+    and ``later_builds_us_per_task``: the first build (in memory the process never had, when ``params`` is larger
+    than all it built before) and the median of the others (in the memory the first freed)."""
     built, first, repeat = [], [], []
     for _ in range(rounds):
         start = time.perf_counter()
@@ -303,17 +310,20 @@ def first_and_repeat(params: EnvParams, rounds: int = 1) -> dict:
     tasks = len(graph_arrays(params).gpu)
     return {"tasks": tasks, "first_seconds": statistics.median(b + f for b, f in zip(built, first)),
             "graph_us_per_task": statistics.median(built) / tasks * 1e6,
+            "first_build_us_per_task": built[0] / tasks * 1e6,
+            "later_builds_us_per_task": statistics.median(built[1:] or built) / tasks * 1e6,
             "kernel_us_per_task": statistics.median(repeat) / tasks * 1e6}
 
 
 def rounds_of(params: EnvParams) -> int:
     """How many times ``first_and_repeat`` builds ``params``: 101 below 10,000 tasks, where a build takes
     microseconds and a process's first ten or so take up to 1.5 times as long as later ones (its Python code not
-    yet specialized by the interpreter, nor in the CPU's caches), so that they do not decide the median; else three,
+    yet specialized by the interpreter, nor in the CPU's caches), so that they do not decide the median; else four,
     of which the first builds in memory the process never had (a row has more tasks than the one before), faulting
-    its pages in, and the other two in the memory the first freed, as a sweep's or the planner's later environments
-    do (``allocator.keep_freed_memory``; blocks of more than 32 MiB excepted, which the C library maps anew)."""
-    return 101 if estimated_tasks(params) < 10_000 else 3
+    its pages in, and the other three in the memory the first freed, as a sweep's or the planner's later
+    environments do (``allocator.keep_freed_memory``; blocks of more than 32 MiB excepted, which the C library maps
+    anew)."""
+    return 101 if estimated_tasks(params) < 10_000 else 4
 
 
 def warm_up() -> None:
@@ -330,11 +340,11 @@ def warm_up() -> None:
             simulate_figures(params, [SCALING_POLICY])
 
 
-def doubling() -> list[dict]:
-    """Per task, for each doubling of the tasks (1F1B): graph construction against the kernel (medians of
-    ``rounds_of`` builds)."""
+def doubling(sizes: tuple[tuple[int, int], ...] = DOUBLINGS) -> list[dict]:
+    """Per task, for each doubling of the tasks (1F1B; GPUs and micro-batches of ``sizes``): graph construction
+    against the kernel (medians of ``rounds_of`` builds)."""
     rows = []
-    for num_gpus, n in DOUBLINGS:
+    for num_gpus, n in sizes:
         params = EnvParams(num_gpus=num_gpus, n=n)
         rows.append({"num_gpus": num_gpus, "n": n, **first_and_repeat(params, rounds_of(params))})
     return rows
@@ -642,13 +652,13 @@ def replay_trace() -> dict:
             "fit_seconds": statistics.median(fits), "replay_seconds": statistics.median(replays)}
 
 
-def _print_doubling(rows: list[dict]) -> None:
-    print("\n  schedule          GPUs     n      tasks  first run (s)  graph us/task  kernel us/task  (built from "
-          "nothing each)")
+def _print_doubling(rows: list[dict], title: str) -> None:
+    print(f"\n  {title}\n  {'':46}{'graph us/task':^27}\n"
+          "  schedule          GPUs      n      tasks  first run (s)  first build  later builds  kernel us/task")
     for row in rows:
-        print(f"  {row.get('schedule', '1f1b'):<16} {row['num_gpus']:>5} {row['n']:>5} {row['tasks']:>10,} "
-              f"{row['first_seconds']:>14.3f} {row['graph_us_per_task']:>14.2f} {row['kernel_us_per_task']:>15.2f}",
-              flush=True)
+        print(f"  {row.get('schedule', '1f1b'):<16} {row['num_gpus']:>5} {row['n']:>6} {row['tasks']:>10,} "
+              f"{row['first_seconds']:>14.3f} {row['first_build_us_per_task']:>12.3f} "
+              f"{row['later_builds_us_per_task']:>13.3f} {row['kernel_us_per_task']:>15.3f}", flush=True)
 
 
 _CONSTRUCTION = """
@@ -659,13 +669,15 @@ bench.compile_kernel()
 if {part!r} != "large":
     bench.warm_up()
 print(json.dumps({{"large": lambda: bench.first_and_repeat(bench.LARGE_FIRST), "schedules": bench.schedule_doubling,
-                  "doubling": bench.doubling}}[{part!r}]()))
+                  "doubling": bench.doubling,
+                  "microbatches": lambda: bench.doubling(bench.MICROBATCH_DOUBLINGS)}}[{part!r}]()))
 """
 
 
 def construction() -> dict:
     """Graph construction against the kernel, printed as measured: the first simulation of about 200,000 tasks,
-    every schedule over ``SCHEDULE_SIZES``, and 1F1B per doubling of tasks; each in a process of its own, so that
+    every schedule over ``SCHEDULE_SIZES``, and 1F1B per doubling of tasks, by GPUs and micro-batches in turn and by
+    micro-batches alone; each in a process of its own, so that
     each structure is new to it (the last two after ``warm_up``)."""
     def measured(part: str):
         result = subprocess.run([sys.executable, "-c", _CONSTRUCTION.format(folder=str(Path(__file__).parent),
@@ -677,10 +689,12 @@ def construction() -> dict:
     print(f"first simulation of {large['tasks']:,} tasks (ZB-H1, 64 GPUs, n = 528, one core): "
           f"{large['first_seconds']:.2f} s, of which the kernel {kernel:.2f} s", flush=True)
     schedules = measured("schedules")
-    _print_doubling(schedules)
+    _print_doubling(schedules, "every schedule, each size built from nothing")
     grown = measured("doubling")
-    _print_doubling(grown)
-    return {"large_first": large, "schedules": schedules, "doubling": grown}
+    _print_doubling(grown, "1F1B, GPUs and micro-batches doubling the tasks in turn")
+    longer = measured("microbatches")
+    _print_doubling(longer, "1F1B on 8 GPUs, micro-batches doubling")
+    return {"large_first": large, "schedules": schedules, "doubling": grown, "microbatch_doubling": longer}
 
 
 def hindsight_per_draw(draws: int = 5) -> dict | None:
