@@ -206,13 +206,16 @@ class SweepPlan:
 
     def chunks(self, start_row: int, rows_per_chunk: int) -> Iterator[Chunk]:
         """Units of work from row ``start_row`` on, in row order, none spanning two environments; a learned
-        dispatcher's carry its network, and a table's environment its table, so that no worker reads a file."""
+        dispatcher's carry its network, and a table's environment its table, so that no worker reads a file. A
+        hindsight environment's rows are one unit: the order it solves for each draw serves every policy, and is
+        solved once where one process runs them all (two workers given its pieces solved every draw twice)."""
         per_env = len(self.policies)
         first_env, offset = divmod(start_row, per_env)
         networks, tables = self.grid.networks(), self.grid.length_tables
         for params, workload in self.grid.cases(first_env):
-            for first in range(offset, per_env, rows_per_chunk):
-                yield Chunk(params, self.simulator, self.step, first, min(first + rows_per_chunk, per_env),
+            size = per_env if params.dispatch == "hindsight" else rows_per_chunk
+            for first in range(offset, per_env, size):
+                yield Chunk(params, self.simulator, self.step, first, min(first + size, per_env),
                             self.samples, self.with_samples, workload, self.grid.optional_groups,
                             self.grid.has_auto, networks.get(params.dispatch),
                             (tables[params.lengths],) if params.lengths else ())

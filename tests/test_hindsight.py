@@ -90,6 +90,41 @@ def test_a_hindsight_sweep_reports_its_proof(tmp_path):
         assert float(solved["memory_bound"]) <= float(solved["completion_time"]) <= float(static["completion_time"])
 
 
+@needs_solver
+def test_a_sweep_on_two_workers_solves_each_draw_once(monkeypatch, tmp_path):
+    """A hindsight environment's rows are one unit of work, since each draw's order serves every policy: given to
+    two workers in pieces, both solved every draw. The rows are those of one worker."""
+    from pipeline_sim.config import EnvironmentGrid
+    from pipeline_sim.sweep import SweepPlan, rows_per_chunk, run_sweep
+
+    solved = tmp_path / "solved.txt"
+    original = hindsight_module.solve
+
+    def counted(static, sample, limit):
+        with open(solved, "a") as handle:  # the workers are forked with this in place of the solver
+            handle.write(f"{'ideal' if static.prop_len == 0.0 else sample}\n")
+        return original(static, sample, limit)
+
+    monkeypatch.setattr(hindsight_module, "solve", counted)
+    grid = EnvironmentGrid.from_mapping({"n": 4, "num_gpus": 2, "schedule": "zb-h1", "compute_jitter": 0.2,
+                                         "dispatch": ["greedy", "hindsight"], "samples": 3})
+    plan = SweepPlan(grid, step=0.25)
+    size = rows_per_chunk(plan, 2)
+    assert size < len(plan.policies)  # the greedy environment is given in pieces
+    for start in (0, len(plan.policies) + 5):
+        chunks = [(chunk.params.dispatch, chunk.first, chunk.stop) for chunk in plan.chunks(start, size)]
+        assert chunks[-1] == ("hindsight", start % len(plan.policies), len(plan.policies))
+        assert all(dispatch == "greedy" for dispatch, _, _ in chunks[:-1])
+    for _ in run_sweep(plan, tmp_path / "two.csv", workers=2):
+        pass
+    # each draw once, and once the free links' run of the environment's ideal time
+    assert sorted(solved.read_text().split()) == ["0", "1", "2", "ideal"]
+    solved.unlink()
+    for _ in run_sweep(plan, tmp_path / "one.csv", workers=1):
+        pass
+    assert (tmp_path / "two.csv").read_bytes() == (tmp_path / "one.csv").read_bytes()
+
+
 def test_the_headroom_study_refuses_what_cannot_run_before_its_work(tmp_path):
     from conftest import assert_one_line_error, run_script
 
