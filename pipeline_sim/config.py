@@ -399,16 +399,20 @@ class EnvironmentGrid:
             yield dict(zip(names, combo))
 
     @cached_property
-    def _scan(self) -> tuple[int, tuple[tuple[str, str], ...], int, int, str, dict[str, LearnedPolicy], frozenset[int]]:
+    def _scan(self) -> tuple[int, tuple[tuple[str, str], ...], int, int, str, dict[str, LearnedPolicy], frozenset[int],
+                             tuple[float, float]]:
         """Valid count, the invalid combinations, the summed and the largest estimated tasks (and where), the
-        networks of the policy files the valid ones name, each file read once, and the places of the invalid
-        combinations among ``_combinations``."""
+        networks of the policy files the valid ones name, each file read once, the places of the invalid
+        combinations among ``_combinations``, and the estimated seconds of one simulation and of one draw's shared
+        work (``cost``) of every valid one summed."""
         # the checks that need the kernel, loaded once a config is read, not when a command only shows its --help
+        from .cost import draw_seconds, simulation_seconds
         from .engine import memory_in_force
         from .hindsight import check_hindsight
         from .learned import LearnedPolicy, load_policy, read_policy
 
         valid, invalid, total, largest, where, invalid_at = 0, [], 0, 0, "", set()
+        simulations, draws = 0.0, 0.0
         networks: dict[str, LearnedPolicy | ParameterError] = {}
         for place, combo in enumerate(self._combinations()):
             try:
@@ -434,10 +438,12 @@ class EnvironmentGrid:
             valid += 1
             tasks = estimated_tasks(params)
             total += tasks
+            simulations += simulation_seconds(params, tasks)
+            draws += draw_seconds(params, tasks)
             if tasks > largest:
                 largest, where = tasks, _describe(combo, self)
         read = {name: network for name, network in networks.items() if isinstance(network, LearnedPolicy)}
-        return valid, tuple(invalid), total, largest, where, read, frozenset(invalid_at)
+        return valid, tuple(invalid), total, largest, where, read, frozenset(invalid_at), (simulations, draws)
 
     @cached_property
     def length_tables(self) -> dict[str, LengthTable]:
@@ -458,6 +464,11 @@ class EnvironmentGrid:
     def task_estimate(self) -> tuple[int, int, str]:
         """Estimated tasks of one simulation of every valid environment summed, the largest, and its environment."""
         return self._scan[2], self._scan[3], self._scan[4]
+
+    def seconds_estimate(self) -> tuple[float, float]:
+        """Estimated seconds on one core of one simulation of every valid environment, and of one draw's work that
+        every policy of an environment shares (``cost``), each summed."""
+        return self._scan[7]
 
     def invalid(self) -> tuple[tuple[str, str], ...]:
         """The combinations that break a schedule's requirement: (the varying parameters, the reason)."""

@@ -30,19 +30,20 @@ import numpy as np
 
 from .cluster import DaskCluster
 from .config import BOOLEAN_KEYS, INTEGER_KEYS, OBJECT_KEYS, STRING_KEYS, ConfigError, EnvironmentGrid
+from .cost import simulation_seconds
 from .engine import bound_of_run, lower_bound, memory_bound
 from .files import OutputError, check_locks, exclusive_writer, file_digest, hold, lock_path, output_target
 from .hindsight import proven_share
 from .learned import LearnedPolicy, figures_of
 from .metrics import ScheduleMetrics, ideal_time, metric_columns
-from .model import COMM_KINDS, HINDSIGHT, LIST_KEYS, PARAMETER, EnvParams, ParameterError, Policy
+from .model import COMM_KINDS, HINDSIGHT, LIST_KEYS, LOOKAHEAD, PARAMETER, EnvParams, ParameterError, Policy
 from .parallel import ordered_map
 from .parameters import OPTIONAL_GROUPS, Weights
 from .parquet import Parts, PartWriter, merge_parts, require_pyarrow, schema, verified_parts
 from .results import FORMATS, SIMULATORS
 from .scenarios import DEFAULT_STEP, check_step, policy_grid, steps_per_unit
 from .tables import LengthTable, given
-from .taskgraph import MAX_TASKS
+from .taskgraph import MAX_TASKS, estimated_tasks
 from .workload import AUTO_COLUMNS, REPORT_COLUMNS, Workload, auto_candidates, workload_columns, workload_report
 
 if TYPE_CHECKING:
@@ -79,10 +80,12 @@ def sweep_columns(workload: bool, optional: frozenset[str] = frozenset(),
             (*env, *keys, "simulator", "policy", "sample", "completion_time"))
 #: Simulations a chunk of work aims at when samples multiply its rows.
 CHUNK_SIMULATIONS = 2048
-#: Measured cost of one task of a simulation on one core (benchmarks/bench.py; a slow day's figure).
-SECONDS_PER_TASK = 2e-6
 #: The longest sweep run without --allow-large.
 MAX_HOURS = 24
+#: The most estimated work (``cost``, on one core) a unit of work of an environment aims at, so that a slow
+#: dispatcher's sweep reports progress and keeps its work when stopped: a look-ahead environment of 16 GPUs and 64
+#: micro-batches at 20 samples took hours a unit. (Compiled rules' units hold a few minutes at most of a slow day.)
+CHUNK_SECONDS = 600.0
 
 
 class ResumeError(ValueError):
@@ -138,11 +141,18 @@ class SweepPlan:
             raise ConfigError(f"{where} has about {largest:,} tasks per simulation; at most {MAX_TASKS:,} fit in "
                               f"memory (pass --allow-large to try anyway)")
         tasks = total * len(self.policies) * self.samples
-        hours = tasks * SECONDS_PER_TASK / (os.cpu_count() or 1) / 3600
+        simulations, draws = self.grid.seconds_estimate()
+        seconds = simulations * len(self.policies) * self.samples + draws * self.samples
+        hours = seconds / (os.cpu_count() or 1) / 3600
         if hours > MAX_HOURS:
-            raise ConfigError(f"{self.num_simulations:,} simulations of about {tasks:,} "
-                              f"tasks would take about {hours:,.0f} hours on this machine; at most {MAX_HOURS} are "
-                              f"allowed (shrink the grid, or pass --allow-large)")
+            dispatch = {params.dispatch for params in self.grid}
+            why = "; ".join(text for name, text in ((LOOKAHEAD, "each look-ahead decision runs the rest of the "
+                                                                "iteration once per candidate"),
+                                                    (HINDSIGHT, "the hindsight solver takes seconds a draw"))
+                            if name in dispatch)
+            raise ConfigError(f"{self.num_simulations:,} simulations of about {tasks:,} tasks would take about "
+                              f"{hours:,.0f} hours on this machine{f' ({why})' if why else ''}; at most "
+                              f"{MAX_HOURS} are allowed (shrink the grid, or pass --allow-large)")
 
     @property
     def policies(self) -> tuple[Policy, ...]:
@@ -208,12 +218,16 @@ class SweepPlan:
         """Units of work from row ``start_row`` on, in row order, none spanning two environments; a learned
         dispatcher's carry its network, and a table's environment its table, so that no worker reads a file. A
         hindsight environment's rows are one unit: the order it solves for each draw serves every policy, and is
-        solved once where one process runs them all (two workers given its pieces solved every draw twice)."""
+        solved once where one process runs them all (two workers given its pieces solved every draw twice). Other
+        units hold ``rows_per_chunk`` rows, fewer where that many would take more than ``CHUNK_SECONDS``
+        (``cost``: a look-ahead's simulations take seconds)."""
         per_env = len(self.policies)
         first_env, offset = divmod(start_row, per_env)
         networks, tables = self.grid.networks(), self.grid.length_tables
         for params, workload in self.grid.cases(first_env):
-            size = per_env if params.dispatch == "hindsight" else rows_per_chunk
+            row_seconds = simulation_seconds(params, estimated_tasks(params)) * self.samples
+            size = per_env if params.dispatch == HINDSIGHT else \
+                max(1, min(rows_per_chunk, int(CHUNK_SECONDS // row_seconds)))
             for first in range(offset, per_env, size):
                 yield Chunk(params, self.simulator, self.step, first, min(first + size, per_env),
                             self.samples, self.with_samples, workload, self.grid.optional_groups,

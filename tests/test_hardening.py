@@ -19,6 +19,7 @@ from conftest import BIG, ROOT, assert_one_line_error, run_here, run_script, wri
 
 from pipeline_sim import EnvParams, Policy, calculate_full_pipeline_schedule
 from pipeline_sim.cli.common import counted, run_command
+from pipeline_sim.hindsight import solver_available
 from pipeline_sim.model import ParameterError
 
 QUICK = ROOT / "configs" / "quick.json"
@@ -392,6 +393,15 @@ def test_an_interrupt_that_lands_where_exceptions_are_swallowed_still_stops_the_
     ({"n": list(range(1, 1_000_002))}, [], "list of 1,000,001 values; at most 100,000 are allowed"),
     ({"n": {"start": 1, "stop": 1000, "step": 1}, "num_gpus": [4, 8, 16, 32, 64, 128], "bwd_len": [1.0, 2.0]}, [],
      "hours on this machine; at most 24 are allowed (shrink the grid, or pass --allow-large)"),
+    # priced as plain simulations, both took minutes; a look-ahead iteration of 16 GPUs and 64 micro-batches takes
+    # about a minute, a hindsight draw seconds
+    ({"n": 64, "num_gpus": 16, "schedule": "zb-h1", "dispatch": "lookahead", "samples": 100,
+      "compute_jitter": {"start": 0.01, "stop": 0.5, "step": 0.01}}, [],
+     "hours on this machine (each look-ahead decision runs the rest of the iteration once per candidate); at most 24"),
+    pytest.param({"n": 8, "num_gpus": 4, "schedule": "zb-h1", "dispatch": "hindsight", "samples": 10_000,
+                  "compute_jitter": {"start": 0.01, "stop": 0.5, "step": 0.01}}, [],
+                 "hours on this machine (the hindsight solver takes seconds a draw); at most 24",
+                 marks=pytest.mark.skipif(not solver_available(), reason="the [solver] extra is not installed")),
 ])
 def test_work_that_cannot_finish_or_fit_is_refused_before_it_starts(tmp_path, grid, args, fragment):
     config = write_config(tmp_path, grid)

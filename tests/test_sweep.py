@@ -118,6 +118,31 @@ def test_chunks_cover_every_row_once(plan):
             assert all(0 < c.stop - c.first <= size for c in chunks)
 
 
+def test_a_look_ahead_environment_is_cut_into_units_of_minutes():
+    """A look-ahead iteration of 16 GPUs and 64 micro-batches takes about a minute: a unit of 20 samples of a
+    hundred policies took hours before it reported progress or kept any work. Compiled rules keep their units."""
+    from pipeline_sim.cost import simulation_seconds
+    from pipeline_sim.sweep import CHUNK_SECONDS
+    from pipeline_sim.taskgraph import estimated_tasks
+
+    grid = EnvironmentGrid.from_mapping({"n": [8, 64], "num_gpus": 16, "schedule": "zb-h1", "compute_jitter": 0.2,
+                                         "dispatch": ["static", "lookahead"], "samples": 20})
+    plan = SweepPlan(grid, allow_large=True)
+    size = rows_per_chunk(plan, 2)
+    chunks = list(plan.chunks(0, size))
+    assert sum(chunk.stop - chunk.first for chunk in chunks) == plan.num_rows
+    for params in grid:
+        rows = [chunk.stop - chunk.first for chunk in chunks if chunk.params == params]
+        row_seconds = simulation_seconds(params, estimated_tasks(params)) * plan.samples
+        if params.dispatch == "static":
+            assert rows[:-1] == [size] * (len(rows) - 1)
+        else:
+            assert all(count == 1 or count * row_seconds <= CHUNK_SECONDS for count in rows)
+            assert max(rows) < size
+    assert max(chunk.stop - chunk.first for chunk in chunks if chunk.params.n == 64 and
+               chunk.params.dispatch == "lookahead") == 1
+
+
 def test_plan_rejects_bad_simulator():
     with pytest.raises(ValueError, match="simulator"):
         SweepPlan(EnvironmentGrid.from_mapping({}), simulator="triple")
