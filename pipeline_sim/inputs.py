@@ -39,6 +39,15 @@ def open_input(path: str | os.PathLike) -> BinaryIO:
         raise
 
 
+def where_relative(path: str | os.PathLike) -> str:
+    """For a relative ``path`` that names no file, the folder it was looked for in (the current one, not the
+    config's: ``configs/tables/1f1b.json`` is read from the project's folder): "; a relative path is read from
+    <folder>"; else ""."""
+    if os.path.isabs(path) or os.path.exists(path):
+        return ""
+    return f"; a relative path is read from the current folder, {os.getcwd()}"
+
+
 def read_at_most(path: str | os.PathLike, limit: int) -> bytes:
     """The bytes of ``path``; ``TooLarge`` when it holds more than ``limit``, read no further than that. ``OSError``
     as ``open`` raises it."""

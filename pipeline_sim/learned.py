@@ -24,7 +24,7 @@ from . import kernel
 from .engine import simulate_figures
 from .episode import Episode, episode_schedule
 from .hindsight import hindsight_figures
-from .inputs import TooLarge, read_at_most
+from .inputs import TooLarge, read_at_most, where_relative
 from .lookahead import lookahead_figures
 from .model import HINDSIGHT, LOOKAHEAD, EnvParams, ParameterError, Policy, Schedule
 
@@ -84,7 +84,8 @@ class LearnedPolicy:
         try:
             data = read_at_most(path, MAX_POLICY_BYTES)
         except FileNotFoundError:
-            raise ValueError("no such policy file (train.py writes one: python train.py -c CONFIG)") from None
+            raise ValueError(f"no such policy file (train.py writes one: python train.py -c CONFIG"
+                             f"{where_relative(path)})") from None
         except TooLarge as error:
             raise ValueError(f"is {error}, more than any policy file") from None
         except OSError as error:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Iterable, Iterator, Mapping
 
-from .inputs import TooLarge, read_at_most
+from .inputs import TooLarge, read_at_most, where_relative
 from .model import PARAMETERS
 from .parameters import MAX_LENGTH, ParameterError
 
@@ -57,7 +57,8 @@ def read_table(path: str) -> LengthTable:
     try:
         stat = os.stat(path)
     except OSError as error:
-        raise ParameterError("lengths", path, f"cannot be read ({error.strerror or error})") from None
+        raise ParameterError("lengths", path, f"cannot be read ({error.strerror or error}{where_relative(path)})") \
+            from None
     return _read(path, os.path.realpath(path), stat.st_mtime_ns, stat.st_size)
 
 

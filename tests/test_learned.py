@@ -184,7 +184,8 @@ def test_a_sweep_and_the_visualizer_read_a_policy_file(tmp_path):
     assert_one_line_error(refused, "dispatch = 'learned:greedy.npz': was trained on an observation of 41 fields")
     missing = run_here("schedule_visualizer_single_channel.py", "--schedule", "zb-h1", "--dispatch",
                        "learned:nothing.npz", "--no-show", cwd=tmp_path)
-    assert_one_line_error(missing, "--dispatch: dispatch = 'learned:nothing.npz': no such policy file")
+    assert_one_line_error(missing, "--dispatch: dispatch = 'learned:nothing.npz': no such policy file",
+                          f"; a relative path is read from the current folder, {tmp_path})")
 
 
 def test_the_dispatch_figure_reads_every_way_against_the_best_static_order():

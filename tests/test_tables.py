@@ -111,7 +111,8 @@ def test_a_bad_table_is_refused_in_one_line(tmp_path, change, fragments):
 
 
 @pytest.mark.parametrize("grid, fragments", [
-    ({"lengths": "none.json"}, ("config key 'lengths': lengths = 'none.json': cannot be read (No such file",)),
+    ({"lengths": "none.json"}, ("config key 'lengths': lengths = 'none.json': cannot be read (No such file",
+                                "; a relative path is read from the current folder, ")),
     ({"lengths": "table.txt"}, ("config key 'lengths': lengths = 'table.txt': must be a table of lengths: a JSON",)),
     ({"lengths": "configs/tables/1f1b.json", "fwd_len": 2.0},
      ("config key 'fwd_len': a table of 'lengths' gives every task's work; leave 'fwd_len' out",)),
