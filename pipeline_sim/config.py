@@ -324,6 +324,12 @@ class EnvironmentGrid:
                               f"{MAX_COMBINATIONS:,} are allowed (pass --allow-large to try anyway)")
         values = [(name, tuple(_values(name, raw[name], base)) if name in raw else (defaults[name],))
                   for name in names]
+        given = dict(values)
+        slowed = [gpu for gpu in given["slow_gpu"] if gpu >= 0]
+        if slowed and set(given["slow_factor"]) == {1.0}:
+            raise ConfigError(f"config key 'slow_gpu': a straggler needs 'slow_factor' above 1 (at 1, "
+                              f"{'the default, ' if 'slow_factor' not in raw else ''}GPU {slowed[0]} computes as "
+                              f"fast as the others); give one")
         workload_keys = [key for key in WORKLOAD_KEYS if key in raw]
         if workload_keys and "model" not in raw:
             raise ConfigError(f"config key {workload_keys[0]!r}: a workload key needs 'model' (a preset or an "

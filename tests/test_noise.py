@@ -257,7 +257,10 @@ def test_bad_noise_config(grid, fragment):
 @pytest.mark.parametrize("grid, args, fragments", [
     ({"compute_jitter": 1.5}, [], ["compute_jitter = 1.5", "0 <= x <= 1"]),
     ({"jitter_dist": "cauchy"}, [], ["'cauchy'", "lognormal, normal"]),
-    ({"num_gpus": [2, 4], "slow_gpu": 3}, [], ["cannot run", "slow_gpu = 3", "--skip-invalid"]),
+    ({"num_gpus": [2, 4], "slow_gpu": 3, "slow_factor": 2.0}, [], ["cannot run", "slow_gpu = 3", "--skip-invalid"]),
+    ({"slow_gpu": [-1, 3]}, [], ["config key 'slow_gpu': a straggler needs 'slow_factor' above 1 (at 1, the default, "
+                                 "GPU 3 computes as fast as the others); give one"]),
+    ({"slow_gpu": 1, "slow_factor": [1.0]}, [], ["'slow_factor' above 1 (at 1, GPU 1 computes as fast"]),
     ({"samples": 0}, [], ["'samples'", ">= 1"]),
     ({}, ["--samples", "0"], ["--samples", "0 must be >= 1"]),
 ])
@@ -266,6 +269,15 @@ def test_bad_noise_input_gets_one_line(tmp_path, grid, args, fragments):
     config.write_text(json.dumps(grid))
     result = run_here("data_generator.py", "-c", str(config), *args, cwd=tmp_path)
     assert_one_line_error(result, *fragments)
+
+
+def test_a_straggler_without_a_slowdown_is_refused_by_the_visualizer(tmp_path):
+    """--slow-gpu alone drew a run in which no GPU was slower, with nothing said."""
+    result = run_here("schedule_visualizer_single_channel.py", "--slow-gpu", "1", "--no-show", "--output",
+                      str(tmp_path / "chart.png"), cwd=tmp_path)
+    assert_one_line_error(result, "--slow-gpu: slow_gpu = 1: a straggler needs --slow-factor above 1 (at 1, GPU 1 "
+                                  "computes as fast as the others)")
+    assert not (tmp_path / "chart.png").exists()
 
 
 def test_visualizer_draws_one_sampled_iteration(tmp_path):

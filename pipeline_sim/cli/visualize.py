@@ -221,6 +221,9 @@ def _environment(args, given: set[str]) -> tuple[EnvParams, Workload | None]:
     """The environment the flags describe, and its workload when --model is given; with a table of lengths, the
     table's flags set the parameters the command line does not (``given``)."""
     env = {p.name: getattr(args, p.name) for p in PARAMETERS if getattr(args, p.name) is not None}
+    if env.get("slow_gpu", -1) >= 0 and env.get("slow_factor", PARAMETER["slow_factor"].default) == 1.0:
+        raise ParameterError("slow_gpu", env["slow_gpu"], f"a straggler needs --slow-factor above 1 (at 1, GPU "
+                                                          f"{env['slow_gpu']} computes as fast as the others)")
     keys = {key: getattr(args, key) for key in WORKLOAD_KEYS if getattr(args, key) is not None}
     if args.model is None:
         if keys:
