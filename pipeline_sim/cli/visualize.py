@@ -377,8 +377,8 @@ def draw(args: argparse.Namespace, params: EnvParams, workload: Workload | None,
          network: LearnedPolicy | None, texts: list[list[str]] | None, output: Path, image_format: str,
          layout: str) -> int:
     """Simulate the chart's run, draw it into ``output`` (locked by the caller) and report it."""
-    from ..engine import SimulationStuckError, bound_of_run, memory_bound, simulate, simulate_figures
-    from ..hindsight import simulate_hindsight
+    from ..engine import SimulationStuckError, bound_of_run, graph_arrays, memory_bound, simulate, simulate_figures
+    from ..hindsight import FALLBACK_RULES, SOLVED_TASKS, hindsight, simulate_hindsight, static_params
     from ..learned import simulate_learned
     from ..lookahead import simulate_lookahead
     from ..metrics import schedule_metrics
@@ -454,6 +454,18 @@ def draw(args: argparse.Namespace, params: EnvParams, workload: Workload | None,
     print(f"{name}: completion time {schedule.completion_time:.6g}{unit} (ideal {ideal:.6g}{unit}, lower bound "
           f"{schedule.lower_bound:.6g}{unit}: {schedule.bound_gap:.1%} above it{within}), peak activations {peak:g} "
           f"micro-batches; chart: {output}")
+    if params.dispatch == HINDSIGHT:
+        found, tasks = hindsight(params, args.sample), len(graph_arrays(static_params(params)).gpu)
+        print("  the hindsight order: " + {
+            "optimal": f"proven optimal on the fixed-delay relaxation ({found.relaxed:.6g}{unit} there)",
+            "feasible": f"the solver's best within its work limit ({found.relaxed:.6g}{unit} on the fixed-delay "
+                        f"relaxation, where no order beats {found.relaxed_bound:.6g}{unit})",
+            "heuristic": f"the fastest on this draw of the orders {', '.join(FALLBACK_RULES[:-1])} and "
+                         f"{FALLBACK_RULES[-1]} take (" + (f"{tasks:,} tasks; the solver takes {SOLVED_TASKS:,} at most"
+                                                            if tasks > SOLVED_TASKS else
+                                                            "the solver found no order within its limit") + ")"
+        }[found.status]
+              + ("" if schedule.given_order else "; the schedule's static order, faster on this draw, was run"))
     if report is not None and workload is not None:
         label = workload.label(params.num_gpus, params.n, params.zero) + \
             "".join(f", {word}" for word in layout_words(workload, short=False))
