@@ -107,7 +107,7 @@ def study(runs: dict[str, list[MeasuredRun]]) -> Iterator[ScheduleFigures]:
         measured = float(np.median(times))
         others = [run for name, own in runs.items() if name not in (SOURCE, schedule) for run in own]
         alone = _predicted(sources, schedule, None) if sources else None
-        calibrated = _predicted(sources, schedule, others) if sources else None
+        calibrated = _predicted(sources, schedule, others) if sources and others else None  # none to measure on
         task_cv = float(np.median([task_spread(run) for run in runs[schedule]]))
         yield ScheduleFigures(
             schedule, len(runs[schedule]), len(times), measured, variation(times),
