@@ -406,11 +406,12 @@ class EnvironmentGrid:
 
     @cached_property
     def _scan(self) -> tuple[int, tuple[tuple[str, str], ...], int, int, str, dict[str, LearnedPolicy], frozenset[int],
-                             tuple[float, float]]:
+                             tuple[tuple[float, float], tuple[float, float]]]:
         """Valid count, the invalid combinations, the summed and the largest estimated tasks (and where), the
         networks of the policy files the valid ones name, each file read once, the places of the invalid
         combinations among ``_combinations``, and the estimated seconds of one simulation and of one draw's shared
-        work (``cost``) of every valid one summed."""
+        work (``cost``) of every valid one summed, those of environments with noise apart (a sweep runs their
+        samples; the others run once)."""
         # the checks that need the kernel, loaded once a config is read, not when a command only shows its --help
         from .cost import draw_seconds, simulation_seconds
         from .engine import memory_in_force
@@ -418,7 +419,7 @@ class EnvironmentGrid:
         from .learned import LearnedPolicy, load_policy, read_policy
 
         valid, invalid, total, largest, where, invalid_at = 0, [], 0, 0, "", set()
-        simulations, draws = 0.0, 0.0
+        simulations, draws = [0.0, 0.0], [0.0, 0.0]  # noise-free, noisy
         networks: dict[str, LearnedPolicy | ParameterError] = {}
         for place, combo in enumerate(self._combinations()):
             try:
@@ -444,12 +445,13 @@ class EnvironmentGrid:
             valid += 1
             tasks = estimated_tasks(params)
             total += tasks
-            simulations += simulation_seconds(params, tasks)
-            draws += draw_seconds(params, tasks)
+            simulations[params.jittered] += simulation_seconds(params, tasks)
+            draws[params.jittered] += draw_seconds(params, tasks)
             if tasks > largest:
                 largest, where = tasks, _describe(combo, self)
         read = {name: network for name, network in networks.items() if isinstance(network, LearnedPolicy)}
-        return valid, tuple(invalid), total, largest, where, read, frozenset(invalid_at), (simulations, draws)
+        return valid, tuple(invalid), total, largest, where, read, frozenset(invalid_at), \
+            ((simulations[0], simulations[1]), (draws[0], draws[1]))
 
     @cached_property
     def length_tables(self) -> dict[str, LengthTable]:
@@ -471,10 +473,12 @@ class EnvironmentGrid:
         """Estimated tasks of one simulation of every valid environment summed, the largest, and its environment."""
         return self._scan[2], self._scan[3], self._scan[4]
 
-    def seconds_estimate(self) -> tuple[float, float]:
-        """Estimated seconds on one core of one simulation of every valid environment, and of one draw's work that
-        every policy of an environment shares (``cost``), each summed."""
-        return self._scan[7]
+    def seconds_estimate(self, policies: int, samples: int) -> float:
+        """Estimated seconds on one core (``cost``) of ``policies`` simulations of every valid environment, each
+        over ``samples`` draws where it has noise (once without), and of each draw's work that every policy of an
+        environment shares."""
+        (still, noisy), (still_draws, noisy_draws) = self._scan[7]
+        return (still + noisy * samples) * policies + still_draws + noisy_draws * samples
 
     def invalid(self) -> tuple[tuple[str, str], ...]:
         """The combinations that break a schedule's requirement: (the varying parameters, the reason)."""

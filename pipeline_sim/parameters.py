@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass, field, fields
+from difflib import get_close_matches
 from typing import Any
 
 #: Bounds of a task's work (docs/model.md section 9): every accepted environment gives finite times. Work below
@@ -131,7 +132,11 @@ class Names:
 
     def check(self, name: str, value: object) -> None:
         if not isinstance(value, str) or self.normal(value) not in self.names:
-            raise ParameterError(name, value, f"must be {self.describe()}")
+            # a name spelt another way ('look-ahead', 'critical_path') is told the one meant
+            near = get_close_matches(self.normal(value).replace("_", "-"), self.names, n=1, cutoff=0.75) \
+                if isinstance(value, str) else []
+            raise ParameterError(name, value, (f"did you mean {near[0]!r}? It " if near else "") +
+                                 f"must be {self.describe()}")
 
     def normal(self, value: str) -> str:
         return value.strip().lower() if self.case_insensitive else value

@@ -23,6 +23,7 @@ import shutil
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from functools import lru_cache
+from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Generator, Iterator
 
@@ -141,9 +142,7 @@ class SweepPlan:
             raise ConfigError(f"{where} has about {largest:,} tasks per simulation; at most {MAX_TASKS:,} fit in "
                               f"memory (pass --allow-large to try anyway)")
         tasks = total * len(self.policies) * self.samples
-        simulations, draws = self.grid.seconds_estimate()
-        seconds = simulations * len(self.policies) * self.samples + draws * self.samples
-        hours = seconds / (os.cpu_count() or 1) / 3600
+        hours = self.grid.seconds_estimate(len(self.policies), self.samples) / (os.cpu_count() or 1) / 3600
         if hours > MAX_HOURS:
             dispatch = {params.dispatch for params in self.grid}
             why = "; ".join(text for name, text in ((LOOKAHEAD, "each look-ahead decision runs the rest of the "
@@ -152,7 +151,7 @@ class SweepPlan:
                             if name in dispatch)
             raise ConfigError(f"{self.num_simulations:,} simulations of about {tasks:,} tasks would take about "
                               f"{hours:,.0f} hours on this machine{f' ({why})' if why else ''}; at most "
-                              f"{MAX_HOURS} are allowed (shrink the grid, or pass --allow-large)")
+                              f"{MAX_HOURS} hours are allowed (shrink the grid, or pass --allow-large)")
 
     @property
     def policies(self) -> tuple[Policy, ...]:
@@ -225,7 +224,8 @@ class SweepPlan:
         first_env, offset = divmod(start_row, per_env)
         networks, tables = self.grid.networks(), self.grid.length_tables
         for params, workload in self.grid.cases(first_env):
-            row_seconds = simulation_seconds(params, estimated_tasks(params)) * self.samples
+            row_seconds = simulation_seconds(params, estimated_tasks(params)) * (self.samples if params.jittered
+                                                                                 else 1)
             size = per_env if params.dispatch == HINDSIGHT else \
                 max(1, min(rows_per_chunk, int(CHUNK_SECONDS // row_seconds)))
             for first in range(offset, per_env, size):
@@ -396,9 +396,8 @@ def rows_per_chunk(plan: SweepPlan, workers: int) -> int:
 
 def useful_workers(plan: SweepPlan, workers: int) -> int:
     """``workers``, or fewer when the sweep has fewer chunks of work than that (chunks sized for the cores)."""
-    per_env = len(plan.policies)
     sized_for = min(workers, os.cpu_count() or 1)
-    chunks = plan.num_environments * math.ceil(per_env / rows_per_chunk(plan, sized_for))
+    chunks = sum(1 for _ in islice(plan.chunks(0, rows_per_chunk(plan, sized_for)), workers))
     return max(1, min(workers, chunks))
 
 

@@ -304,6 +304,9 @@ def test_a_dispatch_sweep_end_to_end(tmp_path):
 def test_bad_dispatch_input_on_the_command_line(tmp_path):
     for flags, words in ((["--dispatch", "fastest"], "--dispatch: dispatch = 'fastest': must be one of static, "
                                                        "greedy, critical-path, zb-adaptive"),
+                         (["--dispatch", "look-ahead"], "--dispatch: dispatch = 'look-ahead': did you mean "
+                                                         "'lookahead'? It must be one of static, greedy"),
+                         (["--dispatch", "critical_path"], "did you mean 'critical-path'? It must be one of"),
                          (["--dispatch", "greedy", "--memory-limit", "0.5"], "--memory-limit: memory_limit = 0.5"),
                          (["--memory-limit", "-2"], "--memory-limit: memory_limit = -2.0")):
         result = run_here("schedule_visualizer_single_channel.py", *flags, "--no-show", cwd=tmp_path)

@@ -143,6 +143,18 @@ def test_a_look_ahead_environment_is_cut_into_units_of_minutes():
                chunk.params.dispatch == "lookahead") == 1
 
 
+def test_the_day_limit_prices_samples_only_where_noise_draws_them(monkeypatch):
+    """A noise-free environment runs once whatever ``samples`` says: 50 samples of a look-ahead grid of about two
+    hours were priced as 50 runs and refused."""
+    from pipeline_sim.config import ConfigError
+
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    still = {"n": 64, "num_gpus": 16, "schedule": "zb-h1", "dispatch": "lookahead", "samples": 50}
+    assert SweepPlan(EnvironmentGrid.from_mapping(still)).num_simulations == 121 * 50
+    with pytest.raises(ConfigError, match=r"would take about \d+ hours on this machine \(each look-ahead"):
+        SweepPlan(EnvironmentGrid.from_mapping({**still, "compute_jitter": 0.1}))
+
+
 def test_plan_rejects_bad_simulator():
     with pytest.raises(ValueError, match="simulator"):
         SweepPlan(EnvironmentGrid.from_mapping({}), simulator="triple")
