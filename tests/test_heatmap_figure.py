@@ -127,3 +127,34 @@ def test_times_below_any_power_a_float_holds_are_drawn_not_raised(tmp_path):
     figure = HeatmapFigure(2)
     figure.draw(rows.assign(completion_time=rows["completion_time"] * 1e-321), title="t")  # subnormal times
     assert figure.colorbar.ax.get_ylabel() == "completion time (1e-300 model units)"
+
+
+def test_a_comparison_keeps_every_name_and_label_inside_its_figure():
+    """The fastest schedule's name is bold, wider than its plain letters: a 37-character one lost its first letters at
+    the figure's edge, and a best policy's label too long for either side of its point ran past the axes."""
+    import pandas as pd
+    from matplotlib.backends.backend_agg import RendererAgg
+    from matplotlib.figure import Figure
+
+    from pipeline_sim.plotting.comparison import figure_size, plot_schedule_comparison
+
+    names = ["zb-h1 wf=0.5", "zb-h1 wf=0.5 lookahead", "zb-h1 wf=0.5 lookahead memory limit=4",
+             "zb-h1 wf=0.5 lookahead memory limit=6"]
+    summary = pd.DataFrame({"schedule": names, "best_time": [44.58, 43.13, 43.13, 39.0],
+                            "worst_time": [52.12, 45.46, 45.46, 45.46], "default_time": [float("nan")] * 4,
+                            "ideal_time": [27.0] * 4, "lower_bound": [32.0] * 4,
+                            "best_policy": ["F | G1 S0 (and 2 tied)", "F=G | S1 (and 1 tied)", "F=G | S1 (and 1 tied)",
+                                            "F | G1 S0 (and 2 tied)"], "peak_activations": [4.0, 4.0, 4.0, 6.0]})
+    fig = Figure(figsize=figure_size(len(summary)))
+    axes = plot_schedule_comparison(fig, summary, title="n=8, GPUs=4")
+    renderer = RendererAgg(int(fig.bbox.width), int(fig.bbox.height), fig.dpi)
+    times = axes["times"]
+    labels = times.get_yticklabels()
+    assert labels[3].get_fontweight() == "bold"
+    assert min(label.get_window_extent(renderer).x0 for label in labels) >= 0
+    inside = times.get_window_extent(renderer)
+    notes = [text for text in times.texts if "tied" in text.get_text()]
+    assert len(notes) == 4
+    for note in notes:
+        drawn = note.get_window_extent(renderer)
+        assert inside.x0 - 1 <= drawn.x0 and drawn.x1 <= inside.x1 + 1, note.get_text()
