@@ -9,7 +9,7 @@
     python benchmarks/bench.py --replay     # only reading and replaying a committed PyTorch trace
     python benchmarks/bench.py --lookahead  # only dispatch = lookahead's time per iteration
     python benchmarks/bench.py --learned    # only a learned dispatcher's iteration, played and stepped from Python
-    python benchmarks/bench.py --doubling   # only graph construction against the kernel (about three minutes)
+    python benchmarks/bench.py --doubling   # only graph construction against the kernel (about a minute)
 
 Measures: simulations per second on one core (default environment, all 121 policies
 of the sweep: shared, exclusive and priority-0 layers), compiled and as plain Python
@@ -653,12 +653,16 @@ def replay_trace() -> dict:
 
 
 def _print_doubling(rows: list[dict], title: str) -> None:
-    print(f"\n  {title}\n  {'':46}{'graph us/task':^27}\n"
-          "  schedule          GPUs      n      tasks  first run (s)  first build  later builds  kernel us/task")
+    """A table of ``first_and_repeat`` rows: the first simulation from nothing, its graph built (median over the
+    builds); per task the graph's construction, a size's first build apart from its later ones; the kernel."""
+    print(f"\n  {title}\n"
+          f"  {'':40} {'first sim from':>14} {'construction, us/task':^26} {'kernel':>9}\n"
+          f"  {'schedule':<16} {'GPUs':>5} {'n':>6} {'tasks':>10} {'nothing (ms)':>14} {'first build':>12} "
+          f"{'later builds':>13} {'us/task':>9}")
     for row in rows:
         print(f"  {row.get('schedule', '1f1b'):<16} {row['num_gpus']:>5} {row['n']:>6} {row['tasks']:>10,} "
-              f"{row['first_seconds']:>14.3f} {row['first_build_us_per_task']:>12.3f} "
-              f"{row['later_builds_us_per_task']:>13.3f} {row['kernel_us_per_task']:>15.3f}", flush=True)
+              f"{row['first_seconds'] * 1e3:>14.2f} {row['first_build_us_per_task']:>12.3f} "
+              f"{row['later_builds_us_per_task']:>13.3f} {row['kernel_us_per_task']:>9.3f}", flush=True)
 
 
 _CONSTRUCTION = """
