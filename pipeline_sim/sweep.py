@@ -653,8 +653,8 @@ def _start(plan: SweepPlan, output: Path, samples_output: Path | None, overwrite
     if not overwrite:
         if partial.exists():
             if resumable(output, plan):
-                raise ResumeError(f"{partial} holds rows of this very sweep; pass --resume to continue it or "
-                                  f"--overwrite to start over")
+                raise ResumeError(f"{partial} is an unfinished run of this very sweep; pass --resume to continue it "
+                                  f"or --overwrite to start over")
             differences = settings_changed(sweep_record(meta).get("settings"), plan)
             which = f", written {', '.join(differences)}" if differences else \
                 " (a different config, step, simulator or samples setting)"

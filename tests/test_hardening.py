@@ -270,7 +270,8 @@ def test_an_existing_output_or_partial_is_never_discarded_silently(tmp_path):
     config = interrupted_sweep(tmp_path)
     kept = (tmp_path / "out.csv.partial").read_bytes()
     again = run_here("data_generator.py", "-c", str(config), "-o", "out.csv", cwd=tmp_path)
-    assert_one_line_error(again, "out.csv.partial holds rows of this very sweep; pass --resume", "--overwrite")
+    assert_one_line_error(again, "out.csv.partial is an unfinished run of this very sweep; pass --resume",
+                          "--overwrite")
     assert (tmp_path / "out.csv.partial").read_bytes() == kept
     other = run_here("data_generator.py", "-c", str(QUICK), "-o", "out.csv", cwd=tmp_path)
     assert_one_line_error(other, "holds rows of another sweep", "pass --overwrite to discard them")
