@@ -473,12 +473,13 @@ class EnvironmentGrid:
         """Estimated tasks of one simulation of every valid environment summed, the largest, and its environment."""
         return self._scan[2], self._scan[3], self._scan[4]
 
-    def seconds_estimate(self, policies: int, samples: int) -> float:
+    def seconds_estimate(self, policies: int, samples: int) -> tuple[float, float]:
         """Estimated seconds on one core (``cost``) of ``policies`` simulations of every valid environment, each
         over ``samples`` draws where it has noise (once without), and of each draw's work that every policy of an
-        environment shares."""
+        environment shares; and of the latter alone."""
         (still, noisy), (still_draws, noisy_draws) = self._scan[7]
-        return (still + noisy * samples) * policies + still_draws + noisy_draws * samples
+        shared = still_draws + noisy_draws * samples
+        return (still + noisy * samples) * policies + shared, shared
 
     def invalid(self) -> tuple[tuple[str, str], ...]:
         """The combinations that break a schedule's requirement: (the varying parameters, the reason)."""

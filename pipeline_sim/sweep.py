@@ -142,13 +142,14 @@ class SweepPlan:
             raise ConfigError(f"{where} has about {largest:,} tasks per simulation; at most {MAX_TASKS:,} fit in "
                               f"memory (pass --allow-large to try anyway)")
         tasks = total * len(self.policies) * self.samples
-        hours = self.grid.seconds_estimate(len(self.policies), self.samples) / (os.cpu_count() or 1) / 3600
+        seconds, solves = self.grid.seconds_estimate(len(self.policies), self.samples)
+        hours = seconds / (os.cpu_count() or 1) / 3600
         if hours > MAX_HOURS:
-            dispatch = {params.dispatch for params in self.grid}
-            why = "; ".join(text for name, text in ((LOOKAHEAD, "each look-ahead decision runs the rest of the "
-                                                                "iteration once per candidate"),
-                                                    (HINDSIGHT, "the hindsight solver takes seconds a draw"))
-                            if name in dispatch)
+            why = "; ".join(text for priced, text in ((LOOKAHEAD in self.dispatchers, "each look-ahead decision "
+                                                                                      "runs the rest of the iteration "
+                                                                                      "once per candidate"),
+                                                      (solves > 0, "the hindsight solver takes seconds a draw"))
+                            if priced)
             raise ConfigError(f"{self.num_simulations:,} simulations of about {tasks:,} tasks would take about "
                               f"{hours:,.0f} hours on this machine{f' ({why})' if why else ''}; at most "
                               f"{MAX_HOURS} hours are allowed (shrink the grid, or pass --allow-large)")
@@ -156,6 +157,11 @@ class SweepPlan:
     @property
     def policies(self) -> tuple[Policy, ...]:
         return policy_grid(self.step)
+
+    @property
+    def dispatchers(self) -> frozenset[str]:
+        """The ``dispatch`` values of the grid."""
+        return frozenset(dict(self.grid.values)["dispatch"])
 
     @property
     def header(self) -> str:
@@ -620,6 +626,8 @@ def run_sweep(plan: SweepPlan, output: str | os.PathLike, *, workers: int = 1, r
             # a Dask task carries up to CHUNK_SIMULATIONS simulations (its scheduling costs a millisecond), and
             # there are still four per worker
             batch = max(1, min(CHUNK_SIMULATIONS // (size * plan.samples), plan.num_rows // size // (4 * workers)))
+            if plan.dispatchers & {LOOKAHEAD, HINDSIGHT}:  # units of seconds to minutes each, sized by their cost
+                batch = 1
             # in worker processes even for one: a stop request is answered while a long simulation runs there
             results = cluster.map(simulate_chunk, chunks, batch) if cluster else \
                 ordered_map(simulate_chunk, chunks, workers, isolate=True)
