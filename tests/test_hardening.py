@@ -714,7 +714,7 @@ def without_column(rows, column):
                                                   "")), "line 2 has chunks = an empty cell; schedule "
                                                         "interleaved-1f1b reads it"),
     ("name.csv", lambda rows: "".join(with_cell(rows, 6, "schedule", "1f1x")),
-     "line 7 has schedule = '1f1x'; must be one of gpipe"),
+     "line 7 has schedule = '1f1x'; did you mean '1f1b'? It must be one of gpipe"),
     ("grid.csv", lambda rows: "".join(with_cell(with_cell(rows, 2, "prio_fwd_prop", "0.3"), 2, "prio_grad_prop",
                                                 "0.7")), "has prio_fwd_prop = 0.3 at line 3, off its policy grid"),
     ("torn.csv", lambda rows: "".join(rows)[:3000], "its last line is cut (no line end)"),
