@@ -30,6 +30,7 @@ from .state import (
     RUNNING,
     SEQ,
     SINCE,
+    STACK,
     START,
     STATIC,
     STUCK,
@@ -39,10 +40,14 @@ from .state import (
 
 @internal
 def _copy(state: tuple) -> tuple:
-    """The loop's arrays copied; no segments kept."""
+    """The loop's arrays copied; no segments kept. The scratch of the allocation (``A``, ``AF``) and of the ends
+    (``ending``), which each event writes before it reads them, and the stack's free part are not copied: new arrays
+    of their shape, only the stack's frames (none at a decision) copied in."""
     F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending = state
-    return (F.copy(), I.copy(), P.copy(), PF.copy(), Q.copy(), A.copy(), AF.copy(), C.copy(), HT.copy(), HI.copy(),
-            SI[:0].copy(), SF[:, :0].copy(), K.copy(), ending.copy())
+    stack = np.empty_like(K)
+    stack[:, :C[STACK]] = K[:, :C[STACK]]
+    return (F.copy(), I.copy(), P.copy(), PF.copy(), Q.copy(), np.empty_like(A), np.empty_like(AF), C.copy(),
+            HT.copy(), HI.copy(), SI[:0].copy(), SF[:, :0].copy(), stack, np.empty_like(ending))
 
 
 @inner

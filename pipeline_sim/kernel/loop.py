@@ -163,7 +163,7 @@ def _settle(now: float, rule: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, 
                         prefetch_row(I, release_task[j])
                         prefetch_row(F, release_task[j])
                 s = I[dependent, GPU]
-                Q[READY_QUEUE, s, P[READY_COUNT, s]] = dependent
+                Q[READY_QUEUE, P[READY_COUNT, s], s] = dependent
                 P[READY_COUNT, s] += 1
                 mark(P, C, DIRTY_COMM, DIRTY_COMM_LIST, DIRTY_COMM_COUNT, s)
             else:
@@ -254,10 +254,10 @@ def _finish(i: int, now: float, F: np.ndarray, I: np.ndarray, P: np.ndarray, Q: 
             _release_hold(s, P, K, C)
         last = P[READY_COUNT, s] - 1
         j = 0
-        while Q[READY_QUEUE, s, j] != i:
+        while Q[READY_QUEUE, j, s] != i:
             j += 1
         for j in range(j, last):
-            Q[READY_QUEUE, s, j] = Q[READY_QUEUE, s, j + 1]
+            Q[READY_QUEUE, j, s] = Q[READY_QUEUE, j + 1, s]
         P[READY_COUNT, s] = last
         mark(P, C, DIRTY_COMM, DIRTY_COMM_LIST, DIRTY_COMM_COUNT, s)
 
@@ -281,7 +281,7 @@ def state_words(n: int, p: int, queue: int) -> int:
     for ``n`` tasks on ``p`` GPUs of ``queue`` transfers at most: ``F``, ``HT``, ``AF``, then ``I``, ``HI``, ``K``,
     ``ending``, ``Q`` and ``A``."""
     width = scratch_width(p * queue, p)
-    return n * (TASK_FLOATS + 1 + TASK_INTS + 3 + 1) + 3 * (3 * n + 2 * p + 8) + 2 * p * queue + \
+    return n * (TASK_FLOATS + 1 + 3 + 1) + (n * TASK_INTS + 1) // 2 + 3 * (3 * n + 2 * p + 8) + 2 * p * queue + \
         (SCRATCH_FLOATS + SCRATCH_INTS) * width
 
 
@@ -309,8 +309,9 @@ def prepare(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.
     HT = floats[n * TASK_FLOATS:n * (TASK_FLOATS + 1)]
     AF = floats[n * (TASK_FLOATS + 1):].reshape((SCRATCH_FLOATS, width))
     at = len(floats)
-    I = room[at:at + n * TASK_INTS].reshape((n, TASK_INTS))
-    at += n * TASK_INTS
+    ints = (n * TASK_INTS + 1) // 2  # words of I, whose integers take half a word each
+    I = room[at:at + ints].view(np.int32)[:n * TASK_INTS].reshape((n, TASK_INTS))
+    at += ints
     # the heap of projected ends, one entry a task at most: per entry its time (HT), number and task (HI rows 0
     # and 1); per task the place of its entry (HI row 2, -1: none)
     HI = room[at:at + 3 * n].reshape((3, n))
@@ -320,13 +321,18 @@ def prepare(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.
     at += 3 * stack
     ending = room[at:at + n]
     at += n
-    Q = room[at:at + 2 * p * queue].reshape((2, p, queue))
+    Q = room[at:at + 2 * p * queue].reshape((2, queue, p))
     A = room[at + 2 * p * queue:].reshape((SCRATCH_INTS, width))
-    A[:] = 0
-    AF[:] = 0.0
-    F[:] = 0.0
-    I[:] = 0
+    P = np.empty((GPU_INTS, p), dtype=np.int64)
+    P[:] = 0
+    P[BUSY] = -1
+    P[CANDIDATES] = -1
+    P[LAST_TAKEN] = -1
     for i in range(n):  # element by element: a whole-row copy would compile a shape check and its error message
+        for column in range(TASK_FLOATS):  # each row written in one pass, not a pass over the whole array first
+            F[i, column] = 0.0
+        for column in range(TASK_INTS):
+            I[i, column] = 0
         F[i, LENGTH] = length[i]
         F[i, IMPACT] = impact[i]
         F[i, REMAINING] = length[i]
@@ -344,23 +350,17 @@ def prepare(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.
         I[i, KIND_CLASS] = kind_class[i]
         I[i, RESERVE] = reserve[i]
         I[i, FALLS] = falls[i]
+        I[i, BEFORE] = -2
+        HI[2, i] = -1
         if comm[i] >= 0:
             I[i, TIER] = kind_tier[comm[i]]
             F[i, PRIORITY] = kind_priority[comm[i]]
-    P = np.empty((GPU_INTS, p), dtype=np.int64)
-    P[:] = 0
-    P[BUSY] = -1
-    P[CANDIDATES] = -1
-    P[LAST_TAKEN] = -1
-    for i in range(n):
-        I[i, BEFORE] = -2
-        if comm[i] < 0 and needs_count[i] == 0:  # a compute task that may start at time 0
+        elif needs_count[i] == 0:  # a compute task that may start at time 0
             enter_candidates(i, I, P)
     PF = np.empty((2, p))
     PF[:] = 0.0
     C = np.empty(7, dtype=np.int64)
     C[:] = 0
-    HI[2] = -1
     SI = np.empty(segment_room, dtype=np.int64)
     SF = np.empty((3, segment_room))
     return F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending
@@ -566,6 +566,8 @@ def simulate_policies(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray,
     words = state_words(len(length), p, queue_room(gpu, comm, p))
     if len(room) < words:
         room = np.empty(words, dtype=np.int64)
+    starts, ends, throttled_time = np.empty(len(length)), np.empty(len(length)), np.empty(len(length))
+    throttled = np.empty(len(length), dtype=np.int64)
     for row in range(len(kind_tiers)):
         F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending = start(
             length, gpu, receiver, comm, stage, index, impact, needs_count, release_start, release_task,
@@ -574,7 +576,10 @@ def simulate_policies(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray,
         status = advance_apart(rule, memory, ingress_capacity, release_start, release_task, order_start, order_task,
                                peer_start, peer_task, F, I, P, PF, Q, A, AF, C, HT, HI, SI, SF, K, ending, 0.0)[0]
         if status == DONE:
-            # each column copied whole: the figures' one signature takes contiguous arrays, as a schedule's records
-            figures_apart(gpu, comm, rises, falls, p, units, F[:, START].copy(), F[:, END].copy(),
-                          I[:, THROTTLED].copy(), F[:, THROTTLED_TIME].copy(), out[row])
+            # the columns copied, in one pass over the rows: the figures' one signature takes contiguous arrays, as a
+            # schedule's records
+            for i in range(len(length)):
+                starts[i], ends[i] = F[i, START], F[i, END]
+                throttled[i], throttled_time[i] = I[i, THROTTLED], F[i, THROTTLED_TIME]
+            figures_apart(gpu, comm, rises, falls, p, units, starts, ends, throttled, throttled_time, out[row])
     return out, room
