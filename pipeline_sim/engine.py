@@ -520,17 +520,16 @@ def _records(params: EnvParams, sample: int, lengths: np.ndarray | None, run: Ru
 
 def figure_columns(F: np.ndarray, I: np.ndarray) -> tuple[np.ndarray, ...]:
     """Every task's start, end, whether it was throttled and for how long, from the kernel's state (one row per task),
-    each a contiguous array, as ``kernel.figures`` takes them (the flags as 64-bit integers, as every caller gives
-    them: the state's are 32-bit)."""
+    each a contiguous array, as ``kernel.figures`` takes them."""
     return (np.ascontiguousarray(F[:, kernel.START]), np.ascontiguousarray(F[:, kernel.END]),
-            I[:, kernel.THROTTLED].astype(np.int64), np.ascontiguousarray(F[:, kernel.THROTTLED_TIME]))
+            np.ascontiguousarray(I[:, kernel.THROTTLED]), np.ascontiguousarray(F[:, kernel.THROTTLED_TIME]))
 
 
 #: Simulations of this many tasks or more, whose state outgrows the caches (``kernel.jit.PREFETCH_TASKS``), take it
 #: from one room kept for the next (``simulate_figures``): a large environment's state is then faulted in once, not
 #: on every simulation (from 32 MiB, about 57,000 tasks, the C library maps a block anew each time: about a fifth of
-#: a million-task run). The process holds that room until it ends: 490 to 590 bytes per task of the largest
-#: environment simulated, of which about 290 are ever written and so in memory (the allocation's scratch, room for
+#: a million-task run). The process holds that room until it ends: 560 to 660 bytes per task of the largest
+#: environment simulated, of which about 360 are ever written and so in memory (the allocation's scratch, room for
 #: the most flows an event could couple, is written only as far as an event's flows reach). Smaller simulations each
 #: make their own, in one block that the C library reuses for the next.
 ROOM_KEPT_TASKS = 32_768

@@ -113,6 +113,17 @@ def test_bad_weights_are_named(weights, fragment):
     assert fragment in str(error.value) and error.value.name == "stage_weights"
 
 
+@pytest.mark.parametrize("dispatch", ["greedy", "critical-path", "zb-adaptive"])
+def test_a_dispatcher_keeps_its_limit_where_a_gpu_s_room_passes_32_bits(dispatch):
+    """Rooms are counted in 2**20 units a micro-batch of a uniform stage: three chunks of weight 1,000 on a GPU hold
+    3,145,728,000 units, past a 32-bit count, which would wrap below zero and let every forward in. The limit holds."""
+    params = EnvParams(schedule="interleaved-1f1b", num_gpus=2, n=4, chunks=3, stage_weights=(1000.0,) * 6,
+                       dispatch=dispatch, memory_limit=1000.0)
+    run = simulate(params, Policy())
+    assert max(run.peak_activations) <= 1000.0 + 1e-9
+    validate_schedule(run)
+
+
 def test_a_flag_s_weights_leave_none_out():
     from pipeline_sim.parameters import Weights
 

@@ -203,7 +203,7 @@ def choose_sending_set(ready):
     """The kernel's sending set of one GPU whose ready transfers are ``ready``, in ready order."""
     count = len(ready)
     F = np.zeros((count, state.TASK_FLOATS))
-    I = np.zeros((count, state.TASK_INTS), dtype=np.int32)
+    I = np.zeros((count, state.TASK_INTS), dtype=np.int64)
     Q = np.zeros((2, count, 1), dtype=np.int64)
     A, _ = allocation.scratch(count, 1)
     for i, run in enumerate(ready):

@@ -281,7 +281,7 @@ def state_words(n: int, p: int, queue: int) -> int:
     for ``n`` tasks on ``p`` GPUs of ``queue`` transfers at most: ``F``, ``HT``, ``AF``, then ``I``, ``HI``, ``K``,
     ``ending``, ``Q`` and ``A``."""
     width = scratch_width(p * queue, p)
-    return n * (TASK_FLOATS + 1 + 3 + 1) + (n * TASK_INTS + 1) // 2 + 3 * (3 * n + 2 * p + 8) + 2 * p * queue + \
+    return n * (TASK_FLOATS + 1 + TASK_INTS + 3 + 1) + 3 * (3 * n + 2 * p + 8) + 2 * p * queue + \
         (SCRATCH_FLOATS + SCRATCH_INTS) * width
 
 
@@ -309,9 +309,8 @@ def prepare(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.
     HT = floats[n * TASK_FLOATS:n * (TASK_FLOATS + 1)]
     AF = floats[n * (TASK_FLOATS + 1):].reshape((SCRATCH_FLOATS, width))
     at = len(floats)
-    ints = (n * TASK_INTS + 1) // 2  # words of I, whose integers take half a word each
-    I = room[at:at + ints].view(np.int32)[:n * TASK_INTS].reshape((n, TASK_INTS))
-    at += ints
+    I = room[at:at + n * TASK_INTS].reshape((n, TASK_INTS))
+    at += n * TASK_INTS
     # the heap of projected ends, one entry a task at most: per entry its time (HT), number and task (HI rows 0
     # and 1); per task the place of its entry (HI row 2, -1: none)
     HI = room[at:at + 3 * n].reshape((3, n))
