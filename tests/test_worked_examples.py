@@ -204,10 +204,10 @@ def choose_sending_set(ready):
     count = len(ready)
     F = np.zeros((count, state.TASK_FLOATS))
     I = np.zeros((count, state.TASK_INTS), dtype=np.int64)
-    Q = np.zeros((2, count, 1), dtype=np.int64)
+    Q = np.zeros((2, 1, count), dtype=np.int64)
     A, _ = allocation.scratch(count, 1)
     for i, run in enumerate(ready):
-        Q[state.READY_QUEUE, i, 0] = i
+        Q[state.READY_QUEUE, 0, i] = i
         I[i, state.TIER] = -1 if run.tier_rank is None else run.tier_rank
         I[i, state.INDEX], I[i, state.COMM] = run.index, run.kind_order
         F[i, state.KEY], F[i, state.PRIORITY] = allocation.ready_key(run.ready), run.priority

@@ -301,7 +301,7 @@ def layered_rates(senders: list[int], receivers: list[int | None], weights: list
 
 @exposed
 def choose_sending_set(s: int, count: int, Q: np.ndarray, F: np.ndarray, I: np.ndarray, A: np.ndarray) -> int:
-    """Fill ``A[CHOSEN]`` with the sending set among GPU s's ``count`` ready transfers (``Q[READY_QUEUE, :, s]``, in
+    """Fill ``A[CHOSEN]`` with the sending set among GPU s's ``count`` ready transfers (``Q[READY_QUEUE, s]``, in
     ready order) and return its size; set ``WEIGHT``, ``SHARE`` and ``LAYER`` of each chosen task.
 
     1. exclusive: the transfer with the earliest key (``key_before``) sends alone, weight 1;
@@ -311,7 +311,7 @@ def choose_sending_set(s: int, count: int, Q: np.ndarray, F: np.ndarray, I: np.n
     """
     winner = -1
     for k in range(count):
-        i = Q[READY_QUEUE, k, s]
+        i = Q[READY_QUEUE, s, k]
         if I[i, TIER] >= 0 and (winner < 0 or key_before(I[i, TIER], F[i, KEY], I[i, INDEX], I[i, COMM], I[i, STAGE],
                                                           I[winner, TIER], F[winner, KEY], I[winner, INDEX],
                                                           I[winner, COMM], I[winner, STAGE])):
@@ -324,7 +324,7 @@ def choose_sending_set(s: int, count: int, Q: np.ndarray, F: np.ndarray, I: np.n
         return 1
     size = 0
     for k in range(count):
-        i = Q[READY_QUEUE, k, s]
+        i = Q[READY_QUEUE, s, k]
         if F[i, PRIORITY] > 0.0:
             A[CHOSEN, size] = i
             size += 1
@@ -332,7 +332,7 @@ def choose_sending_set(s: int, count: int, Q: np.ndarray, F: np.ndarray, I: np.n
             I[i, LAYER] = SHARED_LAYER
     if size == 0:
         for k in range(count):
-            i = Q[READY_QUEUE, k, s]
+            i = Q[READY_QUEUE, s, k]
             A[CHOSEN, size] = i
             size += 1
             F[i, WEIGHT] = 1.0
@@ -349,10 +349,10 @@ def choose_sending_set(s: int, count: int, Q: np.ndarray, F: np.ndarray, I: np.n
 def _coupled(h: int, other: int, P: np.ndarray, Q: np.ndarray, I: np.ndarray) -> bool:
     """Whether a flow of one GPU's sending set goes to the other."""
     for k in range(P[SENDING_COUNT, h]):
-        if I[Q[SENDING_SET, k, h], RECEIVER] == other:
+        if I[Q[SENDING_SET, h, k], RECEIVER] == other:
             return True
     for k in range(P[SENDING_COUNT, other]):
-        if I[Q[SENDING_SET, k, other], RECEIVER] == h:
+        if I[Q[SENDING_SET, other, k], RECEIVER] == h:
             return True
     return False
 
@@ -374,13 +374,13 @@ def sending_sets(now: float, F: np.ndarray, I: np.ndarray, P: np.ndarray, Q: np.
         for c in range(size):
             I[A[CHOSEN, c], CHOSEN_NOW] = 1
         for j in range(P[SENDING_COUNT, s]):
-            i = Q[SENDING_SET, j, s]
+            i = Q[SENDING_SET, s, j]
             if I[i, RECEIVER] >= 0:
                 seeds = _seed(I[i, RECEIVER], seeds, P)  # its receiver's other inflow may speed up
             if (F[i, RATE] != 0.0 or I[i, THROTTLED_NOW] == 1) and I[i, CHOSEN_NOW] == 0:
                 set_rate(i, 0.0, False, now, F, I, HT, HI, SI, SF, C)  # no longer sending
         for c in range(size):
-            Q[SENDING_SET, c, s] = A[CHOSEN, c]
+            Q[SENDING_SET, s, c] = A[CHOSEN, c]
             I[A[CHOSEN, c], CHOSEN_NOW] = 0
         P[SENDING_COUNT, s] = size
         P[DIRTY_COMM, s] = 0
@@ -441,7 +441,7 @@ def group_flows(g: int, ingress_capacity: float, F: np.ndarray, I: np.ndarray, P
     for k in range(first, P[GROUP_END, g]):
         h = P[GROUP, k]
         for j in range(P[SENDING_COUNT, h]):
-            i = Q[SENDING_SET, j, h]
+            i = Q[SENDING_SET, h, j]
             A[FLOWS, count] = i
             count += 1
             if I[i, RECEIVER] >= 0:
@@ -483,7 +483,7 @@ def set_group_rates(g: int, count: int, contended: bool, now: float, F: np.ndarr
         h = P[GROUP, k]
         sync = 0.0
         for j in range(P[SENDING_COUNT, h]):
-            i = Q[SENDING_SET, j, h]
+            i = Q[SENDING_SET, h, j]
             if I[i, COMM] == GRAD_SYNC:
                 sync += F[i, RATE]
         if sync != PF[SYNC_RATE, h]:

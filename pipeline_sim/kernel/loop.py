@@ -163,7 +163,7 @@ def _settle(now: float, rule: int, F: np.ndarray, I: np.ndarray, P: np.ndarray, 
                         prefetch_row(I, release_task[j])
                         prefetch_row(F, release_task[j])
                 s = I[dependent, GPU]
-                Q[READY_QUEUE, P[READY_COUNT, s], s] = dependent
+                Q[READY_QUEUE, s, P[READY_COUNT, s]] = dependent
                 P[READY_COUNT, s] += 1
                 mark(P, C, DIRTY_COMM, DIRTY_COMM_LIST, DIRTY_COMM_COUNT, s)
             else:
@@ -254,10 +254,10 @@ def _finish(i: int, now: float, F: np.ndarray, I: np.ndarray, P: np.ndarray, Q: 
             _release_hold(s, P, K, C)
         last = P[READY_COUNT, s] - 1
         j = 0
-        while Q[READY_QUEUE, j, s] != i:
+        while Q[READY_QUEUE, s, j] != i:
             j += 1
         for j in range(j, last):
-            Q[READY_QUEUE, j, s] = Q[READY_QUEUE, j + 1, s]
+            Q[READY_QUEUE, s, j] = Q[READY_QUEUE, s, j + 1]
         P[READY_COUNT, s] = last
         mark(P, C, DIRTY_COMM, DIRTY_COMM_LIST, DIRTY_COMM_COUNT, s)
 
@@ -320,7 +320,7 @@ def prepare(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: np.
     at += 3 * stack
     ending = room[at:at + n]
     at += n
-    Q = room[at:at + 2 * p * queue].reshape((2, queue, p))
+    Q = room[at:at + 2 * p * queue].reshape((2, p, queue))
     A = room[at + 2 * p * queue:].reshape((SCRATCH_INTS, width))
     P = np.empty((GPU_INTS, p), dtype=np.int64)
     P[:] = 0

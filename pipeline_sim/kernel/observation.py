@@ -69,5 +69,5 @@ def observe(s: int, now: float, unit: float, memory: int, F: np.ndarray, I: np.n
         out[base + 9] = min(1.0, P[READY_COUNT, g] / 4.0)
         rate = 0.0
         for j in range(P[READY_COUNT, g]):
-            rate += F[Q[READY_QUEUE, j, g], RATE]
+            rate += F[Q[READY_QUEUE, g, j], RATE]
         out[base + 10] = min(1.0, rate)

@@ -56,8 +56,7 @@ NEXT, BUSY, READY_COUNT, SENDING_COUNT, DIRTY_COMM, DIRTY_COMPUTE, DIRTY_COMM_LI
 GPU_INTS = 20
 # per GPU, floats (PF):
 SYNC_RATE, INFLOW = range(2)
-# queues Q[READY_QUEUE, :, g] and Q[SENDING_SET, :, g]: task numbers in ready order, each entry of every GPU
-# side by side (an event reads the first few entries of many GPUs)
+# queues Q[READY_QUEUE, g] and Q[SENDING_SET, g]: task numbers in ready order
 READY_QUEUE, SENDING_SET = range(2)
 # counters (C):
 SEQ, DONE_COUNT, SEGMENTS, HEAP_SIZE, DIRTY_COMM_COUNT, DIRTY_COMPUTE_COUNT, STACK = range(7)
