@@ -10,7 +10,8 @@ import multiprocessing.context
 import signal
 from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor
-from typing import Callable, Generator, Iterable, TypeVar
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import Any, Callable, Generator, Iterable, TypeVar
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
@@ -18,11 +19,27 @@ _Item = TypeVar("_Item")
 _Result = TypeVar("_Result")
 
 
-def _init_worker() -> None:
+#: In a worker, the count shared with its parent that ``tick`` adds to (``ordered_map``'s ``ticks``); None elsewhere.
+_ticks: Any = None
+#: How long the parent waits for a result before it reads the ticks again (``ordered_map``'s ``waiting``).
+WAIT_SECONDS = 0.5
+
+
+def _init_worker(ticks: Any = None) -> None:
     # Ctrl-C goes to the whole process group; only the parent should react to it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the parent's clean-stop handler is not for workers
     die_with_parent()
+    global _ticks
+    _ticks = ticks
+
+
+def tick(count: int) -> None:
+    """Tell the parent that ``count`` more units of work are done within the call this worker runs (nothing outside
+    a worker of ``ordered_map`` given ``ticks``)."""
+    if _ticks is not None:
+        with _ticks.get_lock():
+            _ticks.value += count
 
 
 def interrupt_behind(error: BaseException) -> KeyboardInterrupt | None:
@@ -51,13 +68,17 @@ def die_with_parent() -> None:
 
 
 def ordered_map(function: Callable[[_Item], _Result], items: Iterable[_Item],
-                workers: int, isolate: bool = False) -> Generator[_Result, None, None]:
+                workers: int, isolate: bool = False, ticks: Any = None,
+                waiting: Callable[[], None] | None = None) -> Generator[_Result, None, None]:
     """``map`` over processes, results in input order, at most ``4 x workers`` items in flight.
 
     Each function call should take long enough (tens of milliseconds or more) for
     process overhead to stay small; callers chunk their work accordingly. One worker maps
     in this process, unless ``isolate``: a call into compiled code does not return to the
     interpreter until it is done, so only a call in another process can be stopped at once.
+    ``ticks`` (a ``multiprocessing.Value`` of this process's context, ``shared_count``) is what ``tick`` adds to in
+    the workers; ``waiting`` is called every ``WAIT_SECONDS`` while the next result is not in, so that the caller can
+    read it.
     """
     if workers <= 1 and not isolate:
         yield from map(function, items)
@@ -69,22 +90,38 @@ def ordered_map(function: Callable[[_Item], _Result], items: Iterable[_Item],
         # first reading: about 4.5 KB per environment); frozen objects it leaves alone.
         gc.freeze()
     workers = max(1, workers)
-    pool = ProcessPoolExecutor(max_workers=workers, initializer=_init_worker, mp_context=context)
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_init_worker, initargs=(ticks,), mp_context=context)
     finished = False
     try:
         pending: deque[Future[_Result]] = deque()
         for item in items:
             pending.append(pool.submit(function, item))
             if len(pending) >= 4 * workers:
-                yield pending.popleft().result()
+                yield _result(pending.popleft(), waiting)
         while pending:
-            yield pending.popleft().result()
+            yield _result(pending.popleft(), waiting)
         finished = True
     finally:
         if not finished:
             _stop_now(pool)
         pool.shutdown(wait=finished, cancel_futures=True)
         gc.unfreeze()
+
+
+def _result(future: Future[_Result], waiting: Callable[[], None] | None) -> _Result:
+    """``future``'s result, once it is in; ``waiting`` called every ``WAIT_SECONDS`` until then."""
+    if waiting is None:
+        return future.result()
+    while True:
+        try:
+            return future.result(timeout=WAIT_SECONDS)
+        except FutureTimeout:
+            waiting()
+
+
+def shared_count() -> Any:
+    """A count that workers of ``ordered_map`` add to (``tick``) and this process reads (its ``value``)."""
+    return process_context().Value("q", 0)
 
 
 def _stop_now(pool: ProcessPoolExecutor) -> None:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from itertools import islice
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Generator, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator
 
 import numpy as np
 
@@ -38,7 +38,7 @@ from .hindsight import proven_share
 from .learned import LearnedPolicy, figures_of
 from .metrics import ScheduleMetrics, ideal_time, metric_columns
 from .model import COMM_KINDS, HINDSIGHT, LIST_KEYS, LOOKAHEAD, PARAMETER, EnvParams, ParameterError, Policy
-from .parallel import ordered_map
+from .parallel import ordered_map, shared_count, tick
 from .parameters import OPTIONAL_GROUPS, Weights
 from .parquet import Parts, PartWriter, merge_parts, require_pyarrow, schema, verified_parts
 from .results import FORMATS, SIMULATORS
@@ -340,20 +340,27 @@ def _simulate_chunk(chunk: Chunk) -> tuple[str, str, int]:
     # auto: every candidate split is simulated and each policy keeps the one of least mean completion time
     candidates = auto_candidates(chunk.workload, chunk.params) if choosing and chunk.workload is not None \
         else [(chunk.workload, chunk.params)]
-    runs_of, scalars_of = [], []
+    runs_of: list[list[dict[str, list]]] = []
+    scalars_of = []
+    # the parent told of the chunk's simulations as each draw's are done: all of them once the last draw is
+    simulations, steps, told = (chunk.stop - chunk.first) * chunk.samples, len(candidates) * draws, 0
     for _, params in candidates:
         ideal = ideal_time(params, chunk.network)
-        runs = [metric_columns(figures_of(params, policies, sample, chunk.network), ideal)
-                for sample in range(draws)]
-        scalars = [[dict(zip(ScheduleMetrics.SCALARS, values)) for values in zip(*(run[name] for name in
-                                                                                   ScheduleMetrics.SCALARS))]
-                   for run in runs]
-        if chunk.dispatch:  # the bound depends on the draw, not on the policy
-            for sample in range(draws):
+        runs: list[dict[str, list]] = []
+        scalars = []
+        for sample in range(draws):
+            run = metric_columns(figures_of(params, policies, sample, chunk.network), ideal)
+            runs.append(run)
+            scalars.append([dict(zip(ScheduleMetrics.SCALARS, values))
+                            for values in zip(*(run[name] for name in ScheduleMetrics.SCALARS))])
+            if chunk.dispatch:  # the bound depends on the draw, not on the policy
                 bound, held = lower_bound(params, sample), memory_bound(params, sample)
                 for values in scalars[sample]:
                     values["lower_bound"] = bound_of_run(bound, float(values["completion_time"]), params)
                     values["memory_bound"] = bound_of_run(held, float(values["completion_time"]), params)
+            done = simulations * (len(runs_of) * draws + sample + 1) // steps
+            tick(done - told)
+            told = done
         runs_of.append(runs)
         scalars_of.append(scalars)
     mean_times = np.array([[math.fsum(run["completion_time"][i] for run in runs) / draws
@@ -537,8 +544,8 @@ def _remove_leftovers(output: Path) -> None:
 
 def run_sweep(plan: SweepPlan, output: str | os.PathLike, *, workers: int = 1, resume: bool = False,
               samples_output: str | os.PathLike | None = None, overwrite: bool = False,
-              cluster: DaskCluster | None = None,
-              report: Callable[[str], None] | None = None) -> Generator[int, None, None]:
+              cluster: DaskCluster | None = None, report: Callable[[str], None] | None = None,
+              running: Callable[[int], None] | None = None) -> Generator[int, None, None]:
     """Run ``plan`` into ``output`` (a CSV, or Parquet by ``plan.format``); yield the rows on disk, first before
     any new work.
 
@@ -550,7 +557,9 @@ def run_sweep(plan: SweepPlan, output: str | os.PathLike, *, workers: int = 1, r
     ``samples_output``. With ``cluster`` (a Dask scheduler, or a local Dask cluster) the
     chunks run there instead of on ``workers`` local processes, and the file is the same
     bytes. ``report`` is told, in one line, what a resume found and did besides continuing
-    (parts recomputed, a complete output left as it was).
+    (parts recomputed, a complete output left as it was). ``running`` is told, every half second while the next
+    rows are awaited from local workers, the simulations done so far, those of rows still being computed included
+    (a unit can take minutes: a hindsight environment's draws).
     """
     output = output_target(output)
     if plan.with_samples and samples_output is None:
@@ -629,8 +638,9 @@ def run_sweep(plan: SweepPlan, output: str | os.PathLike, *, workers: int = 1, r
             if plan.dispatchers & {LOOKAHEAD, HINDSIGHT}:  # units of seconds to minutes each, sized by their cost
                 batch = 1
             # in worker processes even for one: a stop request is answered while a long simulation runs there
+            ticks, waiting = (None, None) if running is None or cluster else _told(running, done * plan.samples)
             results = cluster.map(simulate_chunk, chunks, batch) if cluster else \
-                ordered_map(simulate_chunk, chunks, workers, isolate=True)
+                ordered_map(simulate_chunk, chunks, workers, isolate=True, ticks=ticks, waiting=waiting)
             try:
                 for text, sample_text, count in results:
                     check_locks()
@@ -652,6 +662,16 @@ def run_sweep(plan: SweepPlan, output: str | os.PathLike, *, workers: int = 1, r
                 os.fsync(samples.fileno())
         check_locks()
         _finish(plan, output, samples_output, types)
+
+
+def _told(running: Callable[[int], None], simulated: int) -> tuple[Any, Callable[[], None]]:
+    """A count the workers add their simulations to as they do them (``parallel.tick``), and what tells
+    ``running`` the sweep's simulations done: ``simulated`` before, and that count."""
+    ticks = shared_count()
+
+    def waiting() -> None:
+        running(simulated + ticks.value)
+    return ticks, waiting
 
 
 def _start(plan: SweepPlan, output: Path, samples_output: Path | None, overwrite: bool) -> None:

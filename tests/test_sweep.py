@@ -229,3 +229,31 @@ def test_forked_workers_find_the_parents_objects_frozen():
     next(abandoned)
     abandoned.close()
     assert gc.get_freeze_count() == 0
+
+
+def test_a_long_unit_moves_the_progress_as_each_draw_is_done(tmp_path, monkeypatch):
+    """A unit of work can take minutes (a hindsight environment's draws): while it runs, ``running`` is told the
+    simulations of each draw done, not only those of the rows written; the rows are the same."""
+    import time
+
+    from pipeline_sim import parallel
+    from pipeline_sim import sweep as sweep_module
+
+    original = sweep_module.figures_of
+
+    def slow(*args):
+        time.sleep(0.3)  # the workers are forked with this in place: each draw takes a while
+        return original(*args)
+
+    plan = SweepPlan(EnvironmentGrid.from_mapping({"n": 4, "num_gpus": 2, "compute_jitter": 0.2, "samples": 3}),
+                     step=0.25)
+    rows = len(plan.policies)
+    told: list[int] = []
+    plain = list(run_sweep(plan, tmp_path / "plain.csv", workers=1))
+    monkeypatch.setattr(sweep_module, "figures_of", slow)
+    monkeypatch.setattr(parallel, "WAIT_SECONDS", 0.02)
+    watched = list(run_sweep(plan, tmp_path / "watched.csv", workers=1, running=told.append))
+    assert plain == watched == [0, rows]  # the environment is one unit
+    assert told == sorted(told) and told[-1] <= 3 * rows
+    assert {0, rows, 2 * rows} <= set(told)  # before the first draw, after the first and after the second
+    assert (tmp_path / "plain.csv").read_bytes() == (tmp_path / "watched.csv").read_bytes()

@@ -9,7 +9,7 @@ import time
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Generator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Generator, Sequence
 
 from ..cluster import ClusterError, ClusterLost, TaskKilled, connected
 from ..config import EnvironmentGrid
@@ -165,18 +165,24 @@ def _run(plan: SweepPlan, output: Path, partial: Path, workers: int, asked: int,
     from ..sweep import run_sweep
 
     continuing = resume and partial.exists()  # a partial of no rows yet is continued all the same
+    bar: list[Any] = []  # the progress bar, once it is shown
+
+    def running(simulations: int) -> None:  # units of minutes (a hindsight environment) move the bar as they go
+        if bar:
+            bar[0].update(max(0, simulations - bar[0].n))
     with connected(cluster, workers) as dask:  # an unreachable one: one line, no files
         progress = run_sweep(plan, output, workers=workers, resume=resume, samples_output=samples_output,
-                             overwrite=overwrite, cluster=dask, report=lambda line: print(line, flush=True))
+                             overwrite=overwrite, cluster=dask, report=lambda line: print(line, flush=True),
+                             running=running)
         try:
-            _announce(plan, progress, output, partial, workers, asked, resume and not continuing, cluster)
+            _announce(plan, progress, output, partial, workers, asked, resume and not continuing, cluster, bar)
         finally:
             progress.close()  # a sweep that stopped early keeps its rows and releases its lock
 
 
 def _announce(plan: SweepPlan, progress: Generator[int, None, None], output: Path, partial: Path, workers: int,
-              asked: int, nothing_to_resume: bool, cluster: str | None) -> None:
-    """Say what the sweep runs and where, then follow it to the end."""
+              asked: int, nothing_to_resume: bool, cluster: str | None, bar: list[Any]) -> None:
+    """Say what the sweep runs and where, then follow it to the end (its progress bar put in ``bar``)."""
     done = next(progress) * plan.samples  # checks that the output can be written before announcing the work
     draws = f" x {plan.samples} samples" if plan.samples > 1 else ""
     print(f"{counted(plan.num_environments, 'environment')} x {counted(len(plan.policies), 'policy', 'policies')}"
@@ -206,23 +212,30 @@ def _announce(plan: SweepPlan, progress: Generator[int, None, None], output: Pat
             raise KeyboardInterrupt(f"{str(interrupt) or 'interrupted'} after {done:,} of "
                                     f"{plan.num_simulations:,} simulations; rows kept in {partial}; to continue: "
                                     f"{command_to_resume()}") from None
-    _follow(progress, plan, done, partial)
+    _follow(progress, plan, done, partial, bar)
 
 
-def _follow(progress: Generator[int, None, None], plan: SweepPlan, done: int, partial: Path) -> None:
-    """Show the sweep's progress until it ends; an interruption says what is kept and how to continue."""
+def _follow(progress: Generator[int, None, None], plan: SweepPlan, done: int, partial: Path,
+            shown: list[Any]) -> None:
+    """Show the sweep's progress until it ends (the bar put in ``shown``); an interruption says what is kept and how
+    to continue."""
     from tqdm import tqdm
 
-    bar = tqdm(total=plan.num_simulations, initial=done, unit="sim", dynamic_ncols=True, mininterval=0.5,
+    # redrawn at most twice a second, whatever came before: a sweep's fast units would otherwise have the bar wait
+    # for as many simulations again before it redraws, minutes where a hindsight environment's draws come slowly
+    bar = tqdm(total=plan.num_simulations, initial=done, unit="sim", dynamic_ncols=True, mininterval=0.5, miniters=1,
                smoothing=0.05, file=sys.stderr)
+    shown.append(bar)
+    kept = done  # the simulations of the rows on disk: the bar may show those of rows still running too
     try:
         for rows in progress:
-            bar.update(rows * plan.samples - bar.n)
+            kept = rows * plan.samples
+            bar.update(max(0, kept - bar.n))
             check_interrupt()
     except ClusterLost as error:
         progress.close()
         bar.close()
-        raise ClusterError(f"{error} after {bar.n:,} of {plan.num_simulations:,} simulations; rows kept in "
+        raise ClusterError(f"{error} after {kept:,} of {plan.num_simulations:,} simulations; rows kept in "
                            f"{partial}; to continue: {command_to_resume()}") from None
     except TaskKilled as error:
         progress.close()
@@ -240,7 +253,7 @@ def _follow(progress: Generator[int, None, None], plan: SweepPlan, done: int, pa
         progress.close()
         bar.close()
         why = "a worker process died" if interrupt is None else str(interrupt) or "interrupted"
-        raise KeyboardInterrupt(f"{why} after {bar.n:,} of {plan.num_simulations:,} simulations; "
+        raise KeyboardInterrupt(f"{why} after {kept:,} of {plan.num_simulations:,} simulations; "
                                 f"rows kept in {partial}; to continue: {command_to_resume()}") from None
     bar.close()
 

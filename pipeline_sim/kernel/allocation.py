@@ -225,7 +225,7 @@ def _fill(count: int, A: np.ndarray, AF: np.ndarray) -> None:
 
 
 @exposed
-def _layered(count: int, ingress_capacity: float, num_gpus: int, A: np.ndarray, AF: np.ndarray) -> None:
+def _layered(count: int, ingress_capacity: float, A: np.ndarray, AF: np.ndarray) -> None:
     """Rates ``AF[RATE_OF, :count]`` of every sending set's flows: layer by layer, lowest layer number first.
 
     ``A[LAYER_OF, f]`` ranks flow f (exclusive tiers first, then ``SHARED_LAYER``, then
@@ -233,8 +233,9 @@ def _layered(count: int, ingress_capacity: float, num_gpus: int, A: np.ndarray, 
     ingress the layers before it left; a GPU's sending set is of one layer, so its egress
     is whole for that layer. A flow whose receiver is saturated by higher layers gets 0.
     """
-    for g in range(num_gpus):
-        AF[LEFT, g] = ingress_capacity
+    for f in range(count):  # the ingress of the flows' receivers, the only GPUs ``_fill`` reads it of
+        if A[RECEIVER_OF, f] >= 0:
+            AF[LEFT, A[RECEIVER_OF, f]] = ingress_capacity
     previous = -1
     while True:
         layer = -1
@@ -295,7 +296,7 @@ def layered_rates(senders: list[int], receivers: list[int | None], weights: list
     A[RECEIVER_OF, :count] = [-1 if r is None else r for r in receivers]
     A[LAYER_OF, :count] = layers
     AF[WEIGHT_OF, :count] = weights
-    _layered(count, ingress_capacity, num_gpus, A, AF)
+    _layered(count, ingress_capacity, A, AF)
     return AF[RATE_OF, :count].tolist()
 
 
@@ -454,8 +455,8 @@ def group_flows(g: int, ingress_capacity: float, F: np.ndarray, I: np.ndarray, P
 
 
 @inner
-def contended_rates(count: int, ingress_capacity: float, num_gpus: int, F: np.ndarray, I: np.ndarray,
-                     A: np.ndarray, AF: np.ndarray) -> None:
+def contended_rates(count: int, ingress_capacity: float, F: np.ndarray, I: np.ndarray, A: np.ndarray,
+                    AF: np.ndarray) -> None:
     """The layered allocation of the flows ``A[FLOWS, :count]``, into ``AF[RATE_OF, :count]``."""
     for f in range(count):
         i = A[FLOWS, f]
@@ -463,7 +464,7 @@ def contended_rates(count: int, ingress_capacity: float, num_gpus: int, F: np.nd
         A[RECEIVER_OF, f] = I[i, RECEIVER]
         A[LAYER_OF, f] = I[i, LAYER]
         AF[WEIGHT_OF, f] = F[i, WEIGHT]
-    _layered(count, ingress_capacity, num_gpus, A, AF)
+    _layered(count, ingress_capacity, A, AF)
 
 
 @inner

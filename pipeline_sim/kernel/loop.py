@@ -408,7 +408,6 @@ def advance(rule: int, memory: int, ingress_capacity: float, release_start: np.n
     ``(status, now, decider)`` (``simulate``). Its own function, allocating nothing, so that an episode's loop
     resumes it at every decision without counting references to every array."""
     n = F.shape[0]
-    p = len(order_start) - 1
     status = RUNNING
     decider = -1
     while True:
@@ -422,7 +421,7 @@ def advance(rule: int, memory: int, ingress_capacity: float, release_start: np.n
         for group in range(sending_sets_apart(now, F, I, P, Q, A, HT, HI, SI, SF, C, peer_start, peer_task)):
             count = group_flows_apart(group, ingress_capacity, F, I, P, PF, Q, A)
             if count > 0:
-                contended_rates_apart(count, ingress_capacity, p, F, I, A, AF)
+                contended_rates_apart(count, ingress_capacity, F, I, A, AF)
             set_group_rates_apart(group, abs(count), count > 0, now, F, I, P, PF, Q, A, AF, HT, HI, SI, SF, C)
         compute_rates(now, F, I, P, PF, HT, HI, SI, SF, C)
         if C[DONE_COUNT] >= n:
