@@ -10,6 +10,7 @@
     python benchmarks/bench.py --lookahead  # only dispatch = lookahead's time per iteration
     python benchmarks/bench.py --learned    # only a learned dispatcher's iteration, played and stepped from Python
     python benchmarks/bench.py --doubling   # only graph construction against the kernel (about a minute)
+    python benchmarks/bench.py --instructions  # only the kernel's instructions and cache misses per task, callgrind
 
 Measures: simulations per second on one core (default environment, all 121 policies
 of the sweep: shared, exclusive and priority-0 layers), compiled and as plain Python
@@ -701,6 +702,57 @@ def construction() -> dict:
     return {"large_first": large, "schedules": schedules, "doubling": grown, "microbatch_doubling": longer}
 
 
+_SIMULATIONS = """
+import os, sys
+sys.path.insert(0, {folder!r})
+import bench
+params = bench.EnvParams(num_gpus={num_gpus}, n={n})
+bench.simulate_figures(params, [bench.SCALING_POLICY])
+os.getppid()  # callgrind's counts are written before each call: the second part is the repeat alone
+bench.simulate_figures(params, [bench.SCALING_POLICY])
+os.getppid()
+"""
+#: The simulated caches: a first level of 32 KiB and a second of 1 MiB, the sizes of this machine's.
+_CACHES = ("--D1=32768,8,64", "--I1=32768,8,64", "--LL=1048576,8,64")
+
+
+def instructions(sizes: tuple[tuple[int, int], ...] = DOUBLINGS) -> list[dict] | None:
+    """Per task of the kernel, along the doubling line (1F1B; GPUs and micro-batches of ``sizes``): instructions
+    and simulated cache misses under Valgrind's callgrind, which a processor's speed and its neighbours on a shared
+    machine leave alone. Each size is built and simulated once, then simulated again, and the repeat is counted
+    alone (the kernel, as the doubling line's repeat times it); compiled for a generic x86-64 processor, whose
+    instructions callgrind knows, and loaded from the cache after a first compile outside it. None without
+    Valgrind."""
+    import shutil
+
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        return None
+    folder = str(Path(__file__).parent)
+    environment = {**os.environ, "NUMBA_CPU_NAME": "generic"}
+    subprocess.run([sys.executable, "-c", _SIMULATIONS.format(folder=folder, num_gpus=2, n=2)], check=True,
+                   env=environment)
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for num_gpus, n in sizes:
+            out = Path(scratch) / f"callgrind.{num_gpus}x{n}"
+            subprocess.run([valgrind, "--tool=callgrind", "--cache-sim=yes", *_CACHES, "--dump-before=getppid",
+                            f"--callgrind-out-file={out}", sys.executable, "-c",
+                            _SIMULATIONS.format(folder=folder, num_gpus=num_gpus, n=n)],
+                           check=True, env=environment, capture_output=True)
+            lines = Path(f"{out}.2").read_text().splitlines()
+            events = next(line for line in lines if line.startswith("events:")).split()[1:]
+            summary = next(line for line in lines if line.startswith("summary:")).split()[1:]
+            tasks = len(graph_arrays(EnvParams(num_gpus=num_gpus, n=n)).gpu)
+            one = {event: int(value) / tasks for event, value in zip(events, summary)}
+            rows.append({"num_gpus": num_gpus, "n": n, "tasks": tasks, "instructions_per_task": one["Ir"],
+                         "first_level_misses_per_task": one["D1mr"] + one["D1mw"],
+                         "second_level_misses_per_task": one["DLmr"] + one["DLmw"]})
+            print(f"  {num_gpus:>5} {n:>6} {tasks:>10,} {one['Ir']:>13,.0f} {one['D1mr'] + one['D1mw']:>13.1f} "
+                  f"{one['DLmr'] + one['DLmw']:>13.1f}", flush=True)
+    return rows
+
+
 def hindsight_per_draw(draws: int = 5) -> dict | None:
     """``dispatch = hindsight`` on n = 8, 4 GPUs, ZB-H1 at 30% jitter: seconds per draw to solve and replay its
     order (one core), and how many draws the solver proved optimal; None without the [solver] extra."""
@@ -757,6 +809,9 @@ def main() -> int:
     parser.add_argument("--doubling", action="store_true",
                         help="only the cost per task of graph construction and kernel: 201,696 tasks, every schedule "
                              "from 4 to 64 GPUs and 8 to 1,024 micro-batches, 1F1B doubling tasks to a million")
+    parser.add_argument("--instructions", action="store_true",
+                        help="only the kernel's instructions and simulated cache misses per task along the 1F1B "
+                             "doubling line, under Valgrind's callgrind (about 20 minutes; needs valgrind)")
     parser.add_argument("--hindsight", action="store_true", help="only dispatch = hindsight's seconds per draw")
     parser.add_argument("--moe", action="store_true", help="only a DeepSeek-V3 iteration at its published layout")
     parser.add_argument("--replay", action="store_true", help="only reading and replaying a committed PyTorch trace")
@@ -775,6 +830,15 @@ def main() -> int:
     machine = {"python": platform.python_version(), "cores": cores, "platform": platform.platform()}
     if args.doubling:
         return _written(args.json, {"machine": machine, "doubling": construction()})
+    if args.instructions:
+        print("the kernel per task, 1F1B, under callgrind (32 KiB first level, 1 MiB second; one simulation)\n"
+              f"  {'GPUs':>5} {'n':>6} {'tasks':>10} {'instructions':>13} {'first-level':>13} {'second-level':>13}",
+              flush=True)
+        counted = instructions()
+        if counted is None:
+            print("valgrind is not installed: nothing measured", file=sys.stderr)
+            return 1
+        return _written(args.json, {"machine": machine, "instructions": counted})
     if args.replay:
         trace = replay_trace()
         print(f"PyTorch trace, Interleaved1F1B on 2 ranks ({trace['iterations']} iterations): read "

@@ -179,6 +179,17 @@ def _unraisable(previous: Callable[[UnraisableHookArgs], object]) -> Callable[[U
     return hook
 
 
+def bar_width() -> dict[str, Any]:
+    """tqdm's size for a progress bar on stderr: the terminal's width, followed as it changes; 80 columns of 24 lines
+    where the terminal says it has none (a pseudo-terminal of no size, as ``script`` and some CI runners make), in
+    which tqdm would draw nothing at all."""
+    try:
+        size = os.get_terminal_size(sys.stderr.fileno())
+    except (OSError, ValueError, AttributeError):  # not a terminal, or no descriptor: tqdm's own handling
+        return {"dynamic_ncols": True}
+    return {"dynamic_ncols": True} if size.columns > 0 and size.lines > 0 else {"ncols": 80, "nrows": 24}
+
+
 def check_interrupt() -> None:
     """Raise the interrupt again if one arrived. A signal handler's exception is lost when it lands in code
     that swallows exceptions (a garbage-collector callback, a destructor), so long loops ask here too."""

@@ -22,6 +22,7 @@ from .common import (
     Parser,
     UserError,
     add_cluster_argument,
+    bar_width,
     check_interrupt,
     command_to_resume,
     counted,
@@ -223,7 +224,7 @@ def _follow(progress: Generator[int, None, None], plan: SweepPlan, done: int, pa
 
     # redrawn at most twice a second, whatever came before: a sweep's fast units would otherwise have the bar wait
     # for as many simulations again before it redraws, minutes where a hindsight environment's draws come slowly
-    bar = tqdm(total=plan.num_simulations, initial=done, unit="sim", dynamic_ncols=True, mininterval=0.5, miniters=1,
+    bar = tqdm(total=plan.num_simulations, initial=done, unit="sim", **bar_width(), mininterval=0.5, miniters=1,
                smoothing=0.05, file=sys.stderr)
     shown.append(bar)
     kept = done  # the simulations of the rows on disk: the bar may show those of rows still running too
@@ -235,7 +236,7 @@ def _follow(progress: Generator[int, None, None], plan: SweepPlan, done: int, pa
     except ClusterLost as error:
         progress.close()
         bar.close()
-        raise ClusterError(f"{error} after {kept:,} of {plan.num_simulations:,} simulations; rows kept in "
+        raise ClusterError(f"{error} after {_so_far(plan, kept)}; rows kept in "
                            f"{partial}; to continue: {command_to_resume()}") from None
     except TaskKilled as error:
         progress.close()
@@ -253,9 +254,15 @@ def _follow(progress: Generator[int, None, None], plan: SweepPlan, done: int, pa
         progress.close()
         bar.close()
         why = "a worker process died" if interrupt is None else str(interrupt) or "interrupted"
-        raise KeyboardInterrupt(f"{why} after {kept:,} of {plan.num_simulations:,} simulations; "
+        raise KeyboardInterrupt(f"{why} after {_so_far(plan, kept)}; "
                                 f"rows kept in {partial}; to continue: {command_to_resume()}") from None
     bar.close()
+
+
+def _so_far(plan: SweepPlan, simulations: int) -> str:
+    """The simulations whose rows are on disk, of the sweep's, and with samples those rows of its rows."""
+    rows = f" ({simulations // plan.samples:,} of {plan.num_rows:,} rows)" if plan.samples > 1 else ""
+    return f"{simulations:,} of {plan.num_simulations:,} simulations{rows}"
 
 
 def build_parser(prog: str) -> Parser:

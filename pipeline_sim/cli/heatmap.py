@@ -42,7 +42,7 @@ from ..results import (
 )
 from ..scenarios import policy_count
 from ..workload import Workload
-from .common import Parser, check_interrupt, counted, positive_int, run_command, script_name
+from .common import Parser, bar_width, check_interrupt, counted, positive_int, run_command, script_name
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -380,7 +380,7 @@ def _run(jobs: Iterator[Job], workers: int, csv: Path, output_dir: Path, total: 
     drawn = ordered_map(_draw, jobs, workers)
     count = 0
     try:
-        for _ in tqdm(drawn, total=total, unit="figure", file=sys.stderr, dynamic_ncols=True, mininterval=0.5,
+        for _ in tqdm(drawn, total=total, unit="figure", file=sys.stderr, **bar_width(), mininterval=0.5,
                       disable=total < 2):
             check_locks()
             check_interrupt()

@@ -33,6 +33,7 @@ from .common import (
     Parser,
     UserError,
     add_cluster_argument,
+    bar_width,
     bounded_int,
     check_interrupt,
     counted,
@@ -250,7 +251,7 @@ def _search(base: Workload, args: argparse.Namespace, env: dict[str, object],
     def progress(done: int, total: int) -> None:
         if not bars:
             # none when stderr is not a terminal: what it drew there would precede an error's one line
-            bars.append(tqdm(total=total, unit="layout", file=sys.stderr, dynamic_ncols=True, mininterval=0.5,
+            bars.append(tqdm(total=total, unit="layout", file=sys.stderr, **bar_width(), mininterval=0.5,
                              leave=False, disable=None))
         bars[0].total = total
         bars[0].update(done - bars[0].n)

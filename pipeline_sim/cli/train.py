@@ -17,6 +17,7 @@ from ..rl.settings import Settings, extra_missing
 from .common import (
     Parser,
     UserError,
+    bar_width,
     bounded_int,
     check_interrupt,
     counted,
@@ -184,7 +185,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                       f"({settings.environments_per_update} x {settings.rollout:,} decisions): the network written is "
                       f"the untrained one", file=sys.stderr)
             started = time.monotonic()
-            bar = tqdm(total=settings.steps, unit="decision", unit_scale=True, file=sys.stderr, dynamic_ncols=True,
+            bar = tqdm(total=settings.steps, unit="decision", unit_scale=True, file=sys.stderr, **bar_width(),
                        mininterval=0.5, leave=False)
 
             def progress(steps: int, checkpoint: object) -> None:
