@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+from array import array
 from dataclasses import asdict, dataclass, fields
 from decimal import Decimal
 from difflib import get_close_matches
@@ -30,6 +31,8 @@ from functools import cached_property
 from itertools import islice, product
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
+
+import numpy as np
 
 from .inputs import TooLarge, read_at_most
 from .model import (
@@ -406,12 +409,12 @@ class EnvironmentGrid:
 
     @cached_property
     def _scan(self) -> tuple[int, tuple[tuple[str, str], ...], int, int, str, dict[str, LearnedPolicy], frozenset[int],
-                             tuple[tuple[float, float], tuple[float, float]]]:
+                             tuple[tuple[float, float], tuple[float, float]], np.ndarray]:
         """Valid count, the invalid combinations, the summed and the largest estimated tasks (and where), the
         networks of the policy files the valid ones name, each file read once, the places of the invalid
         combinations among ``_combinations``, and the estimated seconds of one simulation and of one draw's shared
         work (``cost``) of every valid one summed, those of environments with noise apart (a sweep runs their
-        samples; the others run once)."""
+        samples; the others run once); and those of each valid one (``environment_seconds``)."""
         # the checks that need the kernel, loaded once a config is read, not when a command only shows its --help
         from .cost import draw_seconds, simulation_seconds
         from .engine import memory_in_force
@@ -420,6 +423,7 @@ class EnvironmentGrid:
 
         valid, invalid, total, largest, where, invalid_at = 0, [], 0, 0, "", set()
         simulations, draws = [0.0, 0.0], [0.0, 0.0]  # noise-free, noisy
+        each = array("d")  # per valid environment: a simulation's seconds, a draw's shared seconds, noisy or not
         networks: dict[str, LearnedPolicy | ParameterError] = {}
         for place, combo in enumerate(self._combinations()):
             try:
@@ -445,13 +449,15 @@ class EnvironmentGrid:
             valid += 1
             tasks = estimated_tasks(params)
             total += tasks
-            simulations[params.jittered] += simulation_seconds(params, tasks)
-            draws[params.jittered] += draw_seconds(params, tasks)
+            simulation, draw = simulation_seconds(params, tasks), draw_seconds(params, tasks)
+            simulations[params.jittered] += simulation
+            draws[params.jittered] += draw
+            each.extend((simulation, draw, float(params.jittered)))
             if tasks > largest:
                 largest, where = tasks, _describe(combo, self)
         read = {name: network for name, network in networks.items() if isinstance(network, LearnedPolicy)}
         return valid, tuple(invalid), total, largest, where, read, frozenset(invalid_at), \
-            ((simulations[0], simulations[1]), (draws[0], draws[1]))
+            ((simulations[0], simulations[1]), (draws[0], draws[1])), np.frombuffer(each).reshape((-1, 3))
 
     @cached_property
     def length_tables(self) -> dict[str, LengthTable]:
@@ -480,6 +486,14 @@ class EnvironmentGrid:
         (still, noisy), (still_draws, noisy_draws) = self._scan[7]
         shared = still_draws + noisy_draws * samples
         return (still + noisy * samples) * policies + shared, shared
+
+    def environment_seconds(self, policies: int, samples: int) -> np.ndarray:
+        """Per valid environment, in grid order, the estimated seconds on one core (``cost``) of its ``policies``
+        simulations, over ``samples`` draws where it has noise, with each draw's shared work (``seconds_estimate``
+        of each alone)."""
+        each = self._scan[8]
+        draws = np.where(each[:, 2] == 1.0, float(samples), 1.0)
+        return draws * (each[:, 0] * policies + each[:, 1])
 
     def invalid(self) -> tuple[tuple[str, str], ...]:
         """The combinations that break a schedule's requirement: (the varying parameters, the reason)."""

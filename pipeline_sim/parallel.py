@@ -34,12 +34,13 @@ def _init_worker(ticks: Any = None) -> None:
     _ticks = ticks
 
 
-def tick(count: int) -> None:
-    """Tell the parent that ``count`` more units of work are done within the call this worker runs (nothing outside
-    a worker of ``ordered_map`` given ``ticks``)."""
+def tick(count: int, weight: float = 0.0) -> None:
+    """Tell the parent that ``count`` more units of work, of ``weight`` (estimated seconds, say), are done within the
+    call this worker runs (nothing outside a worker of ``ordered_map`` given ``ticks``)."""
     if _ticks is not None:
         with _ticks.get_lock():
-            _ticks.value += count
+            _ticks[0] += count
+            _ticks[1] += weight
 
 
 def interrupt_behind(error: BaseException) -> KeyboardInterrupt | None:
@@ -120,8 +121,9 @@ def _result(future: Future[_Result], waiting: Callable[[], None] | None) -> _Res
 
 
 def shared_count() -> Any:
-    """A count that workers of ``ordered_map`` add to (``tick``) and this process reads (its ``value``)."""
-    return process_context().Value("q", 0)
+    """A count and a weight that workers of ``ordered_map`` add to (``tick``) and this process reads (items 0 and 1;
+    a count of up to 2^53 is exact)."""
+    return process_context().Array("d", 2)
 
 
 def _stop_now(pool: ProcessPoolExecutor) -> None:

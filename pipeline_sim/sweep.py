@@ -22,7 +22,7 @@ import os
 import shutil
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from itertools import islice
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Generator, Iterator
@@ -193,6 +193,26 @@ class SweepPlan:
     def num_simulations(self) -> int:
         return self.num_rows * self.samples
 
+    @cached_property
+    def _seconds_before(self) -> np.ndarray:
+        """Per environment, the estimated seconds (``cost``) of all rows before it, and last those of all."""
+        return np.concatenate(([0.0], np.cumsum(self.grid.environment_seconds(len(self.policies), self.samples))))
+
+    @property
+    def estimated_seconds(self) -> float:
+        """The sweep's work in estimated seconds on one core: what its progress is measured in, where environments
+        cost thousands of times one another (a hindsight draw's solve against a plain simulation)."""
+        return float(self._seconds_before[-1])
+
+    def seconds_done(self, rows: int) -> float:
+        """The estimated seconds of the first ``rows`` rows: an environment's rows share its estimate evenly."""
+        environment, within = divmod(rows, len(self.policies))
+        before = self._seconds_before
+        if environment >= len(before) - 1:
+            return float(before[-1])
+        return float(before[environment] + (before[environment + 1] - before[environment]) * within /
+                     len(self.policies))
+
     def fingerprint(self) -> str:
         """Identifies the rows this plan writes; a partial file resumes only under the same one."""
         record = {"grid": self.grid.as_dict(), "step": self.step, "simulator": self.simulator,
@@ -229,7 +249,8 @@ class SweepPlan:
         per_env = len(self.policies)
         first_env, offset = divmod(start_row, per_env)
         networks, tables = self.grid.networks(), self.grid.length_tables
-        for params, workload in self.grid.cases(first_env):
+        before = self._seconds_before
+        for environment, (params, workload) in enumerate(self.grid.cases(first_env), start=first_env):
             row_seconds = simulation_seconds(params, estimated_tasks(params)) * (self.samples if params.jittered
                                                                                  else 1)
             size = per_env if params.dispatch == HINDSIGHT else \
@@ -238,7 +259,8 @@ class SweepPlan:
                 yield Chunk(params, self.simulator, self.step, first, min(first + size, per_env),
                             self.samples, self.with_samples, workload, self.grid.optional_groups,
                             self.grid.has_auto, networks.get(params.dispatch),
-                            (tables[params.lengths],) if params.lengths else ())
+                            (tables[params.lengths],) if params.lengths else (),
+                            (before[environment + 1] - before[environment]) / per_env)
             offset = 0
 
 
@@ -258,6 +280,7 @@ class Chunk:
     auto: bool = False  # whether the rows carry AUTO_COLUMNS (the grid has a layers_per_stage of auto)
     network: LearnedPolicy | None = field(default=None, compare=False)  # a learned dispatcher's, read by the plan
     tables: tuple[LengthTable, ...] = field(default=(), compare=False)  # its table of lengths, read by the plan
+    seconds: float = field(default=0.0, compare=False)  # a row's estimated seconds: the weight of its progress
 
     @property
     def dispatch(self) -> bool:
@@ -359,7 +382,7 @@ def _simulate_chunk(chunk: Chunk) -> tuple[str, str, int]:
                     values["lower_bound"] = bound_of_run(bound, float(values["completion_time"]), params)
                     values["memory_bound"] = bound_of_run(held, float(values["completion_time"]), params)
             done = simulations * (len(runs_of) * draws + sample + 1) // steps
-            tick(done - told)
+            tick(done - told, chunk.seconds * (chunk.stop - chunk.first) * (done - told) / simulations)
             told = done
         runs_of.append(runs)
         scalars_of.append(scalars)
@@ -545,7 +568,7 @@ def _remove_leftovers(output: Path) -> None:
 def run_sweep(plan: SweepPlan, output: str | os.PathLike, *, workers: int = 1, resume: bool = False,
               samples_output: str | os.PathLike | None = None, overwrite: bool = False,
               cluster: DaskCluster | None = None, report: Callable[[str], None] | None = None,
-              running: Callable[[int], None] | None = None) -> Generator[int, None, None]:
+              running: Callable[[int, float], None] | None = None) -> Generator[int, None, None]:
     """Run ``plan`` into ``output`` (a CSV, or Parquet by ``plan.format``); yield the rows on disk, first before
     any new work.
 
@@ -558,8 +581,9 @@ def run_sweep(plan: SweepPlan, output: str | os.PathLike, *, workers: int = 1, r
     chunks run there instead of on ``workers`` local processes, and the file is the same
     bytes. ``report`` is told, in one line, what a resume found and did besides continuing
     (parts recomputed, a complete output left as it was). ``running`` is told, every half second while the next
-    rows are awaited from local workers, the simulations done so far, those of rows still being computed included
-    (a unit can take minutes: a hindsight environment's draws).
+    rows are awaited from local workers, the simulations done so far and their estimated seconds
+    (``seconds_done``), those of rows still being computed included (a unit can take minutes: a hindsight
+    environment's draws).
     """
     output = output_target(output)
     if plan.with_samples and samples_output is None:
@@ -638,7 +662,8 @@ def run_sweep(plan: SweepPlan, output: str | os.PathLike, *, workers: int = 1, r
             if plan.dispatchers & {LOOKAHEAD, HINDSIGHT}:  # units of seconds to minutes each, sized by their cost
                 batch = 1
             # in worker processes even for one: a stop request is answered while a long simulation runs there
-            ticks, waiting = (None, None) if running is None or cluster else _told(running, done * plan.samples)
+            ticks, waiting = (None, None) if running is None or cluster else \
+                _told(running, done * plan.samples, plan.seconds_done(done))
             results = cluster.map(simulate_chunk, chunks, batch) if cluster else \
                 ordered_map(simulate_chunk, chunks, workers, isolate=True, ticks=ticks, waiting=waiting)
             try:
@@ -664,13 +689,13 @@ def run_sweep(plan: SweepPlan, output: str | os.PathLike, *, workers: int = 1, r
         _finish(plan, output, samples_output, types)
 
 
-def _told(running: Callable[[int], None], simulated: int) -> tuple[Any, Callable[[], None]]:
-    """A count the workers add their simulations to as they do them (``parallel.tick``), and what tells
-    ``running`` the sweep's simulations done: ``simulated`` before, and that count."""
+def _told(running: Callable[[int, float], None], simulated: int, seconds: float) -> tuple[Any, Callable[[], None]]:
+    """What the workers add their simulations and the simulations' estimated seconds to as they do them
+    (``parallel.tick``), and what tells ``running`` the sweep's: ``simulated`` and ``seconds`` before, and those."""
     ticks = shared_count()
 
     def waiting() -> None:
-        running(simulated + ticks.value)
+        running(simulated + int(ticks[0]), seconds + ticks[1])
     return ticks, waiting
 
 

@@ -248,12 +248,37 @@ def test_a_long_unit_moves_the_progress_as_each_draw_is_done(tmp_path, monkeypat
     plan = SweepPlan(EnvironmentGrid.from_mapping({"n": 4, "num_gpus": 2, "compute_jitter": 0.2, "samples": 3}),
                      step=0.25)
     rows = len(plan.policies)
-    told: list[int] = []
+    told: list[tuple[int, float]] = []
     plain = list(run_sweep(plan, tmp_path / "plain.csv", workers=1))
     monkeypatch.setattr(sweep_module, "figures_of", slow)
     monkeypatch.setattr(parallel, "WAIT_SECONDS", 0.02)
-    watched = list(run_sweep(plan, tmp_path / "watched.csv", workers=1, running=told.append))
+    watched = list(run_sweep(plan, tmp_path / "watched.csv", workers=1,
+                             running=lambda simulations, seconds: told.append((simulations, seconds))))
     assert plain == watched == [0, rows]  # the environment is one unit
-    assert told == sorted(told) and told[-1] <= 3 * rows
-    assert {0, rows, 2 * rows} <= set(told)  # before the first draw, after the first and after the second
+    assert told == sorted(told) and told[-1][0] <= 3 * rows
+    # before the first draw, after the first and after the second: a third of the environment's estimate each
+    for draws in range(3):
+        seconds = {round(seconds / plan.estimated_seconds, 9) for simulations, seconds in told
+                   if simulations == draws * rows}
+        assert seconds == {round(draws / 3, 9)}, told
     assert (tmp_path / "plain.csv").read_bytes() == (tmp_path / "watched.csv").read_bytes()
+
+
+def test_a_sweeps_progress_weighs_each_environment_by_its_estimated_cost():
+    """A look-ahead environment costs a hundred static ones (``cost``): its rows weigh as much in the progress,
+    so that the time left is not read off the static rows that go first."""
+    from pipeline_sim.cost import simulation_seconds
+    from pipeline_sim.model import EnvParams
+    from pipeline_sim.taskgraph import estimated_tasks
+
+    plan = SweepPlan(EnvironmentGrid.from_mapping({"n": 16, "num_gpus": 4, "schedule": "zb-h1",
+                                                   "dispatch": ["static", "lookahead"]}), step=0.5)
+    rows = len(plan.policies)
+    static, ahead = (simulation_seconds(params, estimated_tasks(params)) * rows
+                     for params in (EnvParams(n=16, num_gpus=4, schedule="zb-h1", dispatch=dispatch)
+                                    for dispatch in ("static", "lookahead")))
+    assert ahead > 100 * static
+    assert plan.estimated_seconds == pytest.approx(static + ahead)
+    assert [plan.seconds_done(done) for done in (0, rows, rows + rows // 2, 2 * rows)] == \
+        pytest.approx([0.0, static, static + ahead * (rows // 2) / rows, static + ahead])
+    assert plan.seconds_done(2 * rows) == plan.estimated_seconds  # the bar ends at its total

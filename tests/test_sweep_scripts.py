@@ -167,7 +167,7 @@ def test_full_pipeline_resume_draws_what_a_stopped_run_left_undrawn(tmp_path, mo
     resumed = run_here("run_full_pipeline.py", "-c", str(config), "--step", "0.5", "--resume", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert f"resuming: the sweep of outputs/data/{csv.name} is complete" in resumed.stdout
-    assert "sim/s" not in resumed.stderr  # no progress bar of a sweep
+    assert "figure/s" in resumed.stderr and not re.search(r"/[\d,]+ sim\b", resumed.stderr)  # no sweep's bar
     assert csv.read_bytes() == rows and len(list((tmp_path / "outputs" / "data").glob("d_*.csv"))) == 5
     assert sorted(path.suffix for path in folder.iterdir()) == [".png", ".png"]  # the marker gone
     again = run_here("run_full_pipeline.py", "-c", str(config), "--step", "0.5", "--resume", cwd=tmp_path)

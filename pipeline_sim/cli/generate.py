@@ -9,7 +9,7 @@ import time
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Generator, Sequence
+from typing import TYPE_CHECKING, Callable, Generator, Sequence
 
 from ..cluster import ClusterError, ClusterLost, TaskKilled, connected
 from ..config import EnvironmentGrid
@@ -166,11 +166,11 @@ def _run(plan: SweepPlan, output: Path, partial: Path, workers: int, asked: int,
     from ..sweep import run_sweep
 
     continuing = resume and partial.exists()  # a partial of no rows yet is continued all the same
-    bar: list[Any] = []  # the progress bar, once it is shown
+    bar: list[_Bar] = []  # the progress bar, once it is shown
 
-    def running(simulations: int) -> None:  # units of minutes (a hindsight environment) move the bar as they go
+    def running(simulations: int, seconds: float) -> None:  # units of minutes (a hindsight environment's) move it
         if bar:
-            bar[0].update(max(0, simulations - bar[0].n))
+            bar[0].show(simulations, seconds)
     with connected(cluster, workers) as dask:  # an unreachable one: one line, no files
         progress = run_sweep(plan, output, workers=workers, resume=resume, samples_output=samples_output,
                              overwrite=overwrite, cluster=dask, report=lambda line: print(line, flush=True),
@@ -182,7 +182,7 @@ def _run(plan: SweepPlan, output: Path, partial: Path, workers: int, asked: int,
 
 
 def _announce(plan: SweepPlan, progress: Generator[int, None, None], output: Path, partial: Path, workers: int,
-              asked: int, nothing_to_resume: bool, cluster: str | None, bar: list[Any]) -> None:
+              asked: int, nothing_to_resume: bool, cluster: str | None, bar: list[_Bar]) -> None:
     """Say what the sweep runs and where, then follow it to the end (its progress bar put in ``bar``)."""
     done = next(progress) * plan.samples  # checks that the output can be written before announcing the work
     draws = f" x {plan.samples} samples" if plan.samples > 1 else ""
@@ -216,22 +216,47 @@ def _announce(plan: SweepPlan, progress: Generator[int, None, None], output: Pat
     _follow(progress, plan, done, partial, bar)
 
 
+class _Bar:
+    """A sweep's progress bar, measured in its estimated seconds of work (``SweepPlan.seconds_done``), so that its
+    share done and its time left weigh each environment by its cost (a hindsight draw's solve takes thousands of
+    plain simulations' time), with the simulations done and their rate beside it."""
+
+    def __init__(self, plan: SweepPlan, done: int) -> None:
+        from tqdm import tqdm
+
+        self.plan, self.first, self.simulations = plan, done, done
+        # redrawn at most twice a second, whatever came before: a sweep's fast units would otherwise have the bar
+        # wait for as much work again before it redraws, minutes where a hindsight environment's draws come slowly
+        self.bar = tqdm(total=plan.estimated_seconds, initial=plan.seconds_done(done // plan.samples), **bar_width(),
+                        mininterval=0.5, miniters=1, smoothing=0.05, file=sys.stderr, desc=self._described(0.0),
+                        bar_format="{percentage:3.0f}%|{bar}| {desc} [{elapsed}<{remaining}]")
+
+    def show(self, simulations: int, seconds: float) -> None:
+        """The simulations done and their estimated seconds, those of rows still running included; never less than
+        shown before (the rows written catch up with what the workers said)."""
+        self.simulations = max(self.simulations, simulations)
+        self.bar.set_description_str(self._described(self.bar.format_dict["elapsed"]), refresh=False)
+        self.bar.update(max(0.0, seconds - self.bar.n))
+
+    def _described(self, elapsed: float) -> str:
+        rate = f", {(self.simulations - self.first) / elapsed:,.0f} sim/s" if elapsed > 0 else ""
+        return f"{self.simulations:,}/{self.plan.num_simulations:,} sim{rate}"
+
+    def close(self) -> None:
+        self.bar.close()
+
+
 def _follow(progress: Generator[int, None, None], plan: SweepPlan, done: int, partial: Path,
-            shown: list[Any]) -> None:
+            shown: list[_Bar]) -> None:
     """Show the sweep's progress until it ends (the bar put in ``shown``); an interruption says what is kept and how
     to continue."""
-    from tqdm import tqdm
-
-    # redrawn at most twice a second, whatever came before: a sweep's fast units would otherwise have the bar wait
-    # for as many simulations again before it redraws, minutes where a hindsight environment's draws come slowly
-    bar = tqdm(total=plan.num_simulations, initial=done, unit="sim", **bar_width(), mininterval=0.5, miniters=1,
-               smoothing=0.05, file=sys.stderr)
+    bar = _Bar(plan, done)
     shown.append(bar)
     kept = done  # the simulations of the rows on disk: the bar may show those of rows still running too
     try:
         for rows in progress:
             kept = rows * plan.samples
-            bar.update(max(0, kept - bar.n))
+            bar.show(kept, plan.seconds_done(rows))
             check_interrupt()
     except ClusterLost as error:
         progress.close()
