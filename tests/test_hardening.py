@@ -938,3 +938,35 @@ def test_a_full_disk_says_what_to_do(capsys):
     assert run_command("x.py", body) == 2
     assert capsys.readouterr().err == ("x.py: error: No space left on device; free some space and run the command "
                                        "again (a sweep continues where it stopped with --resume)\n")
+
+
+@pytest.mark.parametrize("sent", [signal.SIGINT, signal.SIGTERM])
+def test_a_chart_of_a_long_run_stops_at_once(tmp_path, sent):
+    """A look-ahead run of hours is simulated apart, so that Ctrl-C or a kill stops the visualizer at once (compiled
+    work does not return to the interpreter until it is done); it says so before it starts, and leaves nothing
+    running."""
+    import select
+
+    process = start([ROOT / "schedule_visualizer_single_channel.py", "--dispatch", "lookahead", "--schedule", "zb-h1",
+                     "--num-gpus", "32", "-n", "256", "--compute-jitter", "0.2", "--no-show", "-o", "chart.png"],
+                    tmp_path)
+    deadline, before = time.monotonic() + 180, [""]  # the kernel may first be compiled, saying so on stderr
+    try:
+        while time.monotonic() < deadline and not before[-1].startswith("simulating:"):
+            if select.select([process.stderr], [], [], 1)[0]:
+                before.append(process.stderr.readline())
+                assert before[-1], "the visualizer ended before it simulated"
+        time.sleep(1)  # the run under way in its own process
+        process.send_signal(sent)
+        _, err = process.communicate(timeout=15)  # a hang fails here
+    finally:
+        process.kill()
+    said = ("".join(before) + err).strip().splitlines()
+    assert before and re.fullmatch(r"simulating: up to about [\d.]+ hours \(by a slow day's estimate\)\n",
+                                   before[-1]), said
+    assert process.returncode == (130 if sent == signal.SIGINT else 143)
+    assert said[-1] == \
+        f"schedule_visualizer_single_channel.py: {'interrupted' if sent == signal.SIGINT else 'terminated'}"
+    assert not (tmp_path / "chart.png").exists()
+    ps = subprocess.run(["ps", "-eo", "ppid"], capture_output=True, text=True).stdout.split()
+    assert str(process.pid) not in ps  # no worker left behind

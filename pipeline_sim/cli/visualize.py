@@ -27,13 +27,14 @@ from ..model import (
     EnvParams,
     ParameterError,
     Policy,
+    Schedule,
     TaskKind,
 )
 from ..orders import format_orders, parse_orders
 from ..parameters import Dispatchers, Parameter, Weights
 from ..results import layout_words, memory_name, safe_name, schedule_name, workload_title
 from ..tables import read_table
-from ..taskgraph import check_size, graph_structure, task_lengths
+from ..taskgraph import check_size, estimated_tasks, graph_structure, task_lengths
 from ..workload import (
     DERIVED_KEYS,
     GPU_PRESETS,
@@ -53,6 +54,7 @@ from .common import Parser, UserError, preset_or_object, ready_kernel, run_comma
 _DEFAULT_GPU = next(field.default for field in fields(Workload) if field.name == "gpu")
 
 if TYPE_CHECKING:
+    from ..hindsight import Hindsight
     from ..learned import LearnedPolicy
 
 #: The flag that sets each library parameter, for error messages.
@@ -373,15 +375,37 @@ def default_chart_name(layout: str, params: EnvParams, workload: Workload | None
     return f"gantt_{layout}{model}_{params.schedule}{way}_n{params.n}_gpus{params.num_gpus}.png"
 
 
+#: A chart's run estimated to take this long or longer (``cost``, a slow day's seconds) is simulated in a process of
+#: its own: a look-ahead or hindsight run of minutes.
+APART_SECONDS = 2.0
+
+
+def simulated(job: tuple[EnvParams, Policy, int, LearnedPolicy | None, list[list[str]] | None]) \
+        -> tuple[Schedule, Hindsight | None]:
+    """The chart's run of ``job`` (its environment, policy, draw, learned network and given order), and for a
+    hindsight run the order the solver found."""
+    from ..engine import simulate
+    from ..hindsight import hindsight, simulate_hindsight
+    from ..learned import simulate_learned
+    from ..lookahead import simulate_lookahead
+
+    params, policy, sample, network, texts = job
+    schedule = simulate_learned(params, policy, sample, network) if params.learned else \
+        simulate_hindsight(params, policy, sample) if params.dispatch == HINDSIGHT else \
+        simulate_lookahead(params, policy, sample) if params.dispatch == LOOKAHEAD else \
+        simulate(params, policy, sample, texts)
+    return schedule, hindsight(params, sample) if params.dispatch == HINDSIGHT else None
+
+
 def draw(args: argparse.Namespace, params: EnvParams, workload: Workload | None, policy: Policy,
          network: LearnedPolicy | None, texts: list[list[str]] | None, output: Path, image_format: str,
          layout: str) -> int:
     """Simulate the chart's run, draw it into ``output`` (locked by the caller) and report it."""
-    from ..engine import SimulationStuckError, bound_of_run, graph_arrays, memory_bound, simulate, simulate_figures
-    from ..hindsight import FALLBACK_RULES, SOLVED_TASKS, hindsight, simulate_hindsight, static_params
-    from ..learned import simulate_learned
-    from ..lookahead import simulate_lookahead
+    from ..cost import draw_seconds, simulation_seconds
+    from ..engine import SimulationStuckError, bound_of_run, graph_arrays, memory_bound, simulate_figures
+    from ..hindsight import FALLBACK_RULES, SOLVED_TASKS, static_params
     from ..metrics import schedule_metrics
+    from ..parallel import ordered_map
     from ..trace import chrome_trace
 
     splits = workload.layers_per_stage == "auto" if workload is not None else False  # each split's figures
@@ -398,11 +422,18 @@ def draw(args: argparse.Namespace, params: EnvParams, workload: Workload | None,
         auto = (f"layers per stage (auto): {' '.join(map(str, workload.layers_per_stage))}, "
                 f"{1.0 - time / timed[0][0]:.2%} faster than balanced ({seconds_text(timed[0][0])}; "
                 f"{len(timed)} splits simulated)")
+    job = (params, policy, args.sample, network, texts)
+    tasks = estimated_tasks(params)
+    seconds = simulation_seconds(params, tasks) + draw_seconds(params, tasks)
     try:
-        schedule = simulate_learned(params, policy, args.sample, network) if params.learned else \
-            simulate_hindsight(params, policy, args.sample) if params.dispatch == HINDSIGHT else \
-            simulate_lookahead(params, policy, args.sample) if params.dispatch == LOOKAHEAD else \
-            simulate(params, policy, args.sample, texts)
+        if seconds < APART_SECONDS:
+            schedule, found = simulated(job)
+        else:  # in a process of its own, which Ctrl-C stops at once: compiled work does not return until done
+            hours = seconds / 3600
+            about = f"{hours:.2g} hours" if hours >= 1 else f"{seconds / 60:.2g} min" if seconds >= 60 else \
+                f"{seconds:.2g} s"
+            print(f"simulating: up to about {about} (by a slow day's estimate)", file=sys.stderr, flush=True)
+            (schedule, found), = ordered_map(simulated, [job], 1, isolate=True)
     except SimulationStuckError as error:
         if args.order is None:
             raise
@@ -454,8 +485,8 @@ def draw(args: argparse.Namespace, params: EnvParams, workload: Workload | None,
     print(f"{name}: completion time {schedule.completion_time:.6g}{unit} (ideal {ideal:.6g}{unit}, lower bound "
           f"{schedule.lower_bound:.6g}{unit}: {schedule.bound_gap:.1%} above it{within}), peak activations {peak:g} "
           f"micro-batches; chart: {output}")
-    if params.dispatch == HINDSIGHT:
-        found, tasks = hindsight(params, args.sample), len(graph_arrays(static_params(params)).gpu)
+    if found is not None:
+        tasks = len(graph_arrays(static_params(params)).gpu)
         print("  the hindsight order: " + {
             "optimal": f"proven optimal on the fixed-delay relaxation ({found.relaxed:.6g}{unit} there)",
             "feasible": f"the solver's best within its work limit ({found.relaxed:.6g}{unit} on the fixed-delay "
