@@ -9,8 +9,7 @@ import multiprocessing
 import multiprocessing.context
 import signal
 from collections import deque
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import Future, ProcessPoolExecutor, wait
 from typing import Any, Callable, Generator, Iterable, TypeVar
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
@@ -110,14 +109,12 @@ def ordered_map(function: Callable[[_Item], _Result], items: Iterable[_Item],
 
 
 def _result(future: Future[_Result], waiting: Callable[[], None] | None) -> _Result:
-    """``future``'s result, once it is in; ``waiting`` called every ``WAIT_SECONDS`` until then."""
-    if waiting is None:
-        return future.result()
-    while True:
-        try:
-            return future.result(timeout=WAIT_SECONDS)
-        except FutureTimeout:
+    """``future``'s result, once it is in; ``waiting`` called every ``WAIT_SECONDS`` until then. (Waited for apart
+    from taking its result: a call that raised a ``TimeoutError`` of its own is not a wait that timed out.)"""
+    if waiting is not None:
+        while not wait([future], WAIT_SECONDS).done:
             waiting()
+    return future.result()
 
 
 def shared_count() -> Any:

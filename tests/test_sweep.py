@@ -282,3 +282,22 @@ def test_a_sweeps_progress_weighs_each_environment_by_its_estimated_cost():
     assert [plan.seconds_done(done) for done in (0, rows, rows + rows // 2, 2 * rows)] == \
         pytest.approx([0.0, static, static + ahead * (rows // 2) / rows, static + ahead])
     assert plan.seconds_done(2 * rows) == plan.estimated_seconds  # the bar ends at its total
+
+
+def _raises_its_own_timeout(_: int) -> None:
+    raise TimeoutError("the worker's own")
+
+
+def test_a_workers_own_timeout_error_reaches_the_caller():
+    """Waiting for a result with the waits told (``waiting``) must not take a call's own ``TimeoutError`` for a wait
+    that timed out, and wait again for ever."""
+    from pipeline_sim.parallel import ordered_map, shared_count
+
+    waits = []
+
+    def waiting():
+        waits.append(1)
+        assert len(waits) < 20, "the error was taken for a wait"
+
+    with pytest.raises(TimeoutError, match="the worker's own"):
+        list(ordered_map(_raises_its_own_timeout, [0], 1, isolate=True, ticks=shared_count(), waiting=waiting))

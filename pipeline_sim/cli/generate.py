@@ -225,18 +225,20 @@ class _Bar:
         from tqdm import tqdm
 
         self.plan, self.first, self.simulations = plan, done, done
-        # redrawn at most twice a second, whatever came before: a sweep's fast units would otherwise have the bar
-        # wait for as much work again before it redraws, minutes where a hindsight environment's draws come slowly
+        # redrawn at most twice a second, whatever came before (and however little: a sweep of less than an
+        # estimated second is no less followed): a sweep's fast units would otherwise have the bar wait for as much
+        # work again before it redraws, minutes where a hindsight environment's draws come slowly
         self.bar = tqdm(total=plan.estimated_seconds, initial=plan.seconds_done(done // plan.samples), **bar_width(),
-                        mininterval=0.5, miniters=1, smoothing=0.05, file=sys.stderr, desc=self._described(0.0),
+                        mininterval=0.5, miniters=0, smoothing=0.05, file=sys.stderr, desc=self._described(0.0),
                         bar_format="{percentage:3.0f}%|{bar}| {desc} [{elapsed}<{remaining}]")
 
     def show(self, simulations: int, seconds: float) -> None:
         """The simulations done and their estimated seconds, those of rows still running included; never less than
-        shown before (the rows written catch up with what the workers said)."""
+        shown before (the rows written catch up with what the workers said), nor more than the total (the chunks'
+        shares of it sum to it within a rounding)."""
         self.simulations = max(self.simulations, simulations)
         self.bar.set_description_str(self._described(self.bar.format_dict["elapsed"]), refresh=False)
-        self.bar.update(max(0.0, seconds - self.bar.n))
+        self.bar.update(max(0.0, min(seconds, self.plan.estimated_seconds) - self.bar.n))
 
     def _described(self, elapsed: float) -> str:
         rate = f", {(self.simulations - self.first) / elapsed:,.0f} sim/s" if elapsed > 0 else ""
