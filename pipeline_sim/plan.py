@@ -361,7 +361,8 @@ def _check_pins(base: Workload, gpus: int, filters: Filters) -> None:
 
 
 def enumerate_layouts(base: Workload, gpus: int, env: dict[str, object] | None = None,
-                      filters: Filters | None = None, headroom_gb: float = 0.0, workers: int = 1) -> Enumeration:
+                      filters: Filters | None = None, headroom_gb: float = 0.0, workers: int = 1,
+                      progress: Callable[[int, int], None] | None = None) -> Enumeration:
     """Every layout of ``base`` (its model, GPU, batch and network) on ``gpus`` GPUs that is a valid environment,
     within ``filters``; those whose parameters and optimizer state leave no room in the GPU (less ``headroom_gb``)
     are set apart before their environment is built.
@@ -371,7 +372,8 @@ def enumerate_layouts(base: Workload, gpus: int, env: dict[str, object] | None =
     pipeline degrees divide what is left, with a layer for each stage; the micro-batch size times the
     data-parallel degree divides the global batch; zero 1 to 3 only with data parallelism. ``env``: the
     environment's other parameters (jitter, seed). The choices' partitions are built on ``workers`` processes, in
-    chunks, and gathered in order: the result is the same on any number.
+    chunks, and gathered in order: the result is the same on any number. ``progress(done, total)`` is told the
+    choices of degrees, micro-batch, schedule and recomputation whose partitions are built, as chunks come in.
     """
     shape = base.shape
     assert base.global_batch_size is not None and base.seq_len is not None
@@ -406,7 +408,11 @@ def enumerate_layouts(base: Workload, gpus: int, env: dict[str, object] | None =
     layouts, enumerated, least, too_large = [], 0, (math.inf, ""), []
     size = max(1, -(-len(choices) // (ENUMERATION_CHUNKS * workers)))
     chunks = [choices[k:k + size] for k in range(0, len(choices), size)]
+    built = 0
     for chunk in ordered_map(_partitions_of, chunks, workers if len(chunks) > 1 else 1):
+        built += len(chunk)
+        if progress:
+            progress(built, len(choices))
         for found in chunk:
             enumerated += found[0]
             layouts.extend(found[1])
@@ -592,13 +598,15 @@ def _map(function: Callable[[_Item], _Result], items: Iterable[_Item], workers: 
 
 
 def plan(base: Workload, gpus: int, *, env: dict[str, object] | None = None, samples: int = 8, workers: int = 1,
-         progress: Callable[[int, int], None] | None = None, cluster: DaskCluster | None = None,
+         progress: Callable[[int, int, str], None] | None = None, cluster: DaskCluster | None = None,
          filters: Filters | None = None, headroom_gb: float = 0.0) -> PlanResult:
     """Search the layouts of ``base`` on ``gpus`` GPUs (``base`` gives the model, GPU, global batch, sequence and
     network; its degrees, sharding, micro-batch, schedule, chunks, recomputation and partition are searched, within
     ``filters``). A layout fits when its memory leaves ``headroom_gb`` of the GPU's free. ``env``: other
     environment parameters (``compute_jitter``, ``comm_jitter``, ``seed``); under jitter ``samples`` draws a layout
-    and the 95th percentile ranks. ``progress(done, total)`` is called as layouts are settled. ``PlanError`` when
+    and the 95th percentile ranks. ``progress(done, total, unit)`` is called as the choices of degrees are
+    enumerated (``unit`` "choice"; tens of seconds for a large model), then as layouts are settled ("layout").
+    ``PlanError`` when
     no layout divides or fits. With ``cluster`` (``cluster.DaskCluster``) the simulations run there instead of on
     ``workers`` processes; the result is the same."""
     if base.global_batch_size is None:
@@ -609,7 +617,8 @@ def plan(base: Workload, gpus: int, *, env: dict[str, object] | None = None, sam
                         f"without experts (dualpipe-v's overlapped pairs hide an all-to-all); the planner searches "
                         f"{', '.join(SCHEDULES)}")
     _check_pins(base, gpus, filters or {})
-    found = enumerate_layouts(base, gpus, env, filters, headroom_gb, workers)
+    found = enumerate_layouts(base, gpus, env, filters, headroom_gb, workers,
+                              None if progress is None else lambda done, total: progress(done, total, "choice"))
     degrees = f"tensor degrees dividing {gpus} up to {GPUS_PER_NODE} and its {base.shape.heads} heads" \
         if base.tp_bandwidth is not None else f"tensor degree 1 only ({NO_TENSOR_PARALLEL})"
     pinned = "; within " + ", ".join(f"{key} {'/'.join(map(str, sorted(values)))}"
@@ -655,7 +664,7 @@ def plan(base: Workload, gpus: int, *, env: dict[str, object] | None = None, sam
         screened.append(outcomes)
         live.record(outcomes)
         if progress:
-            progress(settled, total)
+            progress(settled, total, "layout")
     # What a serial search screens: the layouts in flight when the bound was crossed are kept only if they were
     # below it when their turn came, so that the result is the same on any number of workers or a cluster.
     tried: list[Outcome] = []
@@ -702,7 +711,7 @@ def plan(base: Workload, gpus: int, *, env: dict[str, object] | None = None, sam
             tried[tried.index(old)] = new
             settled += 1
             if progress:
-                progress(settled, max(total, settled))
+                progress(settled, max(total, settled), "layout")
         ranked = sorted((o for o in tried if o.fits), key=lambda o: o.seconds)
     return PlanResult(tuple(tried), tuple(ranked), found.enumerated, len(found.too_large) + too_large, skipped,
                       tuple(unsimulated))

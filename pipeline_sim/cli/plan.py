@@ -248,11 +248,16 @@ def _search(base: Workload, args: argparse.Namespace, env: dict[str, object],
     started = time.monotonic()
     bars: list[tqdm] = []  # made at the first report, so that a request refused at once leaves no bar behind
 
-    def progress(done: int, total: int) -> None:
+    units: list[str] = []  # what the bar counts: the choices enumerated, then the layouts screened, a bar each
+
+    def progress(done: int, total: int, unit: str) -> None:
+        if bars and units[-1] != unit:
+            bars.pop().close()
         if not bars:
             # none when stderr is not a terminal: what it drew there would precede an error's one line
-            bars.append(tqdm(total=total, unit="layout", file=sys.stderr, **bar_width(), mininterval=0.5,
+            bars.append(tqdm(total=total, unit=unit, file=sys.stderr, **bar_width(), mininterval=0.5,
                              leave=False, disable=None))
+            units.append(unit)
         bars[0].total = total
         bars[0].update(done - bars[0].n)
         check_interrupt()
@@ -262,7 +267,7 @@ def _search(base: Workload, args: argparse.Namespace, env: dict[str, object],
                       cluster=cluster, filters=filters, headroom_gb=args.memory_headroom)
         return result, time.monotonic() - started
     except ClusterLost as error:
-        done = f" after {bars[0].n:,} of {bars[0].total:,} layouts" if bars else ""
+        done = f" after {bars[0].n:,} of {bars[0].total:,} {units[-1]}s" if bars else ""
         raise ClusterLost(f"{error}{done}; nothing written") from None
     finally:
         for bar in bars:
