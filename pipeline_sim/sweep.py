@@ -109,6 +109,7 @@ class SweepPlan:
     with_samples: bool = False  # also write one row per sample
     allow_large: bool = False  # run beyond the size limits (tasks per simulation, step, estimated hours)
     format: str = "csv"  # of the output: csv, or parquet (typed columns in row groups; needs pyarrow)
+    workers: int = 0  # the processes it will run in, which its refusal of a sweep too long counts; 0: every core
 
     def __post_init__(self) -> None:
         if self.samples == 0:
@@ -143,15 +144,18 @@ class SweepPlan:
                               f"memory (pass --allow-large to try anyway)")
         tasks = total * len(self.policies) * self.samples
         seconds, solves = self.grid.seconds_estimate(len(self.policies), self.samples)
-        hours = seconds / (os.cpu_count() or 1) / 3600
+        cores = os.cpu_count() or 1
+        running = min(self.workers, cores) if self.workers > 0 else cores
+        hours = seconds / running / 3600
         if hours > MAX_HOURS:
             why = "; ".join(text for priced, text in ((LOOKAHEAD in self.dispatchers, "each look-ahead decision "
                                                                                       "runs the rest of the iteration "
                                                                                       "once per candidate"),
                                                       (solves > 0, "the hindsight solver takes seconds a draw"))
                             if priced)
+            workers = f"{running} worker{'s' if running > 1 else ''}"
             raise ConfigError(f"{self.num_simulations:,} simulations of about {tasks:,} tasks would take about "
-                              f"{hours:,.0f} hours on this machine{f' ({why})' if why else ''}; at most "
+                              f"{hours:,.0f} hours on {workers}{f' ({why})' if why else ''}; at most "
                               f"{MAX_HOURS} hours are allowed (shrink the grid, or pass --allow-large)")
 
     @property

@@ -2,6 +2,7 @@
 
 import csv
 import io
+import re
 
 import pytest
 
@@ -151,17 +152,35 @@ def test_the_day_limit_prices_samples_only_where_noise_draws_them(monkeypatch):
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     still = {"n": 64, "num_gpus": 16, "schedule": "zb-h1", "dispatch": "lookahead", "samples": 50}
     assert SweepPlan(EnvironmentGrid.from_mapping(still)).num_simulations == 121 * 50
-    with pytest.raises(ConfigError, match=r"would take about \d+ hours on this machine \(each look-ahead"):
+    with pytest.raises(ConfigError, match=r"would take about \d+ hours on 2 workers \(each look-ahead"):
         SweepPlan(EnvironmentGrid.from_mapping({**still, "compute_jitter": 0.1}))
     # a schedule that does not split its backward has fewer decisions to try: 1F1B here takes 4 to 11 s an
     # iteration, where ZB-H1 takes 33 to 78
     assert SweepPlan(EnvironmentGrid.from_mapping({**still, "schedule": "1f1b", "compute_jitter": [0.1, 0.2],
                                                    "samples": 20}))
     # beyond the solver's size a hindsight order is a rule's: the time is the simulations', not the solver's
-    with pytest.raises(ConfigError, match=r"hours on this machine; at most 24 hours") as refused:
+    with pytest.raises(ConfigError, match=r"hours on 2 workers; at most 24 hours") as refused:
         SweepPlan(EnvironmentGrid.from_mapping({"n": {"start": 300, "stop": 310, "step": 1}, "num_gpus": 64,
                                                 "dispatch": "hindsight", "compute_jitter": 0.1, "samples": 1000}))
     assert "solver" not in str(refused.value)
+
+
+def test_the_day_limit_counts_the_workers_a_sweep_runs_in(monkeypatch):
+    """``--workers 1`` on two cores takes twice the hours that every core would: the estimate counts the workers
+    asked for, never more than the cores."""
+    from pipeline_sim.config import ConfigError
+
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    grid = EnvironmentGrid.from_mapping({"n": {"start": 300, "stop": 310, "step": 1}, "num_gpus": 64,
+                                         "dispatch": "hindsight", "compute_jitter": 0.1, "samples": 1000})
+    said = {}
+    for workers in (0, 1, 2, 8):
+        with pytest.raises(ConfigError, match=r"hours on \d worker") as refused:
+            SweepPlan(grid, workers=workers)
+        hours, running = re.search(r"about ([\d,]+) hours on (\d) worker", str(refused.value)).groups()
+        said[workers] = (int(hours.replace(",", "")), int(running))
+    assert [said[workers][1] for workers in (0, 1, 2, 8)] == [2, 1, 2, 2]
+    assert said[0] == said[2] == said[8] and abs(said[1][0] - 2 * said[2][0]) <= 1
 
 
 def test_plan_rejects_bad_simulator():

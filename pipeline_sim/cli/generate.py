@@ -133,7 +133,7 @@ def generate(config: Path, *, step: float, simulator: str, output: Path | None, 
                         f"named {output.suffix}; name it .{format}, or pass --format {output.suffix.lower()[1:]}")
     plan = SweepPlan(EnvironmentGrid.load(config, allow_large), step=step, simulator=simulator,
                      skip_invalid=skip_invalid, samples=samples or 0, with_samples=samples_output is not None,
-                     allow_large=allow_large, format=format)
+                     allow_large=allow_large, format=format, workers=workers)
     asked = workers
     workers = useful_workers(plan, workers)
     complete = None
