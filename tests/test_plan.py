@@ -2,6 +2,7 @@
 on a small model, and bad input in one line."""
 
 import csv
+import re
 import subprocess
 import sys
 
@@ -96,6 +97,10 @@ def test_pins_headroom_and_names(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "no dropout, tensor parallel 1, pipeline parallel 2/4, zero 1, schedule interleaved-1f1b/zb-h1, " \
            "chunks 2, headroom 30 GB" in result.stdout.splitlines()[0]
+    # the mark's run is told in the terminal as in the figure: its layout's rank and its own, as the CSV ranks them
+    mark = next(line for line in result.stdout.splitlines() if line.startswith("--mark pipeline_parallel=4: "))
+    layout_rank, run_rank = map(int, re.match(r"--mark pipeline_parallel=4: layout #(\d+), run #(\d+): ",
+                                              mark).groups())
     name = "plan_llama3-8b_8xh100-80gb_gbs64_s4096_eff0.5_headroom30_opt_ew_nodrop_tensor1_pipeline2-4_zero1_" \
            "schedule-interleaved-1f1b-zb-h1_chunks2"
     folder = tmp_path / "outputs" / "plan"
@@ -108,6 +113,9 @@ def test_pins_headroom_and_names(tmp_path):
     assert all(float(row["memory_gb"]) <= GPU_PRESETS["h100-80gb"].memory_gb - 30 for row in rows if row["rank"])
     # the budget each row is measured against is in the CSV: the GPU's memory less the headroom
     assert {float(row["budget_gb"]) for row in rows} == {GPU_PRESETS["h100-80gb"].memory_gb - 30}
+    leader = min((row for row in rows if row["rank"] and row["pipeline_parallel"] == "4"),
+                 key=lambda row: int(row["rank"]))
+    assert (int(leader["layout_rank"]), int(leader["rank"])) == (layout_rank, run_rank)
     for row in rows:
         over = float(row["memory_gb"]) - float(row["budget_gb"])
         if over > 0:
@@ -200,8 +208,8 @@ def test_an_iteration_too_large_to_simulate_stays_extrapolated(monkeypatch):
     assert estimated.ranked[0].seconds == pytest.approx(whole.ranked[0].seconds, rel=0.02)
 
 
-def test_a_mark_that_names_no_simulated_layout_says_why():
-    from pipeline_sim.cli.plan import unmatched_marks
+def test_a_mark_says_where_its_layout_stands_or_why_it_has_none():
+    from pipeline_sim.cli.plan import marked
     from pipeline_sim.plan import LAYOUT_COLUMNS
 
     result = plan(tiny(), 4)
@@ -209,11 +217,17 @@ def test_a_mark_that_names_no_simulated_layout_says_why():
     named = dict(zip(LAYOUT_COLUMNS, map(str, heavy.cells)))
     over = {key: named[key] for key in ("tensor_parallel", "pipeline_parallel", "data_parallel", "zero", "recompute",
                                         "micro_batch_size", "schedule", "partition")}
-    simulated = {"tensor_parallel": str(result.ranked[0].layout.workload.tensor_parallel)}
-    assert unmatched_marks(result, [simulated, {"tensor_parallel": "3"}, over]) == [
-        "--mark tensor_parallel=3: not on the figure; no layout enumerated has these values",
-        "--mark " + ",".join(f"{key}={value}" for key, value in over.items())
-        + f": not on the figure; its layouts were not simulated ({OVER_MEMORY})"]
+    second = result.best_layouts()[1]
+    simulated = {"tensor_parallel": str(second.layout.tensor), "context_parallel": str(second.layout.context),
+                 "pipeline_parallel": str(second.layout.pipeline), "data_parallel": str(second.layout.data)}
+    said = marked(result, [simulated, {"tensor_parallel": "3"}, over])
+    # the marked layout's fastest run that fits: the second layout's leader, and its own place among all runs
+    assert said[0] == (",".join(f"{key}={value}" for key, value in simulated.items()), second,
+                       f"layout #2, run #{result.ranked.index(second) + 1}")
+    assert said[1:] == [
+        ("tensor_parallel=3", None, "not on the figure; no layout enumerated has these values"),
+        (",".join(f"{key}={value}" for key, value in over.items()), None,
+         "not on the figure; its layouts were not simulated (over memory)")]
 
 
 def test_a_plan_that_nothing_answers():

@@ -190,19 +190,31 @@ def _matches(outcome: Outcome, mark: dict[str, str]) -> bool:
     return all(str(cells[key]) == value for key, value in mark.items())
 
 
-def unmatched_marks(result: PlanResult, marks: list[dict[str, str]]) -> list[str]:
-    """Per ``--mark`` that names no simulated layout, why: the reason of the first enumerated layout it names (the
-    lightest, as the CSV lists them), or that no layout enumerated has its values."""
-    notes = []
+def _mark_text(mark: dict[str, str]) -> str:
+    return ",".join(f"{key}={value}" for key, value in mark.items())
+
+
+def marked(result: PlanResult, marks: list[dict[str, str]]) -> list[tuple[str, Outcome | None, str]]:
+    """Per ``--mark``: its text, its run (the fastest that fits of the simulated layouts it names, else the fastest)
+    and where that run stands (its layout's and its own rank among those that fit); for a mark that names no
+    simulated layout, no run and why: the reason of the first enumerated layout it names (the lightest, as the CSV
+    lists them), or that no layout enumerated has its values."""
+    said: list[tuple[str, Outcome | None, str]] = []
+    ranks = result.layout_ranks()
     for mark in marks:
-        if any(_matches(outcome, mark) for outcome in result.tried):
+        text = _mark_text(mark)
+        found = [o for o in result.tried if _matches(o, mark)]
+        if found:
+            chosen = min(found, key=lambda o: (not o.fits, o.seconds))
+            where = (f"layout #{ranks[chosen.layout.degrees]}, run #{result.ranked.index(chosen) + 1}"
+                     if chosen in result.ranked else "does not fit")
+            said.append((text, chosen, where))
             continue
-        text = ",".join(f"{key}={value}" for key, value in mark.items())
-        reasons = [u.reason for u in sorted(result.unsimulated, key=lambda u: u.memory_gb)
+        reasons = [u.reason.removeprefix("no: ") for u in sorted(result.unsimulated, key=lambda u: u.memory_gb)
                    if all(str(dict(zip(LAYOUT_COLUMNS, u.cells))[key]) == value for key, value in mark.items())]
-        notes.append(f"--mark {text}: not on the figure; its layouts were not simulated ({reasons[0]})" if reasons
-                     else f"--mark {text}: not on the figure; no layout enumerated has these values")
-    return notes
+        said.append((text, None, f"not on the figure; its layouts were not simulated ({reasons[0]})" if reasons
+                     else "not on the figure; no layout enumerated has these values"))
+    return said
 
 
 def _label(outcome: Outcome, what: str) -> str:
@@ -211,7 +223,8 @@ def _label(outcome: Outcome, what: str) -> str:
             f"{outcome.memory_gb:.1f} GB{fits}, policy {outcome.policy}")
 
 
-def draw(result: PlanResult, path: Path, title: str, marks: list[dict[str, str]], time_label: str) -> None:
+def draw(result: PlanResult, path: Path, title: str, marks: list[tuple[str, Outcome | None, str]],
+         time_label: str) -> None:
     use_display(no_show=True)
     import matplotlib.pyplot as plt
 
@@ -223,14 +236,10 @@ def draw(result: PlanResult, path: Path, title: str, marks: list[dict[str, str]]
     named = [(tried.index(best), _label(best, "best that fits"))]
     if fastest is not best:
         named.append((tried.index(fastest), _label(fastest, "fastest, does not fit")))
-    for mark in marks:
-        found = [o for o in tried if _matches(o, mark)]
-        if found:
-            chosen = min(found, key=lambda o: (not o.fits, o.seconds))
-            where = (f" (layout #{result.layout_ranks()[chosen.layout.degrees]}, run "
-                     f"#{result.ranked.index(chosen) + 1})" if chosen in result.ranked else "")
-            named.append((tried.index(chosen), _label(chosen, "marked " + ",".join(f"{k}={v}" for k, v in mark.items())
-                                                      + where)))
+    for text, chosen, where in marks:
+        if chosen is not None:
+            named.append((tried.index(chosen), _label(chosen, f"marked {text}"
+                                                      + (f" ({where})" if chosen.fits else ""))))
     fig, ax = plt.subplots(figsize=(11, 7), layout="constrained")
     plot_plan(ax, [o.memory_gb for o in tried], [o.seconds for o in tried], [o.fits for o in tried],
               best.layout.workload.device.memory_gb, best.budget_gb, named, title, f"{time_label} time (s)")
@@ -344,10 +353,14 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                 print(f"{counted(estimated, 'listed run')} of more than {MAX_TASKS:,} tasks "
                       f"{'is' if estimated == 1 else 'are'} extrapolated from two short runs rather than simulated in "
                       f"full (the CSV's simulated column)")
-            for note in unmatched_marks(result, marks):
-                print(note)
+            resolved = marked(result, marks)
+            for text, chosen, where in resolved:
+                print(f"--mark {text}: {where}" if chosen is None else
+                      f"--mark {text}: {where}: {chosen.layout.describe()}, {seconds_text(chosen.seconds)}, "
+                      f"{chosen.mfu * base.device.tflops:.0f} TFLOP/s, {chosen.memory_gb:.1f} GB/GPU"
+                      + ("" if chosen.fits else f", over by {chosen.memory_gb - chosen.budget_gb:.1f} GB"))
             write_csv(result, output)
-            draw(result, figure, f"{heading}\n{counts}", marks, rank_by)
+            draw(result, figure, f"{heading}\n{counts}", resolved, rank_by)
         print(f"csv: {output}\nfigure: {figure}")
         return 0
 
