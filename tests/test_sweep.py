@@ -303,6 +303,32 @@ def test_a_sweeps_progress_weighs_each_environment_by_its_estimated_cost():
     assert plan.seconds_done(2 * rows) == plan.estimated_seconds  # the bar ends at its total
 
 
+def test_a_sweeps_time_left_is_its_average_rate_over_the_work_left(monkeypatch):
+    """Redraws without progress between a sweep's steps (the bar follows its workers twice a second) must not shorten
+    the time a step's work is counted over: at a fifth of the estimated work done after 20 s, 80 s are left, not
+    the 4 s that the last half-second's step alone would say."""
+    import tqdm.std
+
+    from pipeline_sim.cli.generate import _Bar
+
+    now = [1000.0]
+    monkeypatch.setattr(tqdm.std, "time", lambda: now[0])
+    plan = SweepPlan(EnvironmentGrid.from_mapping({"n": 8, "num_gpus": 4}), step=0.5)
+    bar = _Bar(plan, 0)
+    try:
+        total = plan.estimated_seconds
+        for second in range(1, 21):
+            now[0] = 1000.0 + second - 0.5
+            bar.show(0, total * (0.1 if second > 10 else 0.0))  # a redraw, nothing new
+            now[0] = 1000.0 + second
+            bar.show(0, total * (0.1 if second >= 10 else 0.0) + total * (0.1 if second >= 20 else 0.0))
+        meter = bar.bar.format_meter(**bar.bar.format_dict)
+        elapsed, minutes, seconds = map(int, re.search(r"\[00:(\d\d)<(\d\d):(\d\d)\]$", meter).groups())
+        assert meter.startswith(" 20%|") and elapsed == 20 and abs(60 * minutes + seconds - 80) <= 1, meter
+    finally:
+        bar.close()
+
+
 def _raises_its_own_timeout(_: int) -> None:
     raise TimeoutError("the worker's own")
 

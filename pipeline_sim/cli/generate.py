@@ -227,9 +227,11 @@ class _Bar:
         self.plan, self.first, self.simulations = plan, done, done
         # redrawn at most twice a second, whatever came before (and however little: a sweep of less than an
         # estimated second is no less followed): a sweep's fast units would otherwise have the bar wait for as much
-        # work again before it redraws, minutes where a hindsight environment's draws come slowly
+        # work again before it redraws, minutes where a hindsight environment's draws come slowly. Its time left is
+        # the run's average rate (smoothing 0): tqdm's moving average takes the time of a step's work from the last
+        # redraw, which a redraw without progress moves, and so said a fifth of the time left
         self.bar = tqdm(total=plan.estimated_seconds, initial=plan.seconds_done(done // plan.samples), **bar_width(),
-                        mininterval=0.5, miniters=0, smoothing=0.05, file=sys.stderr, desc=self._described(0.0),
+                        mininterval=0.5, miniters=0, smoothing=0, file=sys.stderr, desc=self._described(0.0),
                         bar_format="{percentage:3.0f}%|{bar}| {desc} [{elapsed}<{remaining}]")
 
     def show(self, simulations: int, seconds: float) -> None:
