@@ -330,6 +330,10 @@ _FACTORS = ("tensor_parallel", "context_parallel", "pipeline_parallel", "data_pa
 def _check_pins(base: Workload, gpus: int, filters: Filters) -> None:
     """``PlanError`` for pinned values no layout can take together: degrees whose product cannot make the GPUs, or
     chunks a GPU that no schedule searched has (interleaved-1f1b's from the model's layers, the others' fixed)."""
+    experts = sorted(filters.get("expert_parallel", ()))
+    if experts and not base.shape.experts and 1 not in experts:
+        raise PlanError(f"expert_parallel = {'/'.join(map(str, experts))}: {base.shape.name} has no experts to "
+                        f"split; pin expert_parallel 1, or leave it out")
     pinned = [(key, sorted(filters[key])) for key in _FACTORS if filters.get(key)]
     for key, values in pinned:
         if all(gpus % value for value in values):
@@ -713,5 +717,7 @@ def plan(base: Workload, gpus: int, *, env: dict[str, object] | None = None, sam
             if progress:
                 progress(settled, max(total, settled), "layout")
         ranked = sorted((o for o in tried if o.fits), key=lambda o: o.seconds)
+    if progress:  # fewer passes than the total foresaw: the bar ends at what was done
+        progress(settled, settled, "layout")
     return PlanResult(tuple(tried), tuple(ranked), found.enumerated, len(found.too_large) + too_large, skipped,
                       tuple(unsimulated))

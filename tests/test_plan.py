@@ -230,6 +230,19 @@ def test_a_mark_says_where_its_layout_stands_or_why_it_has_none():
          "not on the figure; its layouts were not simulated (over memory)")]
 
 
+@pytest.mark.parametrize("gpus, filters", [(4, {}), (2, {"zero": {3}})])  # the second lists fewer than TOP runs
+def test_the_planners_progress_counts_choices_then_layouts_and_ends_at_its_total(gpus, filters):
+    told = []
+    plan(tiny(), gpus, progress=lambda done, total, unit: told.append((done, total, unit)), filters=filters)
+    units = [unit for _, _, unit in told]
+    assert units == sorted(units) and set(units) == {"choice", "layout"}  # every choice before any layout
+    for unit in ("choice", "layout"):
+        counts = [(done, total) for done, total, said in told if said == unit]
+        assert [done for done, _ in counts] == sorted(done for done, _ in counts)
+        assert all(0 <= done <= total for done, total in counts)
+        assert counts[-1][0] == counts[-1][1], counts[-1]  # the bar ends full
+
+
 def test_a_plan_that_nothing_answers():
     with pytest.raises(PlanError, match="fits no layout on 4 x"):
         plan(tiny(gpu={"tflops": 10, "memory_gb": 0.001, "nvlink_bandwidth": 100}), 4)
@@ -296,6 +309,8 @@ def test_a_plan_with_fewer_layouts_than_it_lists_says_how_many(tmp_path):
     (["--model", "llama3-8b", "--gpus", "8", "--global-batch-size", "8", "--jitter", "2"], ("--jitter 2.0",)),
     (["--model", "llama3-8b", "--gpus", "8", "--global-batch-size", "64", "--schedule", "dualpipe-v"],
      ("schedule = dualpipe-v: not searched for llama3-8b, a model without experts",)),
+    (["--model", "llama3-8b", "--gpus", "8", "--global-batch-size", "64", "--expert-parallel", "2,4"],
+     ("expert_parallel = 2/4: llama3-8b has no experts to split; pin expert_parallel 1, or leave it out",)),
     (["--model", "llama3-8b", "--gpus", "8", "--global-batch-size", "8", "-o", "x.txt"], ("ending in .csv",)),
     (["--model", "llama3-8b", "--gpus", "0", "--global-batch-size", "8"], ("--gpus",)),
     (["--model", '{"layers": 4', "--gpus", "8", "--global-batch-size", "8"], ("""model = '{"layers": 4': is not""",)),

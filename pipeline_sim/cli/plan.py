@@ -337,8 +337,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                   f"to beat those listed), {elapsed:.1f} s")
             if args.by == "layout":
                 top = result.best_layouts()
-                listed = f"the {len(top)} fastest layouts" if len(top) > 1 else "the one layout"  # as many as fit
-                print(f"{listed}, each by its fastest run (--by run lists the {TOP} fastest runs):")
+                listed = f"the {len(top)} fastest layouts, each" if len(top) > 1 else "the one layout"  # as many as fit
+                print(f"{listed} by its fastest run (--by run lists the {TOP} fastest runs):")
             else:
                 top = list(result.ranked[:TOP])
             width = max([len("layout"), *(len(outcome.layout.describe()) for outcome in top)])
