@@ -243,6 +243,37 @@ def test_the_planners_progress_counts_choices_then_layouts_and_ends_at_its_total
         assert counts[-1][0] == counts[-1][1], counts[-1]  # the bar ends full
 
 
+@pytest.mark.parametrize("widths, rows", [((40, 40, 40), 2), ((100, 120, 240, 130, 30, 30), 5)])
+def test_the_planners_labels_cover_neither_each_other_nor_a_point(widths, rows):
+    """Two labels share a row only where both fit its width (a long marked label beside the best's covered it), and
+    one wider than the axes is broken after its title."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from pipeline_sim.plotting.plan import plot_plan
+
+    figure, ax = plt.subplots(figsize=(11, 7), layout="constrained")
+    points = len(widths) + 20
+    memory, seconds = [10.0 + 3 * i for i in range(points)], [20.0 + (i % 7) for i in range(points)]
+    named = [(i, "n" * (width // 2) + ": " + "x" * (width - width // 2) + "\n" + "y" * 20)
+             for i, width in enumerate(widths)]
+    plot_plan(ax, memory, seconds, [True] * points, 80.0, 80.0, named, "title")
+    figure.draw_without_rendering()
+    renderer = figure.canvas.get_renderer()
+    boxes = [text.get_bbox_patch().get_window_extent(renderer) for text in ax.texts if text.get_bbox_patch()]
+    assert len(boxes) == len(widths)
+    assert not any(a.overlaps(b) for k, a in enumerate(boxes) for b in boxes[k + 1:])
+    assert all(ax.bbox.x0 <= box.x0 and box.x1 <= ax.bbox.x1 for box in boxes)
+    dots = ax.transData.transform(list(zip(memory, seconds)))
+    assert not any(box.contains(x, y) for box in boxes for x, y in dots)
+    assert len({round(box.y1) for box in boxes}) == rows  # the short ones two a row, the long ones one
+    assert [text.get_text().count("\n") for text in ax.texts if text.get_bbox_patch()] == \
+        [2 if width > 200 else 1 for width in widths]
+    plt.close(figure)
+
+
 def test_a_plan_that_nothing_answers():
     with pytest.raises(PlanError, match="fits no layout on 4 x"):
         plan(tiny(gpu={"tflops": 10, "memory_gb": 0.001, "nvlink_bandwidth": 100}), 4)

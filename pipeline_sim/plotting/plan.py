@@ -20,8 +20,43 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
 #: Times spanning more than this many times over are drawn on a log scale: the few layouts far slower than the rest
 #: would crush the rest into a line.
 LOG_SPAN = 4.0
-#: Colours of the named points, in the order they are named (the best that fits first).
+#: Colours of the named points, in the order they are named (the best that fits first); as many are drawn.
 NAMED_COLORS = ("tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan")
+MAX_NAMED = len(NAMED_COLORS)
+#: Of the axes: the room between two labels, beside or above each other, and the width a label may take.
+GAP, WIDTH = 0.01, 0.96
+
+
+def _label_rows(ax, labels: list) -> float:
+    """Place ``labels`` (texts at the axes' top left) in rows from the top, a second beside the first (at the right)
+    only where both fit the axes' width, a label wider than it broken after its title; returns the share of the
+    axes' height they take."""
+    figure = ax.figure
+    renderer = figure.canvas.get_renderer()
+
+    def measured() -> list[tuple[float, float]]:
+        figure.draw_without_rendering()  # lays the axes out, so that the labels are measured against them
+        box = ax.get_window_extent(renderer)
+        return [(extent.width / box.width, extent.height / box.height)
+                for extent in (label.get_bbox_patch().get_window_extent(renderer) for label in labels)]
+
+    sizes = measured()
+    if any(width > WIDTH for width, _ in sizes):
+        for label, (width, _) in zip(labels, sizes):
+            if width > WIDTH:
+                label.set_text(label.get_text().replace(": ", ":\n", 1))
+        sizes = measured()
+    top, below, beside = 1.0 - 2 * GAP, 1.0 - 2 * GAP, None  # the row's top and bottom; what may go at its right
+    for label, (width, height) in zip(labels, sizes):
+        if beside is not None and beside + width + GAP <= WIDTH:
+            label.set_position((1.0 - 2 * GAP, top))
+            label.set_horizontalalignment("right")
+            below, beside = min(below, top - height), None
+            continue
+        top = below - (GAP if beside is not None or top != below else 0.0)
+        label.set_position((2 * GAP, top))
+        below, beside = top - height, width
+    return 1.0 - below
 
 
 def plot_plan(ax, memory_gb: Sequence[float], seconds: Sequence[float], fits: Sequence[bool], gpu_memory_gb: float,
@@ -29,8 +64,8 @@ def plot_plan(ax, memory_gb: Sequence[float], seconds: Sequence[float], fits: Se
               time_label: str = "iteration time (s)") -> None:
     """Every layout as a point (grey crosses: those that do not fit), the Pareto front of those that fit as a step
     line, the GPU's memory (and the budget under a headroom) as dashed lines and the ``named`` points ringed and
-    numbered, their labels numbered alike in a band above the points, two a row, so that none covers a point or
-    another. Times spanning more than ``LOG_SPAN`` times over are drawn on a log scale."""
+    numbered, their labels numbered alike in a band above the points, two a row where both fit its width, so that
+    none covers a point or another. Times spanning more than ``LOG_SPAN`` times over are drawn on a log scale."""
     inside = [i for i, ok in enumerate(fits) if ok]
     outside = [i for i, ok in enumerate(fits) if not ok]
     ax.scatter([memory_gb[i] for i in inside], [seconds[i] for i in inside], s=14, color="tab:blue", alpha=0.55,
@@ -44,11 +79,21 @@ def plot_plan(ax, memory_gb: Sequence[float], seconds: Sequence[float], fits: Se
     ax.axvline(gpu_memory_gb, color="tab:red", linestyle="--", linewidth=1, label=f"GPU memory {gpu_memory_gb:g} GB")
     if budget_gb < gpu_memory_gb:
         ax.axvline(budget_gb, color="tab:red", linestyle=":", linewidth=1, label=f"with headroom {budget_gb:g} GB")
-    corners = ((0.02, 0.98, "left"), (0.98, 0.98, "right"), (0.02, 0.885, "left"), (0.98, 0.885, "right"),
-               (0.02, 0.79, "left"), (0.98, 0.79, "right"))
-    shown = named[:len(corners)]
+    shown = named[:MAX_NAMED]
+    labels = []
+    for k, (index, label) in enumerate(shown):
+        color = NAMED_COLORS[k % len(NAMED_COLORS)]
+        ax.scatter([memory_gb[index]], [seconds[index]], s=140 + 60 * k, facecolors="none", edgecolors=color,
+                   linewidths=2, zorder=5)
+        ax.annotate(str(k + 1), (memory_gb[index], seconds[index]), xytext=(7 + 2 * k, 7 + 2 * k),
+                    textcoords="offset points", fontsize=10, fontweight="bold", color=color, zorder=6)
+        labels.append(ax.text(0.02, 0.98, f"{k + 1}  {label}", transform=ax.transAxes, ha="left", va="top",
+                              fontsize=8, color=color,
+                              bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": color, "alpha": 0.92},
+                              in_layout=False))  # placed within the axes, never a reason to shrink them
+    taken = _label_rows(ax, labels) + 0.08 if labels else 0.1  # of the axes' height, above the points
     low, high = min(seconds), max(seconds)
-    band = 0.15 + 0.16 * ((len(shown) + 1) // 2)  # of the points' span, above them
+    band = 1.05 * taken / (1.0 - taken)  # of the points' span, with 0.05 of it below them
     if high > LOG_SPAN * low:
         from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 
@@ -59,15 +104,6 @@ def plot_plan(ax, memory_gb: Sequence[float], seconds: Sequence[float], fits: Se
         ax.set_ylim(low / (high / low) ** 0.05, high * (high / low) ** band)
     else:
         ax.set_ylim(low - 0.05 * (high - low or high), high + band * (high - low or high))
-    for k, (index, label) in enumerate(shown):
-        color = NAMED_COLORS[k % len(NAMED_COLORS)]
-        x, y, horizontal = corners[k]
-        ax.scatter([memory_gb[index]], [seconds[index]], s=140 + 60 * k, facecolors="none", edgecolors=color,
-                   linewidths=2, zorder=5)
-        ax.annotate(str(k + 1), (memory_gb[index], seconds[index]), xytext=(7 + 2 * k, 7 + 2 * k),
-                    textcoords="offset points", fontsize=10, fontweight="bold", color=color, zorder=6)
-        ax.text(x, y, f"{k + 1}  {label}", transform=ax.transAxes, ha=horizontal, va="top", fontsize=8, color=color,
-                bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": color, "alpha": 0.92})
     ax.set_xlabel("peak memory per GPU (GB)")
     ax.set_ylabel(time_label)
     ax.set_title(fitted(title, ax.figure, 9), fontsize=9, loc="left")
