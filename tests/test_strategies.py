@@ -204,6 +204,12 @@ def test_bad_strategy_keys_get_one_line(tmp_path):
     assert_one_line_error(result, "shard_group", "3", "divide")
     result = run_here("schedule_visualizer_single_channel.py", "--zero", "5", "--no-show", cwd=tmp_path)
     assert_one_line_error(result, "zero", "5")
+    # without a model nothing computes its gathers: the stage alone would change nothing
+    result = run_here("schedule_visualizer_single_channel.py", "--zero", "3", "--no-show", cwd=tmp_path)
+    assert_one_line_error(result, "zero = 3: gathers nothing without --gather-len")
+    result = run_here("schedule_visualizer_single_channel.py", "--zero", "3", "--gather-len", "0.5", "--no-show",
+                      "-o", "zero.png", cwd=tmp_path)
+    assert result.returncode == 0 and "zero" in result.stdout, result.stderr
 
 
 def test_a_config_judges_a_key_against_its_own_other_keys():

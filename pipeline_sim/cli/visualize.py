@@ -238,7 +238,11 @@ def _environment(args, given: set[str]) -> tuple[EnvParams, Workload | None]:
                     raise ParameterError(key, env[key], "a table of --lengths gives every task's work; leave it out "
                                                         "(the table's flags give its mean)")
             env.update((key, value) for key, value in table.items() if key not in given)
-        return EnvParams(**env), None
+        params = EnvParams(**env)
+        if params.zero and not params.gather_len and "zero" in given:
+            raise ParameterError("zero", params.zero, "gathers nothing without --gather-len (the work of one "
+                                                      "all-gather) or --model, which computes it")
+        return params, None
     for key in ("model", "gpu"):
         if key in keys:
             keys[key] = preset_or_object(key, keys[key])
