@@ -214,6 +214,11 @@ def test_invariants_over_random_environments():
 def test_defaults_change_nothing():
     base = EnvParams(num_gpus=3, n=6, schedule="zb-h1", compute_jitter=0.1, comm_jitter=0.1, seed=3)
     assert replace(base, a2a_class="grad_sync", a2a_weights=(1.0,) * 3) == base  # read only with an all-to-all
+    # and the summary of a run says so as the CSV's empty cell does
+    from pipeline_sim.cli.full import _value
+
+    assert _value(base, None, "a2a_class") == "-"
+    assert _value(replace(base, a2a_len=0.5, a2a_class="grad_sync"), None, "a2a_class") == "grad_sync"
     with pytest.raises(ParameterError, match="a2a_class"):
         EnvParams(a2a_class="nowhere")
 

@@ -451,6 +451,9 @@ def test_the_full_pipelines_summary_names_every_environment_and_what_ties(tmp_pa
     assert re.search(r"\n  n=6 +prop_len=0 +schedule=1f1b +-> any policy \(all 37 tie\) ", alone), alone
     assert re.search(r"\n  n=6 +prop_len=1 +schedule=1f1b +-> F \| G1 S0 \(and 2 tied\) ", alone), alone
     assert summary.count(" -> ") == 2 and "any policy (all 37 tie)" in summary[:summary.index(alone)]
+    # the comparisons' columns line up down the list, whatever each group's longest label
+    compared = [line for line in summary[:summary.index(alone)].splitlines() if line.startswith(("   * ", "     "))]
+    assert len(compared) > 2 and len({line.index(" ideal ") for line in compared}) == 1, compared
 
 
 def test_two_tables_of_one_file_name_get_figures_of_their_own(tmp_path):

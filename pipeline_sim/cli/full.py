@@ -99,7 +99,13 @@ def stopped_drawing(config: Path, plan: SweepPlan) -> Path | None:
 
 def _where(params, workload, varying: list[str]) -> str:
     """``p2p_bandwidth=25  schedule=1f1b``: the varying parameters of one environment."""
-    return "  ".join(f"{name}={_text(parameter_value(params, workload, name)):<6}" for name in varying)
+    return "  ".join(f"{name}={_value(params, workload, name):<6}" for name in varying)
+
+
+def _value(params, workload, name: str) -> str:
+    """A parameter's value as the summary gives it; ``-`` where the environment does not read it, as the CSV's
+    empty cell (an all-to-all's class without an all-to-all)."""
+    return "-" if name in params.ignored() else _text(parameter_value(params, workload, name))
 
 
 def _text(value: object) -> str:
@@ -136,11 +142,12 @@ def print_schedule_summary(comparisons, varying: list[str], metric: str = "compl
     shown = comparisons[:max(1, SUMMARY_LINES // 4)]
     by = " by completion time, as the comparison figures" if metric != "completion_time" else ""
     print(f"best policy per schedule{by} (* = the fastest schedule of its environment):")
+    # one set of columns for every group shown, so that they line up down the list
+    width = max([24, *(len(name) for _, _, summary, _ in shown for name in summary["schedule"])])
+    labels = max([18, *(len(label) for _, _, summary, _ in shown for label in summary["best_policy"])])
     for params, workload, summary, _ in shown:
-        print("  " + ", ".join(f"{name}={_text(parameter_value(params, workload, name))}" for name in varying))
+        print("  " + ", ".join(f"{name}={_value(params, workload, name)}" for name in varying))
         fastest = summary["best_time"].idxmin()
-        width = max(24, *(len(name) for name in summary["schedule"]))
-        labels = max([18, *(len(label) for label in summary["best_policy"])])
         for i, row in summary.iterrows():
             mark = "*" if i == fastest else " "
             digits = ".4g" if workload is not None else ".6g"  # as the time it bounds is given, never rounded past it
