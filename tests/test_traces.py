@@ -236,6 +236,7 @@ def test_a_replayed_iteration_draws_in_the_visualizer_from_its_table_of_lengths(
                      "--output", "zbv.png", cwd=tmp_path)
     assert chart.returncode == 0, chart.stderr
     assert float(chart.stdout.split("completion time ")[1].split()[0]) == pytest.approx(replayed, abs=0.006)
+    assert re.search(r"completion time [\d.]+ ms \(ideal [\d.]+ ms, lower bound [\d.]+ ms: ", chart.stdout)  # its unit
     assert_png_drawn(tmp_path / "zbv.png")
     noisy = run_here("schedule_visualizer_single_channel.py", *flags, "--lengths", "zbv.json", "--compute-jitter",
                      "0.3", "--sample", "4", "--no-show", "--output", "noisy.png", cwd=tmp_path)

@@ -66,8 +66,10 @@ def add_sweep_arguments(parser: Parser, *, step_flags: Sequence[str]) -> None:
                         help="run a sweep beyond the size limits (a million tasks per simulation, a million "
                              "combinations, a step finer than 0.01, a day of estimated work) instead of refusing it")
     parser.add_argument("--skip-invalid", action="store_true",
-                        help="leave out the combinations that break a schedule's requirement (interleaved-1f1b: "
-                             "n a multiple of num_gpus; dualpipe-v: n >= 2 x num_gpus) instead of refusing the config")
+                        help="leave out the combinations of the grid that cannot run (a schedule's requirement, "
+                             "e.g. interleaved-1f1b: n a multiple of num_gpus, dualpipe-v: n >= 2 x num_gpus; "
+                             "weights of another length than the stages; a table or policy file that does not fit "
+                             "or cannot be read) instead of refusing the config")
 
 
 def default_output(config: Path, plan: SweepPlan, resume: bool) -> Path:

@@ -481,6 +481,8 @@ def draw(args: argparse.Namespace, params: EnvParams, workload: Workload | None,
         save_figure(fig, temporary, 130, image_format)  # a 64-GPU chart's 46 million pixels: the fast PNG writer
     peak = metrics.peak_activations
     unit = " s" if workload is not None else ""
+    if workload is None and params.lengths and (named := read_table(params.lengths).unit):
+        unit = f" {named}"  # a table's lengths are in the unit it names (ms from a trace)
     held = bound_of_run(memory_bound(schedule.params, args.sample, schedule.memory_limit), schedule.completion_time,
                         schedule.params)
     within = "" if held <= schedule.lower_bound else \
