@@ -152,6 +152,20 @@ def test_the_first_compile_is_announced_once(tmp_path, monkeypatch, capsys):
     assert not engine.kernel_is_compiled()
 
 
+def test_a_compile_estimate_says_when_the_machine_is_busy(monkeypatch):
+    """The estimate is an idle machine's: where other work holds every core, the line says so rather than promise
+    a third of the wait."""
+    import os
+
+    from pipeline_sim.cli.common import _busy
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(os, "getloadavg", lambda: (3.62, 3.0, 3.0))
+    assert _busy() == " on an idle machine; this one is busy (load 3.6 on 2 cores)"
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.2, 1.0, 1.0))
+    assert _busy() == ""
+
+
 def test_the_process_compiling_beside_compiles_what_the_run_calls(tmp_path):
     """What the second process of a first compile writes is each function as the run calls it: a first compile
     into an empty cache, the run and the process beside it together, leaves one signature of each in the cache (a
