@@ -158,16 +158,17 @@ class Episode:
         if self.status != kernel.DONE:
             raise RuntimeError("the episode is stuck: every GPU waited with nothing under way")
 
-    def look_ahead(self, sample: int, lengths: np.ndarray | None = None) -> int:
+    def look_ahead(self, sample: int, lengths: np.ndarray | None = None, progress: np.ndarray | None = None) -> int:
         """The ``sample``-th draw run to its end inside the compiled loop, every decision the look-ahead's
         (docs/model.md section 12.7); returns how many copies it ran to the end. ``lengths``, every task's work
         (``engine.given_lengths``), runs instead of the parameters' own, their noise on top; the look-ahead still
-        expects the parameters' own."""
+        expects the parameters' own. ``progress[0]``, if given, is kept at the tasks ended while it runs."""
         self._draw(sample, lengths)
         s = self._structure
         expected = in_unit(task_lengths(replace(self.params, compute_jitter=0.0, comm_jitter=0.0)), self.unit)
         self.status, self.clock, segments, self._state, rollouts = kernel.look_ahead(
-            self.lengths, *s[:17], *s[18:23], expected, self.actions)
+            self.lengths, *s[:17], *s[18:23], expected, self.actions,
+            np.zeros(1) if progress is None else progress)
         self.segment_count = int(segments)
         self._fresh = False
         self.gpu = -1

@@ -27,11 +27,11 @@ def lookahead_figures(params: EnvParams, policies: Sequence[Policy], sample: int
 
 
 def simulate_lookahead(params: EnvParams, policy: Policy, sample: int = 0,
-                       lengths: Sequence[float] | None = None) -> Schedule:
+                       lengths: Sequence[float] | None = None, progress: np.ndarray | None = None) -> Schedule:
     """The look-ahead's run of draw ``sample`` under ``policy``, as ``engine.simulate`` gives a run; ``lengths``,
     every task's work in task order, runs instead of the parameters' own (``engine.simulate``), while the
-    look-ahead expects the parameters' own."""
+    look-ahead expects the parameters' own. ``progress[0]`` is kept at the tasks ended (``Episode.look_ahead``)."""
     memory_in_force(params)  # a limit the look-ahead cannot keep is refused, whoever calls
     work = None if lengths is None else given_lengths(params, lengths)
-    return episode_schedule(params, policy, sample, lambda episode: episode.look_ahead(sample, work),
+    return episode_schedule(params, policy, sample, lambda episode: episode.look_ahead(sample, work, progress),
                             lengths=work)

@@ -42,6 +42,17 @@ def tick(count: int, weight: float = 0.0) -> None:
             _ticks[1] += weight
 
 
+def shared_values() -> Any:
+    """In a worker of ``ordered_map`` given ``ticks``, the shared values as an array of floats that compiled code can
+    write while it runs (for a parent that reads item 0 as absolute progress rather than ``tick``'s sums); None
+    elsewhere."""
+    if _ticks is None:
+        return None
+    import numpy as np
+
+    return np.frombuffer(_ticks.get_obj(), dtype=np.float64)
+
+
 def interrupt_behind(error: BaseException) -> KeyboardInterrupt | None:
     """The interrupt (Ctrl-C or a SIGTERM made one) behind ``error``: itself, or for a ``SystemError`` the one it was
     raised from. A signal handler's exception raised while compiled code called back into Python (numba loading a

@@ -940,6 +940,39 @@ def test_a_full_disk_says_what_to_do(capsys):
                                        "again (a sweep continues where it stopped with --resume)\n")
 
 
+def test_a_chart_of_a_look_ahead_run_shows_its_progress_on_a_terminal(tmp_path):
+    """A look-ahead run apart says how far it is, in tasks ended and in the share of its work (each decision runs
+    the rest of the iteration, so the first half of the tasks holds three quarters of it), on a terminal."""
+    import pty
+
+    master, terminal = pty.openpty()
+    try:
+        process = subprocess.Popen([sys.executable, str(ROOT / "schedule_visualizer_single_channel.py"), "--dispatch",
+                                    "lookahead", "--schedule", "zb-h1", "--num-gpus", "8", "-n", "32",
+                                    "--compute-jitter", "0.2", "--no-show", "-o", "chart.png"], cwd=tmp_path,
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=terminal)
+        os.close(terminal)
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # the other end closed: the command is done
+                break
+            if not chunk:
+                break
+            seen += chunk
+        out, _ = process.communicate(timeout=300)
+    finally:
+        os.close(master)
+    assert process.returncode == 0 and b"completion time" in out, seen
+    bars = re.findall(r"(\d+)%\|[^|]*\| ([\d,]+)/1,544 tasks ended", seen.decode().replace("\r", "\n"))
+    assert bars, seen
+    for percent, ended in bars:  # the share of the work a share f of the tasks holds: 1 - (1 - f)^2
+        share = int(ended.replace(",", "")) / 1544
+        assert abs(int(percent) - 100 * (1 - (1 - share) ** 2)) <= 1, (percent, ended)
+    assert (tmp_path / "chart.png").exists()
+
+
 @pytest.mark.parametrize("sent", [signal.SIGINT, signal.SIGTERM])
 def test_a_chart_of_a_long_run_stops_at_once(tmp_path, sent):
     """A look-ahead run of hours is simulated apart, so that Ctrl-C or a kill stops the visualizer at once (compiled

@@ -72,7 +72,9 @@ def test_random_look_ahead_runs_are_valid_and_without_noise_never_slower_than_th
                            seed=rng.randrange(100), dispatch="lookahead")
         policy = rng.choice([DEFAULT_POLICY, Policy(), Policy(exclusive_tiers={"grad_prop": "a"})])
         sample = rng.randrange(4)
-        run = simulate_lookahead(params, policy, sample)
+        progress = np.full(1, -1.0)  # what another process reads while the run goes on: the tasks ended
+        run = simulate_lookahead(params, policy, sample, progress=progress)
+        assert progress[0] == len(run.tasks), params
         assert validate_schedule(run) == [], params
         assert run.completion_time >= memory_bound(params, sample) * (1 - 1e-9)
         assert figures_of(params, [policy], sample)[0, 0] == run.completion_time

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from dataclasses import fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -48,7 +49,7 @@ from ..workload import (
     workload_environment,
     workload_report,
 )
-from .common import Parser, UserError, preset_or_object, ready_kernel, run_command, script_name, use_display
+from .common import Parser, UserError, bar_width, preset_or_object, ready_kernel, run_command, script_name, use_display
 
 #: The GPU of a workload that names none.
 _DEFAULT_GPU = next(field.default for field in fields(Workload) if field.name == "gpu")
@@ -392,13 +393,42 @@ def simulated(job: tuple[EnvParams, Policy, int, LearnedPolicy | None, list[list
     from ..hindsight import hindsight, simulate_hindsight
     from ..learned import simulate_learned
     from ..lookahead import simulate_lookahead
+    from ..parallel import shared_values
 
     params, policy, sample, network, texts = job
     schedule = simulate_learned(params, policy, sample, network) if params.learned else \
         simulate_hindsight(params, policy, sample) if params.dispatch == HINDSIGHT else \
-        simulate_lookahead(params, policy, sample) if params.dispatch == LOOKAHEAD else \
+        simulate_lookahead(params, policy, sample, progress=shared_values()) if params.dispatch == LOOKAHEAD else \
         simulate(params, policy, sample, texts)
     return schedule, hindsight(params, sample) if params.dispatch == HINDSIGHT else None
+
+
+@contextlib.contextmanager
+def _followed(params: EnvParams, tasks: int) -> Iterator[tuple[Any, Callable[[], None] | None]]:
+    """For a look-ahead run apart, the value its process keeps at the tasks ended (``shared_values``) and what reads
+    it into a bar on a terminal: the share of the run's work done, where each decision runs the rest of the
+    iteration once per candidate, so that the first share f of the tasks holds 1 - (1 - f)^2 of the work. Other
+    runs report nothing while they run: (None, None)."""
+    if params.dispatch != LOOKAHEAD:
+        yield None, None
+        return
+    from tqdm import tqdm
+
+    from ..parallel import shared_count
+
+    ticks = shared_count()
+    bar = tqdm(total=100.0, file=sys.stderr, **bar_width(), mininterval=0.5, smoothing=0, leave=False, disable=None,
+               bar_format="{percentage:3.0f}%|{bar}| {desc} [{elapsed}<{remaining}]")
+
+    def waiting() -> None:
+        ended = min(int(ticks[0]), tasks)
+        bar.set_description_str(f"{ended:,}/{tasks:,} tasks ended", refresh=False)
+        bar.update(max(0.0, 100.0 * (1.0 - (1.0 - ended / tasks) ** 2) - bar.n))
+
+    try:
+        yield ticks, waiting
+    finally:
+        bar.close()
 
 
 def draw(args: argparse.Namespace, params: EnvParams, workload: Workload | None, policy: Policy,
@@ -437,7 +467,8 @@ def draw(args: argparse.Namespace, params: EnvParams, workload: Workload | None,
             about = f"{hours:.2g} hours" if hours >= 1 else f"{seconds / 60:.2g} min" if seconds >= 60 else \
                 f"{seconds:.2g} s"
             print(f"simulating: up to about {about} (by a slow day's estimate)", file=sys.stderr, flush=True)
-            (schedule, found), = ordered_map(simulated, [job], 1, isolate=True)
+            with _followed(params, tasks) as (ticks, waiting):
+                (schedule, found), = ordered_map(simulated, [job], 1, isolate=True, ticks=ticks, waiting=waiting)
     except SimulationStuckError as error:
         if args.order is None:
             raise

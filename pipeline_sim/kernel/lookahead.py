@@ -18,6 +18,7 @@ from .next_task import choices
 from .state import (
     COMM,
     DONE,
+    DONE_COUNT,
     END,
     EXTERNAL,
     HELD,
@@ -94,13 +95,15 @@ def look_ahead(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: 
                release_task: np.ndarray, order_start: np.ndarray, order_task: np.ndarray, peer_start: np.ndarray,
                peer_task: np.ndarray, kind_class: np.ndarray, reserve: np.ndarray, falls: np.ndarray,
                dispatch_key: np.ndarray, memory: int, kind_tier: np.ndarray, kind_priority: np.ndarray,
-               ingress_capacity: float, segment_room: int, expected: np.ndarray, actions: int) -> tuple:
+               ingress_capacity: float, segment_room: int, expected: np.ndarray, actions: int,
+               progress: np.ndarray) -> tuple:
     """One iteration to its end, every decision the look-ahead's (docs/model.md section 12.7). The candidates of
     GPU s: the static order's next task if it can start, else waiting where that is possible; then every task the
     episode's actions start (``choices``). Each is taken on a copy of the state with expected lengths
     (``expect``), which the static order, each GPU's untaken tasks in order, runs to the end; the candidate of the
     earliest end is taken, the first on a tie. Returns ``(status, now, segments, state, rollouts)``: the state the
-    arrays of ``prepare``, as ``simulate`` leaves them; ``rollouts`` how many copies ran to the end."""
+    arrays of ``prepare``, as ``simulate`` leaves them; ``rollouts`` how many copies ran to the end. ``progress[0]``
+    is kept at the tasks ended so far, for another process to read while this one runs (a chart's bar)."""
     state = prepare_apart(length, gpu, receiver, comm, stage, index, impact, needs_count, kind_class, reserve, falls,
                           dispatch_key, len(order_start) - 1, kind_tier, kind_priority, segment_room,
                           np.empty(0, dtype=np.int64))
@@ -113,6 +116,7 @@ def look_ahead(length: np.ndarray, gpu: np.ndarray, receiver: np.ndarray, comm: 
     while True:
         status, segments, now, s = resume(memory, ingress_capacity, release_start, release_task, order_start,
                                           order_task, peer_start, peer_task, state, now)
+        progress[0] = C[DONE_COUNT]
         if status != RUNNING:  # DONE or STUCK
             return status, now, segments, state, rollouts
         choices(s, memory, F, I, P, order_start, order_task, out)
