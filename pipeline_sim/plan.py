@@ -328,8 +328,9 @@ _FACTORS = ("tensor_parallel", "context_parallel", "pipeline_parallel", "data_pa
 
 
 def _check_pins(base: Workload, gpus: int, filters: Filters) -> None:
-    """``PlanError`` for pinned values no layout can take together: degrees whose product cannot make the GPUs, or
-    chunks a GPU that no schedule searched has (interleaved-1f1b's from the model's layers, the others' fixed)."""
+    """``PlanError`` for pinned values no layout can take together: expert degrees for a model without experts,
+    degrees whose product cannot make the GPUs, or chunks a GPU that no schedule searched has (interleaved-1f1b's
+    from the model's layers, the others' fixed)."""
     experts = sorted(filters.get("expert_parallel", ()))
     if experts and not base.shape.experts and 1 not in experts:
         raise PlanError(f"expert_parallel = {'/'.join(map(str, experts))}: {base.shape.name} has no experts to "

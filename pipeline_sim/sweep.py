@@ -109,7 +109,7 @@ class SweepPlan:
     with_samples: bool = False  # also write one row per sample
     allow_large: bool = False  # run beyond the size limits (tasks per simulation, step, estimated hours)
     format: str = "csv"  # of the output: csv, or parquet (typed columns in row groups; needs pyarrow)
-    workers: int = 0  # the processes it will run in, which its refusal of a sweep too long counts; 0: every core
+    workers: int = 0  # the processes asked for, which its refusal of a sweep too long counts; 0: every core
 
     def __post_init__(self) -> None:
         if self.samples == 0:
@@ -145,7 +145,8 @@ class SweepPlan:
         tasks = total * len(self.policies) * self.samples
         seconds, solves = self.grid.seconds_estimate(len(self.policies), self.samples)
         cores = os.cpu_count() or 1
-        running = min(self.workers, cores) if self.workers > 0 else cores
+        # the processes that will share the work: no more than its units (a hindsight environment is one) or cores
+        running = min(useful_workers(self, self.workers or cores), cores)
         hours = seconds / running / 3600
         if hours > MAX_HOURS:
             why = "; ".join(text for priced, text in ((LOOKAHEAD in self.dispatchers, "each look-ahead decision "

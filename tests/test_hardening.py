@@ -393,20 +393,20 @@ def test_an_interrupt_that_lands_where_exceptions_are_swallowed_still_stops_the_
       "fwd_len": {"start": 1, "stop": 99999, "step": 1}}, [], "combinations; at most 1,000,000 are allowed"),
     ({"n": list(range(1, 1_000_002))}, [], "list of 1,000,001 values; at most 100,000 are allowed"),
     ({"n": {"start": 1, "stop": 1000, "step": 1}, "num_gpus": [4, 8, 16, 32, 64, 128], "bwd_len": [1.0, 2.0]}, [],
-     "hours on 2 workers; at most 24 hours are allowed (shrink the grid, or pass --allow-large)"),
+     "hours on 1 worker; at most 24 hours are allowed (shrink the grid, or pass --allow-large)"),
     # priced as plain simulations, both took minutes; a look-ahead iteration of 16 GPUs and 64 micro-batches takes
     # about a minute, a hindsight draw seconds
     ({"n": 64, "num_gpus": 16, "schedule": "zb-h1", "dispatch": "lookahead", "samples": 100,
       "compute_jitter": {"start": 0.01, "stop": 0.5, "step": 0.01}}, [],
-     "hours on 2 workers (each look-ahead decision runs the rest of the iteration once per candidate); at most 24"),
+     "hours on 1 worker (each look-ahead decision runs the rest of the iteration once per candidate); at most 24"),
     pytest.param({"n": 8, "num_gpus": 4, "schedule": "zb-h1", "dispatch": "hindsight", "samples": 10_000,
                   "compute_jitter": {"start": 0.01, "stop": 0.5, "step": 0.01}}, [],
-                 "hours on 2 workers (the hindsight solver takes seconds a draw); at most 24",
+                 "hours on 1 worker (the hindsight solver takes seconds a draw); at most 24",
                  marks=pytest.mark.skipif(not solver_available(), reason="the [solver] extra is not installed")),
 ])
 def test_work_that_cannot_finish_or_fit_is_refused_before_it_starts(tmp_path, grid, args, fragment):
     config = write_config(tmp_path, grid)
-    result = run_here("data_generator.py", "-c", str(config), "-o", "x.csv", "--workers", "2", *args, cwd=tmp_path)
+    result = run_here("data_generator.py", "-c", str(config), "-o", "x.csv", "--workers", "1", *args, cwd=tmp_path)
     assert_one_line_error(result, fragment)
     assert not list(tmp_path.glob("x.csv*"))
 

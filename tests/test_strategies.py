@@ -206,7 +206,7 @@ def test_bad_strategy_keys_get_one_line(tmp_path):
     assert_one_line_error(result, "zero", "5")
     # without a model nothing computes its gathers: the stage alone would change nothing
     result = run_here("schedule_visualizer_single_channel.py", "--zero", "3", "--no-show", cwd=tmp_path)
-    assert_one_line_error(result, "zero = 3: gathers nothing without --gather-len")
+    assert_one_line_error(result, "zero = 3: gathers nothing with no --gather-len (or 0")
     result = run_here("schedule_visualizer_single_channel.py", "--zero", "3", "--gather-len", "0.5", "--no-show",
                       "-o", "zero.png", cwd=tmp_path)
     assert result.returncode == 0 and "zero" in result.stdout, result.stderr

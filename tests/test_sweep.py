@@ -167,7 +167,7 @@ def test_the_day_limit_prices_samples_only_where_noise_draws_them(monkeypatch):
 
 def test_the_day_limit_counts_the_workers_a_sweep_runs_in(monkeypatch):
     """``--workers 1`` on two cores takes twice the hours that every core would: the estimate counts the workers
-    asked for, never more than the cores."""
+    asked for, never more than the cores or the sweep's units of work."""
     from pipeline_sim.config import ConfigError
 
     monkeypatch.setattr("os.cpu_count", lambda: 2)
@@ -181,6 +181,10 @@ def test_the_day_limit_counts_the_workers_a_sweep_runs_in(monkeypatch):
         said[workers] = (int(hours.replace(",", "")), int(running))
     assert [said[workers][1] for workers in (0, 1, 2, 8)] == [2, 1, 2, 2]
     assert said[0] == said[2] == said[8] and abs(said[1][0] - 2 * said[2][0]) <= 1
+    # a hindsight environment is one unit of work: two workers asked for, one runs it
+    with pytest.raises(ConfigError, match=r"about \d+ hours on 1 worker;"):
+        SweepPlan(EnvironmentGrid.from_mapping({"n": 300, "num_gpus": 64, "dispatch": "hindsight",
+                                                "compute_jitter": 0.1, "samples": 4000}), workers=2)
 
 
 def test_plan_rejects_bad_simulator():

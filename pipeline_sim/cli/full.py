@@ -154,8 +154,9 @@ def print_schedule_summary(comparisons, varying: list[str], metric: str = "compl
             bound = "" if math.isnan(row.get("lower_bound", math.nan)) else \
                 f", lower bound {row['lower_bound']:{digits}}"
             if workload is not None:
-                print(f"   {mark} {row['schedule']:<{width}} {row['best_policy']:<{labels}} {row['best_time']:.4g} "
-                      f"s/iteration (ideal {row['ideal_time']:.4g}{bound}){_report(row)}")
+                print(f"   {mark} {row['schedule']:<{width}} {row['best_policy']:<{labels}} "
+                      f"{format(row['best_time'], '.4g') + ' s/iteration':<17} (ideal {row['ideal_time']:.4g}{bound})"
+                      f"{_report(row)}")
             else:
                 print(f"   {mark} {row['schedule']:<{width}} {row['best_policy']:<{labels}} {row['best_time']:<10.6g} "
                       f"ideal {row['ideal_time']:<8.4g} peak activations {row['peak_activations']:g}{bound}")

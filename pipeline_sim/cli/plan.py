@@ -217,14 +217,33 @@ def marked(result: PlanResult, marks: list[dict[str, str]]) -> list[tuple[str, O
     return said
 
 
+def _over(outcome: Outcome) -> str:
+    return "" if outcome.fits else f", over by {outcome.memory_gb - outcome.budget_gb:.1f} GB"
+
+
 def _label(outcome: Outcome, what: str) -> str:
-    fits = "" if outcome.fits else f", over by {outcome.memory_gb - outcome.budget_gb:.1f} GB"
     return (f"{what}: {outcome.layout.describe()}\n{seconds_text(outcome.seconds)}, MFU {outcome.mfu:.1%}, "
-            f"{outcome.memory_gb:.1f} GB{fits}, policy {outcome.policy}")
+            f"{outcome.memory_gb:.1f} GB{_over(outcome)}, policy {outcome.policy}")
 
 
-def draw(result: PlanResult, path: Path, title: str, marks: list[tuple[str, Outcome | None, str]],
-         time_label: str) -> None:
+def named_runs(result: PlanResult, marks: list[tuple[str, Outcome | None, str]]) -> list[tuple[Outcome, str]]:
+    """The runs the figure names, in order, each once with all that names it: the best that fits, the fastest when
+    it does not fit, then each marked run (``marked``), with where a marked run that fits stands."""
+    names: dict[int, tuple[Outcome, list[str]]] = {}  # by run: what names it
+    stands: dict[int, str] = {}  # by marked run that fits: where
+    best, fastest = result.ranked[0], min(result.tried, key=lambda o: o.seconds)
+    for outcome, what, where in ((best, "best that fits", ""),
+                                 *([(fastest, "fastest, does not fit", "")] if fastest is not best else []),
+                                 *((chosen, f"marked {text.replace(',', ', ')}", where if chosen.fits else "")
+                                   for text, chosen, where in marks if chosen is not None)):
+        names.setdefault(id(outcome), (outcome, []))[1].append(what)
+        if where:
+            stands.setdefault(id(outcome), where)
+    return [(outcome, ", ".join(whats) + (f" ({stands[key]})" if key in stands else ""))
+            for key, (outcome, whats) in names.items()]
+
+
+def draw(result: PlanResult, path: Path, title: str, named: list[tuple[Outcome, str]], time_label: str) -> None:
     use_display(no_show=True)
     import matplotlib.pyplot as plt
 
@@ -232,17 +251,11 @@ def draw(result: PlanResult, path: Path, title: str, marks: list[tuple[str, Outc
 
     tried = result.tried
     best = result.ranked[0]
-    fastest = min(tried, key=lambda o: o.seconds)
-    named = [(tried.index(best), _label(best, "best that fits"))]
-    if fastest is not best:
-        named.append((tried.index(fastest), _label(fastest, "fastest, does not fit")))
-    for text, chosen, where in marks:
-        if chosen is not None:
-            named.append((tried.index(chosen), _label(chosen, f"marked {text}"
-                                                      + (f" ({where})" if chosen.fits else ""))))
     fig, ax = plt.subplots(figsize=(11, 7), layout="constrained")
     plot_plan(ax, [o.memory_gb for o in tried], [o.seconds for o in tried], [o.fits for o in tried],
-              best.layout.workload.device.memory_gb, best.budget_gb, named, title, f"{time_label} time (s)")
+              best.layout.workload.device.memory_gb, best.budget_gb,
+              [(tried.index(outcome), _label(outcome, what)) for outcome, what in named], title,
+              f"{time_label} time (s)")
     with atomic_output(path) as temporary:
         fig.savefig(temporary, dpi=130, format="png")
     plt.close(fig)
@@ -353,14 +366,18 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                 print(f"{counted(estimated, 'listed run')} of more than {MAX_TASKS:,} tasks "
                       f"{'is' if estimated == 1 else 'are'} extrapolated from two short runs rather than simulated in "
                       f"full (the CSV's simulated column)")
+            from ..plotting.plan import MAX_NAMED
+
             resolved = marked(result, marks)
+            named = named_runs(result, resolved)
+            drawn = {id(outcome) for outcome, _ in named[:MAX_NAMED]}
             for text, chosen, where in resolved:
                 print(f"--mark {text}: {where}" if chosen is None else
                       f"--mark {text}: {where}: {chosen.layout.describe()}, {seconds_text(chosen.seconds)}, "
-                      f"{chosen.mfu * base.device.tflops:.0f} TFLOP/s, {chosen.memory_gb:.1f} GB/GPU"
-                      + ("" if chosen.fits else f", over by {chosen.memory_gb - chosen.budget_gb:.1f} GB"))
+                      f"{chosen.mfu * base.device.tflops:.0f} TFLOP/s, {chosen.memory_gb:.1f} GB/GPU{_over(chosen)}"
+                      + ("" if id(chosen) in drawn else f" (not on the figure, which names {MAX_NAMED} runs at most)"))
             write_csv(result, output)
-            draw(result, figure, f"{heading}\n{counts}", resolved, rank_by)
+            draw(result, figure, f"{heading}\n{counts}", named, rank_by)
         print(f"csv: {output}\nfigure: {figure}")
         return 0
 

@@ -241,8 +241,8 @@ def _environment(args, given: set[str]) -> tuple[EnvParams, Workload | None]:
             env.update((key, value) for key, value in table.items() if key not in given)
         params = EnvParams(**env)
         if params.zero and not params.gather_len and "zero" in given:
-            raise ParameterError("zero", params.zero, "gathers nothing without --gather-len (the work of one "
-                                                      "all-gather) or --model, which computes it")
+            raise ParameterError("zero", params.zero, "gathers nothing with no --gather-len (or 0; the work of "
+                                                      "one all-gather): give it, or --model, which computes it")
         return params, None
     for key in ("model", "gpu"):
         if key in keys:

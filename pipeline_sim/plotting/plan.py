@@ -24,13 +24,17 @@ LOG_SPAN = 4.0
 NAMED_COLORS = ("tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan")
 MAX_NAMED = len(NAMED_COLORS)
 #: Of the axes: the room between two labels, beside or above each other, and the width a label may take.
-GAP, WIDTH = 0.01, 0.96
+GAP = 0.01
+WIDTH = 1.0 - 4 * GAP
+#: Of the axes' height: room kept between the labels and the points, the room above the points without labels, and
+#: the most the labels may take (a small figure's labels then cover points rather than turn the axis over).
+MARGIN, NO_LABELS, MOST_TAKEN = 0.08, 0.1, 0.85
 
 
-def _label_rows(ax, labels: list) -> float:
-    """Place ``labels`` (texts at the axes' top left) in rows from the top, a second beside the first (at the right)
-    only where both fit the axes' width, a label wider than it broken after its title; returns the share of the
-    axes' height they take."""
+def _label_rows(ax, labels: list, texts: list[str]) -> float:
+    """Place ``labels`` (texts in axes coordinates, set to ``texts`` again) in rows from the top, a second beside the
+    first (at the right) only where both fit the axes' width, a label wider than it broken between words; returns
+    the share of the axes' height they take."""
     figure = ax.figure
     renderer = figure.canvas.get_renderer()
 
@@ -40,11 +44,14 @@ def _label_rows(ax, labels: list) -> float:
         return [(extent.width / box.width, extent.height / box.height)
                 for extent in (label.get_bbox_patch().get_window_extent(renderer) for label in labels)]
 
+    for label, text in zip(labels, texts):
+        label.set_text(text)
     sizes = measured()
     if any(width > WIDTH for width, _ in sizes):
-        for label, (width, _) in zip(labels, sizes):
+        share = WIDTH * ax.get_position().width  # of the figure's width
+        for label, text, (width, _) in zip(labels, texts, sizes):
             if width > WIDTH:
-                label.set_text(label.get_text().replace(": ", ":\n", 1))
+                label.set_text(fitted(text, figure, label.get_fontsize(), share))
         sizes = measured()
     top, below, beside = 1.0 - 2 * GAP, 1.0 - 2 * GAP, None  # the row's top and bottom; what may go at its right
     for label, (width, height) in zip(labels, sizes):
@@ -55,6 +62,7 @@ def _label_rows(ax, labels: list) -> float:
             continue
         top = below - (GAP if beside is not None or top != below else 0.0)
         label.set_position((2 * GAP, top))
+        label.set_horizontalalignment("left")
         below, beside = top - height, width
     return 1.0 - below
 
@@ -79,33 +87,38 @@ def plot_plan(ax, memory_gb: Sequence[float], seconds: Sequence[float], fits: Se
     ax.axvline(gpu_memory_gb, color="tab:red", linestyle="--", linewidth=1, label=f"GPU memory {gpu_memory_gb:g} GB")
     if budget_gb < gpu_memory_gb:
         ax.axvline(budget_gb, color="tab:red", linestyle=":", linewidth=1, label=f"with headroom {budget_gb:g} GB")
-    shown = named[:MAX_NAMED]
-    labels = []
-    for k, (index, label) in enumerate(shown):
-        color = NAMED_COLORS[k % len(NAMED_COLORS)]
-        ax.scatter([memory_gb[index]], [seconds[index]], s=140 + 60 * k, facecolors="none", edgecolors=color,
-                   linewidths=2, zorder=5)
-        ax.annotate(str(k + 1), (memory_gb[index], seconds[index]), xytext=(7 + 2 * k, 7 + 2 * k),
-                    textcoords="offset points", fontsize=10, fontweight="bold", color=color, zorder=6)
-        labels.append(ax.text(0.02, 0.98, f"{k + 1}  {label}", transform=ax.transAxes, ha="left", va="top",
-                              fontsize=8, color=color,
-                              bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": color, "alpha": 0.92},
-                              in_layout=False))  # placed within the axes, never a reason to shrink them
-    taken = _label_rows(ax, labels) + 0.08 if labels else 0.1  # of the axes' height, above the points
+    ax.set_xlabel("peak memory per GPU (GB)")
+    ax.set_ylabel(time_label)
+    ax.set_title(fitted(title, ax.figure, 9), fontsize=9, loc="left")
+    ax.grid(True, which="both", alpha=0.25)
     low, high = min(seconds), max(seconds)
-    band = 1.05 * taken / (1.0 - taken)  # of the points' span, with 0.05 of it below them
-    if high > LOG_SPAN * low:
+    log = high > LOG_SPAN * low
+    if log:
         from matplotlib.ticker import LogLocator, NullFormatter, ScalarFormatter
 
         ax.set_yscale("log")
         ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
         ax.yaxis.set_major_formatter(ScalarFormatter())
         ax.yaxis.set_minor_formatter(NullFormatter())
-        ax.set_ylim(low / (high / low) ** 0.05, high * (high / low) ** band)
-    else:
-        ax.set_ylim(low - 0.05 * (high - low or high), high + band * (high - low or high))
-    ax.set_xlabel("peak memory per GPU (GB)")
-    ax.set_ylabel(time_label)
-    ax.set_title(fitted(title, ax.figure, 9), fontsize=9, loc="left")
-    ax.grid(True, which="both", alpha=0.25)
+    texts = [f"{k + 1}  {label}" for k, (_, label) in enumerate(named[:MAX_NAMED])]
+    labels = []
+    for k, (index, _) in enumerate(named[:MAX_NAMED]):
+        color = NAMED_COLORS[k]
+        ax.scatter([memory_gb[index]], [seconds[index]], s=140 + 60 * k, facecolors="none", edgecolors=color,
+                   linewidths=2, zorder=5)
+        ax.annotate(str(k + 1), (memory_gb[index], seconds[index]), xytext=(7 + 2 * k, 7 + 2 * k),
+                    textcoords="offset points", fontsize=10, fontweight="bold", color=color, zorder=6)
+        labels.append(ax.text(0.02, 0.98, texts[k], transform=ax.transAxes, ha="left", va="top", fontsize=8,
+                              color=color,
+                              bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": color, "alpha": 0.92},
+                              in_layout=False))  # placed within the axes, never a reason to shrink them
+    # measured on the axes as laid out, then again within the limits that leaves them (their ticks' labels move the
+    # axes' edge)
+    for _ in range(2 if labels else 1):
+        taken = min(MOST_TAKEN, _label_rows(ax, labels, texts) + MARGIN) if labels else NO_LABELS
+        band = 1.05 * taken / (1.0 - taken)  # of the points' span, above them, with 0.05 of it below them
+        if log:
+            ax.set_ylim(low / (high / low) ** 0.05, high * (high / low) ** band)
+        else:
+            ax.set_ylim(low - 0.05 * (high - low or high), high + band * (high - low or high))
     ax.legend(fontsize=8, loc="best")
