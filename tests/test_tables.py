@@ -299,8 +299,8 @@ def test_the_visualizer_takes_a_tables_environment_unless_a_flag_says_otherwise(
                            bwd_len=float(environment[11]), prop_len=float(environment[13]), sync_base_len=0.0,
                            fwd_impact=0.0, bwd_impact=0.0, lengths=str(tmp_path / table))
         run = simulate(params, Policy(priorities={"fwd_prop": 0.5, "grad_prop": 0.3, "grad_sync": 0.2}))
-        assert chart.stdout.startswith(f"{schedule}: completion time {run.completion_time:.6g} (ideal ")
-        assert f"lower bound {run.lower_bound:.6g}: " in chart.stdout
+        assert chart.stdout.startswith(f"{schedule}: completion time {run.completion_time:.6g} ms (ideal ")
+        assert f"lower bound {run.lower_bound:.6g} ms: " in chart.stdout  # in the unit the table names
         assert_png_drawn(tmp_path / f"{schedule}.png")
     wrong = run_here("schedule_visualizer_single_channel.py", "--lengths", table, "--num-gpus", "4", "--no-show",
                      cwd=tmp_path)
