@@ -133,8 +133,9 @@ def build_parser(prog: str) -> Parser:
                         help="memory each GPU keeps free (fragmentation, buffers): a layout fits within the GPU's "
                              "memory less this (default %(default)s)")
     parser.add_argument("--mark", action="append", default=[], metavar="KEY=V,...",
-                        help="name on the figure the fastest simulated layout with these values, e.g. "
-                             "tensor_parallel=8,pipeline_parallel=16,data_parallel=64 (repeatable)")
+                        help="name on the figure the fastest simulated run with these values, and say in the "
+                             "listing where it ranks, e.g. tensor_parallel=8,pipeline_parallel=16,data_parallel=64 "
+                             "(repeatable; the figure names six runs at most)")
     parser.add_argument("--output", "-o", type=Path, default=None,
                         help="CSV of every layout enumerated: those that fit, fastest first and ranked, then those "
                              "simulated that do not fit, then those not simulated and why, with how far over the "
