@@ -207,6 +207,10 @@ def given_order(params: EnvParams, order: Sequence[Sequence[str]]) -> tuple[tupl
     if params.dispatch != "static":
         raise ParameterError("dispatch", params.dispatch, "a given order is a static order: it runs with dispatch "
                              "static")
+    if isinstance(order, str) or not all(isinstance(tasks, Sequence) and not isinstance(tasks, str)
+                                         for tasks in order):
+        raise ParameterError("order", order, "must be one list of task texts per GPU (['0F0', '0B0', ...]), as "
+                             "Schedule.order_text() gives them")
     graph = build_task_graph(params)
     if len(order) != params.num_gpus:
         raise ParameterError("order", f"{len(order)} GPUs", f"must list each of the {params.num_gpus} GPUs")
@@ -217,6 +221,12 @@ def given_order(params: EnvParams, order: Sequence[Sequence[str]]) -> tuple[tupl
         tasks = [where.get(text.strip(), -1) for text in texts]
         wrong = next((text for text, i in zip(texts, tasks) if i not in own), None)
         if wrong is not None:
+            pair = next((text for text in texts_of(graph, own) if text.startswith("(")
+                         and wrong.strip() in text.strip("()").split(";")), None)
+            if pair is not None:  # a dispatched run's order: its dispatcher ran the pair's halves apart
+                raise ParameterError("order", wrong, f"runs within the pair {pair} under static {params.schedule}, "
+                                     "which runs its pairs whole: an order that splits them (a dispatcher's) cannot "
+                                     "be replayed")
             raise ParameterError("order", wrong, f"is no compute task of GPU {gpu} under {params.schedule}: "
                                  f"GPU {gpu} runs {len(own)} tasks, e.g. {', '.join(texts_of(graph, own[:3]))}")
         if len(set(tasks)) != len(tasks) or len(tasks) != len(own):
@@ -398,13 +408,28 @@ def given_lengths(params: EnvParams, lengths: Sequence[float]) -> np.ndarray:
     """``lengths``, every task's work in task order (a measured run's, say), as the kernel reads them;
     ``ParameterError`` naming ``lengths`` unless there is one finite, non-negative value per task of ``params``'
     graph."""
-    array = np.array(lengths, dtype=np.float64)
     count = len(graph_arrays(params).gpu)
+    try:
+        array = np.array(lengths, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ParameterError("lengths", lengths, f"must be one finite length >= 0 per task: {count} under "
+                             f"{params.schedule} with n = {params.n} on {params.num_gpus} GPUs") from None
     if array.shape != (count,) or not np.all(np.isfinite(array)) or np.any(array < 0.0):
         raise ParameterError("lengths", f"{array.size} values", f"must be one finite length >= 0 per task: "
                              f"{count} under {params.schedule} with n = {params.n} on {params.num_gpus} GPUs")
     array.flags.writeable = False
     return array
+
+
+def check_run(caller: str, params: object, policy: object, sample: object) -> None:
+    """``TypeError`` or ``ParameterError`` for what a run's caller (``simulate``, ``simulate_lookahead``, ...) was
+    given that is no environment, no policy or no draw's number."""
+    for name, value, kind, example in (("params", params, EnvParams, "EnvParams(n=8, num_gpus=4)"),
+                                       ("policy", policy, Policy, "Policy(priorities={'fwd_prop': 0.5})")):
+        if not isinstance(value, kind):
+            raise TypeError(f"{caller}: {name} must be {example} or another {kind.__name__}, not "
+                            f"{type(value).__name__}")
+    SAMPLES.check("sample", sample)
 
 
 def simulate(params: EnvParams, policy: Policy, sample: int = 0,
@@ -418,12 +443,7 @@ def simulate(params: EnvParams, policy: Policy, sample: int = 0,
     dispatcher expects, not what the tasks take; an environment of a table of lengths, ``params.lengths``, expects
     its table's).
     """
-    for name, value, kind, example in (("params", params, EnvParams, "EnvParams(n=8, num_gpus=4)"),
-                                       ("policy", policy, Policy, "Policy(priorities={'fwd_prop': 0.5})")):
-        if not isinstance(value, kind):
-            raise TypeError(f"simulate: {name} must be {example} or another {kind.__name__}, not "
-                            f"{type(value).__name__}")
-    SAMPLES.check("sample", sample)
+    check_run("simulate", params, policy, sample)
     arrays = graph_arrays(params)
     work = task_lengths(params, sample, None if lengths is None else given_lengths(params, lengths))
     tiers, priorities = policy_arrays((policy,))

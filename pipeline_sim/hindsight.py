@@ -20,6 +20,7 @@ import numpy as np
 from .engine import (
     bound_of_lengths,
     build_task_graph,
+    check_run,
     graph_arrays,
     memory_in_force,
     simulate,
@@ -183,6 +184,7 @@ def _static_fits(params: EnvParams) -> bool:
 
 def simulate_hindsight(params: EnvParams, policy: Policy, sample: int = 0) -> Schedule:
     """The hindsight run of draw ``sample`` under ``policy``, as ``engine.simulate`` gives it."""
+    check_run("simulate_hindsight", params, policy, sample)
     static = static_params(params)
     graph = build_task_graph(static)
     solved = simulate(static, policy, sample, [texts_of(graph, tasks) for tasks in hindsight(params, sample).order])

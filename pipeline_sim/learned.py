@@ -21,7 +21,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from . import kernel
-from .engine import simulate_figures
+from .engine import check_run, simulate_figures
 from .episode import Episode, episode_schedule
 from .hindsight import hindsight_figures
 from .inputs import TooLarge, read_at_most, where_relative
@@ -216,5 +216,6 @@ def simulate_learned(params: EnvParams, policy: Policy, sample: int = 0,
                      network: LearnedPolicy | None = None) -> Schedule:
     """``engine.simulate`` for a learned dispatcher: the played episode as a ``Schedule`` (by ``network`` when
     given, ``load_policy``)."""
+    check_run("simulate_learned", params, policy, sample)
     learned = load_policy(params, network)
     return episode_schedule(params, policy, sample, lambda episode: play(episode, learned, sample))

@@ -10,7 +10,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .engine import given_lengths, memory_in_force
+from .engine import check_run, given_lengths, memory_in_force
 from .episode import Episode, episode_schedule
 from .model import EnvParams, Policy, Schedule
 
@@ -31,6 +31,7 @@ def simulate_lookahead(params: EnvParams, policy: Policy, sample: int = 0,
     """The look-ahead's run of draw ``sample`` under ``policy``, as ``engine.simulate`` gives a run; ``lengths``,
     every task's work in task order, runs instead of the parameters' own (``engine.simulate``), while the
     look-ahead expects the parameters' own. ``progress[0]`` is kept at the tasks ended (``Episode.look_ahead``)."""
+    check_run("simulate_lookahead", params, policy, sample)
     memory_in_force(params)  # a limit the look-ahead cannot keep is refused, whoever calls
     work = None if lengths is None else given_lengths(params, lengths)
     return episode_schedule(params, policy, sample, lambda episode: episode.look_ahead(sample, work, progress),

@@ -755,6 +755,8 @@ class Schedule:
 
     def find(self, text: str) -> Task:
         """The task whose id reads ``text`` (``"0F3"``, ``"2GP1"``, ``"(0F7;7B3)"``)."""
+        if not isinstance(text, str):
+            raise TypeError(f"find: a task's text, such as '0F3', not {type(text).__name__}")
         wanted = TaskId.parse(text)
         for t in self.tasks:
             if t.id == wanted:

@@ -154,6 +154,13 @@ def test_a_given_order_that_is_not_the_gpus_own_is_refused():
         parse_orders("GPU 1: 1F0")
     with pytest.raises(ParameterError, match="'GPU 0: 0F0 0F1 ...'"):  # before the orders, a line is a mistake
         parse_orders("1f1b: completion time 8\nGPU 0: 0F0")
+    # a dispatcher's DualPipeV order runs a pair's halves apart: the static schedule, which runs them whole, says so
+    dual = EnvParams(schedule="dualpipe-v", n=8, num_gpus=4)
+    split = simulate(replace(dual, dispatch="greedy"), Policy()).order_text()
+    with pytest.raises(ParameterError, match=r"runs within the pair \(\d+F\d+;\d+B\d+\) under static dualpipe-v, which "
+                                             r"runs its pairs whole: an order that splits them \(a dispatcher's\) "
+                                             r"cannot be replayed"):
+        simulate(dual, Policy(), 0, split)
     # --print-order's whole output reads back: its report after the orders is not theirs
     assert parse_orders("GPU 0: 0F0 0B0\nGPU 1: 1F0 1B0\n1f1b: completion time 8 (ideal 6)\n  chart: c.png\n") == \
         [["0F0", "0B0"], ["1F0", "1B0"]]

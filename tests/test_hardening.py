@@ -941,8 +941,8 @@ def test_a_full_disk_says_what_to_do(capsys):
 
 
 def test_a_chart_of_a_look_ahead_run_shows_its_progress_on_a_terminal(tmp_path):
-    """A look-ahead run apart says how far it is, in tasks ended and in the share of its work (each decision runs
-    the rest of the iteration, so the first half of the tasks holds three quarters of it), on a terminal."""
+    """A look-ahead run apart says on a terminal how far it is, in tasks ended, and how long it has left at most
+    (each decision runs the rest of the iteration: a task costs less the later it comes)."""
     import pty
 
     master, terminal = pty.openpty()
@@ -965,11 +965,12 @@ def test_a_chart_of_a_look_ahead_run_shows_its_progress_on_a_terminal(tmp_path):
     finally:
         os.close(master)
     assert process.returncode == 0 and b"completion time" in out, seen
-    bars = re.findall(r"(\d+)%\|[^|]*\| ([\d,]+)/1,544 tasks ended", seen.decode().replace("\r", "\n"))
+    bars = re.findall(r"(\d+)%\|[^|]*\| ([\d,]+)/1,544 tasks ended \[[\d:]+, at most [\d:?]+ left\]",
+                      seen.decode().replace("\r", "\n"))
     assert bars, seen
-    for percent, ended in bars:  # the share of the work a share f of the tasks holds: 1 - (1 - f)^2
-        share = int(ended.replace(",", "")) / 1544
-        assert abs(int(percent) - 100 * (1 - (1 - share) ** 2)) <= 1, (percent, ended)
+    ended = [int(count.replace(",", "")) for _, count in bars]
+    assert ended == sorted(ended) and all(abs(int(percent) - 100 * count / 1544) <= 1
+                                          for (percent, _), count in zip(bars, ended)), bars
     assert (tmp_path / "chart.png").exists()
 
 

@@ -70,11 +70,37 @@ def test_simulate_names_an_argument_of_the_wrong_type(arguments, message):
 
 
 @pytest.mark.parametrize("sample", [2.9, True, -1, "a", None, 10 ** 30])
-def test_simulate_checks_its_sample_as_the_full_call_does(sample):
+@pytest.mark.parametrize("caller", ["simulate", "simulate_lookahead", "simulate_hindsight", "simulate_learned"])
+def test_every_run_checks_its_sample_as_the_full_call_does(caller, sample):
+    """The dispatchers' own runs too: a look-ahead's sample of -1 was an OverflowError of numpy's, 1.5 taken."""
     from pipeline_sim import simulate
+    from pipeline_sim.hindsight import simulate_hindsight
+    from pipeline_sim.learned import simulate_learned
+    from pipeline_sim.lookahead import simulate_lookahead
 
+    run = {"simulate": simulate, "simulate_lookahead": simulate_lookahead, "simulate_hindsight": simulate_hindsight,
+           "simulate_learned": simulate_learned}[caller]
     with pytest.raises(ParameterError, match=r"^sample = .*: must be an integer from 0 to 2\^63 - 1$"):
-        simulate(EnvParams(compute_jitter=0.2, n=4, num_gpus=2), Policy(), sample=sample)
+        run(EnvParams(compute_jitter=0.2, n=4, num_gpus=2, schedule="zb-h1"), Policy(), sample)
+    with pytest.raises(TypeError, match=rf"^{caller}: params must be EnvParams"):
+        run({"n": 4}, Policy(), 0)
+
+
+def test_a_libraries_misuse_names_what_it_wanted():
+    from pipeline_sim import compute_orders, simulate
+
+    params = EnvParams(n=4, num_gpus=2)
+    run = simulate(params, Policy())
+    with pytest.raises(TypeError, match="find: a task's text, such as '0F3', not int"):
+        run.find(3)
+    with pytest.raises(ParameterError, match="lengths = 'abc': must be one finite length >= 0 per task: 32 under"):
+        simulate(params, Policy(), lengths="abc")
+    for order in ("GPU 0: 0F0", ["0F0 0B0", "1F0 1B0"]):
+        with pytest.raises(ParameterError, match=r"must be one list of task texts per GPU \(\['0F0', '0B0', ...\]\)"):
+            simulate(params, Policy(), order=order)
+    with pytest.raises(ParameterError, match=r"^n = 100000000: on 4 GPUs gives about 2,400,000,004 tasks; at most "
+                                             r"1,000,000 fit in memory \(allow_large=True to try anyway\)$"):
+        compute_orders("1f1b", num_gpus=4, n=10 ** 8)
 
 
 def test_arguments_are_keyword_only_with_model_defaults():

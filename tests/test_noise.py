@@ -278,6 +278,10 @@ def test_a_straggler_without_a_slowdown_is_refused_by_the_visualizer(tmp_path):
     assert_one_line_error(result, "--slow-gpu: slow_gpu = 1: a straggler needs --slow-factor above 1 (at 1, GPU 1 "
                                   "computes as fast as the others)")
     assert not (tmp_path / "chart.png").exists()
+    # a GPU that is not there is refused as such first
+    result = run_here("schedule_visualizer_single_channel.py", "--slow-gpu", "9", "--no-show", "--output",
+                      str(tmp_path / "chart.png"), cwd=tmp_path)
+    assert_one_line_error(result, "--slow-gpu: slow_gpu = 9: must be -1 (no straggler) or a GPU 0..3")
 
 
 def test_visualizer_draws_one_sampled_iteration(tmp_path):

@@ -185,14 +185,20 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                       f"({settings.environments_per_update} x {settings.rollout:,} decisions): the network written is "
                       f"the untrained one", file=sys.stderr)
             started = time.monotonic()
-            bar = tqdm(total=settings.steps, unit="decision", unit_scale=True, file=sys.stderr, **bar_width(),
-                       mininterval=0.5, leave=False)
+            # short enough beside a bar on 80 columns: the decisions (as the line above says), the time, the last
+            # validation
+            bar = tqdm(total=settings.steps, file=sys.stderr, **bar_width(), mininterval=0.5, leave=False,
+                       bar_format="{percentage:3.0f}%|{bar}| {n:,}/{total:,} [{elapsed}<{remaining}]{postfix}")
+            timed = [False]  # whether the bar's clock was started at the first decisions
 
             def progress(steps: int, checkpoint: object) -> None:
+                if not timed[0] and steps > 0:  # the first validation, before any decision, says nothing of rates
+                    bar.reset(total=settings.steps)
+                    timed[0] = True
                 bar.update(min(steps, settings.steps) - bar.n)
                 check_interrupt()
                 if checkpoint is not None:
-                    bar.set_postfix_str(f"validation {checkpoint.validation_saving:+.2%} vs {against}")  # type: ignore[attr-defined]
+                    bar.set_postfix_str(f"validation {checkpoint.validation_saving:+.1%} vs {against}")  # type: ignore[attr-defined]
             try:
                 policy, curve, completed = train(environments, DEFAULT_POLICY, settings, progress=progress,
                                                  about={"config": str(args.config),

@@ -224,7 +224,8 @@ def _environment(args, given: set[str]) -> tuple[EnvParams, Workload | None]:
     """The environment the flags describe, and its workload when --model is given; with a table of lengths, the
     table's flags set the parameters the command line does not (``given``)."""
     env = {p.name: getattr(args, p.name) for p in PARAMETERS if getattr(args, p.name) is not None}
-    if env.get("slow_gpu", -1) >= 0 and env.get("slow_factor", PARAMETER["slow_factor"].default) == 1.0:
+    if 0 <= env.get("slow_gpu", -1) < env.get("num_gpus", PARAMETER["num_gpus"].default) and \
+            env.get("slow_factor", PARAMETER["slow_factor"].default) == 1.0:  # a GPU not there is refused as such
         raise ParameterError("slow_gpu", env["slow_gpu"], f"a straggler needs --slow-factor above 1 (at 1, GPU "
                                                           f"{env['slow_gpu']} computes as fast as the others)")
     keys = {key: getattr(args, key) for key in WORKLOAD_KEYS if getattr(args, key) is not None}
@@ -406,9 +407,9 @@ def simulated(job: tuple[EnvParams, Policy, int, LearnedPolicy | None, list[list
 @contextlib.contextmanager
 def _followed(params: EnvParams, tasks: int) -> Iterator[tuple[Any, Callable[[], None] | None]]:
     """For a look-ahead run apart, the value its process keeps at the tasks ended (``shared_values``) and what reads
-    it into a bar on a terminal: the share of the run's work done, where each decision runs the rest of the
-    iteration once per candidate, so that the first share f of the tasks holds 1 - (1 - f)^2 of the work. Other
-    runs report nothing while they run: (None, None)."""
+    it into a bar on a terminal, with the time left at most: each decision runs the rest of the iteration once per
+    candidate, so that a task costs less the later it comes, by as much as the schedule's candidates say (no
+    share of the work holds across schedules). Other runs report nothing while they run: (None, None)."""
     if params.dispatch != LOOKAHEAD:
         yield None, None
         return
@@ -417,18 +418,21 @@ def _followed(params: EnvParams, tasks: int) -> Iterator[tuple[Any, Callable[[],
     from ..parallel import shared_count
 
     ticks = shared_count()
-    bar = tqdm(total=100.0, file=sys.stderr, **bar_width(), mininterval=0.5, smoothing=0, leave=False, disable=None,
-               bar_format="{percentage:3.0f}%|{bar}| {desc} [{elapsed}<{remaining}]")
+    bar = tqdm(total=tasks, file=sys.stderr, **bar_width(), mininterval=0.5, smoothing=0, leave=False, disable=None,
+               bar_format="{percentage:3.0f}%|{bar}| {n:,}/{total:,} tasks ended [{elapsed}, at most {remaining} "
+                          "left]")
 
     def waiting() -> None:
-        ended = min(int(ticks[0]), tasks)
-        bar.set_description_str(f"{ended:,}/{tasks:,} tasks ended", refresh=False)
-        bar.update(max(0.0, 100.0 * (1.0 - (1.0 - ended / tasks) ** 2) - bar.n))
+        bar.update(max(0, min(int(ticks[0]), tasks) - bar.n))
 
     try:
         yield ticks, waiting
     finally:
         bar.close()
+
+
+def _batches(count: float) -> str:
+    return f"{count:g} micro-batch{'' if count == 1 else 'es'}"
 
 
 def draw(args: argparse.Namespace, params: EnvParams, workload: Workload | None, policy: Policy,
@@ -517,11 +521,11 @@ def draw(args: argparse.Namespace, params: EnvParams, workload: Workload | None,
     held = bound_of_run(memory_bound(schedule.params, args.sample, schedule.memory_limit), schedule.completion_time,
                         schedule.params)
     within = "" if held <= schedule.lower_bound else \
-        f"; memory-aware bound {held:.6g}{unit}, at most {schedule.memory_limit:g} micro-batches of activations " \
+        f"; memory-aware bound {held:.6g}{unit}, at most {_batches(schedule.memory_limit)} of activations " \
         f"in flight: {schedule.completion_time / held - 1:.1%} above it"
     print(f"{name}: completion time {schedule.completion_time:.6g}{unit} (ideal {ideal:.6g}{unit}, lower bound "
-          f"{schedule.lower_bound:.6g}{unit}: {schedule.bound_gap:.1%} above it{within}), peak activations {peak:g} "
-          f"micro-batches; chart: {output}")
+          f"{schedule.lower_bound:.6g}{unit}: {schedule.bound_gap:.1%} above it{within}), peak activations "
+          f"{_batches(peak)}; chart: {output}")
     if found is not None:
         tasks = len(graph_arrays(static_params(params)).gpu)
         print("  the hindsight order: " + {
