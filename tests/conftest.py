@@ -53,6 +53,32 @@ def run_script(script: str, *args: str, cwd: Path, timeout: float = 300,
                           text=True, timeout=timeout)
 
 
+def run_on_terminal(script: str, *args: str, cwd: Path, timeout: float = 300) -> tuple[int, str, str]:
+    """Run one of the top-level scripts with its stderr on a new pseudo-terminal (which reports no size, as
+    ``script`` makes it): its exit status, its stdout, and all it drew on the terminal, carriage returns as new
+    lines."""
+    import pty
+
+    master, terminal = pty.openpty()
+    try:
+        process = subprocess.Popen([sys.executable, str(ROOT / script), *args], cwd=cwd, stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=terminal)
+        os.close(terminal)
+        seen = b""
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # the other end closed: the command is done
+                break
+            if not chunk:
+                break
+            seen += chunk
+        out, _ = process.communicate(timeout=timeout)
+    finally:
+        os.close(master)
+    return process.returncode, out.decode(), seen.decode().replace("\r", "\n")
+
+
 def run_here(script: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
     """Run one of the top-level scripts as ``run_script`` does, but in this process: the script file itself, with
     its arguments, from ``cwd``, without a display, its output and exit status captured.

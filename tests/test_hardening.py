@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import BIG, ROOT, assert_one_line_error, run_here, run_script, write_config
+from conftest import BIG, ROOT, assert_one_line_error, run_here, run_on_terminal, run_script, write_config
 
 from pipeline_sim import EnvParams, Policy, calculate_full_pipeline_schedule
 from pipeline_sim.cli.common import counted, run_command
@@ -943,30 +943,11 @@ def test_a_full_disk_says_what_to_do(capsys):
 def test_a_chart_of_a_look_ahead_run_shows_its_progress_on_a_terminal(tmp_path):
     """A look-ahead run apart says on a terminal how far it is, in tasks ended, and how long it has left at most
     (each decision runs the rest of the iteration: a task costs less the later it comes)."""
-    import pty
-
-    master, terminal = pty.openpty()
-    try:
-        process = subprocess.Popen([sys.executable, str(ROOT / "schedule_visualizer_single_channel.py"), "--dispatch",
-                                    "lookahead", "--schedule", "zb-h1", "--num-gpus", "8", "-n", "32",
-                                    "--compute-jitter", "0.2", "--no-show", "-o", "chart.png"], cwd=tmp_path,
-                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=terminal)
-        os.close(terminal)
-        seen = b""
-        while True:
-            try:
-                chunk = os.read(master, 4096)
-            except OSError:  # the other end closed: the command is done
-                break
-            if not chunk:
-                break
-            seen += chunk
-        out, _ = process.communicate(timeout=300)
-    finally:
-        os.close(master)
-    assert process.returncode == 0 and b"completion time" in out, seen
-    bars = re.findall(r"(\d+)%\|[^|]*\| ([\d,]+)/1,544 tasks ended \[[\d:]+, at most [\d:?]+ left\]",
-                      seen.decode().replace("\r", "\n"))
+    code, out, seen = run_on_terminal("schedule_visualizer_single_channel.py", "--dispatch", "lookahead", "--schedule",
+                                      "zb-h1", "--num-gpus", "8", "-n", "32", "--compute-jitter", "0.2", "--no-show",
+                                      "-o", "chart.png", cwd=tmp_path)
+    assert code == 0 and "completion time" in out, seen
+    bars = re.findall(r"(\d+)%\|[^|]*\| ([\d,]+)/1,544 tasks ended \[[\d:]+, at most [\d:?]+ left\]", seen)
     assert bars, seen
     ended = [int(count.replace(",", "")) for _, count in bars]
     assert ended == sorted(ended) and all(abs(int(percent) - 100 * count / 1544) <= 1

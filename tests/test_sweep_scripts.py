@@ -12,7 +12,7 @@ import sys
 import time
 
 import pytest
-from conftest import ROOT, assert_one_line_error, assert_png_drawn, run_here, run_script
+from conftest import ROOT, assert_one_line_error, assert_png_drawn, run_here, run_on_terminal, run_script
 
 from pipeline_sim import calculate_full_pipeline_schedule
 from pipeline_sim.cli.heatmap import INCOMPLETE_MARKER
@@ -548,27 +548,9 @@ def test_plot_heatmap_metric_needs_the_column(tmp_path):
 def test_the_progress_bar_shows_on_a_terminal_of_no_size(tmp_path):
     """A pseudo-terminal that reports 0 columns and 0 lines (as ``script`` makes, and some CI runners) gets a bar of
     80 columns, where tqdm would draw none: a long sweep is not silent there."""
-    import pty
-
     (tmp_path / "grid.json").write_text(json.dumps({"n": 4, "num_gpus": 2}))
-    master, terminal = pty.openpty()  # a new pseudo-terminal has no size
-    assert os.get_terminal_size(terminal) == (0, 0)
-    try:
-        process = subprocess.Popen([sys.executable, str(ROOT / "data_generator.py"), "-c", "grid.json", "-o",
-                                    "out.csv"], cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                   stderr=terminal)
-        os.close(terminal)
-        seen = b""
-        while True:
-            try:
-                chunk = os.read(master, 4096)
-            except OSError:  # the other end closed: the command is done
-                break
-            if not chunk:
-                break
-            seen += chunk
-        assert process.wait(timeout=120) == 0
-    finally:
-        os.close(master)
-    bars = [line for line in seen.decode().replace("\r", "\n").splitlines() if "121/121" in line]
+    code, _, seen = run_on_terminal("data_generator.py", "-c", "grid.json", "-o", "out.csv", cwd=tmp_path,
+                                    timeout=120)
+    assert code == 0, seen
+    bars = [line for line in seen.splitlines() if "121/121" in line]
     assert bars and all(len(line) == 80 for line in bars), seen
