@@ -6,16 +6,17 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from .model import COMM_KINDS, Action, EnvParams, Pair, ParameterError, Policy, Schedule, Task, TaskId, TaskKind
-from .orders import compute_orders
 from .schedules import SCHEDULES
 
 if TYPE_CHECKING:
     from .engine import SimulationStuckError, calculate_full_pipeline_schedule, simulate
+    from .taskgraph import compute_orders
     from .workload import GPU_PRESETS, MODEL_PRESETS, Workload, WorkloadReport, workload_environment, workload_report
 
 #: Names loaded when first asked for, by their module: the engine brings the compiler (numba), which a command's
 #: ``--help`` and its argument errors do not need.
 _LOADED_LATER = {"SimulationStuckError": "engine", "calculate_full_pipeline_schedule": "engine", "simulate": "engine",
+                 "compute_orders": "taskgraph",
                  "GPU_PRESETS": "workload", "MODEL_PRESETS": "workload", "Workload": "workload",
                  "WorkloadReport": "workload", "workload_environment": "workload", "workload_report": "workload"}
 

@@ -56,19 +56,6 @@ def build_orders(params: EnvParams) -> list[Order]:
     return orders
 
 
-def compute_orders(schedule: str, *, num_gpus: int, n: int, chunks: int = 2, allow_large: bool = False) \
-        -> list[list[str]]:
-    """Per GPU, the text of each action in the order it runs (``"0F3"``, ``"(0F7;7B3)"``); an environment of more
-    tasks than fit in memory is refused, as ``calculate_full_pipeline_schedule`` refuses it, unless
-    ``allow_large``."""
-    from .taskgraph import check_size  # which builds on these orders
-
-    params = EnvParams(schedule=schedule, num_gpus=num_gpus, n=n, chunks=chunks)
-    if not allow_large:
-        check_size(params, " (allow_large=True to try anyway)")
-    return [[str(action) for action in order] for order in build_orders(params)]
-
-
 def format_orders(orders: Sequence[Sequence[str]]) -> str:
     """One line per GPU: ``GPU 0: 0F0 0F1 ...``."""
     return "\n".join(f"GPU {gpu}: {' '.join(order)}" for gpu, order in enumerate(orders))

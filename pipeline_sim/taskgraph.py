@@ -32,7 +32,7 @@ from .model import (
     room_units,
 )
 from .noise import KIND_NUMBERS, standard_normals, work_factors
-from .orders import order_parts
+from .orders import build_orders, order_parts
 from .schedules import get_schedule
 from .tables import LengthTable, read_table
 
@@ -121,6 +121,17 @@ def check_size(params: EnvParams, hint: str = "") -> None:
     if tasks > MAX_TASKS:
         raise ParameterError("n", params.n, f"on {params.num_gpus} GPUs gives about {tasks:,} tasks; at most "
                                             f"{MAX_TASKS:,} fit in memory{hint}")
+
+
+def compute_orders(schedule: str, *, num_gpus: int, n: int, chunks: int = 2, allow_large: bool = False) \
+        -> list[list[str]]:
+    """Per GPU, the text of each action in the order it runs (``"0F3"``, ``"(0F7;7B3)"``); an environment of more
+    tasks than fit in memory is refused, as ``calculate_full_pipeline_schedule`` refuses it, unless
+    ``allow_large``."""
+    params = EnvParams(schedule=schedule, num_gpus=num_gpus, n=n, chunks=chunks)
+    if not allow_large:
+        check_size(params, " (allow_large=True to try anyway)")
+    return [[str(action) for action in order] for order in build_orders(params)]
 
 
 _T = TypeVar("_T")

@@ -18,7 +18,6 @@ from conftest import ROOT, assert_one_line_error, assert_png_drawn, run_here
 from pipeline_sim.engine import simulate
 from pipeline_sim.measured import TraceError, fit_comm, read_run
 from pipeline_sim.model import EnvParams, ParameterError, Policy
-from pipeline_sim.orders import compute_orders
 from pipeline_sim.replay import (
     RuntimeCosts,
     effective_lengths,
@@ -28,7 +27,7 @@ from pipeline_sim.replay import (
     runtime_costs,
     task_spread,
 )
-from pipeline_sim.taskgraph import lengths_of_table, task_lengths
+from pipeline_sim.taskgraph import compute_orders, lengths_of_table, task_lengths
 
 TRACES = ROOT / "tests" / "data" / "traces"
 SCHEDULES = ("1f1b", "gpipe", "interleaved-1f1b", "zb-h1", "zb-v", "dualpipe-v")
