@@ -10,9 +10,12 @@ import multiprocessing.context
 import signal
 from collections import deque
 from concurrent.futures import Future, ProcessPoolExecutor, wait
-from typing import Any, Callable, Generator, Iterable, TypeVar
+from contextlib import contextmanager
+from typing import Any, Callable, Generator, Iterable, Iterator, TypeVar
 
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+#: The signals that stop a run: held while this process forks (``stops_held``).
+_STOPS = frozenset({signal.SIGINT, signal.SIGTERM})
 
 _Item = TypeVar("_Item")
 _Result = TypeVar("_Result")
@@ -28,6 +31,7 @@ def _init_worker(ticks: Any = None) -> None:
     # Ctrl-C goes to the whole process group; only the parent should react to it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the parent's clean-stop handler is not for workers
+    release_stops()
     die_with_parent()
     global _ticks
     _ticks = ticks
@@ -68,6 +72,25 @@ def interrupt_behind(error: BaseException) -> KeyboardInterrupt | None:
     return None
 
 
+@contextmanager
+def stops_held() -> Iterator[None]:
+    """Hold Ctrl-C and SIGTERM in this thread meanwhile, for the processes it forks. A forked child starts with its
+    parent's handlers and a copy of its parent's stack: a stop that reached it before it set its own handlers would
+    raise the parent's interrupt there, unwind the copied stack and run the parent's clean-up (removing folders the
+    parent still uses) and then its work, as if it were the parent. Each child, its own handlers set, calls
+    ``release_stops``; a stop that came meanwhile is then taken, by those handlers."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+def release_stops() -> None:
+    """In a child forked under ``stops_held``, once its own handlers are set: take the stops again."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)
+
+
 def die_with_parent() -> None:
     """Have this process terminated when its parent dies, even killed outright (SIGKILL), so that no worker is
     left running; Linux only (elsewhere, nothing). Kept across ``exec``."""
@@ -106,7 +129,8 @@ def ordered_map(function: Callable[[_Item], _Result], items: Iterable[_Item],
     try:
         pending: deque[Future[_Result]] = deque()
         for item in items:
-            pending.append(pool.submit(function, item))
+            with stops_held():  # the workers are forked by the first submission
+                pending.append(pool.submit(function, item))
             if len(pending) >= 4 * workers:
                 yield _result(pending.popleft(), waiting)
         while pending:

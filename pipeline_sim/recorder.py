@@ -15,6 +15,7 @@ import atexit
 import gzip
 import json
 import os
+import signal
 import sys
 import tempfile
 from contextlib import contextmanager, suppress
@@ -36,6 +37,7 @@ from torch.distributed.pipelining import (
 )
 from torch.profiler import ProfilerActivity, profile, record_function
 
+from .parallel import release_stops, stops_held
 from .schedules import get_schedule
 
 #: Our schedule name -> PyTorch's class that runs it (``ScheduleInterleavedZeroBubble`` with one stage per rank runs
@@ -143,6 +145,16 @@ def _quiet_stderr() -> Iterator[None]:
         os.close(saved)
 
 
+def _forked_rank(rank: int, spec: RunSpec, out: str) -> None:
+    """A rank forked by ``record``: its own handlers of the stops first (Ctrl-C an interrupt, which PyTorch's wrapper
+    of the rank takes as an end; SIGTERM, by which PyTorch stops the other ranks once one has failed, an end at once),
+    then the stops this process was forked holding, then the run."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    release_stops()
+    _rank_main(rank, spec, out)
+
+
 def _rank_main(rank: int, spec: RunSpec, out: str) -> None:
     torch.set_num_threads(1)
     if launched():  # the process group of every run of this process, made once (``record``)
@@ -229,8 +241,11 @@ def record(spec: RunSpec, out: Path) -> list[Path]:
             _rank_main(ranks[0], spec, str(out))
         else:  # forked, the ranks share the imported torch instead of importing it again (seconds on a busy host)
             with _private_temporary_files():
-                mp.start_processes(_rank_main, args=(spec, str(out)), nprocs=spec.ranks, join=True,
-                                   start_method="fork")
+                with stops_held():
+                    forked = mp.start_processes(_forked_rank, args=(spec, str(out)), nprocs=spec.ranks, join=False,
+                                                start_method="fork")
+                while not forked.join():
+                    pass
     except BaseException:  # a run stopped leaves none of its files, so that what reads the folder finds no half run
         for rank, path in zip(ranks, written):
             for leftover in (path, path.with_suffix(".partial"), out / f".rank{rank}.json"):

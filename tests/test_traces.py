@@ -2,12 +2,14 @@
 
 import gzip
 import json
+import os
 import re
 import shutil
 import socket
 import subprocess
 import sys
 import tempfile
+import time
 from dataclasses import asdict, replace
 from pathlib import Path
 
@@ -506,6 +508,41 @@ def test_a_record_whose_ranks_fail_leaves_nothing_behind(tmp_path, monkeypatch):
     assert re.fullmatch(r"pipeline_trace.py: error: a rank failed: RuntimeError: rank \d cannot start",
                         result.stderr.strip().splitlines()[-1]), result.stderr
     assert not (tmp_path / "x").exists() and list(temporary.iterdir()) == []
+
+
+def test_a_rank_stopped_as_it_starts_runs_nothing_of_its_parent(tmp_path, monkeypatch):
+    """PyTorch stops the other ranks (SIGTERM) as soon as one fails. A rank still starting then, before its own
+    handlers are set, must take that stop as its own end: it had taken it with the recorder's handler, whose
+    interrupt unwound the parent's stack copied into the rank, ran the recorder's clean-up (removing, among others,
+    the error file by which the failed rank says why) and then carried on with the parent's own work."""
+    pytest.importorskip("torch")
+    import multiprocessing.process
+
+    from pipeline_sim import recorder
+
+    def failing(rank, spec, out):
+        if rank == 0:
+            raise RuntimeError("rank 0 cannot start")
+        time.sleep(60)
+
+    caught = tmp_path / "caught"
+    bootstrap = multiprocessing.process.BaseProcess._bootstrap
+
+    def slow_start(process, *args, **kwargs):  # rank 1 starts late: the stop comes before its own handlers
+        if process._args[1] == 1:
+            try:
+                time.sleep(3)
+            except BaseException:  # the parent's handler ran here: say so, and end as the fault's rank would not
+                caught.touch()
+                os._exit(3)
+        return bootstrap(process, *args, **kwargs)
+
+    monkeypatch.setattr(recorder, "_rank_main", failing)
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "_bootstrap", slow_start)
+    result = run_here("pipeline_trace.py", "record", "--out", "x", "--schedule", "1f1b", cwd=tmp_path)
+    assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == (
+        "pipeline_trace.py: error: a rank failed: RuntimeError: rank 0 cannot start"), result.stderr
+    assert not caught.exists()
 
 
 def test_an_interrupted_recording_says_what_it_kept_and_resumes_past_it(tmp_path, monkeypatch):
