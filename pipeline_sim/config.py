@@ -333,6 +333,11 @@ class EnvironmentGrid:
             raise ConfigError(f"config key 'slow_gpu': a straggler needs 'slow_factor' above 1 (at 1, "
                               f"{'the default, ' if 'slow_factor' not in raw else ''}GPU {slowed[0]} computes as "
                               f"fast as the others); give one")
+        sharded = [zero for zero in given["zero"] if zero >= 1]
+        if sharded and set(given["gather_len"]) == {0.0} and "model" not in raw:
+            raise ConfigError(f"config key 'zero': {sharded[0]} gathers nothing with 'gather_len' 0"
+                              f"{' (the default)' if 'gather_len' not in raw else ''}, the work of one all-gather: "
+                              f"give it, or 'model', which computes it")
         workload_keys = [key for key in WORKLOAD_KEYS if key in raw]
         if workload_keys and "model" not in raw:
             raise ConfigError(f"config key {workload_keys[0]!r}: a workload key needs 'model' (a preset or an "

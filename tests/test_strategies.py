@@ -2,6 +2,7 @@
 and volumes by hand, invariants over random environments of every schedule and dispatcher, the workload's
 derivations, the command line, and nothing changed without them."""
 
+import json
 import random
 import re
 from dataclasses import replace
@@ -210,6 +211,15 @@ def test_bad_strategy_keys_get_one_line(tmp_path):
     result = run_here("schedule_visualizer_single_channel.py", "--zero", "3", "--gather-len", "0.5", "--no-show",
                       "-o", "zero.png", cwd=tmp_path)
     assert result.returncode == 0 and "zero" in result.stdout, result.stderr
+    # nor in a sweep, where its rows would be those of zero 0
+    (tmp_path / "zero.json").write_text(json.dumps({"num_gpus": 4, "zero": [0, 1]}))
+    result = run_here("data_generator.py", "-c", "zero.json", "-o", "zero.csv", cwd=tmp_path)
+    assert_one_line_error(result, "config key 'zero': 1 gathers nothing with 'gather_len' 0 (the default), the work "
+                                  "of one all-gather: give it, or 'model', which computes it")
+    assert not (tmp_path / "zero.csv").exists()
+    (tmp_path / "zero.json").write_text(json.dumps({"num_gpus": 4, "zero": 1, "gather_len": [0, 0.5]}))
+    result = run_here("data_generator.py", "-c", "zero.json", "-o", "zero.csv", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
 
 
 def test_a_config_judges_a_key_against_its_own_other_keys():
