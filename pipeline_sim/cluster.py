@@ -125,6 +125,10 @@ class DaskCluster:
                                    f"{start}")
             time.sleep(0.1)
 
+    def threads(self) -> int:
+        """The worker threads the cluster has now (at least one, once connected)."""
+        return max(1, sum(self.connect().client.nthreads().values()))
+
     def close(self) -> None:
         if self.client is not None:
             self.client.close()
@@ -146,7 +150,7 @@ class DaskCluster:
         worker thread are in flight."""
         client = self.connect().client
         run = uuid.uuid4().hex[:12]  # keys of this sweep alone, on a scheduler others may share
-        threads = max(1, sum(client.nthreads().values()))
+        threads = self.threads()
         pending: deque = deque()
         try:
             for index, group in enumerate(_batches(items, batch)):

@@ -110,6 +110,7 @@ class SweepPlan:
     allow_large: bool = False  # run beyond the size limits (tasks per simulation, step, estimated hours)
     format: str = "csv"  # of the output: csv, or parquet (typed columns in row groups; needs pyarrow)
     workers: int = 0  # the processes asked for, which its refusal of a sweep too long counts; 0: every core
+    remote: bool = False  # run by a remote cluster, whose workers are counted once it is reached (``check_hours``)
 
     def __post_init__(self) -> None:
         if self.samples == 0:
@@ -134,19 +135,24 @@ class SweepPlan:
             raise ConfigError("no combination of the grid can run" + (f", e.g. {where}: {reason}" if invalid else "")
                               + "; fix the config")
         if not self.allow_large:
-            self._check_size()
+            _, largest, where = self.grid.task_estimate()
+            if largest > MAX_TASKS:
+                raise ConfigError(f"{where} has about {largest:,} tasks per simulation; at most {MAX_TASKS:,} fit in "
+                                  f"memory (pass --allow-large to try anyway)")
+            if not self.remote:
+                cores = os.cpu_count() or 1
+                self.check_hours(min(self.workers or cores, cores))
 
-    def _check_size(self) -> None:
-        """Refuse, before any work, a sweep that cannot fit in memory or finish in a day."""
-        total, largest, where = self.grid.task_estimate()
-        if largest > MAX_TASKS:
-            raise ConfigError(f"{where} has about {largest:,} tasks per simulation; at most {MAX_TASKS:,} fit in "
-                              f"memory (pass --allow-large to try anyway)")
+    def check_hours(self, workers: int) -> None:
+        """Refuse, before any work, a sweep that cannot finish in a day on ``workers`` processes (this machine's, or
+        a remote cluster's once reached), of which no more count than the sweep has units of work (a hindsight
+        environment is one)."""
+        if self.allow_large:
+            return
+        total, _, _ = self.grid.task_estimate()
         tasks = total * len(self.policies) * self.samples
         seconds, solves = self.grid.seconds_estimate(len(self.policies), self.samples)
-        cores = os.cpu_count() or 1
-        # the processes that will share the work: no more than its units (a hindsight environment is one) or cores
-        running = min(useful_workers(self, self.workers or cores), cores)
+        running = useful_workers(self, workers)
         hours = seconds / running / 3600
         if hours > MAX_HOURS:
             why = "; ".join(text for priced, text in ((LOOKAHEAD in self.dispatchers, "each look-ahead decision "
@@ -154,9 +160,9 @@ class SweepPlan:
                                                                                       "once per candidate"),
                                                       (solves > 0, "the hindsight solver takes seconds a draw"))
                             if priced)
-            workers = f"{running} worker{'s' if running > 1 else ''}"
             raise ConfigError(f"{self.num_simulations:,} simulations of about {tasks:,} tasks would take about "
-                              f"{hours:,.0f} hours on {workers}{f' ({why})' if why else ''}; at most "
+                              f"{hours:,.0f} hours on {running} worker{'s' if running > 1 else ''}"
+                              f"{f' ({why})' if why else ''}; at most "
                               f"{MAX_HOURS} hours are allowed (shrink the grid, or pass --allow-large)")
 
     @property

@@ -1,6 +1,7 @@
 """Sweeps on a Dask cluster: the same bytes as the process pool, through worker deaths, interruptions and bad
 addresses."""
 
+import contextlib
 import json
 import os
 import re
@@ -129,31 +130,39 @@ def test_a_scheduler_without_workers_is_one_line(monkeypatch):
         local.close()
 
 
-def test_a_scheduler_lost_mid_sweep_is_one_line_and_keeps_the_rows(tmp_path, big_reference):
-    config = write_config(tmp_path, BIG)
+@contextlib.contextmanager
+def remote_cluster(folder, threads=1):
+    """A Dask scheduler started as a user would, and one worker of ``threads`` threads: its address, and the
+    scheduler's process; both killed on leaving."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     dask = [sys.executable, "-m"]
     scheduler = subprocess.Popen([*dask, "distributed.cli.dask_scheduler", "--port", "0", "--no-dashboard",
-                                  "--scheduler-file", "s.json"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                                  "--scheduler-file", "s.json"], cwd=folder, env=env, stdout=subprocess.DEVNULL,
                                  stderr=subprocess.DEVNULL)
     worker = None
     try:
         deadline = time.monotonic() + 60
-        while not (tmp_path / "s.json").exists() and time.monotonic() < deadline:
+        while not (folder / "s.json").exists() and time.monotonic() < deadline:
             time.sleep(0.1)
-        address = json.loads((tmp_path / "s.json").read_text())["address"]
-        worker = subprocess.Popen([*dask, "distributed.cli.dask_worker", address, "--nthreads", "1",
-                                   "--no-dashboard"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+        address = json.loads((folder / "s.json").read_text())["address"]
+        worker = subprocess.Popen([*dask, "distributed.cli.dask_worker", address, "--nthreads", str(threads),
+                                   "--no-dashboard"], cwd=folder, env=env, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.DEVNULL)
-        sweep = start([ROOT / "data_generator.py", "-c", config, "-o", "out.csv", "--cluster", address], tmp_path)
-        wait_for_rows(tmp_path / "out.csv.partial", sweep)
-        scheduler.kill()
-        _, err = sweep.communicate(timeout=60)
+        yield address, scheduler
     finally:
         for process in (scheduler, worker):
             if process is not None:
                 process.kill()
                 process.wait()
+
+
+def test_a_scheduler_lost_mid_sweep_is_one_line_and_keeps_the_rows(tmp_path, big_reference):
+    config = write_config(tmp_path, BIG)
+    with remote_cluster(tmp_path) as (address, scheduler):
+        sweep = start([ROOT / "data_generator.py", "-c", config, "-o", "out.csv", "--cluster", address], tmp_path)
+        wait_for_rows(tmp_path / "out.csv.partial", sweep)
+        scheduler.kill()
+        _, err = sweep.communicate(timeout=60)
     lines = [line for line in err.replace("\r", "\n").splitlines() if line.strip() and "%|" not in line]
     assert sweep.returncode != 0 and len(lines) == 1, err
     assert f"the Dask scheduler at {address} was lost" in lines[0]
@@ -163,6 +172,19 @@ def test_a_scheduler_lost_mid_sweep_is_one_line_and_keeps_the_rows(tmp_path, big
     resumed = run_script("data_generator.py", "-c", str(config), "-o", "out.csv", "--resume", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr
     assert (tmp_path / "out.csv").read_bytes() == big_reference
+
+
+def test_a_remote_cluster_is_priced_on_its_own_workers(tmp_path):
+    """The day limit of a sweep on a remote cluster counts the cluster's worker threads, once reached, not this
+    machine's cores: one thread here, where this machine has two; the refusal leaves no files."""
+    config = write_config(tmp_path, {"n": 64, "num_gpus": 16, "schedule": "zb-h1", "dispatch": "lookahead",
+                                     "samples": 50, "compute_jitter": 0.1})
+    with remote_cluster(tmp_path, threads=1) as (address, _):
+        refused = run_script("data_generator.py", "-c", str(config), "-o", "out.csv", "--cluster", address,
+                             cwd=tmp_path)
+    assert_one_line_error(refused, "would take about", " hours on 1 worker (each look-ahead decision",
+                          "at most 24 hours are allowed")
+    assert sorted(path.name for path in tmp_path.iterdir()) == [config.name, "s.json"]
 
 
 @pytest.mark.parametrize("delay", [1.0, 2.5, None])

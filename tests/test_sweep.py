@@ -187,6 +187,23 @@ def test_the_day_limit_counts_the_workers_a_sweep_runs_in(monkeypatch):
                                                 "compute_jitter": 0.1, "samples": 4000}), workers=2)
 
 
+def test_a_remote_sweep_is_priced_once_its_workers_are_counted(monkeypatch):
+    """A plan for a remote cluster leaves the day limit until the cluster's workers are known; then it counts them
+    (no more than the sweep's units of work), not this machine's cores."""
+    from pipeline_sim.config import ConfigError
+
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    grid = EnvironmentGrid.from_mapping({"n": 64, "num_gpus": 16, "schedule": "zb-h1", "dispatch": "lookahead",
+                                         "samples": 50, "compute_jitter": 0.1})
+    with pytest.raises(ConfigError, match=r"hours on 2 workers"):
+        SweepPlan(grid)
+    plan = SweepPlan(grid, remote=True)
+    with pytest.raises(ConfigError, match=r"about \d+ hours on 2 workers"):
+        plan.check_hours(2)
+    plan.check_hours(16)
+    SweepPlan(grid, remote=True, allow_large=True).check_hours(1)
+
+
 def test_plan_rejects_bad_simulator():
     with pytest.raises(ValueError, match="simulator"):
         SweepPlan(EnvironmentGrid.from_mapping({}), simulator="triple")

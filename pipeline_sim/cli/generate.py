@@ -135,7 +135,7 @@ def generate(config: Path, *, step: float, simulator: str, output: Path | None, 
                         f"named {output.suffix}; name it .{format}, or pass --format {output.suffix.lower()[1:]}")
     plan = SweepPlan(EnvironmentGrid.load(config, allow_large), step=step, simulator=simulator,
                      skip_invalid=skip_invalid, samples=samples or 0, with_samples=samples_output is not None,
-                     allow_large=allow_large, format=format, workers=workers)
+                     allow_large=allow_large, format=format, workers=workers, remote=cluster not in (None, "local"))
     asked = workers
     workers = useful_workers(plan, workers)
     complete = None
@@ -174,6 +174,8 @@ def _run(plan: SweepPlan, output: Path, partial: Path, workers: int, asked: int,
         if bar:
             bar[0].show(simulations, seconds)
     with connected(cluster, workers) as dask:  # an unreachable one: one line, no files
+        if dask is not None and plan.remote:
+            plan.check_hours(dask.threads())
         progress = run_sweep(plan, output, workers=workers, resume=resume, samples_output=samples_output,
                              overwrite=overwrite, cluster=dask, report=lambda line: print(line, flush=True),
                              running=running)
