@@ -14,6 +14,7 @@ from __future__ import annotations
 import atexit
 import gzip
 import json
+import logging
 import os
 import signal
 import sys
@@ -216,6 +217,18 @@ def _rank_main(rank: int, spec: RunSpec, out: str) -> None:
 
 
 @contextmanager
+def _level(logger: str, level: int) -> Iterator[None]:
+    """``logger`` at ``level`` meanwhile."""
+    log = logging.getLogger(logger)
+    before = log.level
+    log.setLevel(level)
+    try:
+        yield
+    finally:
+        log.setLevel(before)
+
+
+@contextmanager
 def _private_temporary_files() -> Iterator[None]:
     """The temporary files made meanwhile (PyTorch's, by which a failed rank reports its error, left behind when one
     fails) in a folder of their own, removed with all it holds."""
@@ -240,7 +253,8 @@ def record(spec: RunSpec, out: Path) -> list[Path]:
                 atexit.register(dist.destroy_process_group)
             _rank_main(ranks[0], spec, str(out))
         else:  # forked, the ranks share the imported torch instead of importing it again (seconds on a busy host)
-            with _private_temporary_files():
+            # PyTorch logs each rank it stops after one failed; the failure itself is what the command says
+            with _private_temporary_files(), _level("torch.multiprocessing.spawn", logging.ERROR):
                 with stops_held():
                     forked = mp.start_processes(_forked_rank, args=(spec, str(out)), nprocs=spec.ranks, join=False,
                                                 start_method="fork")

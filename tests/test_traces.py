@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT, assert_one_line_error, assert_png_drawn, run_here
+from conftest import ROOT, assert_one_line_error, assert_png_drawn, run_here, run_script
 
 from pipeline_sim.engine import simulate
 from pipeline_sim.measured import TraceError, fit_comm, read_run
@@ -508,6 +508,23 @@ def test_a_record_whose_ranks_fail_leaves_nothing_behind(tmp_path, monkeypatch):
     assert re.fullmatch(r"pipeline_trace.py: error: a rank failed: RuntimeError: rank \d cannot start",
                         result.stderr.strip().splitlines()[-1]), result.stderr
     assert not (tmp_path / "x").exists() and list(temporary.iterdir()) == []
+
+
+def test_a_port_in_use_is_one_line_that_says_what_to_do(tmp_path):
+    """Another program on the rendezvous port: the ranks cannot meet. The line says so and what to pass, and
+    nothing of PyTorch's log of the ranks it stopped comes with it."""
+    pytest.importorskip("torch")
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen(1)
+        port = held.getsockname()[1]
+        result = run_script("pipeline_trace.py", "record", "--out", "x", "--schedule", "1f1b", "--port", str(port),
+                            cwd=tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    said, error = result.stderr.strip().splitlines()
+    assert said.startswith("recording 1 schedule(s)") and error.startswith("pipeline_trace.py: error: a rank failed: ")
+    assert "EADDRINUSE" in error and error.endswith(f"; another program holds --port {port}: pass a free one"), error
+    assert not (tmp_path / "x").exists()
 
 
 def test_a_rank_stopped_as_it_starts_runs_nothing_of_its_parent(tmp_path, monkeypatch):

@@ -156,7 +156,10 @@ def _record(args) -> int:
                 folder.rmdir()
         if isinstance(error, ProcessException):  # a rank failed: PyTorch's own message, on its last line, says why
             lines = [line for line in str(error).splitlines() if line.strip()]
-            raise UserError(f"a rank failed: {lines[-1].strip() if lines else error}") from None
+            why = lines[-1].strip() if lines else str(error)
+            busy = "EADDRINUSE" in why and not launched()
+            raise UserError(f"a rank failed: {why}" + (f"; another program holds --port {args.port}: pass a free "
+                                                       f"one" if busy else "")) from None
         if isinstance(error, KeyboardInterrupt) and done and not launched():
             raise KeyboardInterrupt(f"{str(error) or 'interrupted'} after {done} of {total} runs, which are kept in "
                                     f"{args.out}; to continue: {command_to_resume()}") from None
