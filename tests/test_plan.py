@@ -415,3 +415,27 @@ def test_a_second_planner_on_the_same_output_is_refused(tmp_path):
         result = run_script("plan.py", *SMALL, "-o", str(output), "--overwrite", cwd=tmp_path)
     assert_one_line_error(result, f"another run (pid {os.getpid()}) is writing")
     assert not output.exists()
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--seed", "3"], "--seed 3: draws are made only under --jitter above 0; give it, or leave --seed out"),
+    (["--samples", "5"], "--samples 5: draws are made only under --jitter above 0"),
+    (["--jitter", "0.05", "--seed", "-1"], "argument --seed: -1 must be from 0 to 9,223,372,036,854,775,807"),
+    (["--chunks", "1"], "argument --chunks: '1': must be an integer >= 2"),
+    (["--mark", "tensor_parallel=abc"], "--mark 'tensor_parallel=abc': tensor_parallel 'abc' is not an integer"),
+    (["--mark", "zero=7"], "--mark 'zero=7': zero '7': allowed 0, 1, 2, 3"),
+    (["--mark", "schedule=banana"], "--mark 'schedule=banana': schedule 'banana': allowed 1f1b"),
+    (["--mark", "tensor_parallel=8,tensor_parallel=4"], "tensor_parallel given twice; a run has one value of each"),
+    (["--mark", "partition=even"], "--mark 'partition=even': partition 'even': allowed balanced, bottleneck"),
+    (["--a2a-class", "grad_sync"], "--a2a-class grad_sync: llama3-8b has no experts, so no all-to-all for it to "
+                                   "change; leave it out"),
+    (["--route-nodes", "2"], "--route-nodes 2: llama3-8b has no experts"),
+    (["--expert-imbalance", "1.5"], "--expert-imbalance 1.5: llama3-8b has no experts"),
+])
+def test_what_the_plan_would_not_read_or_cannot_match_is_refused_before_it_runs(tmp_path, flags, message):
+    """A seed out of range had searched every layout and then said no layout fit; a mark's value no run can have
+    had been searched for in vain; options a dense model or a noiseless plan never reads had been taken silently."""
+    result = run_script("plan.py", "--model", "llama3-8b", "--gpus", "8", "--global-batch-size", "64", *flags,
+                        "-o", "plan.csv", cwd=tmp_path)
+    assert_one_line_error(result, message)
+    assert not (tmp_path / "plan.csv").exists()

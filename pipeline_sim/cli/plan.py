@@ -19,6 +19,7 @@ from ..plan import (
     EXPERT_SCHEDULES,
     LAYOUT_COLUMNS,
     NO_TENSOR_PARALLEL,
+    PARTITIONS,
     SCHEDULES,
     TOP,
     ZERO_STAGES,
@@ -48,6 +49,23 @@ from .common import (
 #: The most GPUs a plan is asked for: a billion, far past any cluster; a larger count is a mistake, and its divisors
 #: alone would take minutes to find.
 MAX_GPUS = 10 ** 9
+#: Each pinned dimension: its values' type, and what its option says.
+_PINS = (
+    ("tensor_parallel", int, "tensor-parallel degrees"), ("context_parallel", int, "context-parallel degrees"),
+    ("expert_parallel", int, "expert-parallel degrees of a model with experts (default: every degree dividing "
+                             "its experts and data x tensor)"),
+    ("pipeline_parallel", int, "pipeline degrees (GPUs of one pipeline)"),
+    ("data_parallel", int, "data-parallel degrees"), ("zero", int, "ZeRO stages 0 to 3 (FSDP is 3)"),
+    ("micro_batch_size", int, "micro-batch sizes"), ("schedule", str, f"schedules ({', '.join(SCHEDULES)}; "
+                                                         "dualpipe-v too for a model with experts)"),
+    ("chunks", int, "chunks per GPU of interleaved-1f1b, 2 or more (default: every count dividing a GPU's "
+                    "layers); the other schedules have their own, 1 or 2 (zb-v, dualpipe-v)"),
+    ("recompute", str, f"recomputation ({', '.join(RECOMPUTE_MODES)})"),
+)
+#: The type of each pinned dimension's values.
+DIMENSION_TYPES = {key: kind for key, kind, _ in _PINS}
+#: Draws per layout under --jitter unless --samples says.
+SAMPLES = 8
 
 
 def build_parser(prog: str) -> Parser:
@@ -103,24 +121,16 @@ def build_parser(prog: str) -> Parser:
                         help="compute and communication jitter (coefficient of variation); above 0 each layout is "
                              "drawn --samples times and ranked by the 95th percentile (default 0: the mean of one "
                              "noiseless run)")
-    parser.add_argument("--samples", type=positive_int, default=8, help="draws per layout under --jitter "
-                                                                        "(default %(default)s)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the draws (default %(default)s)")
+    parser.add_argument("--samples", type=positive_int, default=None, help=f"draws per layout under --jitter "
+                                                                           f"(default {SAMPLES})")
+    parser.add_argument("--seed", type=lambda text: bounded_int(text, 0, 2 ** 63 - 1), default=None,
+                        help="seed of the draws under --jitter (default 0)")
     parser.add_argument("--workers", type=positive_int, metavar="N", default=os.cpu_count() or 1,
                         help="worker processes (default: all %(default)s cores; 1 runs serially)")
     add_cluster_argument(parser)
     pins = parser.add_argument_group(
         "pinning: each takes one value or several separated by commas; the other layouts are not searched")
-    for key, kind, text in (
-            ("tensor_parallel", int, "tensor-parallel degrees"), ("context_parallel", int, "context-parallel degrees"),
-            ("expert_parallel", int, "expert-parallel degrees of a model with experts (default: every degree dividing "
-                                     "its experts and data x tensor)"),
-            ("pipeline_parallel", int, "pipeline degrees (GPUs of one pipeline)"),
-            ("data_parallel", int, "data-parallel degrees"), ("zero", int, "ZeRO stages 0 to 3 (FSDP is 3)"),
-            ("micro_batch_size", int, "micro-batch sizes"), ("schedule", str, f"schedules ({', '.join(SCHEDULES)}; "
-                                                                 "dualpipe-v too for a model with experts)"),
-            ("chunks", int, "chunks per GPU of interleaved-1f1b (default: every count dividing a GPU's layers)"),
-            ("recompute", str, f"recomputation ({', '.join(RECOMPUTE_MODES)})")):
+    for key, kind, text in _PINS:
         pins.add_argument("--" + key.replace("_", "-"), dest=key, default=None, metavar="V[,V...]",
                           type=_values(key, kind), help=text)
     parser.add_argument("--by", choices=("layout", "run"), default="layout",
@@ -158,23 +168,36 @@ def _values(key: str, kind: type) -> Callable[[str], frozenset]:
                                                  f"give values separated by commas") from None
             if allowed is not None and value not in allowed:
                 raise argparse.ArgumentTypeError(f"{word!r}: allowed {', '.join(map(str, allowed))}")
-            if isinstance(value, int) and value < 1 and key != "zero":
-                raise argparse.ArgumentTypeError(f"{word!r}: must be an integer >= 1")
+            least = {"zero": 0, "chunks": 2}.get(key, 1)
+            if isinstance(value, int) and value < least:
+                raise argparse.ArgumentTypeError(f"{word!r}: must be an integer >= {least}")
             values.add(value)
         return frozenset(values)
     return parse
 
 
 def _marks(texts: list[str]) -> list[dict[str, str]]:
+    """Each ``--mark``'s values by key, each value checked as its pin would be (``partition``: a name of
+    ``PARTITIONS``)."""
     marks = []
     for text in texts:
-        mark = {}
+        mark: dict[str, str] = {}
         for item in text.replace(" ", "").split(","):
             key, sep, value = item.partition("=")
             if not sep or key not in LAYOUT_COLUMNS[:-1]:
                 raise UserError(f"--mark {text!r}: expected KEY=VALUE,... with KEY one of "
                                 f"{', '.join(LAYOUT_COLUMNS[:-1])}")
-            mark[key] = value
+            if key in mark:
+                raise UserError(f"--mark {text!r}: {key} given twice; a run has one value of each")
+            if key == "partition":
+                if value not in PARTITIONS:
+                    raise UserError(f"--mark {text!r}: partition {value!r}: allowed {', '.join(PARTITIONS)}")
+            else:
+                try:
+                    value, = _values(key, DIMENSION_TYPES[key])(value)
+                except (argparse.ArgumentTypeError, ValueError) as error:
+                    raise UserError(f"--mark {text!r}: {key} {str(error).split(';')[0]}") from None
+            mark[key] = str(value)
         marks.append(mark)
     return marks
 
@@ -316,6 +339,19 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
             route_nodes=args.route_nodes, node_gpus=args.node_gpus, **given)))
         if args.jitter < 0 or args.jitter > 1:
             raise UserError(f"--jitter {args.jitter}: must be from 0 to 1")
+        for option, value in (("--samples", args.samples), ("--seed", args.seed)):
+            if value is not None and not args.jitter:
+                raise UserError(f"{option} {value}: draws are made only under --jitter above 0; give it, or leave "
+                                f"{option} out")
+        args.samples, args.seed = args.samples or SAMPLES, args.seed or 0
+        if not base.shape.experts:
+            for option, value, default in (("--expert-imbalance", args.expert_imbalance, 1.0),
+                                           ("--route-nodes", args.route_nodes, None),
+                                           ("--node-gpus", args.node_gpus, 8), ("--a2a-class", args.a2a_class,
+                                                                               "pipeline")):
+                if value != default:
+                    raise UserError(f"{option} {value}: {base.shape.name} has no experts, so no all-to-all for it to "
+                                    f"change; leave it out")
         if not 0 <= args.memory_headroom < base.device.memory_gb:
             raise UserError(f"--memory-headroom {args.memory_headroom:g}: must be from 0 to below the GPU's "
                             f"{base.device.memory_gb:g} GB")
