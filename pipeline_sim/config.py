@@ -4,8 +4,9 @@ Each key is an environment parameter (``EnvParams``); its value is a scalar, a l
 of values, or a range ``{"start": a, "stop": b, "step": s}`` that includes ``stop``
 when it falls on the grid (``schedule``: a name or a list of names). Missing keys take
 the model's defaults. The environments are the Cartesian product, the last parameter
-varying fastest, with two exceptions: a parameter that a schedule ignores never
-multiplies that schedule's environments (each distinct simulation appears once), and
+varying fastest, with two exceptions: a parameter that an environment does not read
+(``unread_parameters``: another schedule's, the noise's without noise, ...) never multiplies its
+environments (each distinct simulation appears once; a key no environment reads is refused), and
 a combination that breaks a schedule's requirement (interleaved-1f1b with n not a
 multiple of num_gpus, say) or names a straggler beyond its last GPU is listed by
 ``invalid()`` instead of being run. The key ``samples`` is a sweep setting: noise
@@ -348,7 +349,9 @@ class EnvironmentGrid:
         if combinations > MAX_COMBINATIONS and not allow_large:
             raise ConfigError(f"{source}: the values multiply to {combinations:,} combinations; at most "
                               f"{MAX_COMBINATIONS:,} are allowed (pass --allow-large to try anyway)")
-        return cls(tuple(values), samples, frozenset(raw) - set(SETTING_KEYS) | {key for key, _ in ties}, ties)
+        grid = cls(tuple(values), samples, frozenset(raw) - set(SETTING_KEYS) | {key for key, _ in ties}, ties)
+        grid._check_read(raw)
+        return grid
 
     @classmethod
     def load(cls, path: str | Path, allow_large: bool = False) -> EnvironmentGrid:
@@ -385,32 +388,45 @@ class EnvironmentGrid:
                (key not in DERIVED_KEYS or key in self.given)}
         return workload_environment(workload, **env), workload
 
-    def _combinations(self) -> Iterator[dict[str, Any]]:
-        """Every combination in grid order, without those that differ only by a parameter their schedule ignores (or
-        by a memory limit under the static order, or by the all-to-all's parameters without one)."""
+    def _expanded(self) -> Iterator[tuple[tuple[int, ...], dict[str, Any], dict[str, str]]]:
+        """Every combination in grid order: the place of each value in its list, the combination, and what it does
+        not read (``unread_parameters``)."""
         names = [name for name, _ in self.values]
-        position = {name: i for i, name in enumerate(names)}
-        ignored_by = {spec.name: [position[p] for p in SCHEDULE_PARAMETERS if p not in spec.parameters]
-                      for spec in SCHEDULES.values()}
-        schedule_at, dispatch_at, memory_at = position["schedule"], position["dispatch"], position["memory_limit"]
-        # the all-to-all's parameters mean nothing without one: no expert parallelism, or no a2a_len
-        a2a_at, none = (position["expert_parallel"], 1) if self.has_workload else (position["a2a_len"], 0)
-        a2a_only = [position[name] for name in ("a2a_weights", "a2a_class", "ep_overlap")]
-        table_at = position["lengths"]
+        table_at = names.index("lengths")
         for indices in product(*(range(len(values)) for _, values in self.values)):
             combo = [values[i] for (_, values), i in zip(self.values, indices)]
             if combo[table_at]:  # the table's environment, where the file gives no value of its own
                 for key, value in self.length_tables[combo[table_at]].environment.items():
                     if key not in self.given:
-                        combo[position[key]] = value
-            if any(indices[i] for i in ignored_by[combo[schedule_at]]) or \
-                    (combo[dispatch_at] == "static" and indices[memory_at]) or \
-                    (combo[a2a_at] == none and any(indices[i] for i in a2a_only)) or \
-                    (combo[schedule_at] not in EP_OVERLAP_SCHEDULES and indices[position["ep_overlap"]]):
-                continue
+                        combo[names.index(key)] = value
+            named = dict(zip(names, combo))
             for key, other in self.ties:
-                combo[position[key]] = combo[position[other]]
-            yield dict(zip(names, combo))
+                named[key] = named[other]
+            yield indices, named, unread_parameters(named, self.has_workload)
+
+    def _combinations(self) -> Iterator[dict[str, Any]]:
+        """Every combination in grid order, without those that differ only by a parameter they do not read
+        (``unread_parameters``): each distinct simulation appears once, with the first value of what it ignores."""
+        position = {name: i for i, (name, _) in enumerate(self.values)}
+        for indices, combo, unread in self._expanded():
+            if not any(indices[position[name]] for name in unread):
+                yield combo
+
+    def _check_read(self, raw: Mapping[str, object]) -> None:
+        """Refuse a key the config gives that no combination reads: it would change nothing, with nothing said."""
+        unused = {name for name in self.given if name in raw and name in _IGNORABLE_BY_RULE}
+        why: dict[str, str] = {}
+        for _, _, unread in self._expanded():
+            for name in list(unused):
+                if name in unread:
+                    why.setdefault(name, unread[name])
+                else:
+                    unused.discard(name)
+            if not unused:
+                return
+        name = next(key for key in raw if key in unused)
+        raise ConfigError(f"config key {name!r}: {_shown(raw[name])} changes nothing, as {why[name]}; leave it out "
+                          f"or give what reads it")
 
     @cached_property
     def _scan(self) -> tuple[int, tuple[tuple[str, str], ...], int, int, str, dict[str, LearnedPolicy], frozenset[int],
@@ -540,6 +556,38 @@ class EnvironmentGrid:
         sets the rest; a preset model or GPU by its name, another by its fields)."""
         return {key: [_as_given(item) for item in value] if key in ("model", "gpu") else value
                 for key, value in self.as_dict().items() if key in self.given or key == "samples"}
+
+
+#: The parameters that some combinations do not read (``unread_parameters``).
+_IGNORABLE_BY_RULE = frozenset({*SCHEDULE_PARAMETERS, "memory_limit", "a2a_weights", "a2a_class", "ep_overlap",
+                                "expert_imbalance", "ep_bandwidth", "route_nodes", "gather_len", "shard_group",
+                                "jitter_dist", "seed", "slow_factor"})
+
+
+def unread_parameters(combo: Mapping[str, Any], workload: bool) -> dict[str, str]:
+    """The parameters ``combo`` does not read, each with why: those of other schedules, a memory limit under the
+    static order, the all-to-all's without one, the gathers' without sharding, the noise's without noise and the
+    straggler's without a straggler (docs/model.md sections 6, 8, 12, 15, 16)."""
+    schedule = combo["schedule"]
+    unread = {name: f"schedule {schedule} does not read it" for name in SCHEDULE_PARAMETERS
+              if name not in SCHEDULES[schedule].parameters}
+    if combo["dispatch"] == "static":
+        unread["memory_limit"] = "the static order (dispatch static) does not adapt to a memory limit"
+    if (combo["expert_parallel"] == 1) if workload else (combo["a2a_len"] == 0.0):
+        for name in ("a2a_weights", "a2a_class", "ep_overlap",
+                     *(("expert_imbalance", "ep_bandwidth", "route_nodes") if workload else ())):
+            unread[name] = f"there is no all-to-all ({'expert_parallel 1' if workload else 'a2a_len 0'})"
+    elif schedule not in EP_OVERLAP_SCHEDULES:
+        unread["ep_overlap"] = f"schedule {schedule} does not overlap an all-to-all with compute"
+    if combo["zero"] == 0:
+        for name in ("gather_len", *(("shard_group",) if workload else ())):
+            unread[name] = "nothing is sharded (zero 0)"
+    if combo["compute_jitter"] == 0.0 and combo["comm_jitter"] == 0.0:
+        for name in ("jitter_dist", "seed"):
+            unread[name] = "no length is drawn (compute_jitter and comm_jitter 0)"
+    if combo["slow_gpu"] < 0:
+        unread["slow_factor"] = "there is no straggler (slow_gpu -1)"
+    return unread
 
 
 def _ties(raw: Mapping[str, object]) -> tuple[tuple[str, str], ...]:

@@ -523,8 +523,8 @@ def layout_words(w: Workload, *, short: bool) -> list[str]:
     if short:  # a title's label names them
         words += [f"c{w.context_parallel}"] if w.context_parallel > 1 else []
         words += [f"e{w.expert_parallel}"] if w.expert_parallel > 1 else []
-    if w.expert_imbalance != 1.0:
-        words.append(f"imb{w.expert_imbalance:g}" if short else f"expert imbalance {w.expert_imbalance:g}")
+    if w.imbalance != 1.0:
+        words.append(f"imb{w.imbalance:g}" if short else f"expert imbalance {w.imbalance:g}")
     if w.route_nodes is not None:
         words.append(f"rn{w.route_nodes}" if short else f"routed to {w.route_nodes} nodes")
     if w.ep_bandwidth != w.dp_bandwidth:

@@ -124,3 +124,54 @@ def test_a_workload_grid_written_back_as_a_config_reads_as_itself():
         else:  # every field, as the object holds it, but its name
             assert given["model"][0].items() >= model.items() and "name" not in given["model"][0]
         assert list(EnvironmentGrid.from_mapping(given)) == list(grid)
+
+
+@pytest.mark.parametrize("raw, count, kept", [
+    # the gathers' work without sharding: one zero-0 environment, not one per gather_len (which reads 0 there)
+    ({"n": 8, "zero": [0, 3], "gather_len": [0.5, 1.0]}, 3, {"gather_len": [0.0, 0.5, 1.0]}),
+    ({"n": 8, "slow_gpu": [-1, 1], "slow_factor": [1.5, 2.0]}, 3, {"slow_factor": [1.5, 1.5, 2.0]}),
+    ({"n": 8, "compute_jitter": [0.0, 0.1], "jitter_dist": ["lognormal", "normal"], "seed": [1, 2]}, 5,
+     {"seed": [1, 1, 2, 1, 2]}),
+    ({"model": "llama3-8b", "data_parallel": 4, "zero": [0, 1], "shard_group": [2, 4]}, 3, {}),
+    ({"model": "mixtral-8x7b", "data_parallel": 8, "expert_parallel": [1, 8], "route_nodes": [1, 2],
+      "expert_imbalance": [1.0, 1.25]}, 5, {}),
+])
+def test_a_parameter_a_combination_does_not_read_never_multiplies_it(raw, count, kept):
+    """Each distinct simulation is one environment, with the first value of what it ignores: a grid multiplied by
+    such a parameter wrote the same simulation twice, which its heatmaps then drew twice or refused."""
+    grid = EnvironmentGrid.from_mapping(raw)
+    assert len(grid) == count
+    environments = list(grid)
+    for name, values in kept.items():
+        assert [getattr(params, name) for params in environments] == values
+
+
+@pytest.mark.parametrize("raw, message", [
+    ({"n": 8, "slow_factor": 2}, "config key 'slow_factor': 2 changes nothing, as there is no straggler (slow_gpu -1); "
+                                 "leave it out or give what reads it"),
+    ({"n": 8, "jitter_dist": "normal"}, "'jitter_dist': 'normal' changes nothing, as no length is drawn "
+                                        "(compute_jitter and comm_jitter 0)"),
+    ({"n": 8, "seed": [5, 6]}, "'seed': [5, 6] changes nothing, as no length is drawn"),
+    ({"n": 8, "gather_len": 1}, "'gather_len': 1 changes nothing, as nothing is sharded (zero 0)"),
+    ({"schedule": ["1f1b", "gpipe"], "chunks": 3}, "'chunks': 3 changes nothing, as schedule 1f1b does not read it"),
+    ({"memory_limit": 3}, "'memory_limit': 3 changes nothing, as the static order (dispatch static) does not adapt"),
+    ({"a2a_class": "grad_sync"}, "'a2a_class': 'grad_sync' changes nothing, as there is no all-to-all (a2a_len 0)"),
+    ({"model": "llama3-8b", "data_parallel": 4, "shard_group": 2}, "'shard_group': 2 changes nothing, as nothing is "
+                                                                   "sharded (zero 0)"),
+    ({"model": "llama3-8b", "expert_imbalance": 2}, "'expert_imbalance': 2 changes nothing, as there is no "
+                                                    "all-to-all (expert_parallel 1)"),
+    ({"model": "llama3-8b", "ep_bandwidth": 10}, "'ep_bandwidth': 10 changes nothing"),
+    ({"model": "mixtral-8x7b", "route_nodes": 4}, "'route_nodes': 4 changes nothing"),
+    ({"model": "mixtral-8x7b", "data_parallel": 8, "expert_parallel": 8, "ep_overlap": 1, "schedule": "zb-h1"},
+     "'ep_overlap': 1 changes nothing, as schedule zb-h1 does not overlap an all-to-all with compute"),
+])
+def test_a_key_no_combination_reads_is_refused(raw, message):
+    with pytest.raises(ConfigError) as refused:
+        EnvironmentGrid.from_mapping(raw)
+    assert message in str(refused.value)
+    # read by one combination, it is kept
+    reads = {"slow_factor": {"slow_gpu": [-1, 1]}, "jitter_dist": {"compute_jitter": [0.0, 0.1]},
+             "gather_len": {"zero": [0, 1]}, "memory_limit": {"dispatch": ["static", "greedy"]}}
+    name = next(iter(set(raw) & set(reads)), None)
+    if name is not None:
+        assert len(EnvironmentGrid.from_mapping({**raw, **reads[name]})) >= 1

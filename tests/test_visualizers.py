@@ -366,3 +366,22 @@ def test_the_title_says_whether_gradients_are_synced_as_the_run_did():
 
     assert "sync every 2;" in title(EnvParams(sync_freq=2))
     assert "no gradient sync;" in title(EnvParams(sync_freq=2, sync_base_len=0.0))
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--chunks", "3"], "--chunks: chunks = 3: changes nothing, as schedule 1f1b does not read it; leave it out"),
+    (["--schedule", "zb-h1", "--fb-overlap", "0.5"], "--fb-overlap: fb_overlap = 0.5: changes nothing, as schedule "
+                                                     "zb-h1 does not read it"),
+    (["--schedule", "gpipe", "--w-fraction", "0.9"], "--w-fraction: w_fraction = 0.9: changes nothing"),
+    (["--ep-overlap", "1"], "--ep-overlap: ep_overlap = 1: changes nothing, as there is no all-to-all (a2a_len 0)"),
+    (["--slow-factor", "2"], "--slow-factor: slow_factor = 2.0: changes nothing, as there is no straggler"),
+    (["--seed", "4"], "--seed: seed = 4: changes nothing, as no length is drawn (compute_jitter and comm_jitter 0)"),
+    (["--memory-limit", "3"], "--memory-limit: memory_limit = 3.0: changes nothing, as the static order"),
+    (["--model", "llama3-8b", "--expert-imbalance", "2"], "--expert-imbalance: expert_imbalance = 2.0: changes "
+                                                          "nothing, as there is no all-to-all (expert_parallel 1)"),
+])
+def test_a_flag_the_run_does_not_read_is_refused(tmp_path, flags, message):
+    """Each of these drew the same chart as without the flag, with nothing said."""
+    result = run_here("schedule_visualizer_single_channel.py", *flags, "--no-show", "-o", "chart.png", cwd=tmp_path)
+    assert_one_line_error(result, message)
+    assert not (tmp_path / "chart.png").exists()

@@ -260,6 +260,17 @@ def _environment(args, given: set[str]) -> tuple[EnvParams, Workload | None]:
     return workload_environment(workload, **env), workload
 
 
+def _check_read(args: argparse.Namespace, params: EnvParams, workload: Workload | None, given: set[str]) -> None:
+    """Refuse a flag the run does not read (``config.unread_parameters``): it would change nothing, with nothing
+    said."""
+    from ..config import unread_parameters
+
+    read = {**params.as_dict(), **({"expert_parallel": workload.expert_parallel} if workload is not None else {})}
+    unread = unread_parameters(read, workload is not None)
+    for name in sorted(given & unread.keys()):
+        raise ParameterError(name, getattr(args, name), f"changes nothing, as {unread[name]}; leave it out")
+
+
 #: The largest order file read: a million tasks' names, several times over.
 MAX_ORDER_BYTES = 64 * 2 ** 20
 
@@ -328,6 +339,7 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
 
         try:
             params, workload = _environment(args, given)
+            _check_read(args, params, workload, given)
             SAMPLES.check("sample", args.sample)
             policy = _policy(args, default_priorities, default_exclusive_tiers)
             try:

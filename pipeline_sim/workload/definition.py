@@ -196,6 +196,12 @@ class Workload:
         return self.data_parallel * self.tensor_parallel // self.expert_parallel * self.context_parallel
 
     @property
+    def imbalance(self) -> float:
+        """The busiest GPU's expert tokens over the mean (docs/model.md section 16): ``expert_imbalance``, and 1
+        without expert parallelism, where each GPU computes its own tokens' experts."""
+        return self.expert_imbalance if self.expert_parallel > 1 else 1.0
+
+    @property
     def model_parallel(self) -> int:
         """GPUs of one pipeline stage's replica: tensor x context."""
         return self.tensor_parallel * self.context_parallel

@@ -36,7 +36,7 @@ def derived_parameters(workload: Workload, *, num_gpus: int, schedule: str = "1f
     v = get_schedule(schedule).v(chunks)
     stages = num_gpus * v
     layers = stage_layers(workload, stages)
-    imbalance = workload.expert_imbalance
+    imbalance = workload.imbalance
     layer = layer_forward_flops(shape, s, imbalance) * b / t / speed
     work = elementwise_forward(workload)
     elementwise, loss = work.layer, work.loss
@@ -121,7 +121,7 @@ def all_to_all(workload: Workload, stages: int, num_gpus: int) -> tuple[float, t
     local = min(e, workload.node_gpus)
     nvlink = workload.tp_bandwidth or workload.ep_bandwidth
     seconds = max(copies * (e - local) / e / workload.ep_bandwidth, shape.top_k * (local - 1) / e / nvlink) / 1e9
-    per_layer = 2.0 * tokens * shape.hidden * workload.dtype_bytes * workload.expert_imbalance * seconds
+    per_layer = 2.0 * tokens * shape.hidden * workload.dtype_bytes * workload.imbalance * seconds
     layers, first, counts = stage_layers(workload, stages), 0, []
     for count in layers:
         counts.append(sum(shape.is_moe(k) for k in range(first, first + count)))
