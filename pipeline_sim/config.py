@@ -475,7 +475,9 @@ class EnvironmentGrid:
             draws[params.jittered] += draw
             each.extend((simulation, draw, float(params.jittered)))
             if tasks > largest:
-                largest, where = tasks, _describe(combo, self)
+                largest, where = tasks, _describe(combo, self) + (
+                    f" (n = {params.n:,} micro-batches: global_batch_size over micro_batch_size x data_parallel)"
+                    if self.has_workload and "n" not in self.given else "")
         read = {name: network for name, network in networks.items() if isinstance(network, LearnedPolicy)}
         return valid, tuple(invalid), total, largest, where, read, frozenset(invalid_at), \
             ((simulations[0], simulations[1]), (draws[0], draws[1])), np.frombuffer(each).reshape((-1, 3))

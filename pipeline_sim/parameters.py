@@ -45,6 +45,17 @@ class ParameterError(ValueError):
         return type(self), (self.name, self.value, self.allowed)
 
 
+class _NotGiven:
+    """The value of a field left out, as an error names it."""
+
+    def __repr__(self) -> str:
+        return "not given"
+
+
+#: The value a ``ParameterError`` names for a field that was left out.
+NOT_GIVEN = _NotGiven()
+
+
 def _is_real(value: object) -> bool:
     if type(value) is float or type(value) is int:  # most values: without numbers.Real's slower abstract check
         return math.isfinite(value)

@@ -26,7 +26,7 @@ def steps_per_unit(step: float) -> int:
     count = round(1.0 / step)
     if abs(count * step - 1.0) > 1e-9:
         raise ParameterError("step", step, f"does not divide 1 into a whole number of steps "
-                                           f"(1 / {step:g} = {1.0 / step:.6g}); try 0.2, 0.1 or 0.05")
+                                           f"(1 / {step!r} = {1.0 / step:.12g}); try 0.2, 0.1 or 0.05")
     return count
 
 

@@ -175,3 +175,17 @@ def test_a_key_no_combination_reads_is_refused(raw, message):
     name = next(iter(set(raw) & set(reads)), None)
     if name is not None:
         assert len(EnvironmentGrid.from_mapping({**raw, **reads[name]})) >= 1
+
+
+def test_a_refusal_names_what_the_config_wrote():
+    """A step just off 0.1 showed 1 / 0.1 = 10, as if it divided 1; a global batch too large for memory was told
+    as the task count of an n the config never wrote."""
+    from pipeline_sim.model import ParameterError
+    from pipeline_sim.scenarios import steps_per_unit
+    from pipeline_sim.sweep import SweepPlan
+
+    with pytest.raises(ParameterError, match=r"\(1 / 0\.1000000001 = 9\.99999999\)"):
+        steps_per_unit(0.1000000001)
+    with pytest.raises(ConfigError, match=r"\(n = 100,000 micro-batches: global_batch_size over micro_batch_size x "
+                                          r"data_parallel\) has about [\d,]+ tasks per simulation"):
+        SweepPlan(EnvironmentGrid.from_mapping({"model": "llama3-8b", "global_batch_size": 100000}))

@@ -229,7 +229,15 @@ def test_bad_expert_keys_get_one_line(tmp_path):
     assert_one_line_error(result, "data_parallel", "expert_parallel = 8", "multiple")
     result = run_here("schedule_visualizer_single_channel.py", "--model", "llama3-8b", "--data-parallel", "4",
                       "--expert-parallel", "2", "--no-show", cwd=tmp_path)
-    assert_one_line_error(result, "model", "llama3-8b", "no experts")
+    assert_one_line_error(result, "--expert-parallel: expert_parallel = 2: llama3-8b has no experts to split")
+    result = run_here("schedule_visualizer_single_channel.py", "--model", "mixtral-8x7b", "--data-parallel", "8",
+                      "--expert-parallel", "3", "--no-show", cwd=tmp_path)
+    assert_one_line_error(result, "--expert-parallel: expert_parallel = 3: must divide the 8 experts of mixtral-8x7b")
+    # a pipeline of more stages than the model has layers is the GPUs' count, not the partition's
+    result = run_here("schedule_visualizer_single_channel.py", "--model", "llama3-8b", "--num-gpus", "64",
+                      "--no-show", cwd=tmp_path)
+    assert_one_line_error(result, "--num-gpus/--pipeline-parallel: num_gpus = 64: 64 stages cannot each take one of "
+                                  "the 32 layers of llama3-8b")
 
 
 def test_the_visualizer_draws_the_all_to_all(tmp_path):

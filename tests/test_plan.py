@@ -370,6 +370,13 @@ def test_a_plan_with_fewer_layouts_than_it_lists_says_how_many(tmp_path):
     (["--model", '{"layers": 4', "--gpus", "8", "--global-batch-size", "8"], ("""model = '{"layers": 4': is not""",)),
     (["--model", '{"layers": 4}', "--gpus", "8", "--global-batch-size", "8"], ("model = {'layers': 4}: lacks hidden",)),
     (["--model", "[1, 2]", "--gpus", "8", "--global-batch-size", "8"], ("model = '[1, 2]': is not a JSON object",)),
+    (["--model", '{"layers": 4, "hiden": 256}', "--gpus", "8", "--global-batch-size", "8"],
+     ("model.hiden = 256: unknown field of a model (did you mean 'hidden'?); allowed: layers, hidden",)),
+    (["--model", "llama3-8b", "--gpu", '{"tflops": 500, "memory_gb": 80, "foo": 1}', "--gpus", "8",
+      "--global-batch-size", "8"], ("gpu.foo = 1: unknown field of a gpu; allowed: tflops",)),
+    (["--model", '{"layers": 4, "hidden": 256, "heads": 4, "ffn_hidden": 1024, "vocab": 1000, "experts": 8, '
+                 '"top_k": 2}', "--gpus", "8", "--global-batch-size", "8"],
+     ("model.expert_ffn_hidden = not given: a model with experts needs it, an integer >= 1",)),
     (["--model", "llama3-8b", "--gpu", '{"tflops": 989, "memory_gb": 20}', "--gpus", "8", "--global-batch-size", "8"],
      ("fits no layout on 8 x tflops=989 memory_gb=20", "tensor degree 1 only (the gpu states no nvlink_bandwidth")),
 ])

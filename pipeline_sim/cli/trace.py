@@ -42,7 +42,7 @@ def build_parser(prog: str) -> Parser:
     record.add_argument("--ranks", type=positive_int, default=2, help="processes, one per rank (default 2)")
     record.add_argument("--batch", type=positive_int, default=64, help="rows per micro-batch (default 64)")
     record.add_argument("--width", type=positive_int, default=512, help="hidden size (default 512)")
-    record.add_argument("--layers", type=positive_int, default=8,
+    record.add_argument("--layers", type=positive_int, default=None,
                         help="Linear+ReLU layers of the model, split evenly over the stages (default 8)")
     record.add_argument("--backend", default="gloo", choices=("gloo", "nccl"), help="default gloo (CPU)")
     record.add_argument("--overwrite", action="store_true",
@@ -112,8 +112,9 @@ def _record(args) -> int:
     if launched() and int(os.environ["WORLD_SIZE"]) != args.ranks:
         raise UserError(f"--ranks {args.ranks}: the launcher started {os.environ['WORLD_SIZE']} processes; give "
                         "--ranks the same number")
+    layers = {"layers": args.layers} if args.layers else {}  # else the recorder's default
     specs = [RunSpec(name, ranks=args.ranks, microbatches=args.microbatches, batch=args.batch, width=args.width,
-                     layers=args.layers, iterations=args.iterations, backend=args.backend, port=args.port)
+                     iterations=args.iterations, backend=args.backend, port=args.port, **layers)
              for name in args.schedule]
     for spec in specs:
         try:
@@ -124,7 +125,10 @@ def _record(args) -> int:
             raise UserError(f"--microbatches {spec.microbatches}: PyTorch's {spec.schedule} needs at least one per "
                             f"stage, {spec.least_microbatches}")
         if spec.layers % spec.stages:
-            raise UserError(f"--layers {spec.layers}: must be a multiple of {spec.schedule}'s {spec.stages} stages")
+            raise UserError(f"--layers {spec.layers}: must be a multiple of {spec.schedule}'s {spec.stages} stages"
+                            if args.layers else f"--ranks {spec.ranks}: {spec.schedule}'s {spec.stages} stages do not "
+                            f"divide the model's {spec.layers} layers (--layers, by default); give --layers a "
+                            f"multiple of {spec.stages}")
     if not _backend_available(args.backend):
         raise UserError(f"--backend {args.backend}: this installation of torch cannot run it"
                         f"{' (it needs CUDA GPUs and a torch built with NCCL)' if args.backend == 'nccl' else ''}; "

@@ -143,12 +143,10 @@ class Workload:
         """The keys of expert parallelism (docs/model.md section 16)."""
         e = self.expert_parallel
         Integers(1).check("expert_parallel", e)
-        # a clash with another key is named by that key: a grid judges it per combination
         if e > 1 and not model.experts:
-            raise ParameterError("model", model.name, f"has no experts to split over expert_parallel = {e} GPUs")
+            raise ParameterError("expert_parallel", e, f"{model.name} has no experts to split over GPUs")
         if model.experts % e:
-            raise ParameterError("model.experts", model.experts, f"of {model.name} cannot be split evenly over "
-                                                                 f"expert_parallel = {e} GPUs")
+            raise ParameterError("expert_parallel", e, f"must divide the {model.experts} experts of {model.name}")
         if (self.data_parallel * self.tensor_parallel) % e:
             raise ParameterError("data_parallel", self.data_parallel, f"times tensor_parallel = "
                                  f"{self.tensor_parallel} must be a multiple of expert_parallel = {e}: the experts are "

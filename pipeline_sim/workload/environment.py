@@ -35,6 +35,10 @@ def derived_parameters(workload: Workload, *, num_gpus: int, schedule: str = "1f
     speed = workload.device.tflops * 1e12 * workload.compute_efficiency
     v = get_schedule(schedule).v(chunks)
     stages = num_gpus * v
+    if not isinstance(workload.layers_per_stage, tuple) and shape.layers < stages:  # the GPUs asked for too many
+        raise ParameterError("num_gpus", num_gpus, f"{stages} stages{f' ({v} chunks a GPU)' if v > 1 else ''} "
+                                                   f"cannot each take one of the {shape.layers} layers of "
+                                                   f"{shape.name}")
     layers = stage_layers(workload, stages)
     imbalance = workload.imbalance
     layer = layer_forward_flops(shape, s, imbalance) * b / t / speed

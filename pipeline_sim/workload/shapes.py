@@ -4,13 +4,14 @@ fields or a CSV cell."""
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from difflib import get_close_matches
 from typing import TYPE_CHECKING, Any, Mapping, TypeVar
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
 from ..model import ParameterError
-from ..parameters import Integers, Interval
+from ..parameters import NOT_GIVEN, Integers, Interval
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -47,6 +48,8 @@ class ModelShape:
             Integers(0).check(f"model.{key}", getattr(self, key))
         if self.experts:
             for key in ("expert_ffn_hidden", "top_k"):
+                if getattr(self, key) == 0:  # the default: left out
+                    raise ParameterError(f"model.{key}", NOT_GIVEN, "a model with experts needs it, an integer >= 1")
                 Integers(1).check(f"model.{key}", getattr(self, key))
             if self.top_k > self.experts:
                 raise ParameterError("model.top_k", self.top_k, f"must be at most experts = {self.experts}")
@@ -173,7 +176,10 @@ def _preset(key: str, value: object, presets: Mapping[str, _Preset], kind: type[
         allowed = [f.name for f in fields(kind) if f.name != "name"]
         unknown = [name for name in value if name not in allowed]
         if unknown:
-            raise ParameterError(key, unknown[0], f"unknown field; allowed: {', '.join(allowed)}")
+            guess = get_close_matches(str(unknown[0]), allowed, n=1)
+            raise ParameterError(f"{key}.{unknown[0]}", value[unknown[0]], f"unknown field of a {key}"
+                                 + (f" (did you mean {guess[0]!r}?)" if guess else "")
+                                 + f"; allowed: {', '.join(allowed)}")
         try:
             return kind(**value)
         except TypeError:
