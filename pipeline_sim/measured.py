@@ -197,7 +197,11 @@ def read_run(paths: Sequence[Path], schedule: str | None = None) -> MeasuredRun:
     if missing:
         raise TraceError(f"{', '.join(map(str, paths))}: missing rank{'s' if len(missing) > 1 else ''} "
                          f"{', '.join(map(str, missing))} of {world}: pass one trace file per rank")
-    schedule = schedule or next(iter(names)) if len(names) == 1 else schedule
+    named = next(iter(names)) if len(names) == 1 else None
+    if schedule and named and schedule != named:  # a trace that names its schedule is replayed as that one
+        raise TraceError(f"{files[0]}: the trace names its schedule, {named}, not {schedule}: leave the schedule out "
+                         "(it is for traces that do not name one)")
+    schedule = schedule or named
     if not schedule:
         raise TraceError(f"{files[0]}: no pipelineRun.schedule in the trace: name the schedule it ran")
     numbers = sorted(set().union(*(set(actions) for _, actions, _, _, _ in ranks.values())))

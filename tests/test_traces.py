@@ -412,8 +412,7 @@ def test_predict_leaves_out_a_schedule_that_cannot_run_its_micro_batches(tmp_pat
     (["predict", str(TRACES / "1f1b" / "run0"), "--schedule", "interleaved-1f1b", "--microbatches", "3"],
      ["--microbatches 3: n = 3: schedule interleaved-1f1b with num_gpus = 2 requires n to be a multiple"]),
     (["replay", str(TRACES / "1f1b" / "run0"), "--schedule", "zb-h1"],
-     ["does not match schedule zb-h1", "lacks zb-h1's actions 0I0"]),
-    (["replay", str(TRACES / "zb-h1" / "run0"), "--schedule", "1f1b"], ["does not match schedule 1f1b"]),
+     ["rank0.json.gz: the trace names its schedule, 1f1b, not zb-h1: leave the schedule out"]),
     (["replay", str(TRACES / "1f1b" / "run0"), "--plot", "chart.jpg"], ["--plot chart.jpg", ".png, .svg, .pdf"]),
     (["predict", str(TRACES / "1f1b" / "run0"), "--runtime-from",
       str(ROOT / "tests" / "data" / "microbatches" / "round0" / "n16" / "gpipe" / "run0")],
@@ -508,6 +507,22 @@ def test_a_record_whose_ranks_fail_leaves_nothing_behind(tmp_path, monkeypatch):
     assert re.fullmatch(r"pipeline_trace.py: error: a rank failed: RuntimeError: rank \d cannot start",
                         result.stderr.strip().splitlines()[-1]), result.stderr
     assert not (tmp_path / "x").exists() and list(temporary.iterdir()) == []
+
+
+def test_a_trace_that_does_not_name_its_schedule_is_checked_against_the_one_given(tmp_path):
+    """--schedule is for a trace that names none: its actions must be that schedule's."""
+    for rank in (0, 1):
+        with gzip.open(TRACES / "1f1b" / "run0" / f"rank{rank}.json.gz", "rt") as handle:
+            trace = json.load(handle)
+        del trace["pipelineRun"]["schedule"]
+        with gzip.open(tmp_path / f"rank{rank}.json.gz", "wt") as handle:
+            json.dump(trace, handle)
+    assert_one_line_error(run_here("pipeline_trace.py", "replay", str(tmp_path), cwd=tmp_path),
+                          "no pipelineRun.schedule in the trace: name the schedule it ran")
+    assert_one_line_error(run_here("pipeline_trace.py", "replay", str(tmp_path), "--schedule", "zb-h1",
+                                   cwd=tmp_path), "does not match schedule zb-h1", "lacks zb-h1's actions 0I0")
+    replayed = run_here("pipeline_trace.py", "replay", str(tmp_path), "--schedule", "1f1b", cwd=tmp_path)
+    assert replayed.returncode == 0 and replayed.stdout.startswith("1f1b: 2 ranks"), replayed.stderr
 
 
 def test_a_port_in_use_is_one_line_that_says_what_to_do(tmp_path):

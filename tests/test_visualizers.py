@@ -68,7 +68,7 @@ def test_default_output_location_and_policy_flags(script, tmp_path):
     (["-n", "0"], ["-n/--num_groups", "n = 0", ">= 1"]),
     (["--fwd-impact", "1.5"], ["--fwd-impact", "fwd_impact = 1.5", "0 <= x < 1"]),
     (["--exclusive", "grad_sync=9"], ["--exclusive", "'9'", "one letter"]),
-    (["--priority", "fwd_prop=lots"], ["--priority", "number in [0, 1]"]),
+    (["--priority", "fwd_prop=lots"], ["--priority", "must be a number: 0, or from 1e-06 to 1"]),
     (["--priority", "bogus=0.5"], ["--priority", "fwd_prop, grad_prop, grad_sync"]),
     (["--priority", "fwd_prop=0.5", "--priority", "fwd_prop=0.7"],
      ["--priority 'fwd_prop=0.7': fwd_prop is given twice (--priority fwd_prop=0.5 too)"]),

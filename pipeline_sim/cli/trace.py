@@ -58,7 +58,8 @@ def build_parser(prog: str) -> Parser:
         "its measured lengths; print the iteration error and the per-task start error."))
     replay.add_argument("run", type=Path, nargs="+", help="a run's folder or its rank files")
     replay.add_argument("--schedule", choices=list(SCHEDULES), help="the schedule run (default: named in the trace)")
-    replay.add_argument("--plot", type=Path, help="draw measured and simulated Gantt charts of --iteration to PNG")
+    replay.add_argument("--plot", type=Path, help="draw measured and simulated Gantt charts of --iteration to this "
+                                                  "image (.png, .svg or .pdf)")
     replay.add_argument("--iteration", type=int, default=0,
                         help="which traced iteration to draw or write (default 0)")
     replay.add_argument("--lengths-out", type=Path, metavar="FILE.json",
@@ -209,8 +210,9 @@ def _replay(args) -> int:
         simulated = results[args.iteration].simulated
         params = simulated.params
         # the environment as replayed; its mean lengths only set the ideal time that a chart's title quotes
-        flags = {"--schedule": params.schedule, "-n": params.n, "--num-gpus": params.num_gpus,
-                 "--chunks": params.chunks, "--fwd-len": f"{params.fwd_len:.6g}", "--bwd-len": f"{params.bwd_len:.6g}",
+        chunks = {"--chunks": params.chunks} if "chunks" in get_schedule(params.schedule).parameters else {}
+        flags = {"--schedule": params.schedule, "-n": params.n, "--num-gpus": params.num_gpus, **chunks,
+                 "--fwd-len": f"{params.fwd_len:.6g}", "--bwd-len": f"{params.bwd_len:.6g}",
                  "--prop-len": f"{params.prop_len:.6g}", "--sync-base-len": 0, "--fwd-impact": 0, "--bwd-impact": 0}
         table = {"source": f"{' '.join(map(str, args.run))}, iteration {args.iteration}",
                  "flags": " ".join(f"{flag} {value}" for flag, value in flags.items()), "unit": "ms",

@@ -20,6 +20,7 @@ from ..model import (
     HINDSIGHT,
     KIND_INDEX,
     LOOKAHEAD,
+    MIN_PRIORITY,
     PARAMETER,
     PARAMETERS,
     SAMPLES,
@@ -111,7 +112,10 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
     for p in PARAMETERS:
         # the parameters a workload derives default to None, so that giving one beside --model can be refused
         derived = p.name in DERIVED_KEYS
-        default = f"default {p.default}" + ("; derived with --model" if derived else "")
+        default = f"default {p.default if p.default != '' else 'none'}" + ("" if not derived else {
+            "n": "; with --model, from --global-batch-size when it is given",
+            "sync_freq": "; with --model, n (one sync an iteration; 1 under --zero 2 and 3) unless given"}.get(
+                p.name, "; derived with --model"))
         groups[p.group].add_argument(*p.flag_names, dest=p.name, type=_flag_type(p), metavar=p.metavar,
                                      default=None if derived else p.default,
                                      help=f"{p.help}; {p.allowed} ({default})")
@@ -189,7 +193,8 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
                            "--recompute everywhere)")
     pol = parser.add_argument_group("communication policy")
     pol.add_argument("--priority", action="append", default=[], metavar="KIND=VALUE",
-                     help="shared priority in [0, 1] of a transfer kind (repeatable; replaces the defaults)")
+                     help=f"shared priority of a transfer kind: 0, or from {MIN_PRIORITY:g} to 1 (repeatable; "
+                          f"replaces the defaults)")
     pol.add_argument("--exclusive", action="append", default=[], metavar="KIND=TIER",
                      help="exclusive tier letter of a kind, 'a' highest (repeatable; replaces the defaults)")
     out = parser.add_argument_group("output")
@@ -319,7 +324,8 @@ def _policy(args, priorities: Mapping[str, float], tiers: Mapping[str, str]) -> 
             try:
                 priorities[kind] = float(value)
             except ValueError:
-                raise UserError(f"--priority {kind}={value!r}: the priority must be a number in [0, 1]") from None
+                raise UserError(f"--priority {kind}={value!r}: the priority must be a number: 0, or from "
+                                f"{MIN_PRIORITY:g} to 1") from None
         tiers = _pairs(args.exclusive, "--exclusive")
         both = [kind for kind in tiers if kind in priorities]
         if both:  # an exclusive kind sends alone in its tier: a shared priority would be ignored
