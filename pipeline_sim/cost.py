@@ -7,6 +7,9 @@ from .hindsight import SOLVED_TASKS
 from .model import HINDSIGHT, LOOKAHEAD, EnvParams
 from .schedules import get_schedule
 
+#: The longest run, by this estimate on one core's share, that a command starts without --allow-large.
+MAX_HOURS = 24
+
 #: One task of a simulation (measured: 0.25 to 0.45 us on most environments, up to 3 us where syncs pile up).
 SECONDS_PER_TASK = 2e-6
 #: The look-ahead, per GPU and squared task: at each decision with a choice, every candidate runs a copy of the

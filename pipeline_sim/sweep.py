@@ -31,7 +31,7 @@ import numpy as np
 
 from .cluster import DaskCluster
 from .config import BOOLEAN_KEYS, INTEGER_KEYS, OBJECT_KEYS, STRING_KEYS, ConfigError, EnvironmentGrid
-from .cost import simulation_seconds
+from .cost import MAX_HOURS, simulation_seconds
 from .engine import bound_of_run, lower_bound, memory_bound
 from .files import OutputError, check_locks, exclusive_writer, file_digest, hold, lock_path, output_target
 from .hindsight import proven_share
@@ -81,8 +81,6 @@ def sweep_columns(workload: bool, optional: frozenset[str] = frozenset(),
             (*env, *keys, "simulator", "policy", "sample", "completion_time"))
 #: Simulations a chunk of work aims at when samples multiply its rows.
 CHUNK_SIMULATIONS = 2048
-#: The longest sweep run without --allow-large.
-MAX_HOURS = 24
 #: The most estimated work (``cost``, on one core) a unit of work of an environment aims at, so that a slow
 #: dispatcher's sweep reports progress and keeps its work when stopped: a look-ahead environment of 16 GPUs and 64
 #: micro-batches at 20 samples took hours a unit. (Compiled rules' units hold a few minutes at most of a slow day.)

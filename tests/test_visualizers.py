@@ -385,3 +385,18 @@ def test_a_flag_the_run_does_not_read_is_refused(tmp_path, flags, message):
     result = run_here("schedule_visualizer_single_channel.py", *flags, "--no-show", "-o", "chart.png", cwd=tmp_path)
     assert_one_line_error(result, message)
     assert not (tmp_path / "chart.png").exists()
+
+
+def test_a_run_past_the_size_limits_is_refused_unless_allowed(tmp_path):
+    """A look-ahead run of hundreds of estimated hours had started with nothing but its estimate; the visualizer now
+    refuses it as a sweep would, and --allow-large lifts both limits."""
+    result = run_here("schedule_visualizer_single_channel.py", "--schedule", "zb-h1", "-n", "1024", "--num-gpus", "64",
+                      "--dispatch", "lookahead", "--no-show", "-o", "chart.png", cwd=tmp_path)
+    assert_one_line_error(result, "lookahead dispatch of 1,024 micro-batches on 64 GPUs would take up to about ",
+                          " hours (by a slow day's estimate); at most 24 hours are allowed (fewer micro-batches or "
+                          "GPUs, or pass --allow-large)")
+    result = run_here("schedule_visualizer_single_channel.py", "-n", "100000", "--num-gpus", "64", "--no-show",
+                      cwd=tmp_path)
+    assert_one_line_error(result, "gives about 38,400,064 tasks; at most 1,000,000 fit in memory (pass --allow-large "
+                                  "to try anyway)")
+    assert not (tmp_path / "chart.png").exists()

@@ -203,6 +203,8 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
                           f"default outputs/gantt/gantt_{layout}[_<model>]_<schedule>[_<dispatch>]_n<N>_gpus<P>.png, "
                           f"the dispatcher named unless static)")
     out.add_argument("--overwrite", action="store_true", help="replace an existing chart or trace")
+    out.add_argument("--allow-large", action="store_true",
+                     help="run beyond the size limits: a million tasks, a day's estimated simulation")
     out.add_argument("--trace", type=Path, default=None, metavar="FILE.json",
                      help="also write a Chrome/Perfetto trace (one process per GPU, one thread per channel)")
     out.add_argument("--no-show", action="store_true", help="save only, never open a window")
@@ -349,7 +351,8 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
             SAMPLES.check("sample", args.sample)
             policy = _policy(args, default_priorities, default_exclusive_tiers)
             try:
-                check_size(params)
+                if not args.allow_large:
+                    check_size(params, " (pass --allow-large to try anyway)")
             except ParameterError as error:  # the product of two flags, or of the workload's batch and layout
                 raise UserError(("-n and --num-gpus" if workload is None else "-n and --pipeline-parallel"
                                  if "n" in given else "--global-batch-size and --pipeline-parallel (n is the global "
@@ -457,7 +460,7 @@ def draw(args: argparse.Namespace, params: EnvParams, workload: Workload | None,
          network: LearnedPolicy | None, texts: list[list[str]] | None, output: Path, image_format: str,
          layout: str) -> int:
     """Simulate the chart's run, draw it into ``output`` (locked by the caller) and report it."""
-    from ..cost import draw_seconds, simulation_seconds
+    from ..cost import MAX_HOURS, draw_seconds, simulation_seconds
     from ..engine import SimulationStuckError, bound_of_run, graph_arrays, memory_bound, simulate_figures
     from ..hindsight import FALLBACK_RULES, SOLVED_TASKS, static_params
     from ..metrics import schedule_metrics
@@ -481,13 +484,17 @@ def draw(args: argparse.Namespace, params: EnvParams, workload: Workload | None,
     job = (params, policy, args.sample, network, texts)
     tasks = estimated_tasks(params)
     seconds = simulation_seconds(params, tasks) + draw_seconds(params, tasks)
+    hours = seconds / 3600
+    about = f"{hours:,.2g} hours" if 1 <= hours < 10 else f"{hours:,.0f} hours" if hours >= 10 else \
+        f"{seconds / 60:.2g} min" if seconds >= 60 else f"{seconds:.2g} s"
+    if hours > MAX_HOURS and not args.allow_large:
+        raise UserError(f"{params.dispatch} dispatch of {params.n:,} micro-batches on {params.num_gpus} GPUs would "
+                        f"take up to about {about} (by a slow day's estimate); at most {MAX_HOURS} hours are allowed "
+                        f"(fewer micro-batches or GPUs, or pass --allow-large)")
     try:
         if seconds < APART_SECONDS:
             schedule, found = simulated(job)
         else:  # in a process of its own, which Ctrl-C stops at once: compiled work does not return until done
-            hours = seconds / 3600
-            about = f"{hours:.2g} hours" if hours >= 1 else f"{seconds / 60:.2g} min" if seconds >= 60 else \
-                f"{seconds:.2g} s"
             print(f"simulating: up to about {about} (by a slow day's estimate)", file=sys.stderr, flush=True)
             with _followed(params, tasks) as (ticks, waiting):
                 (schedule, found), = ordered_map(simulated, [job], 1, isolate=True, ticks=ticks, waiting=waiting)
