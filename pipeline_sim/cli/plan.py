@@ -301,10 +301,11 @@ def _search(base: Workload, args: argparse.Namespace, env: dict[str, object],
             bars.pop().close()
         if not bars:
             # none when stderr is not a terminal: what it drew there would precede an error's one line
-            # the layouts are a most: the bound leaves out the rest at once when it passes them, so that their time
-            # left is one too
-            most = {"bar_format": "{l_bar}{bar}| {n_fmt}/{total_fmt} layouts at most [{elapsed}, at most "
-                                  "{remaining} left]"} if unit == "layout" else {}
+            # the layouts are a most: the bound leaves out the rest at once when it passes them. Their time left is
+            # at the run's average rate so far, an estimate: later layouts (deeper pipelines, more draws) may cost
+            # more than the first
+            most = {"bar_format": "{l_bar}{bar}| {n_fmt}/{total_fmt} layouts at most [{elapsed}, about "
+                                  "{remaining} left]", "smoothing": 0} if unit == "layout" else {}
             bars.append(tqdm(total=total, unit=unit, file=sys.stderr, **bar_width(), mininterval=0.5,
                              leave=False, disable=None, **most))
             units.append(unit)
