@@ -114,7 +114,7 @@ def ready_kernel(episodes: bool = False, parts: Sequence[str] = ("figures", "rec
         rest = not NOTICES and any(kernel_is_compiled((part,)) for part in KERNEL_PARTS)
         what = "the rest of the simulation kernel" if rest else "the simulation kernel"
         with _waiting(f"{NOTICES[0] if NOTICES else f'compiling {what}, once per installation'}, "
-                      f"about {REST_SECONDS if rest else COMPILE_SECONDS} s{_busy()}"):
+                      f"about {REST_SECONDS if rest else COMPILE_SECONDS} s{busy_note()}"):
             compile_kernel(parts)
     else:
         compile_kernel(parts)
@@ -122,15 +122,16 @@ def ready_kernel(episodes: bool = False, parts: Sequence[str] = ("figures", "rec
         compile_episode()
     elif episodes:
         with _waiting("compiling the step-by-step kernel of learned and look-ahead dispatch, once per installation, "
-                      f"about {EPISODE_COMPILE_SECONDS} s{_busy()}"):
+                      f"about {EPISODE_COMPILE_SECONDS} s{busy_note()}"):
             compile_episode()
         mark_compiled(("episodes",))
     if NOTICES and not said:  # a damaged cache, found while loading it
         print(NOTICES[0], file=sys.stderr, flush=True)
 
 
-def _busy() -> str:
-    """What an estimate of compile time (an idle machine's) should add when other work already holds the cores."""
+def busy_note() -> str:
+    """What an estimate of time (an idle machine's: a compile's, a simulation's) should add when other work already
+    holds the cores."""
     cores = os.cpu_count() or 1
     try:
         load = os.getloadavg()[0]

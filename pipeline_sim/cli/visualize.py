@@ -50,7 +50,17 @@ from ..workload import (
     workload_environment,
     workload_report,
 )
-from .common import Parser, UserError, bar_width, preset_or_object, ready_kernel, run_command, script_name, use_display
+from .common import (
+    Parser,
+    UserError,
+    bar_width,
+    busy_note,
+    preset_or_object,
+    ready_kernel,
+    run_command,
+    script_name,
+    use_display,
+)
 
 #: The GPU of a workload that names none.
 _DEFAULT_GPU = next(field.default for field in fields(Workload) if field.name == "gpu")
@@ -495,7 +505,8 @@ def draw(args: argparse.Namespace, params: EnvParams, workload: Workload | None,
         if seconds < APART_SECONDS:
             schedule, found = simulated(job)
         else:  # in a process of its own, which Ctrl-C stops at once: compiled work does not return until done
-            print(f"simulating: up to about {about} (by a slow day's estimate)", file=sys.stderr, flush=True)
+            print(f"simulating: up to about {about} (by a slow day's estimate{busy_note()})", file=sys.stderr,
+                  flush=True)
             with _followed(params, tasks) as (ticks, waiting):
                 (schedule, found), = ordered_map(simulated, [job], 1, isolate=True, ticks=ticks, waiting=waiting)
     except SimulationStuckError as error:
