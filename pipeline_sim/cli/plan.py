@@ -246,8 +246,9 @@ def _over(outcome: Outcome) -> str:
 
 
 def _label(outcome: Outcome, what: str) -> str:
+    memory = f"{outcome.memory_gb:.1f} GB" if outcome.memory_gb >= 0.1 else f"{outcome.memory_gb * 1e3:.3g} MB"
     return (f"{what}: {outcome.layout.describe()}\n{seconds_text(outcome.seconds)}, MFU {outcome.mfu:.1%}, "
-            f"{outcome.memory_gb:.1f} GB{_over(outcome)}, policy {outcome.policy}")
+            f"{memory}{_over(outcome)}, policy {outcome.policy}")
 
 
 def named_runs(result: PlanResult, marks: list[tuple[str, Outcome | None, str]]) -> list[tuple[Outcome, str]]:
@@ -279,7 +280,7 @@ def draw(result: PlanResult, path: Path, title: str, named: list[tuple[Outcome, 
     plot_plan(ax, [o.memory_gb for o in tried], [o.seconds for o in tried], [o.fits for o in tried],
               best.layout.workload.device.memory_gb, best.budget_gb,
               [(tried.index(outcome), _label(outcome, what)) for outcome, what in named], title,
-              f"{time_label} time (s)")
+              f"{time_label} time")
     with atomic_output(path) as temporary:
         fig.savefig(temporary, dpi=130, format="png")
     plt.close(fig)

@@ -286,8 +286,10 @@ def _draw_memory(ax: Axes, steps: list[tuple[float, float]], y: float, scale: fl
     heights = [floor - level / scale * ROW_HEIGHT for level in levels]
     ax.stairs(heights, times, baseline=floor, fill=True, color=MEMORY_COLOR, alpha=0.18)
     ax.stairs(heights, times, baseline=None, color=MEMORY_COLOR, linewidth=1.0)
-    # at the row's right end, inside the axes (the legend is beside them): the activations there are 0, drained
-    ax.text(end * 1.02, y, f"peak {max(levels):.3g} ", va="center", ha="right", fontsize=7, color=MEMORY_COLOR)
+    # at the row's right end, inside the axes (the legend is beside them): the activations there are 0, drained;
+    # on white, over the completion time's line, which passes there
+    ax.text(end * 1.02, y, f"peak {max(levels):.3g} ", va="center", ha="right", fontsize=7, color=MEMORY_COLOR,
+            bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5, "alpha": 0.9}, zorder=4)
 
 
 def chart_height(rows: float) -> float:
@@ -396,8 +398,15 @@ def plot_gantt(ax: Axes, schedule: Schedule, *, layout: str = "single_channel", 
         handles[[h.get_label() for h in handles].index("backward")].set_label("backward (B, or I when split)")
     if (run.kind == KIND_INDEX[TaskKind.OVERLAP_F_B]).any():
         handles.append(Patch(facecolor="white", edgecolor="#555555", label="pair F|B: one bar in two halves"))
-    if chunks > 1:
-        handles.append(Patch(facecolor=_shade("#777777", 1, 2), label="lighter: a GPU's later chunk"))
+    if chunks > 1:  # each of a GPU's chunks lighter than the one before; past four, the first and the last
+        shown = range(chunks) if chunks <= 4 else (0, chunks - 1)
+        handles += [Patch(facecolor=_shade("#777777", chunk, chunks),
+                          label=f"a GPU's chunk {chunk + 1}" + (" (lighter each chunk)" if chunk == 0 else ""))
+                    for chunk in shown]
+    if not aggregated:  # what a compute bar's label says, in the longest form it takes
+        handles.append(Patch(facecolor="none", edgecolor="none",
+                             label="F3" + ("·s5" if chunks > 1 else "") + ": micro-batch 3's forward" +
+                                   (" on stage 5" if chunks > 1 else "") + " (narrow: 3)"))
     if show_memory:
         handles.append(Line2D([], [], color=MEMORY_COLOR, label=f"activations in flight (top of row = "
                                                                 f"{memory_scale:.3g} micro-batches)"))

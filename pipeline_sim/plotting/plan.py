@@ -20,6 +20,8 @@ def pareto_front(points: Sequence[tuple[float, float]]) -> list[int]:
 #: Times spanning more than this many times over are drawn on a log scale: the few layouts far slower than the rest
 #: would crush the rest into a line.
 LOG_SPAN = 4.0
+#: A GPU's memory more than this many times every layout's peak is left off the memory axis.
+FAR = 4.0
 #: Colours of the named points, in the order they are named (the best that fits first); as many are drawn.
 NAMED_COLORS = ("tab:green", "tab:purple", "tab:brown", "tab:pink", "tab:olive", "tab:cyan")
 MAX_NAMED = len(NAMED_COLORS)
@@ -69,11 +71,18 @@ def _label_rows(ax, labels: list, texts: list[str]) -> float:
 
 def plot_plan(ax, memory_gb: Sequence[float], seconds: Sequence[float], fits: Sequence[bool], gpu_memory_gb: float,
               budget_gb: float, named: Sequence[tuple[int, str]], title: str,
-              time_label: str = "iteration time (s)") -> None:
+              time_label: str = "iteration time") -> None:
     """Every layout as a point (grey crosses: those that do not fit), the Pareto front of those that fit as a step
     line, the GPU's memory (and the budget under a headroom) as dashed lines and the ``named`` points ringed and
     numbered, their labels numbered alike in a band above the points, two a row where both fit its width, so that
-    none covers a point or another. Times spanning more than ``LOG_SPAN`` times over are drawn on a log scale."""
+    none covers a point or another. Times spanning more than ``LOG_SPAN`` times over are drawn on a log scale, in
+    the unit their largest reads best in (s, ms, us). A GPU's memory beyond ``FAR`` times every point's is left off
+    the axis, which the legend says, so that a small model's points are not crushed against zero."""
+    scale, unit = next((scale, unit) for scale, unit, least in ((1.0, "s", 1.0), (1e3, "ms", 1e-3), (1e6, "us", 0.0))
+                       if max(seconds) >= least)
+    seconds = [time * scale for time in seconds]
+    far = gpu_memory_gb > FAR * max(memory_gb)
+    off = " (off the axis, right)" if far else ""
     inside = [i for i, ok in enumerate(fits) if ok]
     outside = [i for i, ok in enumerate(fits) if not ok]
     ax.scatter([memory_gb[i] for i in inside], [seconds[i] for i in inside], s=14, color="tab:blue", alpha=0.55,
@@ -84,11 +93,15 @@ def plot_plan(ax, memory_gb: Sequence[float], seconds: Sequence[float], fits: Se
     front = [inside[k] for k in pareto_front([(memory_gb[i], seconds[i]) for i in inside])]
     ax.step([memory_gb[i] for i in front], [seconds[i] for i in front], where="post", color="tab:orange",
             linewidth=1.5, marker="o", markersize=5, label="Pareto front")
-    ax.axvline(gpu_memory_gb, color="tab:red", linestyle="--", linewidth=1, label=f"GPU memory {gpu_memory_gb:g} GB")
+    ax.axvline(gpu_memory_gb, color="tab:red", linestyle="--", linewidth=1,
+               label=f"GPU memory {gpu_memory_gb:g} GB{off}")
     if budget_gb < gpu_memory_gb:
-        ax.axvline(budget_gb, color="tab:red", linestyle=":", linewidth=1, label=f"with headroom {budget_gb:g} GB")
+        ax.axvline(budget_gb, color="tab:red", linestyle=":", linewidth=1,
+                   label=f"with headroom {budget_gb:g} GB{off if budget_gb > FAR * max(memory_gb) else ''}")
+    if far:
+        ax.set_xlim(0.0, 1.15 * max(memory_gb))
     ax.set_xlabel("peak memory per GPU (GB)")
-    ax.set_ylabel(time_label)
+    ax.set_ylabel(f"{time_label} ({unit})")
     ax.set_title(fitted(title, ax.figure, 9), fontsize=9, loc="left")
     ax.grid(True, which="both", alpha=0.25)
     low, high = min(seconds), max(seconds)
@@ -107,7 +120,8 @@ def plot_plan(ax, memory_gb: Sequence[float], seconds: Sequence[float], fits: Se
         ax.scatter([memory_gb[index]], [seconds[index]], s=140 + 60 * k, facecolors="none", edgecolors=color,
                    linewidths=2, zorder=5)
         ax.annotate(str(k + 1), (memory_gb[index], seconds[index]), xytext=(7 + 2 * k, 7 + 2 * k),
-                    textcoords="offset points", fontsize=10, fontweight="bold", color=color, zorder=6)
+                    textcoords="offset points", fontsize=10, fontweight="bold", color=color, zorder=6,
+                    bbox={"boxstyle": "round,pad=0.1", "facecolor": "white", "edgecolor": "none", "alpha": 0.8})
         labels.append(ax.text(0.02, 0.98, texts[k], transform=ax.transAxes, ha="left", va="top", fontsize=8,
                               color=color,
                               bbox={"boxstyle": "round", "facecolor": "white", "edgecolor": color, "alpha": 0.92},
