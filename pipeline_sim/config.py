@@ -413,8 +413,12 @@ class EnvironmentGrid:
                 yield combo
 
     def _check_read(self, raw: Mapping[str, object]) -> None:
-        """Refuse a key the config gives that no combination reads: it would change nothing, with nothing said."""
-        unused = {name for name in self.given if name in raw and name in _IGNORABLE_BY_RULE}
+        """Refuse a key the config gives, other than at its default, that no combination reads: it would change
+        nothing, with nothing said. (At its default it changes nothing either way: a grid written back whole,
+        ``as_dict``, reads as itself.)"""
+        defaults = {**{f.name: f.default for f in fields(Workload)}, **EnvParams().as_dict()}
+        unused = {name for name, values in self.values if name in self.given and name in raw
+                  and name in _IGNORABLE_BY_RULE and any(value != defaults[name] for value in values)}
         why: dict[str, str] = {}
         for _, _, unread in self._expanded():
             for name in list(unused):

@@ -278,14 +278,16 @@ def _environment(args, given: set[str]) -> tuple[EnvParams, Workload | None]:
 
 
 def _check_read(args: argparse.Namespace, params: EnvParams, workload: Workload | None, given: set[str]) -> None:
-    """Refuse a flag the run does not read (``config.unread_parameters``): it would change nothing, with nothing
-    said."""
+    """Refuse a flag the run does not read (``config.unread_parameters``), other than at its default, as a sweep
+    refuses such a key: it would change nothing, with nothing said."""
     from ..config import unread_parameters
 
     read = {**params.as_dict(), **({"expert_parallel": workload.expert_parallel} if workload is not None else {})}
     unread = unread_parameters(read, workload is not None)
+    defaults = {**{f.name: f.default for f in fields(Workload)}, **EnvParams().as_dict()}
     for name in sorted(given & unread.keys()):
-        raise ParameterError(name, getattr(args, name), f"changes nothing, as {unread[name]}; leave it out")
+        if getattr(args, name) != defaults[name]:
+            raise ParameterError(name, getattr(args, name), f"changes nothing, as {unread[name]}; leave it out")
 
 
 #: The largest order file read: a million tasks' names, several times over.
