@@ -525,9 +525,9 @@ def layout_words(w: Workload, *, short: bool) -> list[str]:
         words += [f"e{w.expert_parallel}"] if w.expert_parallel > 1 else []
     if w.imbalance != 1.0:
         words.append(f"imb{w.imbalance:g}" if short else f"expert imbalance {w.imbalance:g}")
-    if w.route_nodes is not None:
+    if w.route_nodes is not None and w.expert_parallel > 1:  # without expert parallelism no token is routed away
         words.append(f"rn{w.route_nodes}" if short else f"routed to {w.route_nodes} nodes")
-    if w.ep_bandwidth != w.dp_bandwidth:
+    if w.ep_bandwidth != w.dp_bandwidth and w.expert_parallel > 1:
         words.append(f"ep{w.ep_bandwidth:g}" if short else f"ep {w.ep_bandwidth:g} GB/s")
     nvlink = w.device.nvlink_bandwidth
     if w.tensor_parallel > 1 and (nvlink is None or w.tp_bandwidth != nvlink / 2):
