@@ -335,7 +335,7 @@ class EnvironmentGrid:
                               f"{'the default, ' if 'slow_factor' not in raw else ''}GPU {slowed[0]} computes as "
                               f"fast as the others); give one")
         sharded = [zero for zero in given["zero"] if zero >= 1]
-        if sharded and set(given["gather_len"]) == {0.0} and "model" not in raw:
+        if sharded and set(given["gather_len"]) == {0.0} and "model" not in raw and "lengths" not in raw:
             raise ConfigError(f"config key 'zero': {sharded[0]} gathers nothing with 'gather_len' 0"
                               f"{' (the default)' if 'gather_len' not in raw else ''}, the work of one all-gather: "
                               f"give it, or 'model', which computes it")
@@ -402,15 +402,37 @@ class EnvironmentGrid:
             named = dict(zip(names, combo))
             for key, other in self.ties:
                 named[key] = named[other]
-            yield indices, named, unread_parameters(named, self.has_workload)
+            unread = unread_parameters(named, self.has_workload)
+            for key, other in self.ties:  # a key read through another tied to it is read
+                if key not in unread:
+                    unread.pop(other, None)
+            yield indices, named, unread
 
     def _combinations(self) -> Iterator[dict[str, Any]]:
         """Every combination in grid order, without those that differ only by a parameter they do not read
-        (``unread_parameters``): each distinct simulation appears once, with the first value of what it ignores."""
+        (``unread_parameters``): each distinct simulation appears once, with the first value of what it ignores
+        that the combination can take (``_kept_at``)."""
         position = {name: i for i, (name, _) in enumerate(self.values)}
         for indices, combo, unread in self._expanded():
-            if not any(indices[position[name]] for name in unread):
+            if all(indices[position[name]] == _kept_at(name, self.values[position[name]][1], combo)
+                   for name in unread):
                 yield combo
+
+    @cached_property
+    def collapses_anew(self) -> bool:
+        """Whether this grid's environments differ from those it gave before ``unread_parameters`` left out more
+        than other schedules' parameters, a memory limit under the static order and the all-to-all's without one
+        (and before a tie made its source read): a sweep's partial file of then must not resume now."""
+        position = {name: i for i, (name, _) in enumerate(self.values)}
+        if not self.ties and all(len(values) == 1 for name, values in self.values if name in _UNREAD_SINCE):
+            return False
+        for indices, combo, unread in self._expanded():
+            before = set(unread_parameters(combo, self.has_workload)) - _UNREAD_SINCE
+            now = all(indices[position[name]] == _kept_at(name, self.values[position[name]][1], combo)
+                      for name in unread)
+            if now != (not any(indices[position[name]] for name in before)):
+                return True
+        return False
 
     def _check_read(self, raw: Mapping[str, object]) -> None:
         """Refuse a key the config gives, other than at its default, that no combination reads: it would change
@@ -568,6 +590,19 @@ class EnvironmentGrid:
 _IGNORABLE_BY_RULE = frozenset({*SCHEDULE_PARAMETERS, "memory_limit", "a2a_weights", "a2a_class", "ep_overlap",
                                 "expert_imbalance", "ep_bandwidth", "route_nodes", "gather_len", "shard_group",
                                 "jitter_dist", "seed", "slow_factor"})
+
+
+#: The parameters ``unread_parameters`` has named since grids were first collapsed (``collapses_anew``).
+_UNREAD_SINCE = frozenset({"expert_imbalance", "ep_bandwidth", "route_nodes", "gather_len", "shard_group",
+                           "jitter_dist", "seed", "slow_factor"})
+
+
+def _kept_at(name: str, values: tuple[Any, ...], combo: Mapping[str, Any]) -> int:
+    """Of a parameter ``combo`` does not read, the place of the value its environment keeps: the first that the
+    combination can take (a shard group must divide the data-parallel degree, read or not)."""
+    if name == "shard_group":
+        return next((i for i, value in enumerate(values) if value is None or combo["data_parallel"] % value == 0), 0)
+    return 0
 
 
 def unread_parameters(combo: Mapping[str, Any], workload: bool) -> dict[str, str]:

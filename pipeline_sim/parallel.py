@@ -79,6 +79,9 @@ def stops_held() -> Iterator[None]:
     raise the parent's interrupt there, unwind the copied stack and run the parent's clean-up (removing folders the
     parent still uses) and then its work, as if it were the parent. Each child, its own handlers set, calls
     ``release_stops``; a stop that came meanwhile is then taken, by those handlers."""
+    if not hasattr(signal, "pthread_sigmask"):  # no such masks (Windows), and no fork either
+        yield
+        return
     held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS)
     try:
         yield
@@ -88,7 +91,8 @@ def stops_held() -> Iterator[None]:
 
 def release_stops() -> None:
     """In a child forked under ``stops_held``, once its own handlers are set: take the stops again."""
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPS)
 
 
 def die_with_parent() -> None:

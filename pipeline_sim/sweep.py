@@ -141,10 +141,10 @@ class SweepPlan:
                 cores = os.cpu_count() or 1
                 self.check_hours(min(self.workers or cores, cores))
 
-    def check_hours(self, workers: int) -> None:
+    def check_hours(self, workers: int, whose: str = "") -> None:
         """Refuse, before any work, a sweep that cannot finish in a day on ``workers`` processes (this machine's, or
         a remote cluster's once reached), of which no more count than the sweep has units of work (a hindsight
-        environment is one)."""
+        environment is one); ``whose`` follows their count in the refusal."""
         if self.allow_large:
             return
         total, _, _ = self.grid.task_estimate()
@@ -159,7 +159,7 @@ class SweepPlan:
                                                       (solves > 0, "the hindsight solver takes seconds a draw"))
                             if priced)
             raise ConfigError(f"{self.num_simulations:,} simulations of about {tasks:,} tasks would take about "
-                              f"{hours:,.0f} hours on {running} worker{'s' if running > 1 else ''}"
+                              f"{hours:,.0f} hours on {running} worker{'s' if running > 1 else ''}{whose}"
                               f"{f' ({why})' if why else ''}; at most "
                               f"{MAX_HOURS} hours are allowed (shrink the grid, or pass --allow-large)")
 
@@ -231,6 +231,8 @@ class SweepPlan:
             record["networks"] = self.networks()
         if self.grid.tables():  # and those of a table of lengths its table's
             record["tables"] = self.grid.tables()
+        if self.grid.collapses_anew:  # its environments are not those a partial file of before was written from
+            record["collapse"] = 2
         if self.format != "csv":  # a CSV's record is as it always was, so that older partial files resume
             record["format"] = self.format
         text = json.dumps(record, sort_keys=True)
@@ -530,6 +532,9 @@ def _not_resumable(partial: Path, meta: Path, plan: SweepPlan) -> str:
     if differences:
         return (f"{partial} was written {', '.join(differences)}; rerun with its settings and --resume to continue "
                 f"it, or pass --overwrite to discard it and start over")
+    if plan.grid.collapses_anew:
+        return (f"{partial} was written before a parameter an environment does not read stopped multiplying its "
+                f"grid, so its rows are not those of this sweep; pass --overwrite to start over")
     return (f"{partial} was written by a different config, step, simulator or samples setting; pass --overwrite "
             f"to discard it and start over, or choose another output")
 

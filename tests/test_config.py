@@ -189,3 +189,41 @@ def test_a_refusal_names_what_the_config_wrote():
     with pytest.raises(ConfigError, match=r"\(n = 100,000 micro-batches: global_batch_size over micro_batch_size x "
                                           r"data_parallel\) has about [\d,]+ tasks per simulation"):
         SweepPlan(EnvironmentGrid.from_mapping({"model": "llama3-8b", "global_batch_size": 100000}))
+
+
+def test_the_collapse_keeps_what_a_combination_can_take_and_what_a_tie_reads():
+    """Under zero 0 a shard group is not read, but it must still divide the data-parallel degree: the value kept is
+    the first that does, so that no environment is lost. A key tied to one its environment does not read reads it
+    all the same: its values multiply the grid, and it is not refused."""
+    grid = EnvironmentGrid.from_mapping({"model": "llama3-8b", "num_gpus": 4, "data_parallel": [4, 6],
+                                         "shard_group": [4, 2], "zero": [0, 1]})
+    assert len(grid.invalid()) == 1  # zero 1 over a group of 4 of 6 GPUs
+    kept = [(params.zero, workload.data_parallel, workload.shard_group) for params, workload in grid.cases()]
+    assert kept == [(0, 4, 4), (0, 6, 2), (1, 4, 4), (1, 4, 2), (1, 6, 2)]
+    tied = {"zero": [0, 1], "gather_len": [1.0, 2.0], "cp_len": {"same_as": "gather_len"}}
+    assert [(p.zero, p.cp_len) for p in EnvironmentGrid.from_mapping(tied)] == [(0, 1.0), (0, 2.0), (1, 1.0),
+                                                                                (1, 2.0)]
+    assert len(EnvironmentGrid.from_mapping({**tied, "zero": 0})) == 2
+    # a table of lengths gives the environment's gather work: zero alone is not refused for want of it
+    EnvironmentGrid.from_mapping({"lengths": "configs/tables/1f1b.json", "zero": 1})
+
+
+@pytest.mark.parametrize("raw, anew", [
+    ({"compute_jitter": [0.0, 0.1], "seed": [0, 1], "n": [8, 16]}, True),
+    ({"slow_gpu": [-1, 1], "slow_factor": [1.5, 2.0]}, True),
+    ({"schedule": ["1f1b", "zb-h1"], "w_fraction": [0.25, 0.5], "fwd_impact": {"same_as": "w_fraction"}}, True),
+    ({"zero": [0, 1], "gather_len": [1.0, 2.0], "cp_len": {"same_as": "gather_len"}}, False),
+    ({"schedule": ["1f1b", "zb-h1"], "w_fraction": [0.25, 0.5]}, False),
+    (EXAMPLE, False),
+])
+def test_a_partial_written_before_the_collapse_does_not_resume(raw, anew, monkeypatch):
+    """A sweep's partial file is continued at its row count: one written when the grid had more environments must
+    not be continued by a plan of fewer, which would misalign every row after it. Such a grid changes its plan's
+    fingerprint; any other keeps it, so that its partial files resume."""
+    from pipeline_sim.sweep import SweepPlan
+
+    grid = EnvironmentGrid.from_mapping(raw)
+    assert grid.collapses_anew is anew
+    now = SweepPlan(grid).fingerprint()
+    monkeypatch.setattr(EnvironmentGrid, "collapses_anew", False)
+    assert (SweepPlan(EnvironmentGrid.from_mapping(raw)).fingerprint() != now) is anew

@@ -446,3 +446,9 @@ def test_what_the_plan_would_not_read_or_cannot_match_is_refused_before_it_runs(
                         "-o", "plan.csv", cwd=tmp_path)
     assert_one_line_error(result, message)
     assert not (tmp_path / "plan.csv").exists()
+
+
+def test_the_draws_options_at_their_defaults_are_taken_without_jitter(tmp_path):
+    """--seed 0 and --samples 8 say what the plan does anyway: a script that always passes them runs."""
+    result = run_script("plan.py", *SMALL, "--seed", "0", "--samples", "8", "-o", "plan.csv", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr

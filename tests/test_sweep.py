@@ -367,3 +367,18 @@ def test_a_workers_own_timeout_error_reaches_the_caller():
 
     with pytest.raises(TimeoutError, match="the worker's own"):
         list(ordered_map(_raises_its_own_timeout, [0], 1, isolate=True, ticks=shared_count(), waiting=waiting))
+
+
+def test_the_stops_are_held_only_where_the_system_has_signal_masks(monkeypatch):
+    """Held while forking and taken again by each child; where there are no masks (Windows, which never forks)
+    nothing is held and nothing fails."""
+    import signal
+
+    from pipeline_sim.parallel import release_stops, stops_held
+
+    with stops_held():
+        assert {signal.SIGINT, signal.SIGTERM} <= signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    assert not {signal.SIGINT, signal.SIGTERM} & signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    monkeypatch.delattr(signal, "pthread_sigmask")
+    with stops_held():
+        release_stops()

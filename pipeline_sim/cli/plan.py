@@ -341,18 +341,18 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
             route_nodes=args.route_nodes, node_gpus=args.node_gpus, **given)))
         if args.jitter < 0 or args.jitter > 1:
             raise UserError(f"--jitter {args.jitter}: must be from 0 to 1")
-        for option, value in (("--samples", args.samples), ("--seed", args.seed)):
-            if value is not None and not args.jitter:
+        for option, value, default in (("--samples", args.samples, SAMPLES), ("--seed", args.seed, 0)):
+            if value not in (None, default) and not args.jitter:  # at its default it changes nothing either way
                 raise UserError(f"{option} {value}: draws are made only under --jitter above 0; give it, or leave "
                                 f"{option} out")
         args.samples, args.seed = args.samples or SAMPLES, args.seed or 0
         if not base.shape.experts:
-            for option, value, default in (("--expert-imbalance", args.expert_imbalance, 1.0),
-                                           ("--route-nodes", args.route_nodes, None),
-                                           ("--node-gpus", args.node_gpus, 8), ("--a2a-class", args.a2a_class,
-                                                                               "pipeline")):
-                if value != default:
-                    raise UserError(f"{option} {value}: {base.shape.name} has no experts, so no all-to-all for it to "
+            expert_options: tuple[tuple[str, object, object], ...] = (
+                ("--expert-imbalance", args.expert_imbalance, 1.0), ("--route-nodes", args.route_nodes, None),
+                ("--node-gpus", args.node_gpus, 8), ("--a2a-class", args.a2a_class, "pipeline"))
+            for option, setting, unset in expert_options:
+                if setting != unset:
+                    raise UserError(f"{option} {setting}: {base.shape.name} has no experts, so no all-to-all for it to "
                                     f"change; leave it out")
         if not 0 <= args.memory_headroom < base.device.memory_gb:
             raise UserError(f"--memory-headroom {args.memory_headroom:g}: must be from 0 to below the GPU's "
