@@ -157,13 +157,13 @@ def test_a_compile_estimate_says_when_the_machine_is_busy(monkeypatch):
     a third of the wait."""
     import os
 
-    from pipeline_sim.cli.common import _busy
+    from pipeline_sim.cli.common import busy_note
 
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     monkeypatch.setattr(os, "getloadavg", lambda: (3.62, 3.0, 3.0))
-    assert _busy() == " on an idle machine; this one is busy (load 3.6 on 2 cores)"
+    assert busy_note() == " on an idle machine; this one is busy (load 3.6 on 2 cores)"
     monkeypatch.setattr(os, "getloadavg", lambda: (1.2, 1.0, 1.0))
-    assert _busy() == ""
+    assert busy_note() == ""
 
 
 def test_the_process_compiling_beside_compiles_what_the_run_calls(tmp_path):
