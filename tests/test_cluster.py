@@ -182,8 +182,8 @@ def test_a_remote_cluster_is_priced_on_its_own_workers(tmp_path):
     with remote_cluster(tmp_path, threads=1) as (address, _):
         refused = run_script("data_generator.py", "-c", str(config), "-o", "out.csv", "--cluster", address,
                              cwd=tmp_path)
-    assert_one_line_error(refused, "would take about", " hours on 1 worker (each look-ahead decision",
-                          "at most 24 hours are allowed")
+    assert_one_line_error(refused, "would take about", " hours on 1 worker of the cluster as reached (each look-ahead "
+                                                       "decision", "at most 24 hours are allowed")
     assert sorted(path.name for path in tmp_path.iterdir()) == [config.name, "s.json"]
 
 

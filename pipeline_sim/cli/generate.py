@@ -175,7 +175,7 @@ def _run(plan: SweepPlan, output: Path, partial: Path, workers: int, asked: int,
             bar[0].show(simulations, seconds)
     with connected(cluster, workers) as dask:  # an unreachable one: one line, no files
         if dask is not None and plan.remote:
-            plan.check_hours(dask.threads(), " (the cluster's threads when reached: more may join)")
+            plan.check_hours(dask.threads(), " of the cluster as reached")  # more may join later
         progress = run_sweep(plan, output, workers=workers, resume=resume, samples_output=samples_output,
                              overwrite=overwrite, cluster=dask, report=lambda line: print(line, flush=True),
                              running=running)
