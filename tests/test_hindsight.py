@@ -156,3 +156,19 @@ def test_the_headroom_study_refuses_what_cannot_run_before_its_work(tmp_path):
         result = run_script("benchmarks/headroom.py", *args, cwd=tmp_path, timeout=60)
         assert_one_line_error(result, f"headroom.py: error: {message}")
     assert (tmp_path / "kept.json").read_text() == "[]"
+
+
+@needs_solver
+def test_the_visualizer_measures_a_hindsight_run_against_its_environments_ideal(tmp_path):
+    """A hindsight run's schedule replays its order statically, under no memory limit: its ideal had been the
+    schedule's static order's (27), below the memory-aware bound, where a sweep of the same environment says 72."""
+    from conftest import run_here
+
+    from pipeline_sim.metrics import ideal_time
+
+    params = EnvParams(n=8, schedule="zb-h1", dispatch="hindsight", memory_limit=1)
+    result = run_here("schedule_visualizer_single_channel.py", "--schedule", "zb-h1", "--dispatch", "hindsight",
+                      "--memory-limit", "1", "--no-show", "-o", "chart.png", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert ideal_time(params) == 72.0
+    assert f"(ideal {ideal_time(params):.6g}, lower bound" in result.stdout

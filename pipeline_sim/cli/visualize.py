@@ -475,7 +475,7 @@ def draw(args: argparse.Namespace, params: EnvParams, workload: Workload | None,
     from ..cost import MAX_HOURS, draw_seconds, simulation_seconds
     from ..engine import SimulationStuckError, bound_of_run, graph_arrays, memory_bound, simulate_figures
     from ..hindsight import FALLBACK_RULES, SOLVED_TASKS, static_params
-    from ..metrics import schedule_metrics
+    from ..metrics import ideal_time, schedule_metrics
     from ..parallel import ordered_map
     from ..trace import chrome_trace
 
@@ -518,7 +518,9 @@ def draw(args: argparse.Namespace, params: EnvParams, workload: Workload | None,
     if args.print_order:
         print(format_orders(schedule.order_text()))
     metrics = schedule_metrics(schedule)
-    ideal = metrics.ideal_time
+    # the environment's own, as a sweep gives it: a hindsight run's schedule is a static replay of its order, whose
+    # ideal would be the schedule's static order's, under no memory limit
+    ideal = ideal_time(params, network)
     report = workload_report(workload, params, schedule.completion_time, metrics.gpu_peak_activations) \
         if workload is not None else None
     name = ", ".join(filter(None, (schedule_name(params), memory_name(params, schedule.memory_limit),
