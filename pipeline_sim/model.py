@@ -352,8 +352,9 @@ class EnvParams(_Remembered):
                               "time (case-insensitive), or a learned policy's file", short="", label="",
                               group="dispatch", metavar="RULE")
     memory_limit: float = parameter(0.0, Interval(0.0, 1e9, high_closed=True), "the most activations in flight per "
-                                    "GPU a dispatcher may hold, in steps of 1/v; 0: the static order's busiest peak; "
-                                    "static ignores it", short="mem",
+                                    "GPU a dispatcher may hold, in steps of 1/v (between two, the lower holds); 0: the "
+                                    "static order's busiest peak, else at least one micro-batch's room (1 with equal "
+                                    "stages); the static order does not read it", short="mem",
                                     label="memory limit", group="dispatch", metavar="M")
     compute_jitter: float = parameter(0.0, Interval(0.0, 1.0, high_closed=True), "coefficient of variation of each "
                                       "compute task's work", short="cj", label="compute jitter", group="jitter",

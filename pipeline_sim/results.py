@@ -445,11 +445,17 @@ def schedule_name(params: EnvParams) -> str:
 
 
 def memory_name(params: EnvParams, memory_limit: float) -> str:
-    """The memory limit a dispatcher kept to when it was the default (``schedule_name`` names a given one):
-    ``memory limit=4 (the static peak)``; empty for the schedule's own order."""
-    if params.dispatch == "static" or params.memory_limit != 0.0:
+    """The memory limit a dispatcher kept to where ``schedule_name`` does not say it: the default's, ``memory
+    limit=4 (the static peak)``, or one given between two whole steps of 1/v, ``1 in force (whole steps of 1)``;
+    empty for the schedule's own order."""
+    if params.dispatch == "static":
         return ""
-    return f"{PARAMETER['memory_limit'].title(memory_limit)} (the static peak)"
+    if params.memory_limit == 0.0:
+        return f"{PARAMETER['memory_limit'].title(memory_limit)} (the static peak)"
+    if memory_limit != params.memory_limit:
+        return f"{memory_limit:g} in force (whole steps of 1/{params.v})" if params.v > 1 else \
+            f"{memory_limit:g} in force (whole micro-batches)"
+    return ""
 
 
 def noise_name(params: EnvParams, *, sep: str = " ") -> str:

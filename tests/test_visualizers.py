@@ -376,6 +376,7 @@ def test_the_title_says_whether_gradients_are_synced_as_the_run_did():
     (["--ep-overlap", "1"], "--ep-overlap: ep_overlap = 1: changes nothing, as there is no all-to-all (a2a_len 0)"),
     (["--slow-factor", "2"], "--slow-factor: slow_factor = 2.0: changes nothing, as there is no straggler"),
     (["--seed", "4"], "--seed: seed = 4: changes nothing, as no length is drawn (compute_jitter and comm_jitter 0)"),
+    (["--sample", "5"], "--sample: sample = 5: changes nothing, as no length is drawn"),
     (["--memory-limit", "3"], "--memory-limit: memory_limit = 3.0: changes nothing, as the static order"),
     (["--model", "llama3-8b", "--expert-imbalance", "2"], "--expert-imbalance: expert_imbalance = 2.0: changes "
                                                           "nothing, as there is no all-to-all (expert_parallel 1)"),
@@ -400,3 +401,16 @@ def test_a_run_past_the_size_limits_is_refused_unless_allowed(tmp_path):
     assert_one_line_error(result, "gives about 38,400,064 tasks; at most 1,000,000 fit in memory (pass --allow-large "
                                   "to try anyway)")
     assert not (tmp_path / "chart.png").exists()
+
+
+def test_a_memory_limit_between_two_steps_says_the_one_in_force(tmp_path):
+    """A limit counts in whole steps of 1/v (docs/model.md section 12.1): 1.5 on a schedule of one chunk a GPU holds
+    as 1, which the run's line and title say instead of 1.5 alone."""
+    result = run_here("schedule_visualizer_single_channel.py", "--schedule", "zb-h1", "--dispatch", "greedy",
+                      "--memory-limit", "1.5", "--no-show", "-o", "chart.png", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "greedy memory limit=1.5, 1 in force (whole micro-batches): completion time" in result.stdout
+    exact = run_here("schedule_visualizer_single_channel.py", "--schedule", "zb-h1", "--dispatch", "greedy",
+                     "--memory-limit", "1", "--no-show", "-o", "exact.png", cwd=tmp_path)
+    assert "in force" not in exact.stdout
+    assert exact.stdout.split("completion time ")[1].split()[0] == result.stdout.split("completion time ")[1].split()[0]

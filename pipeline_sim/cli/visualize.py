@@ -361,6 +361,9 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
             params, workload = _environment(args, given)
             _check_read(args, params, workload, given)
             SAMPLES.check("sample", args.sample)
+            if args.sample and not params.jittered:  # every sample of a noise-free run is the same
+                raise ParameterError("sample", args.sample, "changes nothing, as no length is drawn (compute_jitter "
+                                                            "and comm_jitter 0); leave it out")
             policy = _policy(args, default_priorities, default_exclusive_tiers)
             try:
                 if not args.allow_large:
