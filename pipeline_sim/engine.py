@@ -213,7 +213,9 @@ def given_order(params: EnvParams, order: Sequence[Sequence[str]]) -> tuple[tupl
                              "Schedule.order_text() gives them")
     graph = build_task_graph(params)
     if len(order) != params.num_gpus:
-        raise ParameterError("order", f"{len(order)} GPUs", f"must list each of the {params.num_gpus} GPUs")
+        lacking = f"; GPU {len(order)} and on are missing" if len(order) < params.num_gpus else \
+            f"; GPU {params.num_gpus} and on are not there"
+        raise ParameterError("order", f"{len(order)} GPUs", f"must list each of the {params.num_gpus} GPUs{lacking}")
     where = {str(Task(t.kind, t.gpu, t.stage, t.index, 0.0, parts=t.parts).id): i for i, t in enumerate(graph.tasks)
              if t.parts}
     result = []
@@ -231,9 +233,10 @@ def given_order(params: EnvParams, order: Sequence[Sequence[str]]) -> tuple[tupl
                                  f"GPU {gpu} runs {len(own)} tasks, e.g. {', '.join(texts_of(graph, own[:3]))}")
         if len(set(tasks)) != len(tasks) or len(tasks) != len(own):
             missing = [i for i in own if i not in tasks]
+            twice = next((text.strip() for k, text in enumerate(texts) if tasks[k] in tasks[:k]), None)
             raise ParameterError("order", f"GPU {gpu}", f"must list each of its {len(own)} tasks once"
-                                 + (f"; it lacks {', '.join(texts_of(graph, missing[:3]))}" if missing else
-                                    "; a task appears twice"))
+                                 + (f"; it lacks {', '.join(texts_of(graph, missing[:3]))}" if missing else "")
+                                 + (f"; {twice} appears twice" if twice else ""))
         step = next((i for i in own if graph.tasks[i].kind is TaskKind.OPTIMIZER_STEP), None)
         if step is not None and tasks[-1] != step:
             raise ParameterError("order", texts_of(graph, [step])[0], f"must end GPU {gpu}'s order: the optimizer "

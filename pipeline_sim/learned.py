@@ -97,7 +97,9 @@ class LearnedPolicy:
         """A policy file's bytes read; ``ValueError`` in one line when they are not one."""
         arrays = _arrays(data)
         if "format" not in arrays or arrays["format"].shape != () or int(arrays["format"]) != POLICY_FORMAT:
-            raise ValueError(f"is not a policy file of format {POLICY_FORMAT}")
+            found = "no 'format' entry" if "format" not in arrays else f"'format' {arrays['format'].tolist()!r}"
+            raise ValueError(f"is not a policy file of format {POLICY_FORMAT} ({found}; train.py writes one: its "
+                             f"network's layers, the observation's fields, the actions and what it was trained on)")
         try:
             count = sum(1 for key in arrays if key.startswith("weight."))
             layers = tuple((np.asarray(arrays[f"weight.{k}"], dtype=np.float64),

@@ -66,12 +66,15 @@ def parse_orders(text: str) -> list[list[str]]:
     what follows the GPUs' lines (the report of a visualizer's run that ``--print-order`` printed them in);
     ``ParameterError`` naming ``order`` for a line that is not ``GPU <g>: <task> ...`` with g = 0, 1, ... in turn."""
     orders: list[list[str]] = []
-    for line in filter(None, (line.strip() for line in text.splitlines())):
+    for number, line in enumerate((line.strip() for line in text.splitlines()), 1):
+        if not line:
+            continue
         if orders and not line.startswith("GPU"):
             break
         head, colon, tasks = line.partition(":")
         if not colon or head.split() != ["GPU", str(len(orders))]:
-            raise ParameterError("order", line[:40], f"each line must read 'GPU {len(orders)}: 0F0 0F1 ...' "
+            gpu = len(orders)
+            raise ParameterError("order", line[:40], f"line {number} must read 'GPU {gpu}: {gpu}F0 {gpu}F1 ...' "
                                  "(the GPUs in turn from 0, as --print-order prints them)")
         orders.append(tasks.split())
     return orders

@@ -142,12 +142,19 @@ def test_a_given_order_that_is_not_the_gpus_own_is_refused():
     own = simulate(params, Policy()).order_text()
     for order, value, words in (
             ([own[0], own[1][:-1]], "GPU 1", "must list each of its 12 tasks once; it lacks 1W3"),
-            ([own[0][:1] + own[0], own[1]], "GPU 0", "a task appears twice"),
+            ([own[0][:1] + own[0], own[1]], "GPU 0", f"must list each of its 12 tasks once; {own[0][0]} appears "
+                                                      f"twice"),
+            ([own[0][:1] + own[0][:-1], own[1]], "GPU 0", f"; it lacks 0W3; {own[0][0]} appears twice"),
             ([own[1], own[0]], "1F0", "is no compute task of GPU 0"),
-            ([own[0]], "1 GPUs", "must list each of the 2 GPUs")):
+            ([own[0]], "1 GPUs", "must list each of the 2 GPUs; GPU 1 and on are missing")):
         with pytest.raises(ParameterError) as error:
             simulate(params, Policy(), 0, order)
         assert error.value.name == "order" and error.value.value == value and words in str(error.value)
+    # a line of the file out of turn says which, and what it should read
+    from pipeline_sim.orders import parse_orders
+
+    with pytest.raises(ParameterError, match=r"line 2 must read 'GPU 1: 1F0 1F1 \.\.\.'"):
+        parse_orders(f"GPU 0: {' '.join(own[0])}\nGPU 2: {' '.join(own[1])}")
     with pytest.raises(ParameterError, match="dispatch"):
         simulate(replace(params, dispatch="greedy"), Policy(), 0, own)
     with pytest.raises(ParameterError, match="'GPU 0: 0F0 0F1 ...'"):

@@ -144,7 +144,8 @@ def test_bad_policy_files_in_one_line(tmp_path):
     with pytest.raises(ParameterError, match="is not a readable policy file"):
         load_policy(replace(base, dispatch=f"learned:{tmp_path / 'text.npz'}"))
     np.savez(tmp_path / "other.npz", weights=np.zeros(3))
-    with pytest.raises(ParameterError, match="is not a policy file of format 1"):
+    with pytest.raises(ParameterError, match=r"is not a policy file of format 1 \(no 'format' entry; train.py writes "
+                                             r"one: its network's layers"):
         load_policy(replace(base, dispatch=f"learned:{tmp_path / 'other.npz'}"))
     # trained for one chunk per GPU, asked to run two (interleaved): another observation layout
     path = written(ranked(base, GREEDY_ORDER), tmp_path / "one_chunk.npz")

@@ -432,7 +432,8 @@ def test_invalid_schedule_combinations_are_reported_up_front(tmp_path):
     result = run_here("data_generator.py", "-c", str(config), "--step", "1", "--skip-invalid", "-o", str(output),
                         cwd=tmp_path)
     assert result.returncode == 0, result.stderr
-    assert "left out 2 combinations" in result.stdout
+    assert "left out 2 combinations that cannot run (--skip-invalid), e.g. schedule=interleaved-1f1b, n=6, " \
+           "num_gpus=4: n = 6: schedule interleaved-1f1b" in result.stdout
     assert [(r["schedule"], r["n"]) for r in read_rows(output)][::31] == [
         ("1f1b", "6"), ("1f1b", "8"), ("interleaved-1f1b", "8"), ("dualpipe-v", "8")]
 

@@ -195,9 +195,9 @@ def _announce(plan: SweepPlan, progress: Generator[int, None, None], output: Pat
           + (f" (--workers {asked}: no more chunks of work than that)" if workers < asked and cluster in (None, "local")
              else ""), flush=True)
     if skipped := len(plan.grid.invalid()):
-        print(f"left out {counted(skipped, 'combination')} that {'breaks' if skipped == 1 else 'break'} a schedule's "
-              f"requirement "
-              f"(--skip-invalid), e.g. {plan.grid.invalid()[0][0]}", flush=True)
+        where, why = plan.grid.invalid()[0]
+        print(f"left out {counted(skipped, 'combination')} that cannot run (--skip-invalid), e.g. {where}: {why}",
+              flush=True)
     if done == plan.num_simulations:
         pass  # nothing left to simulate, nor a kernel to load
     elif done:
