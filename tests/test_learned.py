@@ -256,3 +256,19 @@ def test_a_key_tied_to_another_takes_its_value_in_every_environment():
                            "a tie is")]:
         with pytest.raises(ConfigError, match=fragment):
             EnvironmentGrid.from_mapping(raw)
+
+
+def test_the_visualizer_notes_an_environment_the_network_was_never_trained_on(tmp_path):
+    """A network keeps the config it was trained on: where that config has no environment of the run's schedule,
+    micro-batches and GPUs, the visualizer says its decisions there were never tried (and runs all the same)."""
+    base = EnvParams(n=8, num_gpus=4, schedule="zb-h1")
+    policy = replace(ranked(base, GREEDY_ORDER), about={"config": "trained.json"})
+    written(policy, tmp_path / "net.npz")
+    (tmp_path / "trained.json").write_text(json.dumps({"n": 8, "num_gpus": 4, "schedule": "zb-h1"}))
+    common = ["--schedule", "zb-h1", "--dispatch", "learned:net.npz", "--no-show", "-o", "chart.png", "--overwrite"]
+    seen = run_here("schedule_visualizer_single_channel.py", *common, cwd=tmp_path)
+    assert seen.returncode == 0 and "never tried" not in seen.stderr, seen.stderr
+    unseen = run_here("schedule_visualizer_single_channel.py", *common, "-n", "16", cwd=tmp_path)
+    assert unseen.returncode == 0, unseen.stderr
+    assert "note: net.npz was trained on trained.json, which has no zb-h1 of 16 micro-batches on 4 GPUs: its " \
+           "decisions here were never tried" in unseen.stderr

@@ -290,6 +290,24 @@ def _check_read(args: argparse.Namespace, params: EnvParams, workload: Workload 
             raise ParameterError(name, getattr(args, name), f"changes nothing, as {unread[name]}; leave it out")
 
 
+def _untried(network: LearnedPolicy, params: EnvParams) -> str:
+    """A note when the config ``network`` was trained on (its record's ``config``, where that file is still there)
+    has no environment of ``params``' schedule, micro-batches and GPUs: its decisions there were never tried."""
+    from ..config import ConfigError, EnvironmentGrid
+
+    config = network.about.get("config")
+    if not isinstance(config, str) or not Path(config).is_file():
+        return ""
+    try:
+        trained = {(env.schedule, env.n, env.num_gpus, env.v) for env in EnvironmentGrid.load(config)}
+    except (ConfigError, ParameterError, OSError):
+        return ""
+    if (params.schedule, params.n, params.num_gpus, params.v) in trained:
+        return ""
+    return (f"note: {params.dispatch[len('learned:'):]} was trained on {config}, which has no {params.schedule} of "
+            f"{params.n} micro-batches on {params.num_gpus} GPUs: its decisions here were never tried")
+
+
 #: The largest order file read: a million tasks' names, several times over.
 MAX_ORDER_BYTES = 64 * 2 ** 20
 
@@ -382,6 +400,8 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
                 task_lengths(params)  # a table that cannot be read, or lacks a task of the environment
             memory_in_force(params, None if order is None else order_peak(params, order))
             network = load_policy(params) if params.learned else None  # read once, played below
+            if network is not None and (note := _untried(network, params)):
+                print(note, file=sys.stderr, flush=True)
         except ParameterError as error:
             flag = FLAGS.get(error.name.split("[")[0], error.name)
             if error.name == "n" and args.model is not None and "n" not in given:  # n is the workload's, not given
