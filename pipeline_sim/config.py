@@ -286,6 +286,9 @@ class EnvironmentGrid:
         if not isinstance(raw, dict):
             raise ConfigError(f"{source}: the top level must be a JSON object of parameter names, "
                               f"got {type(raw).__name__}")
+        if {"flags", "lengths", "unit"} <= raw.keys():  # what ``pipeline-sim-trace replay --lengths-out`` writes
+            raise ConfigError(f"{source}: a table of lengths, not a sweep config: name it in a config under the key "
+                              f"lengths (\"lengths\": \"<its path>\"), or draw it with a visualizer's --lengths")
         names = EnvParams.names()
         for p in PARAMETERS:  # a parameter's other name (pipeline_parallel for num_gpus) reads as the parameter
             if p.alias in raw:

@@ -4,7 +4,8 @@ A trace is one file per rank, plain or gzipped, as ``torch.profiler`` exports it
 
 - the rank: ``distributedInfo.rank`` (written by the profiler when ``torch.distributed`` is initialised), else
   ``pipelineRun.rank``; the world size from ``distributedInfo.world_size`` or ``pipelineRun.ranks``;
-- complete events (``"ph": "X"``) named ``pipeline:<stage><F|B|I|W><micro-batch>``, each a compute action (``B`` a
+- complete events (``"ph": "X"``, or a thread's ``"B"``/``"E"`` pairs) named
+  ``pipeline:<stage><F|B|I|W><micro-batch>``, each a compute action (``B`` a
   whole backward, ``I`` and ``W`` its input- and weight-gradient halves); ``pipeline:send <stage><F|B><mb>
   <bytes>``, when a stage's output (``F``) or input gradient (``B``) is posted to its neighbour; and
   ``pipeline:iteration <k>``, one per iteration, enclosing the rest; and, where present, the profiler's own
@@ -24,12 +25,15 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
+from .schedules import SCHEDULES
+
 _ACTION = re.compile(r"^pipeline:(\d+)([FBIW])(\d+)$")
 _SEND = re.compile(r"^pipeline:send (\d+)([FB])(\d+) (\d+)$")
+_SEND_NAMED = "pipeline:send "
 _ITERATION = re.compile(r"^pipeline:iteration (\d+)$")
 
 
@@ -91,6 +95,19 @@ class MeasuredRun:
     stages: int
     microbatches: int
     iterations: tuple[Iteration, ...]
+    source: str = ""  # the files or folder it was read from, for messages
+    settings: tuple[tuple[str, object], ...] = ()  # its pipelineRun record but rank and schedule: the model it ran
+
+    def differs(self, other: MeasuredRun) -> str:
+        """How ``other`` ran another model than this run (its ``settings``, said as "width 64, not 512"; the
+        micro-batches, ranks and iterations aside), or nothing when the traces do not say or agree."""
+        mine, theirs = dict(self.settings), dict(other.settings)
+        keys = [key for key in _MODEL_SETTINGS if key in mine and key in theirs and mine[key] != theirs[key]]
+        return ", ".join(f"{key} {theirs[key]}, not {mine[key]}" for key in keys)
+
+
+#: The settings of a run's record that say what model ran on what: runs differing in one of them are not comparable.
+_MODEL_SETTINGS = ("batch", "width", "layers", "backend")
 
 
 def _load(path: Path) -> dict:
@@ -119,33 +136,67 @@ def _rank_of(trace: dict, path: Path) -> tuple[int, int]:
     return rank, world
 
 
+def _complete(events: list, path: Path) -> Iterator[dict]:
+    """The trace's complete ranges: its ``"X"`` events, and each ``"B"``/``"E"`` pair of a thread as one."""
+    open_ranges: dict[tuple[object, object], list[dict]] = defaultdict(list)
+    for event in events:
+        if not isinstance(event, dict):
+            continue
+        if event.get("ph") == "X":
+            yield event
+        elif event.get("ph") == "B":
+            open_ranges[event.get("pid"), event.get("tid")].append(event)
+        elif event.get("ph") == "E" and open_ranges[event.get("pid"), event.get("tid")]:
+            begin = open_ranges[event.get("pid"), event.get("tid")].pop()
+            try:
+                yield {**begin, "ph": "X", "dur": float(event["ts"]) - float(begin["ts"])}
+            except (KeyError, TypeError, ValueError):
+                raise TraceError(f"{path}: range {begin.get('name')!r} lacks a numeric ts at its begin or end") \
+                    from None
+
+
 def _events(trace: dict, rank: int, path: Path) -> tuple[dict[int, list[Span]], dict[int, list[Send]],
                                                           dict[int, float], dict[int, tuple[float, float]]]:
     """Per iteration number, this rank's compute actions, its sends, its time posting them and when it ran."""
     windows, actions, sends, posting = [], [], [], []
-    for event in trace["traceEvents"]:
-        if not isinstance(event, dict) or event.get("ph") != "X":
-            continue
+    for event in _complete(trace["traceEvents"], path):
         name = str(event.get("name", ""))
         try:
             start, end = float(event["ts"]) / 1000.0, (float(event["ts"]) + float(event["dur"])) / 1000.0
         except (KeyError, TypeError, ValueError):
             raise TraceError(f"{path}: event {name!r} lacks a numeric ts or dur") from None
-        if end < start and name.startswith("pipeline:"):
+        if not name.startswith("pipeline:"):
+            if name == "c10d::send" and math.isfinite(end - start):
+                posting.append((start, end))
+            continue
+        if not math.isfinite(start) or not math.isfinite(end):
+            raise TraceError(f"{path}: event {name!r} has ts {event['ts']} and dur {event['dur']}: both must be "
+                             "finite numbers (microseconds)")
+        if end < start:
             raise TraceError(f"{path}: event {name!r} has a negative duration ({end - start:.3f} ms)")
         if match := _ITERATION.match(name):
             windows.append((start, end, int(match[1])))
         elif match := _ACTION.match(name):
             actions.append(Span(rank, int(match[1]), match[2], int(match[3]), start, end))
         elif match := _SEND.match(name):
+            if int(match[4]) == 0:
+                raise TraceError(f"{path}: event {name!r} sends 0 bytes: a send's last field is its size in bytes, "
+                                 "an integer > 0")
             sends.append(Send(rank, int(match[1]), match[2], int(match[3]), start, int(match[4])))
-        elif name == "c10d::send":
-            posting.append((start, end))
+        elif name.startswith(_SEND_NAMED):
+            raise TraceError(f"{path}: event {name!r} is not a send as the simulator reads one: it must read "
+                             "'pipeline:send <stage><F|B><micro-batch> <bytes>', its size an integer > 0 "
+                             "(e.g. 'pipeline:send 0F3 262144')")
     if not windows:
         raise TraceError(f"{path}: no pipeline:iteration ranges: not a trace recorded by pipeline-sim-trace record "
                          "(name each iteration pipeline:iteration <k> with torch.profiler.record_function)")
     if not actions:
         raise TraceError(f"{path}: no pipeline:<stage><F|B|I|W><micro-batch> ranges: no compute action is named")
+    ordered = sorted(actions, key=lambda span: (span.start, span.end))
+    for before, after in zip(ordered, ordered[1:]):  # tolerating a microsecond's rounding
+        if after.start < before.end - 1e-3 and after.text != before.text:  # the same twice: said per iteration
+            raise TraceError(f"{path}: action {after.text} starts at {after.start:.3f} ms, inside {before.text} "
+                             f"({before.start:.3f} to {before.end:.3f} ms): a rank runs one action at a time")
     by_iteration: dict[int, list[Span]] = defaultdict(list)
     sent: dict[int, list[Send]] = defaultdict(list)
     for items, target in ((actions, by_iteration), (sends, sent)):
@@ -185,8 +236,9 @@ def read_run(paths: Sequence[Path], schedule: str | None = None) -> MeasuredRun:
             settings = path, run
         elif run != settings[1]:
             differ = sorted(key for key in {*run, *settings[1]} if run.get(key) != settings[1].get(key))
-            raise TraceError(f"{path}: not the run of {settings[0]}: their {', '.join(differ)} differ "
-                             "(pass the rank files of one run)")
+            keys = ", ".join(f"pipelineRun.{key}" for key in differ)
+            raise TraceError(f"{path}: not the run of {settings[0]}: their {keys} "
+                             f"{'differ' if len(differ) > 1 else 'differs'} (pass the rank files of one run)")
         worlds.add(world)
         names.add(run.get("schedule"))
         ranks[rank] = (path, *_events(trace, rank, path))
@@ -204,6 +256,9 @@ def read_run(paths: Sequence[Path], schedule: str | None = None) -> MeasuredRun:
     schedule = schedule or named
     if not schedule:
         raise TraceError(f"{files[0]}: no pipelineRun.schedule in the trace: name the schedule it ran")
+    if schedule not in SCHEDULES:
+        raise TraceError(f"{files[0]}: pipelineRun.schedule {schedule!r} is not a schedule the simulator has: one "
+                         f"of {', '.join(SCHEDULES)}")
     numbers = sorted(set().union(*(set(actions) for _, actions, _, _, _ in ranks.values())))
     for rank, (path, actions, _, _, _) in sorted(ranks.items()):
         lacking = [k for k in numbers if k not in actions]
@@ -221,7 +276,18 @@ def read_run(paths: Sequence[Path], schedule: str | None = None) -> MeasuredRun:
                   for k in numbers]
     stages = 1 + max(task.stage for task in iterations[0].tasks)
     microbatches = 1 + max(task.mb for task in iterations[0].tasks)
-    return MeasuredRun(schedule, world, stages, microbatches, tuple(iterations))
+    recorded = settings[1] if settings else {}
+    for key, traced in (("microbatches", microbatches), ("stages", stages), ("ranks", world)):
+        if key in recorded and recorded[key] != traced:  # what the run says it was against what its actions are
+            raise TraceError(f"{files[0]}: pipelineRun.{key} is {json.dumps(recorded[key])}, but its actions "
+                             f"are of {traced} {key.replace('microbatches', 'micro-batches')}")
+    for key in ("batch", "width", "layers", "chunks"):
+        value = recorded.get(key, 1)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise TraceError(f"{files[0]}: pipelineRun.{key} is {json.dumps(value)}: must be an integer >= 1")
+    source = ", ".join(map(str, paths))
+    kept = tuple(sorted((key, value) for key, value in recorded.items() if key != "schedule"))
+    return MeasuredRun(schedule, world, stages, microbatches, tuple(iterations), source, kept)
 
 
 def _iteration(tasks: list[Span], sends: list[Send], k: int, files: Sequence[Path], posting: float) -> Iteration:
@@ -240,8 +306,10 @@ def _iteration(tasks: list[Span], sends: list[Send], k: int, files: Sequence[Pat
             lacking += [f"{stage}{kind}{mb}" for kind in wanted if (stage, kind, mb) not in seen]
     if lacking:
         more = f" and {len(lacking) - 4} more" if len(lacking) > 4 else ""
+        implied = f"the {stages} stages x {n} micro-batches its highest numbers imply"
         raise TraceError(f"{', '.join(map(str, files))}: iteration {k} lacks compute actions "
-                         f"{', '.join(lacking[:4])}{more} (a trace cut short, or a rank's file missing)")
+                         f"{', '.join(lacking[:4])}{more} of {implied} (a trace cut short, a rank's file missing, "
+                         f"or an action misnumbered)")
     return Iteration(tuple(sorted(tasks, key=lambda t: (t.start, t.rank))), tuple(sorted(sends, key=lambda s: s.time)),
                      posting)
 
@@ -293,7 +361,7 @@ def fit_comm(iterations: Iterable[Iteration]) -> CommFit:
         raise TraceError("no transfer was waited for: nothing to fit communication to (no pipeline:send ranges?)")
     sizes = sorted({size for size, _ in samples})
     medians = [float(np.median([t for size, t in samples if size == s])) for s in sizes]
-    if len(sizes) == 1:
-        return CommFit(0.0, sizes[0] / medians[0], len(samples))
+    if len(sizes) == 1:  # transfers that took no time: as fast as the clock can tell
+        return CommFit(0.0, sizes[0] / medians[0] if medians[0] > 0 else math.inf, len(samples))
     slope, latency = np.polyfit(np.array(sizes, dtype=float), np.array(medians), 1)
     return CommFit(max(0.0, float(latency)), 1.0 / max(float(slope), 1e-12), len(samples))

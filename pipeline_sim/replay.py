@@ -10,15 +10,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from statistics import median
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 
-from .engine import simulate, texts_of
+from .engine import SimulationStuckError, simulate, texts_of
 from .measured import CommFit, Iteration, MeasuredRun, Span, TraceError, fit_comm
 from .model import EnvParams, Policy, Schedule, Task, TaskKind
+from .parameters import ParameterError
 from .schedules import SCHEDULES, get_schedule
-from .taskgraph import GraphTask, build_task_graph
+from .taskgraph import GraphTask, TaskGraph, build_task_graph
 
 _TRANSFER_SENDS = {TaskKind.FWD_PROP: "F", TaskKind.GRAD_PROP: "B"}
 
@@ -77,11 +78,18 @@ def run_environment(run: MeasuredRun, iteration: Iteration, comm: CommFit) -> En
     if spec.v(v) * run.ranks != run.stages:
         raise TraceError(f"{run.stages} stages on {run.ranks} ranks do not fit schedule {run.schedule} "
                          f"({spec.v(v)} chunks per rank)")
+    if "chunks" in spec.parameters and v < 2:
+        raise TraceError(f"{run.source}: {run.stages} stages on {run.ranks} ranks, one a rank, where {run.schedule} "
+                         "runs two or more a rank (name the schedule it ran)")
     size = median(send.size for send in iteration.sends) if iteration.sends else 0.0
     lengths = effective_lengths(iteration, comm)
     per_rank = lambda kinds: sum(t for (_, kind, _), t in lengths.items() if kind in kinds) / run.ranks  # noqa: E731
-    return environment(run.schedule, run.ranks, run.microbatches, v, comm, size,
-                       per_rank("F") / run.microbatches, per_rank("BIW") / run.microbatches)
+    try:
+        return environment(run.schedule, run.ranks, run.microbatches, v, comm, size,
+                           per_rank("F") / run.microbatches, per_rank("BIW") / run.microbatches)
+    except ParameterError as error:  # lengths far beyond any real run's: a trace's dur in other units, or corrupt
+        raise TraceError(f"{run.source}: its measured lengths are beyond what the simulator takes: {error}") \
+            from None
 
 
 @dataclass(frozen=True)
@@ -94,6 +102,7 @@ class Replay:
     simulated: Schedule
     iteration_error: float
     start_errors: np.ndarray
+    departure: str = ""  # where a rank first ran its actions in another order than the schedule's own, if it did
 
 
 def replay(run: MeasuredRun, k: int, comm: CommFit) -> Replay:
@@ -106,13 +115,29 @@ def replay(run: MeasuredRun, k: int, comm: CommFit) -> Replay:
     size = median(send.size for send in iteration.sends) if iteration.sends else 0.0
     lengths = _lengths(params, effective_lengths(iteration, comm), comm, _sizes(iteration), size)
     first = lambda task: spans[task.parts[0].stage, task.parts[0].kind.code, task.parts[0].mb]  # noqa: E731
-    order = [texts_of(graph, sorted(own, key=lambda i: first(graph.tasks[i]).start)) for own in graph.orders]
-    simulated = simulate(params, Policy(), order=order, lengths=lengths)
+    ranked = [sorted(own, key=lambda i: first(graph.tasks[i]).start) for own in graph.orders]
+    _check_order(run, k, graph, ranked)
+    try:
+        simulated = simulate(params, Policy(), order=[texts_of(graph, own) for own in ranked], lengths=lengths)
+    except SimulationStuckError as error:  # a wait across ranks that no run can have
+        raise TraceError(f"{run.source}: iteration {k}: the ranks' orders cannot run ({error}): an action misnamed, "
+                         "or its timestamps wrong") from None
     measured = _measured_schedule(simulated, spans, iteration, comm)
     starts = [(task.start, measured.tasks[i].start) for i, task in enumerate(simulated.tasks)
               if task.parts and measured.tasks[i].start > 0.0]
     errors = np.array([abs(sim - real) / real for sim, real in starts])
-    return Replay(measured, simulated, simulated.completion_time / measured.completion_time - 1.0, errors)
+    return Replay(measured, simulated, simulated.completion_time / measured.completion_time - 1.0, errors,
+                  _departure(run, graph, ranked))
+
+
+def _departure(run: MeasuredRun, graph: TaskGraph, ranked: Sequence[Sequence[int]]) -> str:
+    """Where the first rank that ran its actions in another order than ``run``'s schedule's own did so."""
+    for gpu, (own, ran) in enumerate(zip(graph.orders, ranked)):
+        at = next((i for i, (a, b) in enumerate(zip(own, ran)) if a != b), None)
+        if at is not None:
+            ran_text, own_text = texts_of(graph, [ran[at], own[at]])
+            return f"rank {gpu}'s action {at + 1} is {ran_text}, where {run.schedule} runs {own_text}"
+    return ""
 
 
 def _check_actions(run: MeasuredRun, tasks: Sequence[GraphTask], spans: Mapping[tuple[int, str, int], Span]) -> None:
@@ -125,6 +150,25 @@ def _check_actions(run: MeasuredRun, tasks: Sequence[GraphTask], spans: Mapping[
             whose = f"actions that {run.schedule} has not" if verb == "ran" else f"{run.schedule}'s actions"
             raise TraceError(f"the trace does not match schedule {run.schedule}: it {verb} {whose} {texts}{more} "
                              "(name the schedule it ran)")
+
+
+def _check_order(run: MeasuredRun, k: int, graph: TaskGraph, ranked: Sequence[Sequence[int]]) -> None:
+    """``TraceError`` when a rank ran an action before one of its own that it depends on (directly or through the
+    other ranks' work): an order no run can have, whose names or timestamps are wrong."""
+    place = {task: (gpu, position) for gpu, own in enumerate(ranked) for position, task in enumerate(own)}
+
+    def compute_needs(task: int) -> Iterator[int]:  # the compute tasks whose end ``task`` waits for
+        for need in graph.needs[task]:
+            if need in place:
+                yield need
+            else:
+                yield from compute_needs(need)
+    for task, (gpu, position) in place.items():
+        for need in compute_needs(task):
+            if place[need][0] == gpu and place[need][1] > position:
+                raise TraceError(f"{run.source}: iteration {k}: rank {gpu} ran {texts_of(graph, [task])[0]} before "
+                                 f"{texts_of(graph, [need])[0]}, which it depends on: no run can (an action misnamed, "
+                                 "or its timestamps wrong)")
 
 
 def _measured_schedule(simulated: Schedule, spans: Mapping[tuple[int, str, int], Span], iteration: Iteration,

@@ -525,6 +525,11 @@ def _not_resumable(partial: Path, meta: Path, plan: SweepPlan) -> str:
     if changed:
         return (f"{partial} holds rows of another network: {changed[0][len('learned:'):]} changed since they were "
                 f"written; pass --overwrite to start over with the new one, or put the old one back to resume")
+    then, now = sweep_record(meta).get("tables", {}), plan.grid.tables()
+    changed = sorted(path for path in now if path in then and then[path] != now[path])
+    if changed:
+        return (f"{partial} holds rows of another table of lengths: {changed[0]} changed since they were written; "
+                f"pass --overwrite to start over with the new one, or put the old one back to resume")
     differences = settings_changed(sweep_record(meta).get("settings"), plan)
     if differences == [ANOTHER_GRID]:
         return f"{partial} was written {ANOTHER_GRID}; pass --overwrite to discard it and start over, or choose " \
@@ -736,7 +741,8 @@ def _start(plan: SweepPlan, output: Path, samples_output: Path | None, overwrite
         _remove_leftovers(output)
         # the record first: a kill before the partial exists leaves a record of nothing, which a resume replaces
         _write_record(meta, {"fingerprint": plan.fingerprint(), "output": str(output), "settings": plan.settings(),
-                             **({"networks": plan.networks()} if plan.networks() else {})})
+                             **({"networks": plan.networks()} if plan.networks() else {}),
+                             **({"tables": plan.grid.tables()} if plan.grid.tables() else {})})
         if plan.format == "parquet":
             partial.mkdir()
         else:

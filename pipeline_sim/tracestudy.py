@@ -62,6 +62,9 @@ def study_runs(folder: Path) -> dict[str, list[MeasuredRun]]:
                 raise TraceError(f"{run_folder}: {run.microbatches} micro-batches on {run.ranks} ranks, where "
                                  f"{first[0]} ran {first[1].microbatches} on {first[1].ranks}: a study compares "
                                  "runs of one size")
+            elif differs := first[1].differs(run):
+                raise TraceError(f"{run_folder}: ran another model than {first[0]} ({differs}): a study compares "
+                                 "runs of one model (record them into another folder)")
             runs.setdefault(run.schedule, []).append(run)
     if not runs:
         raise TraceError(f"{folder}: no <schedule>/run<r>/ folders of traces")

@@ -279,7 +279,8 @@ def test_a_table_replaced_while_a_sweep_runs_does_not_mix_and_a_resume_onto_anot
     _scaled(TABLES / "1f1b.json", tmp_path / "t.json", 1.0)
     resumed = run_here("data_generator.py", "-c", "grid.json", "-o", "out.csv", "--step", "0.5", "--resume",
                        cwd=tmp_path)
-    assert_one_line_error(resumed, "out.csv.partial was written by a different config")
+    assert_one_line_error(resumed, "out.csv.partial holds rows of another table of lengths: t.json changed since "
+                                   "they were written")
     # the engine reads a table changed on disk again, and what it computed from the old one is not reused
     params = EnvParams(n=8, num_gpus=2, sync_base_len=0.0, dispatch="critical-path", lengths="t.json")
     before = simulate(params, Policy()).completion_time
@@ -330,6 +331,11 @@ def test_a_chart_of_a_table_names_its_times_by_the_table_and_a_model_chart_in_mo
     plot_gantt(ax, simulate(EnvParams(n=8, num_gpus=2, lengths=str(TABLES / "1f1b.json")), Policy()))
     assert ax.get_xlabel() == "time (ms, from 1f1b.json)"
     plt.close(fig)
+    # the sweep's figures name the table's unit too; a table gone since the sweep, model units
+    from pipeline_sim.cli.heatmap import _unit
+    assert _unit(EnvParams(n=8, num_gpus=2, lengths=str(TABLES / "1f1b.json")), None) == "ms"
+    assert _unit(replace(params, lengths=str(tmp_path / "gone.json")), None) == "model units"
+    assert _unit(base, None) == "model units"
 
 
 def test_a_task_given_twice_in_a_table_is_refused(tmp_path):

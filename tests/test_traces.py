@@ -420,7 +420,7 @@ def test_predict_leaves_out_a_schedule_that_cannot_run_its_micro_batches(tmp_pat
     (["record", "--out", "x", "--port", "70000"], ["--port", "70000 is not a port"]),
     (["study", "nowhere"], ["nowhere: no such folder"]),
     (["replay", str(TRACES / "1f1b" / "run0" / "rank0.json.gz"), str(TRACES / "zb-v" / "run0" / "rank1.json.gz")],
-     ["not the run of", "their schedule, stages differ"]),
+     ["not the run of", "their pipelineRun.schedule, pipelineRun.stages differ"]),
     (["replay", str(TRACES / "1f1b" / "run0" / "rank0.json.gz"), str(TRACES / "1f1b" / "run1" / "rank1.json.gz")],
      ["began after", "not of one run"]),
 ])
@@ -663,3 +663,166 @@ def test_a_source_that_split_only_some_backwards_predicts_from_its_whole_ones():
         own = [t.end - t.start for t in source.iterations[0].tasks if t.stage == 2 * stage and t.kind == "B"]
         assert 0 < len(own) < source.microbatches or stage == 1
         assert whole[stage] == pytest.approx(2 * np.mean(own))
+
+
+# -- traces no run can have, and runs that do not compare --------------------------------------------------------
+
+
+def _rename(trace: dict, old: str, new: str) -> None:
+    for event in trace["traceEvents"]:
+        if event.get("name") == old:
+            event["name"] = new
+
+
+def _sends(name: str):
+    def change(trace: dict) -> None:
+        for event in trace["traceEvents"]:
+            if str(event.get("name", "")).startswith("pipeline:send "):
+                event["name"] = name(event["name"].split())
+    return change
+
+
+@pytest.mark.parametrize("name, fragment", [
+    (lambda words: " ".join(words[:2]), "is not a send as the simulator reads one"),
+    (lambda words: f"{words[0]} {words[1]} -5", "is not a send as the simulator reads one"),
+    (lambda words: f"{words[0]} {words[1]} 1e30", "is not a send as the simulator reads one"),
+    (lambda words: f"{words[0]} {words[1]} 0", "sends 0 bytes"),
+])
+def test_a_send_without_a_whole_positive_size_is_refused_not_left_out(tmp_path, name, fragment):
+    folder = _copy(tmp_path)
+    _edit(folder / "rank0.json.gz", _sends(name))
+    with pytest.raises(TraceError, match=rf"rank0\.json\.gz: event 'pipeline:send 0F0.*{fragment}"):
+        read_run([folder])
+
+
+def test_an_event_at_no_finite_time_or_inside_another_action_of_its_rank_is_refused(tmp_path):
+    folder = _copy(tmp_path)
+    _edit(folder / "rank1.json.gz", lambda trace: [event.update(ts=float("nan")) for event in trace["traceEvents"]
+                                                   if event.get("name") == "pipeline:1F1"])
+    with pytest.raises(TraceError, match="event 'pipeline:1F1' has ts nan .* both must be finite"):
+        read_run([folder])
+
+    def inside(trace: dict) -> None:
+        first = next(e for e in trace["traceEvents"] if e.get("name") == "pipeline:1F0")
+        next(e for e in trace["traceEvents"] if e.get("name") == "pipeline:1F1")["ts"] = first["ts"] + 1.0
+    folder = _copy(tmp_path / "overlap")
+    _edit(folder / "rank1.json.gz", inside)
+    with pytest.raises(TraceError, match="action 1F1 starts at .* inside 1F0 .* a rank runs one action at a time"):
+        read_run([folder])
+
+
+def test_ranges_as_begin_and_end_pairs_read_as_the_complete_events_they_are(tmp_path):
+    def paired(trace: dict) -> None:
+        events = []
+        for event in trace["traceEvents"]:
+            if event.get("ph") == "X" and str(event.get("name", "")).startswith("pipeline:"):
+                events.append({**{k: v for k, v in event.items() if k != "dur"}, "ph": "B"})
+                events.append({"ph": "E", "ts": event["ts"] + event["dur"], "pid": event.get("pid"),
+                               "tid": event.get("tid")})
+            else:
+                events.append(event)
+        trace["traceEvents"] = sorted(events, key=lambda e: e.get("ts", 0))
+    folder = _copy(tmp_path)
+    for rank in (0, 1):
+        _edit(folder / f"rank{rank}.json.gz", paired)
+    plain, pairs = read_run([TRACES / "1f1b" / "run0"]), read_run([folder])
+    assert [(t.text, t.rank) for t in pairs.iterations[1].tasks] == \
+        [(t.text, t.rank) for t in plain.iterations[1].tasks]
+    assert [t.end - t.start for t in pairs.iterations[1].tasks] == \
+        pytest.approx([t.end - t.start for t in plain.iterations[1].tasks])
+    assert pairs.iterations[1].sends == plain.iterations[1].sends
+
+
+@pytest.mark.parametrize("key, value, fragment", [
+    ("microbatches", 0, "pipelineRun.microbatches is 0, but its actions are of 8 micro-batches"),
+    ("microbatches", "four", 'pipelineRun.microbatches is "four", but its actions are of 8 micro-batches'),
+    ("stages", 3, "pipelineRun.stages is 3, but its actions are of 2 stages"),
+    ("layers", 0, "pipelineRun.layers is 0: must be an integer >= 1"),
+    ("schedule", "foo", "pipelineRun.schedule 'foo' is not a schedule the simulator has: one of gpipe, 1f1b"),
+])
+def test_a_run_record_that_contradicts_its_actions_is_refused(tmp_path, key, value, fragment):
+    folder = _copy(tmp_path)
+    for rank in (0, 1):
+        _edit(folder / f"rank{rank}.json.gz", lambda trace: trace["pipelineRun"].update({key: value}))
+    with pytest.raises(TraceError, match=re.escape(fragment)):
+        read_run([folder])
+
+
+def test_an_order_no_run_can_have_is_named_not_a_stuck_simulation(tmp_path):
+    folder = _copy(tmp_path)
+    _edit(folder / "rank1.json.gz", lambda trace: (_rename(trace, "pipeline:1F0", "x"),
+                                                   _rename(trace, "pipeline:1B0", "pipeline:1F0"),
+                                                   _rename(trace, "x", "pipeline:1B0")))
+    assert_one_line_error(run_here("pipeline_trace.py", "replay", str(folder), cwd=tmp_path),
+                          "iteration 0: rank 1 ran 1B0 before 1F0, which it depends on")
+    folder = _copy(tmp_path / "across")
+    _edit(folder / "rank0.json.gz", lambda trace: (_rename(trace, "pipeline:0F0", "x"),
+                                                   _rename(trace, "pipeline:0B0", "pipeline:0F0"),
+                                                   _rename(trace, "x", "pipeline:0B0")))
+    assert_one_line_error(run_here("pipeline_trace.py", "replay", str(folder), cwd=tmp_path),
+                          "the ranks' orders cannot run", "0B0 waits for")
+
+
+def test_a_trace_replayed_as_another_schedule_says_its_order_is_not_that_schedules(tmp_path):
+    folder = _copy(tmp_path)
+    for rank in (0, 1):
+        _edit(folder / f"rank{rank}.json.gz", lambda trace: trace["pipelineRun"].pop("schedule"))
+    result = run_here("pipeline_trace.py", "replay", str(folder), "--schedule", "gpipe", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "note: iteration 0 ran in another order than gpipe's own (rank 0's action 3 is 0B0, where gpipe runs " \
+           "0F2)" in result.stderr
+    assert "another order" not in run_here("pipeline_trace.py", "replay", str(folder), "--schedule", "1f1b",
+                                           cwd=tmp_path).stderr
+    assert_one_line_error(run_here("pipeline_trace.py", "replay", str(folder), "--schedule", "interleaved-1f1b",
+                                   cwd=tmp_path),
+                          "2 stages on 2 ranks, one a rank, where interleaved-1f1b runs two or more a rank")
+
+
+def test_transfers_that_took_no_time_fit_an_unbounded_bandwidth():
+    run = read_run([TRACES / "1f1b" / "run0"])
+    iteration = run.iterations[0]
+    consumer = {(t.stage, t.kind, t.mb): t for t in iteration.tasks}
+    sends = tuple(replace(send, time=consumer[(1, "F", send.mb) if send.kind == "F" else (0, "B", send.mb)].start)
+                  for send in iteration.sends)
+    fit = fit_comm([replace(iteration, sends=sends)])
+    assert fit.samples > 0 and fit.bandwidth == float("inf") and fit.time(10 ** 6) == 0.0
+
+
+def test_runs_of_another_model_are_not_compared(tmp_path):
+    for schedule in ("1f1b", "gpipe"):
+        shutil.copytree(TRACES / schedule / "run0", tmp_path / "runs" / schedule / "run0")
+    for rank in (0, 1):
+        _edit(tmp_path / "runs" / "gpipe" / "run0" / f"rank{rank}.json.gz",
+              lambda trace: trace["pipelineRun"].update(width=64))
+    assert_one_line_error(run_here("pipeline_trace.py", "study", "runs", cwd=tmp_path),
+                          "runs/gpipe/run0: ran another model than runs/1f1b/run0 (width 64, not 512)")
+    source, other = str(tmp_path / "runs" / "1f1b" / "run0"), str(tmp_path / "runs" / "gpipe" / "run0")
+    result = run_here("pipeline_trace.py", "predict", source, "--schedule", "gpipe", "gpipe", "--measured", other,
+                      cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "another model than the source's (width 64, not 512): not compared" in result.stderr
+    assert [line.split(":")[0].strip() for line in result.stdout.splitlines()] == ["gpipe"]  # named twice, run once
+    assert "measured" not in result.stdout
+    assert_one_line_error(run_here("pipeline_trace.py", "predict", source, "--runtime-from", other, cwd=tmp_path),
+                          f"--runtime-from {other}: another model than the source's (width 64, not 512)")
+
+
+def test_a_prediction_too_large_to_simulate_is_refused_before_any_work(tmp_path):
+    assert_one_line_error(run_here("pipeline_trace.py", "predict", str(TRACES / "1f1b" / "run0"), "--microbatches",
+                                   "100000000", cwd=tmp_path),
+                          "--microbatches 100000000: 1f1b on 2 ranks gives about 1,200,000,002 tasks; a prediction "
+                          "simulates at most 1,000,000")
+
+
+def test_a_table_written_into_the_run_it_reads_is_refused(tmp_path):
+    folder = _copy(tmp_path)
+    assert_one_line_error(run_here("pipeline_trace.py", "replay", str(folder), "--lengths-out",
+                                   str(folder / "lengths.json"), cwd=tmp_path),
+                          "inside the run's folder, where every JSON file is read as a rank's trace")
+    assert not (folder / "lengths.json").exists()
+
+
+def test_a_table_given_as_a_sweep_config_says_what_it_is(tmp_path):
+    assert_one_line_error(run_here("data_generator.py", "-c", str(ROOT / "configs" / "tables" / "1f1b.json"),
+                                   "-o", "out.csv", cwd=tmp_path),
+                          "a table of lengths, not a sweep config: name it in a config under the key lengths")

@@ -15,6 +15,7 @@ import numpy as np
 from ..files import OutputError, atomic_output, check_locks, exclusive_writer, output_folder
 from ..model import EnvParams
 from ..parallel import interrupt_behind, ordered_map
+from ..parameters import ParameterError
 from ..results import (
     JITTER_KEYS,
     METRICS,
@@ -41,6 +42,7 @@ from ..results import (
     workload_of,
 )
 from ..scenarios import policy_count
+from ..tables import read_table
 from ..workload import Workload
 from .common import Parser, bar_width, check_interrupt, counted, positive_int, run_command, script_name
 
@@ -64,7 +66,7 @@ class HeatmapJob:
 
         figure = heatmap_figure(self.steps)  # one per worker, redrawn for each environment
         figure.draw(self.rows, title=env_title(self.params, self.workload), metric=self.metric,
-                    unit=_unit(self.workload))
+                    unit=_unit(self.params, self.workload))
         with atomic_output(self.path) as temporary:
             figure.save(temporary)
         return self.path
@@ -86,7 +88,7 @@ class ComparisonJob:
 
         fig = Figure(figsize=figure_size(len(self.summary)))
         plot_schedule_comparison(fig, self.summary, title=env_title(self.params, self.workload, schedule=False),
-                                 unit=_unit(self.workload))
+                                 unit=_unit(self.params, self.workload))
         return _save(fig, self.path)
 
 
@@ -113,7 +115,7 @@ class RobustnessJob(FamilyJob):
         from ..plotting.robustness import figure_size, plot_robustness
 
         fig = Figure(figsize=figure_size())
-        plot_robustness(fig, self.family, self.key, title=self.title(), unit=_unit(self.workload))
+        plot_robustness(fig, self.family, self.key, title=self.title(), unit=_unit(self.params, self.workload))
         return _save(fig, self.path)
 
 
@@ -130,9 +132,15 @@ class DispatchJob(FamilyJob):
         return _save(fig, self.path)
 
 
-def _unit(workload: Workload | None) -> str:
-    """What a time of the CSV is measured in: a workload's are seconds."""
-    return "s" if workload is not None else "model units"
+def _unit(params: EnvParams, workload: Workload | None) -> str:
+    """What a time of the CSV is measured in: a workload's are seconds, a table's in the unit it names (model
+    units when it names none, or is no longer where the sweep read it)."""
+    if workload is not None:
+        return "s"
+    try:
+        return (read_table(params.lengths).unit if params.lengths else "") or "model units"
+    except ParameterError:
+        return "model units"
 
 
 def _save(fig, path: Path) -> Path:

@@ -14,8 +14,10 @@ from typing import Sequence
 
 from ..files import atomic_output, output_target
 from ..measured import fit_comm, read_run
+from ..model import EnvParams
 from ..parameters import ParameterError
 from ..schedules import SCHEDULES, get_schedule
+from ..taskgraph import MAX_TASKS, estimated_tasks
 from .common import Parser, UserError, command_to_resume, counted, positive_int, run_command, script_name, use_display
 
 #: The schedules PyTorch runs that the simulator also has (``recorder.TORCH_SCHEDULES``; said here without torch).
@@ -116,7 +118,7 @@ def _record(args) -> int:
     layers = {"layers": args.layers} if args.layers else {}  # else the recorder's default
     specs = [RunSpec(name, ranks=args.ranks, microbatches=args.microbatches, batch=args.batch, width=args.width,
                      iterations=args.iterations, backend=args.backend, port=args.port, **layers)
-             for name in args.schedule]
+             for name in dict.fromkeys(args.schedule)]  # a schedule named twice is recorded once
     for spec in specs:
         try:
             get_schedule(spec.schedule).check(spec.microbatches, spec.ranks)
@@ -163,8 +165,10 @@ def _record(args) -> int:
             lines = [line for line in str(error).splitlines() if line.strip()]
             why = lines[-1].strip() if lines else str(error)
             busy = "EADDRINUSE" in why and not launched()
+            whole = (f"; {counted(done, 'whole run')} before it {'is' if done == 1 else 'are'} kept in {args.out}: "
+                     f"to continue, {command_to_resume()}" if done and not launched() else "")
             raise UserError(f"a rank failed: {why}" + (f"; another program holds --port {args.port}: pass a free "
-                                                       f"one" if busy else "")) from None
+                                                       f"one" if busy else "") + whole) from None
         if isinstance(error, KeyboardInterrupt) and done and not launched():
             raise KeyboardInterrupt(f"{str(error) or 'interrupted'} after {done} of {total} runs, which are kept in "
                                     f"{args.out}; to continue: {command_to_resume()}") from None
@@ -192,6 +196,9 @@ def _replay(args) -> int:
     for flag, path in (("--plot", args.plot), ("--lengths-out", args.lengths_out)):
         if path is not None and output_target(path).exists() and not args.overwrite:
             raise UserError(f"{flag} {path}: the file exists; pass --overwrite to replace it")
+        if path is not None and any(path.resolve().parent == run.resolve() for run in args.run if run.is_dir()):
+            raise UserError(f"{flag} {path}: inside the run's folder, where every JSON file is read as a rank's "
+                            "trace; write it elsewhere")
     run = read_run(args.run, args.schedule)
     if not 0 <= args.iteration < len(run.iterations):
         raise UserError(f"--iteration {args.iteration}: must be from 0 to {len(run.iterations) - 1}")
@@ -202,6 +209,10 @@ def _replay(args) -> int:
     print(f"{run.schedule}: {counted(run.ranks, 'rank')}, {counted(run.stages, 'stage')}, "
           f"{counted(run.microbatches, 'micro-batch', 'micro-batches')}, {iterations}; {transfers}")
     results = [replay(run, k, comm) for k in range(len(run.iterations))]
+    departed = next((k for k, result in enumerate(results) if result.departure), None)
+    if departed is not None:  # a runtime may order its own way; a trace of another schedule surely does
+        print(f"note: iteration {departed} ran in another order than {run.schedule}'s own "
+              f"({results[departed].departure}); the replay follows the order as it ran", file=sys.stderr)
     for k, result in enumerate(results):
         print(f"iteration {k}: measured {result.measured.completion_time:.2f} ms, simulated "
               f"{result.simulated.completion_time:.2f} ms ({result.iteration_error:+.1%}); task start error median "
@@ -240,31 +251,41 @@ def _predict(args) -> int:
     n = args.microbatches or source.microbatches
     said = f"--microbatches {n}" if args.microbatches else f"{args.source}: its {n} micro-batches"
     schedules = []
-    for schedule in args.schedule:  # one a schedule cannot run at n is left out, said why; none at all, an error
+    for schedule in dict.fromkeys(args.schedule):  # one a schedule cannot run at n is left out, said why
         try:
             get_schedule(schedule).check(n, source.ranks)
+            tasks = estimated_tasks(EnvParams(schedule=schedule, num_gpus=source.ranks, n=n))
+            if tasks > MAX_TASKS:
+                raise UserError(f"{said}: {schedule} on {counted(source.ranks, 'rank')} gives about {tasks:,} "
+                                f"tasks; a prediction simulates at most {MAX_TASKS:,}")
             schedules.append(schedule)
         except ParameterError as error:
             if len(args.schedule) == 1:
                 raise UserError(f"{said}: {error}") from None
             print(f"{schedule}: not predicted ({said}: {error})", file=sys.stderr)
     if not schedules:
-        raise UserError(f"{said}: no schedule given runs them on {source.ranks} ranks")
+        raise UserError(f"{said}: no schedule given runs them on {counted(source.ranks, 'rank')}")
     measured: dict[str, list[float]] = {}
     for folder in args.measured:
         run = read_run([folder])
-        if run.microbatches == n:
-            measured.setdefault(run.schedule, []).extend(it.time for it in run.iterations)
+        if (run.microbatches, run.ranks) != (n, source.ranks):
+            print(f"{folder}: {counted(run.microbatches, 'micro-batch', 'micro-batches')} on "
+                  f"{counted(run.ranks, 'rank')}, not {n} on {source.ranks}: not compared", file=sys.stderr)
+        elif differs := source.differs(run):
+            print(f"{folder}: another model than the source's ({differs}): not compared", file=sys.stderr)
         else:
-            print(f"{folder}: {run.microbatches} micro-batches, not {n}: not compared", file=sys.stderr)
+            measured.setdefault(run.schedule, []).extend(it.time for it in run.iterations)
     runtime = None
     if args.runtime_from:
         others = [read_run([folder]) for folder in args.runtime_from]
         for folder, run in zip(args.runtime_from, others):
             if (run.ranks, run.microbatches) != (source.ranks, source.microbatches):
-                raise UserError(f"--runtime-from {folder}: {run.microbatches} micro-batches on {run.ranks} ranks; "
-                                f"the source ran {source.microbatches} on {source.ranks}: measure the runtime on runs "
-                                "of the source's size")
+                raise UserError(f"--runtime-from {folder}: {run.microbatches} micro-batches on "
+                                f"{counted(run.ranks, 'rank')}; the source ran {source.microbatches} on "
+                                f"{source.ranks}: measure the runtime on runs of the source's size")
+            if differs := source.differs(run):
+                raise UserError(f"--runtime-from {folder}: another model than the source's ({differs}): measure the "
+                                "runtime on runs of the source's model")
         runtime = runtime_costs(others, source)
         split = (f"a split backward {runtime.split:.2f} times a whole one, {runtime.input_share:.0%} of it in I"
                  if runtime.split_measured else "no split backward to measure against a whole one: a split backward "
