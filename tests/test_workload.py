@@ -59,7 +59,8 @@ ACT = ModelShape(layers=2, hidden=8, heads=2, kv_heads=2, ffn_hidden=16, vocab=1
     ("selective", 2, True, 64 * 34 / 2),           # 34 s b h / t
     ("selective", 2, False, 64 * (10 + 12)),       # s b h (10 + 24/t): only the attention core is recomputed
     ("selective", 1, False, 64 * 34),
-    ("full", 2, True, 64 * 2),                     # 2 s b h: the layer's input alone
+    ("full", 2, True, 64 * 2 / 2),                 # 2 s b h / t: the layer's input alone, split with the sequence
+    ("full", 2, False, 64 * 2),                    # 2 s b h: every tensor rank keeps the whole input
 ])
 def test_activation_bytes_per_layer_by_hand(recompute, tensor, sequence, expected):
     workload = Workload(model=ACT, micro_batch_size=2, tensor_parallel=tensor, sequence_parallel=sequence,

@@ -25,8 +25,8 @@ def activation_bytes_per_layer(workload: Workload) -> float:
     sbh, h, a = s * b * shape.hidden, shape.hidden, shape.heads
     # without dropout no masks: 34 -> 32 (10 -> 8 of them on every tensor rank), 5 a s / h -> 2 a s / h
     kept, replicated, scores = (34.0, 10.0, 5.0) if workload.dropout else (32.0, 8.0, 2.0)
-    if workload.recompute == "full":
-        per_token = 2.0
+    if workload.recompute == "full":  # the layer's input alone, split over the tensor ranks with the sequence
+        per_token = 2.0 / t if workload.sequence_parallel else 2.0
     elif workload.recompute == "selective" or workload.flash_attention:  # the attention scores not kept
         per_token = kept / t if workload.sequence_parallel else replicated + 24.0 / t
     elif workload.sequence_parallel:
