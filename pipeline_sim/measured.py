@@ -22,14 +22,15 @@ import gzip
 import json
 import math
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from .schedules import SCHEDULES
+from .parameters import ParameterError
+from .schedules import SCHEDULES, get_schedule
 
 _ACTION = re.compile(r"^pipeline:(\d+)([FBIW])(\d+)$")
 _SEND = re.compile(r"^pipeline:send (\d+)([FB])(\d+) (\d+)$")
@@ -160,6 +161,8 @@ def _events(trace: dict, rank: int, path: Path) -> tuple[dict[int, list[Span]], 
     """Per iteration number, this rank's compute actions, its sends, its time posting them and when it ran."""
     windows, actions, sends, posting = [], [], [], []
     for event in _complete(trace["traceEvents"], path):
+        if event.get("cat") == "gpu_user_annotation":  # Kineto's copy of a range on a GPU stream: its CPU range counts
+            continue
         name = str(event.get("name", ""))
         try:
             start, end = float(event["ts"]) / 1000.0, (float(event["ts"]) + float(event["dur"])) / 1000.0
@@ -192,11 +195,6 @@ def _events(trace: dict, rank: int, path: Path) -> tuple[dict[int, list[Span]], 
                          "(name each iteration pipeline:iteration <k> with torch.profiler.record_function)")
     if not actions:
         raise TraceError(f"{path}: no pipeline:<stage><F|B|I|W><micro-batch> ranges: no compute action is named")
-    ordered = sorted(actions, key=lambda span: (span.start, span.end))
-    for before, after in zip(ordered, ordered[1:]):  # tolerating a microsecond's rounding
-        if after.start < before.end - 1e-3 and after.text != before.text:  # the same twice: said per iteration
-            raise TraceError(f"{path}: action {after.text} starts at {after.start:.3f} ms, inside {before.text} "
-                             f"({before.start:.3f} to {before.end:.3f} ms): a rank runs one action at a time")
     by_iteration: dict[int, list[Span]] = defaultdict(list)
     sent: dict[int, list[Send]] = defaultdict(list)
     for items, target in ((actions, by_iteration), (sends, sent)):
@@ -250,15 +248,17 @@ def read_run(paths: Sequence[Path], schedule: str | None = None) -> MeasuredRun:
         raise TraceError(f"{', '.join(map(str, paths))}: missing rank{'s' if len(missing) > 1 else ''} "
                          f"{', '.join(map(str, missing))} of {world}: pass one trace file per rank")
     named = next(iter(names)) if len(names) == 1 else None
-    if schedule and named and schedule != named:  # a trace that names its schedule is replayed as that one
+    # a trace that names its schedule is replayed as that one
+    if schedule and named and schedule.lower() != str(named).lower():
         raise TraceError(f"{files[0]}: the trace names its schedule, {named}, not {schedule}: leave the schedule out "
                          "(it is for traces that do not name one)")
-    schedule = schedule or named
-    if not schedule:
+    if not (schedule or named):
         raise TraceError(f"{files[0]}: no pipelineRun.schedule in the trace: name the schedule it ran")
-    if schedule not in SCHEDULES:
-        raise TraceError(f"{files[0]}: pipelineRun.schedule {schedule!r} is not a schedule the simulator has: one "
-                         f"of {', '.join(SCHEDULES)}")
+    try:
+        schedule = get_schedule(str(schedule or named)).name
+    except ParameterError:
+        raise TraceError(f"{files[0]}: {'pipelineRun.' if not schedule else ''}schedule {schedule or named!r} is not "
+                         f"a schedule the simulator has: one of {', '.join(SCHEDULES)}") from None
     numbers = sorted(set().union(*(set(actions) for _, actions, _, _, _ in ranks.values())))
     for rank, (path, actions, _, _, _) in sorted(ranks.items()):
         lacking = [k for k in numbers if k not in actions]
@@ -297,7 +297,7 @@ def _iteration(tasks: list[Span], sends: list[Send], k: int, files: Sequence[Pat
     n = 1 + max(task.mb for task in tasks)
     seen = {(task.stage, task.kind, task.mb) for task in tasks}
     if len(seen) < len(tasks):
-        twice = sorted(task.text for task in tasks if sum(t.text == task.text for t in tasks) > 1)
+        twice = sorted(text for text, count in Counter(task.text for task in tasks).items() if count > 1)
         raise TraceError(f"{', '.join(map(str, files))}: iteration {k} holds action {twice[0]} twice")
     lacking = []
     for stage in range(stages):

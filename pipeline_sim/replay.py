@@ -85,9 +85,15 @@ def run_environment(run: MeasuredRun, iteration: Iteration, comm: CommFit) -> En
     lengths = effective_lengths(iteration, comm)
     per_rank = lambda kinds: sum(t for (_, kind, _), t in lengths.items() if kind in kinds) / run.ranks  # noqa: E731
     try:
+        spec.check(run.microbatches, run.ranks)
+    except ParameterError as error:
+        raise TraceError(f"{run.source}: {run.microbatches} micro-batches on {run.ranks} ranks: {error}") from None
+    try:
         return environment(run.schedule, run.ranks, run.microbatches, v, comm, size,
                            per_rank("F") / run.microbatches, per_rank("BIW") / run.microbatches)
     except ParameterError as error:  # lengths far beyond any real run's: a trace's dur in other units, or corrupt
+        if error.name not in ("fwd_len", "bwd_len", "prop_len"):
+            raise
         raise TraceError(f"{run.source}: its measured lengths are beyond what the simulator takes: {error}") \
             from None
 
@@ -115,6 +121,7 @@ def replay(run: MeasuredRun, k: int, comm: CommFit) -> Replay:
     size = median(send.size for send in iteration.sends) if iteration.sends else 0.0
     lengths = _lengths(params, effective_lengths(iteration, comm), comm, _sizes(iteration), size)
     first = lambda task: spans[task.parts[0].stage, task.parts[0].kind.code, task.parts[0].mb]  # noqa: E731
+    _check_at_once(run, k, graph, spans)
     ranked = [sorted(own, key=lambda i: first(graph.tasks[i]).start) for own in graph.orders]
     _check_order(run, k, graph, ranked)
     try:
@@ -152,9 +159,31 @@ def _check_actions(run: MeasuredRun, tasks: Sequence[GraphTask], spans: Mapping[
                              "(name the schedule it ran)")
 
 
+def _check_at_once(run: MeasuredRun, k: int, graph: TaskGraph, spans: Mapping[tuple[int, str, int], Span]) -> None:
+    """``TraceError`` when two actions of one rank ran at once that are not the parts of one task (an overlapped
+    forward and backward, section 5), tolerating a microsecond's rounding: a rank runs one task at a time."""
+    task_of = {(part.stage, part.kind.code, part.mb): i for i, task in enumerate(graph.tasks) for part in task.parts}
+    origin = run.iterations[k].start
+    by_rank: dict[int, list[Span]] = {}
+    for span in spans.values():
+        by_rank.setdefault(span.rank, []).append(span)
+    for rank, own in sorted(by_rank.items()):
+        latest: Span | None = None  # of the actions so far, the one that ends last
+        for span in sorted(own, key=lambda span: (span.start, span.end)):
+            if latest is not None and span.start < latest.end - 1e-3 and \
+                    task_of[span.stage, span.kind, span.mb] != task_of[latest.stage, latest.kind, latest.mb]:
+                raise TraceError(f"{run.source}: iteration {k}: rank {rank}'s action {span.text} starts "
+                                 f"{span.start - origin:.3f} ms into the iteration, while {latest.text} runs "
+                                 f"({latest.start - origin:.3f} to {latest.end - origin:.3f} ms): a rank runs one task "
+                                 f"at a time, and {run.schedule} has no task of the two")
+            if latest is None or span.end > latest.end:
+                latest = span
+
+
 def _check_order(run: MeasuredRun, k: int, graph: TaskGraph, ranked: Sequence[Sequence[int]]) -> None:
-    """``TraceError`` when a rank ran an action before one of its own that it depends on (directly or through the
-    other ranks' work): an order no run can have, whose names or timestamps are wrong."""
+    """``TraceError`` when a rank ran an action before one of its own that it depends on (directly, or through a
+    transfer; a longer chain across ranks leaves the simulation stuck, which ``replay`` reports): an order no run
+    can have, whose names or timestamps are wrong."""
     place = {task: (gpu, position) for gpu, own in enumerate(ranked) for position, task in enumerate(own)}
 
     def compute_needs(task: int) -> Iterator[int]:  # the compute tasks whose end ``task`` waits for

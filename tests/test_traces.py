@@ -707,8 +707,60 @@ def test_an_event_at_no_finite_time_or_inside_another_action_of_its_rank_is_refu
         next(e for e in trace["traceEvents"] if e.get("name") == "pipeline:1F1")["ts"] = first["ts"] + 1.0
     folder = _copy(tmp_path / "overlap")
     _edit(folder / "rank1.json.gz", inside)
-    with pytest.raises(TraceError, match="action 1F1 starts at .* inside 1F0 .* a rank runs one action at a time"):
-        read_run([folder])
+    run = read_run([folder])
+    with pytest.raises(TraceError, match=r"iteration 0: rank 1's action 1F1 starts .* ms into the iteration, while "
+                                         r"1F0 runs \(.* ms\): a rank runs one task at a time, and 1f1b has no task"):
+        replay(run, 0, fit_comm(run.iterations))
+
+
+def test_an_overlapped_forward_and_backward_of_one_task_is_read_and_replayed(tmp_path):
+    """DualPipeV's overlapped pair, ``(0F3;3B1)``, one task of the simulator: its two actions may run at once."""
+    folder = _copy(tmp_path, "dualpipe-v")
+
+    def overlap(trace: dict) -> None:
+        forwards = [e for e in trace["traceEvents"] if e.get("name") == "pipeline:0F3"]
+        backwards = [e for e in trace["traceEvents"] if e.get("name") == "pipeline:3B1"]
+        for forward, backward in zip(forwards, backwards):
+            end = backward["ts"] + backward["dur"]
+            forward["dur"] = backward["dur"] = end - forward["ts"]
+            backward["ts"] = forward["ts"]
+    _edit(folder / "rank0.json.gz", overlap)
+    run = read_run([folder])
+    assert abs(replay(run, 0, fit_comm(run.iterations)).iteration_error) < 0.05
+
+
+def test_a_ranges_copy_on_a_gpu_stream_is_not_read_again(tmp_path):
+    """With CUDA activity traced, Kineto writes each range a second time on the GPU's stream, later."""
+    folder = _copy(tmp_path)
+    for rank in (0, 1):
+        _edit(folder / f"rank{rank}.json.gz", lambda trace: trace["traceEvents"].extend(
+            {**e, "cat": "gpu_user_annotation", "pid": 0, "tid": 7, "ts": e["ts"] + 800}
+            for e in list(trace["traceEvents"]) if str(e.get("name", "")).startswith("pipeline:")))
+    assert read_run([folder]).iterations == read_run([TRACES / "1f1b" / "run0"]).iterations
+
+
+def test_a_schedule_named_in_another_case_is_that_schedule(tmp_path):
+    folder = _copy(tmp_path, "zb-h1")
+    for rank in (0, 1):
+        _edit(folder / f"rank{rank}.json.gz", lambda trace: trace["pipelineRun"].update(schedule="ZB-H1"))
+    assert read_run([folder]).schedule == "zb-h1"
+    assert read_run([folder], "Zb-H1").schedule == "zb-h1"
+    for rank in (0, 1):
+        _edit(folder / f"rank{rank}.json.gz", lambda trace: trace["pipelineRun"].pop("schedule"))
+    with pytest.raises(TraceError, match=r"rank0\.json\.gz: schedule 'zb-h3' is not a schedule the simulator has"):
+        read_run([folder], "zb-h3")
+
+
+def test_a_run_its_schedule_cannot_have_says_so_not_that_its_lengths_are_too_large(tmp_path):
+    folder = _copy(tmp_path, "interleaved-1f1b")
+    for rank in (0, 1):
+        _edit(folder / f"rank{rank}.json.gz", lambda trace: (trace["pipelineRun"].update(microbatches=7), trace.update(
+            traceEvents=[e for e in trace["traceEvents"] if not re.match(r"pipeline:(send )?\d+[FB]7\b",
+                                                                          str(e.get("name", "")))])))
+    run = read_run([folder])
+    with pytest.raises(TraceError, match="7 micro-batches on 2 ranks: n = 7: schedule interleaved-1f1b with "
+                                         "num_gpus = 2 requires n to be a multiple"):
+        replay(run, 0, fit_comm(run.iterations))
 
 
 def test_ranges_as_begin_and_end_pairs_read_as_the_complete_events_they_are(tmp_path):
@@ -807,19 +859,31 @@ def test_runs_of_another_model_are_not_compared(tmp_path):
                           f"--runtime-from {other}: another model than the source's (width 64, not 512)")
 
 
-def test_a_prediction_too_large_to_simulate_is_refused_before_any_work(tmp_path):
+def test_a_prediction_too_large_to_simulate_is_refused_before_any_work(tmp_path, monkeypatch):
     assert_one_line_error(run_here("pipeline_trace.py", "predict", str(TRACES / "1f1b" / "run0"), "--microbatches",
                                    "100000000", cwd=tmp_path),
-                          "--microbatches 100000000: 1f1b on 2 ranks gives about 1,200,000,002 tasks; a prediction "
-                          "simulates at most 1,000,000")
+                          "--microbatches 100000000: n = 100000000: 1f1b on 2 ranks gives about 1,200,000,002 tasks; "
+                          "a prediction simulates at most 1,000,000")
+    # one schedule too large among others is left out, said why, as one that cannot run them is
+    monkeypatch.setattr("pipeline_sim.cli.trace.MAX_TASKS", 150)  # 1f1b's 98 tasks at n = 8 fit, zb-v's 196 not
+    result = run_here("pipeline_trace.py", "predict", str(TRACES / "zb-v" / "run0"), "--schedule", "1f1b", "zb-v",
+                      "zb-v", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "zb-v: not predicted (tests/data/traces/zb-v/run0: its 8 micro-batches: n = 8: zb-v on 2 ranks gives " \
+           "about 196 tasks; a prediction simulates at most 150)" in result.stderr.replace(str(ROOT) + "/", "")
+    assert [line.split(":")[0].strip() for line in result.stdout.splitlines()] == ["1f1b"]
 
 
 def test_a_table_written_into_the_run_it_reads_is_refused(tmp_path):
     folder = _copy(tmp_path)
-    assert_one_line_error(run_here("pipeline_trace.py", "replay", str(folder), "--lengths-out",
-                                   str(folder / "lengths.json"), cwd=tmp_path),
-                          "inside the run's folder, where every JSON file is read as a rank's trace")
+    for given in ([str(folder)], [str(folder / "rank0.json.gz"), str(folder / "rank1.json.gz")]):
+        assert_one_line_error(run_here("pipeline_trace.py", "replay", *given, "--lengths-out",
+                                       str(folder / "lengths.json"), cwd=tmp_path),
+                              "inside the run's folder, where every JSON file is read as a rank's trace")
     assert not (folder / "lengths.json").exists()
+    chart = run_here("pipeline_trace.py", "replay", str(folder), "--plot", str(folder / "replay.png"), cwd=tmp_path)
+    assert chart.returncode == 0, chart.stderr  # a chart is never read as a trace
+    assert_png_drawn(folder / "replay.png")
 
 
 def test_a_table_given_as_a_sweep_config_says_what_it_is(tmp_path):

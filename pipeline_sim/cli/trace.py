@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import math
 import os
 import sys
 from contextlib import suppress
@@ -196,7 +197,8 @@ def _replay(args) -> int:
     for flag, path in (("--plot", args.plot), ("--lengths-out", args.lengths_out)):
         if path is not None and output_target(path).exists() and not args.overwrite:
             raise UserError(f"{flag} {path}: the file exists; pass --overwrite to replace it")
-        if path is not None and any(path.resolve().parent == run.resolve() for run in args.run if run.is_dir()):
+        folders = {(run if run.is_dir() else run.parent).resolve() for run in args.run}
+        if path is not None and path.name.lower().endswith((".json", ".json.gz")) and path.resolve().parent in folders:
             raise UserError(f"{flag} {path}: inside the run's folder, where every JSON file is read as a rank's "
                             "trace; write it elsewhere")
     run = read_run(args.run, args.schedule)
@@ -204,8 +206,9 @@ def _replay(args) -> int:
         raise UserError(f"--iteration {args.iteration}: must be from 0 to {len(run.iterations) - 1}")
     comm = fit_comm(run.iterations)
     iterations = counted(len(run.iterations), "iteration")
-    transfers = (f"transfers: {comm.time(0) * 1e3:.0f} us + bytes / {comm.bandwidth / 1e3:.3g} MB/s, from "
-                 f"{comm.samples} waited-for transfers" if comm.samples else "no transfers")
+    rate = f"bytes / {comm.bandwidth / 1e3:.3g} MB/s" if math.isfinite(comm.bandwidth) else "no time to measure"
+    transfers = (f"transfers: {comm.time(0) * 1e3:.0f} us + {rate}, from {comm.samples} waited-for transfers"
+                 if comm.samples else "no transfers")
     print(f"{run.schedule}: {counted(run.ranks, 'rank')}, {counted(run.stages, 'stage')}, "
           f"{counted(run.microbatches, 'micro-batch', 'micro-batches')}, {iterations}; {transfers}")
     results = [replay(run, k, comm) for k in range(len(run.iterations))]
@@ -250,21 +253,22 @@ def _predict(args) -> int:
     comm = fit_comm(source.iterations)
     n = args.microbatches or source.microbatches
     said = f"--microbatches {n}" if args.microbatches else f"{args.source}: its {n} micro-batches"
-    schedules = []
-    for schedule in dict.fromkeys(args.schedule):  # one a schedule cannot run at n is left out, said why
+    schedules, left_out = [], {}
+    for schedule in dict.fromkeys(args.schedule):  # one that cannot run n, or too large to simulate, is left out
         try:
             get_schedule(schedule).check(n, source.ranks)
             tasks = estimated_tasks(EnvParams(schedule=schedule, num_gpus=source.ranks, n=n))
             if tasks > MAX_TASKS:
-                raise UserError(f"{said}: {schedule} on {counted(source.ranks, 'rank')} gives about {tasks:,} "
-                                f"tasks; a prediction simulates at most {MAX_TASKS:,}")
+                raise ParameterError("n", n, f"{schedule} on {counted(source.ranks, 'rank')} gives about {tasks:,} "
+                                             f"tasks; a prediction simulates at most {MAX_TASKS:,}")
             schedules.append(schedule)
         except ParameterError as error:
-            if len(args.schedule) == 1:
-                raise UserError(f"{said}: {error}") from None
-            print(f"{schedule}: not predicted ({said}: {error})", file=sys.stderr)
-    if not schedules:
-        raise UserError(f"{said}: no schedule given runs them on {counted(source.ranks, 'rank')}")
+            left_out[schedule] = error
+    if not schedules:  # said once, by the first schedule's reason
+        more = f"; nor can the {counted(len(left_out) - 1, 'other schedule')} given" if len(left_out) > 1 else ""
+        raise UserError(f"{said}: {next(iter(left_out.values()))}{more}")
+    for schedule, why in left_out.items():
+        print(f"{schedule}: not predicted ({said}: {why})", file=sys.stderr)
     measured: dict[str, list[float]] = {}
     for folder in args.measured:
         run = read_run([folder])
