@@ -139,8 +139,8 @@ TINY_GPU = {"tflops": 1e-9, "memory_gb": 1.0, "memory_bandwidth": 1.6e-7}
 
 
 def _tiny(**keys):
-    return Workload(model=TINY, gpu=TINY_GPU, compute_efficiency=0.5, data_parallel=4, global_batch_size=8,
-                    p2p_bandwidth=1e-7, dp_bandwidth=1e-7, **keys)
+    return Workload(**{"model": TINY, "gpu": TINY_GPU, "compute_efficiency": 0.5, "data_parallel": 4,
+                       "global_batch_size": 8, "p2p_bandwidth": 1e-7, "dp_bandwidth": 1e-7, **keys})
 
 
 def _env(workload, zero=0, **env):
@@ -195,6 +195,10 @@ def test_context_parallelism_divides_a_micro_batch():
         assert split[key] == pytest.approx(whole[key] / 2)
     assert whole["cp_len"] == 0.0
     assert split["cp_len"] == pytest.approx(1 * 2 * 2 * 1 * 2 * 4 * 2 * 2 / 100.0)
+    # heads of their own widths (latent attention's): a key's and a value's, in place of h/a each
+    wide = replace(TINY, qk_head_dim=12, v_head_dim=4, attention_params=1000)
+    split = derived_parameters(_tiny(context_parallel=2, model=wide), num_gpus=2)
+    assert split["cp_len"] == pytest.approx(1 * 2 * 2 * 1 * 2 * (12 + 4) * 2 / 100.0)
     with pytest.raises(ParameterError, match="context_parallel"):
         _tiny(context_parallel=3)  # 4 tokens do not cut into 6 chunks
 

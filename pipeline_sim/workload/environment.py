@@ -99,7 +99,8 @@ def derived_parameters(workload: Workload, *, num_gpus: int, schedule: str = "1f
     # bytes), for a GPU's share of the layers
     c = workload.context_parallel
     assert shape.kv_heads is not None
-    kv_block = 2.0 * s * b * shape.kv_heads * (shape.hidden / shape.heads) * workload.dtype_bytes / t
+    key, value = shape.qk_head_dim or shape.hidden / shape.heads, shape.v_head_dim or shape.hidden / shape.heads
+    kv_block = s * b * shape.kv_heads * (key + value) * workload.dtype_bytes / t
     exchange = (c - 1) * kv_block * shape.layers / num_gpus / (workload.p2p_bandwidth * 1e9)
     a2a, a2a_weights = all_to_all(workload, stages, num_gpus)
     return {"n": workload.micro_batches(n), "fwd_len": fwd, "bwd_len": bwd,
