@@ -475,6 +475,8 @@ def _slug_parts(params: EnvParams, workload: Workload | None = None) -> tuple[st
                 f"{_slugs(params, _STRATEGIES_BESIDE_WORKLOAD)}")
         if (w.dtype_bytes, w.bytes_per_param) != (2, 16.0):
             base += f"_bytes{w.dtype_bytes}_{w.bytes_per_param:g}"
+        if w.grad_bytes is not None:
+            base += f"_grad{w.grad_bytes}"
         base += "".join(f"_{text}" for text in layout_words(w, short=True))
     else:
         base = _slugs(params, TABLE_KEYS + ENVIRONMENT_KEYS + _STRATEGY_KEYS)[1:]

@@ -453,3 +453,26 @@ def test_the_draws_options_at_their_defaults_are_taken_without_jitter(tmp_path):
     """--seed 0 and --samples 8 say what the plan does anyway: a script that always passes them runs."""
     result = run_script("plan.py", *SMALL, "--seed", "0", "--samples", "8", "-o", "plan.csv", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
+
+
+def test_gradients_in_fp32_cost_memory_and_sync_time(tmp_path):
+    """--grad-bytes 4 (and so 18 bytes a parameter): zero 1 keeps 2 bytes more of each parameter a GPU holds, and the
+    gradients' reduce-scatter moves twice the bytes; the answer's name and header say so."""
+    pins = ("--tensor-parallel", "1", "--pipeline-parallel", "2", "--zero", "1", "--schedule", "1f1b")
+    plain = run_script("plan.py", *SMALL, *pins, cwd=tmp_path)
+    fp32 = run_script("plan.py", *SMALL, *pins, "--grad-bytes", "4", cwd=tmp_path)  # 18 bytes a parameter then
+    assert plain.returncode == 0 and fp32.returncode == 0, plain.stderr + fp32.stderr
+    assert fp32.stdout.splitlines()[0].endswith("gradients of 4 bytes: " + fp32.stdout.splitlines()[0].split(": ")[-1])
+    rows = {}
+    for path in sorted((tmp_path / "outputs" / "plan").glob("*.csv")):
+        with open(path, newline="") as handle:
+            rows["grad4" in path.name] = {tuple(row[key] for key in ("data_parallel", "micro_batch_size",
+                                                                     "recompute", "layers_per_stage")): row
+                                          for row in csv.DictReader(handle)}
+    assert "_grad4_opt" in next(path.name for path in (tmp_path / "outputs" / "plan").glob("*grad4*.csv"))
+    assert rows[True].keys() == rows[False].keys()
+    for key, row in rows[False].items():
+        wide = rows[True][key]
+        assert float(wide["memory_gb"]) > float(row["memory_gb"])
+        if row["simulated"] == wide["simulated"] == "full" and int(row["data_parallel"]) > 1:
+            assert float(wide["iteration_seconds"]) >= float(row["iteration_seconds"])

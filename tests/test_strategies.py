@@ -157,6 +157,32 @@ def test_memory_per_zero_stage_by_hand():
     assert static_bytes(_tiny(shard_group=2), 1) == [16960.0, 16960.0]
     # zero 2 accumulating over several micro-batches keeps whole gradients, as zero 1
     assert static_bytes(_tiny(), 2, sync_freq=2) == [11872.0, 11872.0]
+    # gradients in fp32 (worked example 18): 2 + 4 + 12 bytes, the gradient's 4 sharded from zero 2 on
+    fp32 = _tiny(grad_bytes=4, bytes_per_param=18.0)
+    assert static_bytes(fp32, 0) == [1696 * 18.0] * 2
+    assert static_bytes(fp32, 1) == [15264.0, 15264.0]
+    assert static_bytes(fp32, 2) == [10176.0, 10176.0]
+    assert static_bytes(fp32, 3) == [13904.0, 13904.0]
+    assert static_bytes(_tiny(grad_bytes=2), 3) == static_bytes(_tiny(), 3)  # the default's width given: the same
+    # given, it sets the bytes a parameter too, unless they are given: 2 + 4 + 12
+    assert (_tiny(grad_bytes=4).bytes_per_param, _tiny(dtype_bytes=4).bytes_per_param) == (18.0, 16.0)
+    assert static_bytes(_tiny(grad_bytes=4), 1) == static_bytes(fp32, 1)
+    with pytest.raises(ParameterError, match=r"bytes_per_param = 5.0: must hold a weight and a gradient "
+                                             r"\(dtype_bytes \+ grad_bytes = 6\) for zero 1"):
+        _env(_tiny(grad_bytes=4, bytes_per_param=5.0), 1)
+
+
+def test_gradients_in_fp32_move_twice_the_bytes_and_gathers_the_same():
+    for zero in (0, 1, 3):
+        sync, gather = sharded_collectives(_tiny(), zero)
+        sync32, gather32 = sharded_collectives(_tiny(grad_bytes=4, bytes_per_param=18.0), zero)
+        assert sync32 == pytest.approx(2 * sync) and gather32 == gather
+    run = simulate(_env(_tiny(grad_bytes=4, bytes_per_param=18.0), 3), DEFAULT_POLICY)
+    rate = 1e-7 * 1e9
+    sent = {kind: sum(t.length for t in run.tasks if t.gpu == 0 and t.kind == kind) * rate
+            for kind in (K.GRAD_SYNC, K.FWD_GATHER, K.BWD_GATHER)}
+    assert sent == pytest.approx({K.GRAD_SYNC: 2 * 0.75 * 1696 * 4, K.FWD_GATHER: 2 * 0.75 * 1696 * 2,
+                                  K.BWD_GATHER: 2 * 0.75 * 1696 * 2})
 
 
 def test_zero3_volume_per_iteration():

@@ -29,7 +29,15 @@ from ..plan import (
 )
 from ..results import safe_name
 from ..taskgraph import MAX_TASKS
-from ..workload import GPU_PRESETS, MODEL_PRESETS, RECOMPUTE_MODES, Workload, faithful_defaults, seconds_text
+from ..workload import (
+    GPU_PRESETS,
+    MODEL_PRESETS,
+    RECOMPUTE_MODES,
+    Workload,
+    default_bytes_per_param,
+    faithful_defaults,
+    seconds_text,
+)
 from .common import (
     Parser,
     UserError,
@@ -106,6 +114,12 @@ def build_parser(prog: str) -> Parser:
     experts.add_argument("--a2a-class", choices=A2A_CLASSES, default="pipeline",
                          help="whose priority the all-to-all takes (default %(default)s; grad_sync: with the syncs, "
                               "its kernels slowing the compute they overlap)")
+    parser.add_argument("--bytes-per-param", type=float, default=None,
+                        help="static bytes per parameter: weight, gradient and optimizer state (default 16: bf16 "
+                             "weights and gradients, fp32 Adam; with --grad-bytes, 2 + that + 12)")
+    parser.add_argument("--grad-bytes", type=positive_int, default=None,
+                        help="bytes of a gradient as kept and reduced (default 2, a weight's; 4: accumulated and "
+                             "reduced in fp32, as Megatron-LM's bf16 runs and Llama 3's)")
     parser.add_argument("--optimizer-step", action=argparse.BooleanOptionalAction, default=None,
                         help="end each iteration with the optimizer step at the GPU's memory bandwidth (default on "
                              "when the GPU states it)")
@@ -338,7 +352,10 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
             global_batch_size=args.global_batch_size, compute_efficiency=args.compute_efficiency,
             p2p_bandwidth=args.p2p_bandwidth, dp_bandwidth=args.dp_bandwidth, tp_bandwidth=args.tp_bandwidth,
             flash_attention=args.flash_attention, expert_imbalance=args.expert_imbalance,
-            route_nodes=args.route_nodes, node_gpus=args.node_gpus, **given)))
+            route_nodes=args.route_nodes, node_gpus=args.node_gpus, bytes_per_param=args.bytes_per_param,
+            grad_bytes=args.grad_bytes, **given)))
+        if base.bytes_per_param == default_bytes_per_param(base.dtype_bytes, base.grad_bytes):
+            args.bytes_per_param = None  # its default: named in neither the header nor the file name
         if args.jitter < 0 or args.jitter > 1:
             raise UserError(f"--jitter {args.jitter}: must be from 0 to 1")
         for option, value, default in (("--samples", args.samples, SAMPLES), ("--seed", args.seed, 0)):
@@ -368,6 +385,8 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                                                      else []),
                   *(f"{key.replace('_', ' ')} {'/'.join(map(str, values))}" for key, values in pinned),
                   *([f"headroom {args.memory_headroom:g} GB"] if args.memory_headroom else []),
+                  *([f"gradients of {args.grad_bytes} bytes"] if args.grad_bytes is not None else []),
+                  *([f"{args.bytes_per_param:g} bytes a parameter"] if args.bytes_per_param is not None else []),
                   *([f"expert imbalance {args.expert_imbalance:g}"] if args.expert_imbalance != 1.0 else []),
                   *([f"routed to {args.route_nodes} nodes"] if args.route_nodes else []),
                   *([f"{args.node_gpus} GPUs a node"] if args.node_gpus != 8 else []),
@@ -436,7 +455,8 @@ def plan_name(base: Workload, args: argparse.Namespace, switches: list[tuple[str
     for value, default, word in ((args.p2p_bandwidth, 50.0, "p2p"), (args.dp_bandwidth, 50.0, "dp"),
                                  (args.tp_bandwidth, None, "tp"), (args.memory_headroom, 0.0, "headroom"),
                                  (args.expert_imbalance, 1.0, "imb"), (args.route_nodes, None, "rn"),
-                                 (args.node_gpus, 8, "node"), (args.a2a_class, "pipeline", "class")):
+                                 (args.node_gpus, 8, "node"), (args.a2a_class, "pipeline", "class"),
+                                 (args.grad_bytes, None, "grad"), (args.bytes_per_param, None, "bpp")):
         if value != default:
             words.append(f"{word}{value}" if isinstance(value, str) else f"{word}{value:g}")
     words.extend(short.lstrip("_") for _, short in switches)

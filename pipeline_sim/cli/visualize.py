@@ -160,7 +160,9 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
             ("micro_batch_size", int, "sequences per micro-batch (default 1)"),
             ("global_batch_size", int, "sequences per iteration (default: micro-batch size x data parallel x n)"),
             ("dtype_bytes", int, "bytes per activation and gradient value (default 2)"),
-            ("bytes_per_param", float, "static bytes per parameter (default 16: weights, gradients, Adam)"),
+            ("bytes_per_param", float, "static bytes per parameter (default 16: weights, gradients, Adam; with "
+                                       "--grad-bytes, --dtype-bytes + that + 12)"),
+            ("grad_bytes", int, "bytes of a gradient as kept and reduced (default --dtype-bytes; 4: in fp32)"),
             ("p2p_bandwidth", float, "pipeline bandwidth per GPU, GB/s (default 50)"),
             ("dp_bandwidth", float, "data-parallel bandwidth per GPU, GB/s (default 50)"),
             ("expert_parallel", int, "expert-parallel degree of a model with experts: its experts split over this "

@@ -22,6 +22,7 @@ from .definition import (
     UNKNOWABLE_KEYS,
     WORKLOAD_KEYS,
     Workload,
+    default_bytes_per_param,
     workload_columns,
 )
 from .environment import (
@@ -61,6 +62,7 @@ __all__ = [
     "AUTO_COLUMNS", "DERIVED_KEYS", "ELEMENTWISE_BACKWARD", "Elementwise", "GPU_PRESETS", "GpuSpec",
     "MODEL_PRESETS", "ModelShape", "OPTIONAL_WORKLOAD_KEYS", "RECOMPUTE_MODES", "REPORT_COLUMNS", "UNKNOWABLE_KEYS",
     "WORKLOAD_KEYS", "Workload", "WorkloadReport", "activation_bytes_per_layer", "activation_factors",
+    "default_bytes_per_param",
     "auto_candidates", "auto_splits", "backward_weights", "bottleneck_split", "derived_parameters",
     "elementwise_forward", "embedding_forward_seconds", "faithful_defaults", "gpu_from_cell", "gpu_memory_gb",
     "gpu_params", "iteration_flops", "layer_forward_flops", "layer_params", "logits_forward_flops",

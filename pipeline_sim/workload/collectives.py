@@ -29,11 +29,12 @@ def sharded_collectives(workload: Workload, zero: int = 0) -> tuple[float, float
     ``(D - 1) / D``, and, when the d GPUs hold r = d / D replicas (HSDP), the shard's all-reduce across them,
     ``2 (r - 1) / r / D``; a gather moves ``(D - 1) / D``. The c ranks of context parallelism hold the same
     parameters, so their gradients are reduced with the data-parallel ones (d and D are multiplied by c), as
-    Megatron-LM's gradient and optimizer groups do."""
-    d, per_byte = workload.data_parallel * workload.context_parallel, workload.dtype_bytes / (workload.dp_bandwidth
-                                                                                             * 1e9)
+    Megatron-LM's gradient and optimizer groups do. A gradient moves ``gradient_bytes``, a gathered weight
+    ``dtype_bytes``."""
+    d, bandwidth = workload.data_parallel * workload.context_parallel, workload.dp_bandwidth * 1e9
     if not zero:
-        return 2.0 * (d - 1) / d * workload.dtype_bytes / (workload.dp_bandwidth * 1e9), 0.0
+        return 2.0 * (d - 1) / d * workload.gradient_bytes / bandwidth, 0.0
     group = workload.shards
     replicas = d // group
-    return ((group - 1) / group + 2.0 * (replicas - 1) / replicas / group) * per_byte, (group - 1) / group * per_byte
+    return ((group - 1) / group + 2.0 * (replicas - 1) / replicas / group) * (workload.gradient_bytes / bandwidth), \
+        (group - 1) / group * (workload.dtype_bytes / bandwidth)

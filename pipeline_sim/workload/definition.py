@@ -34,7 +34,7 @@ class Workload:
     sequence_parallel: bool | None = None
     recompute: str = "none"
     dtype_bytes: int = 2
-    bytes_per_param: float = 16.0
+    bytes_per_param: float = None  # type: ignore[assignment]  # 16, or dtype + grad + 12 with grad_bytes given
     p2p_bandwidth: float = 50.0
     dp_bandwidth: float = 50.0
     layers_per_stage: str | tuple[int, ...] = "balanced"
@@ -53,6 +53,7 @@ class Workload:
     ep_bandwidth: float | None = None
     route_nodes: int | None = None
     node_gpus: int = 8
+    grad_bytes: int | None = None
 
     def __post_init__(self) -> None:
         model = _preset("model", self.model, MODEL_PRESETS, ModelShape)
@@ -88,6 +89,10 @@ class Workload:
             raise ParameterError("sequence_parallel", self.sequence_parallel, "must be true or false")
         if self.recompute not in RECOMPUTE_MODES:
             raise ParameterError("recompute", self.recompute, f"must be one of {', '.join(RECOMPUTE_MODES)}")
+        if self.grad_bytes is not None:
+            Integers(1).check("grad_bytes", self.grad_bytes)
+        if self.bytes_per_param is None:
+            object.__setattr__(self, "bytes_per_param", default_bytes_per_param(self.dtype_bytes, self.grad_bytes))
         Interval(0.0).check("bytes_per_param", self.bytes_per_param)
         Interval(0.0, low_open=True).check("p2p_bandwidth", self.p2p_bandwidth)
         Interval(0.0, low_open=True).check("dp_bandwidth", self.dp_bandwidth)
@@ -194,6 +199,11 @@ class Workload:
         return self.data_parallel * self.tensor_parallel // self.expert_parallel * self.context_parallel
 
     @property
+    def gradient_bytes(self) -> int:
+        """Bytes of a gradient value as it is kept and reduced: ``grad_bytes``, else ``dtype_bytes``."""
+        return self.dtype_bytes if self.grad_bytes is None else self.grad_bytes
+
+    @property
     def imbalance(self) -> float:
         """The busiest GPU's expert tokens over the mean (docs/model.md section 16): ``expert_imbalance``, and 1
         without expert parallelism, where each GPU computes its own tokens' experts."""
@@ -235,11 +245,17 @@ class Workload:
                 f"pipeline {num_gpus}, data {self.data_parallel}{sharding}), batch {batch} x {self.seq_len} tokens")
 
 
+def default_bytes_per_param(dtype_bytes: int, grad_bytes: int | None) -> float:
+    """Mixed-precision Adam's static bytes a parameter: 16 (docs/model.md section 11), or with ``grad_bytes`` given
+    a weight, a gradient and 12 bytes of fp32 state (section 15)."""
+    return 16.0 if grad_bytes is None else float(dtype_bytes + grad_bytes + 12)
+
+
 WORKLOAD_KEYS = tuple(f.name for f in fields(Workload))
 #: Workload keys a sweep's CSV carries only when its grid gives them (so that older grids write what they always did).
 OPTIONAL_WORKLOAD_KEYS = ("recompute_per_stage", "optimizer_step", "elementwise", "flash_attention", "dropout",
                           "shard_group", "context_parallel", "expert_parallel", "expert_imbalance", "ep_bandwidth",
-                          "route_nodes", "node_gpus")
+                          "route_nodes", "node_gpus", "grad_bytes")
 
 
 def workload_columns(given: Collection[str] = ()) -> tuple[str, ...]:

@@ -201,9 +201,12 @@ def workload_environment(workload: Workload, **env: Any) -> EnvParams:
     # checks num_gpus, schedule...; with the workload's own n, which a schedule's requirement on n judges
     base = EnvParams(**{key: value for key, value in env.items() if key != "n"},
                      n=workload.micro_batches(env.get("n", PARAMETER["n"].default)))
-    if base.zero and workload.bytes_per_param < 2 * workload.dtype_bytes:
-        raise ParameterError("bytes_per_param", workload.bytes_per_param, f"must hold a weight and a gradient (2 x "
-                             f"dtype_bytes = {2 * workload.dtype_bytes}) for zero {base.zero} to shard the rest")
+    pair = workload.dtype_bytes + workload.gradient_bytes
+    if base.zero and workload.bytes_per_param < pair:
+        held = f"2 x dtype_bytes = {pair}" if workload.grad_bytes is None else \
+            f"dtype_bytes + grad_bytes = {pair}"
+        raise ParameterError("bytes_per_param", workload.bytes_per_param, f"must hold a weight and a gradient "
+                             f"({held}) for zero {base.zero} to shard the rest")
     derived = derived_parameters(workload, num_gpus=base.num_gpus, schedule=base.schedule, chunks=base.chunks,
                                  n=env.get("n", PARAMETER["n"].default), zero=base.zero)
     # zero 2 and 3 reduce-scatter each micro-batch's gradients as its backward ends (section 15)

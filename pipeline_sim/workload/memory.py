@@ -153,24 +153,28 @@ def static_memory(workload: Workload, zero: int, sync_freq: int, expert: bool = 
     """Bytes a GPU keeps per parameter it holds, and the bytes of zero 3's gathered working set (docs/model.md
     section 15; Rajbhandari et al. 2020, "ZeRO", section 5).
 
-    Of ``bytes_per_param``, a weight and a gradient take ``dtype_bytes`` each and the optimizer state the rest.
+    Of ``bytes_per_param``, a weight takes ``dtype_bytes``, a gradient ``gradient_bytes`` and the optimizer state
+    the rest.
     Over S = ``shards`` GPUs, zero 1 divides the optimizer state by S, zero 2 the gradients too (when each
     micro-batch's are reduce-scattered, ``sync_freq`` 1; accumulated over several, a whole gradient is kept), and
     zero 3 everything. A zero-3 GPU also holds, unsharded, the weights of the layer it computes and of the one it
     prefetches and the gradients of one layer before they are reduce-scattered: three of its largest units (a layer,
-    or the embedding) at ``dtype_bytes``. A routed ``expert`` parameter is sharded over the GPUs holding the same
-    experts, ``expert_shards`` of them (section 16).
+    or the embedding), two weights and a gradient. A routed ``expert`` parameter is sharded over the GPUs holding
+    the same experts, ``expert_shards`` of them (section 16).
     """
     total = workload.bytes_per_param
     if not zero:
         return total, 0.0
     shards, value = workload.expert_shards if expert else workload.shards, float(workload.dtype_bytes)
+    gradient = float(workload.gradient_bytes)
     if zero == 1 or (zero == 2 and sync_freq > 1):
-        return 2 * value + (total - 2 * value) / shards, 0.0
+        pair = value + gradient
+        return pair + (total - pair) / shards, 0.0
     if zero == 2:
         return value + (total - value) / shards, 0.0
     shape = workload.shape
     layer = layer_params(shape) if shape.plain else \
         max(sum(held_params(shape, workload.expert_parallel, k)) for k in range(shape.layers))
     unit = max(layer, shape.vocab * shape.hidden) / workload.tensor_parallel
-    return total / shards, 3.0 * unit * value
+    # 3 x unit x value exactly as before when the gradient is a weight's width
+    return total / shards, 3.0 * unit * value if gradient == value else unit * (2.0 * value + gradient)
