@@ -482,6 +482,43 @@ def _complete_lines(path: Path, header: str, keep: int | None = None) -> int:
     return rows
 
 
+def _first_malformed(path: Path, header: str) -> int | None:
+    """The place (0 for the first row) of the first row of ``path`` that is not a CSV row of ``header``'s columns:
+    a line written by anything but this sweep, which a resume computes again with every row after it."""
+    width = len(next(csv.reader([header])))
+    with open(path, encoding="utf-8", errors="replace", newline="") as handle:
+        handle.readline()
+        for place, line in enumerate(handle):
+            try:
+                fields = next(csv.reader([line]))
+            except (csv.Error, StopIteration):
+                return place
+            if len(fields) != width or "\x00" in line:
+                return place
+    return None
+
+
+def _whole(output: Path, plan: SweepPlan) -> bool:
+    """Whether ``output`` is a file of ``plan``'s header and as many rows as it writes (its record gone: the sweep
+    that wrote it finished)."""
+    if not output.is_file():
+        return False
+    if plan.format == "parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            metadata = pq.ParquetFile(output).metadata
+        except (OSError, ValueError):
+            return False
+        return metadata.num_rows == plan.num_rows and \
+            metadata.schema.names == plan.header.rstrip("\n").split(",")
+    with open(output, "rb") as handle:
+        if handle.read(len(plan.header)) != plan.header.encode():
+            return False
+        lines = sum(block.count(b"\n") for block in iter(lambda: handle.read(1 << 20), b""))
+    return lines == plan.num_rows
+
+
 def samples_path(output: Path) -> Path:
     """Where the one-row-per-sample file of ``output`` is kept while the sweep runs."""
     return output.with_name(output.name + ".samples.partial")
@@ -500,10 +537,14 @@ def sweep_record(meta: Path) -> dict:
 def _write_record(meta: Path, record: dict) -> None:
     """Replace the record at once: a kill leaves the old one or the new one, never half of one."""
     temporary = meta.with_name(meta.name + ".writing")
-    with open(temporary, "w", encoding="utf-8") as handle:
-        json.dump(record, handle)
-        handle.flush()
-        os.fsync(handle.fileno())
+    try:
+        with open(temporary, "w", encoding="utf-8") as handle:
+            json.dump(record, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except OSError as error:  # a full disk: nothing half written left behind, and the file named is the record
+        temporary.unlink(missing_ok=True)
+        raise OSError(error.errno, error.strerror, str(meta)) from None
     os.replace(temporary, meta)
 
 
@@ -640,6 +681,13 @@ def run_sweep(plan: SweepPlan, output: str | os.PathLike, *, workers: int = 1, r
                 report(f"{output} is already complete; removed what its sweep left behind ({partial.name})")
             yield plan.num_rows
             return
+        if resume and not partial.exists() and not meta.exists() and _whole(output, plan) and \
+                (samples_output is None or samples_output.is_file()):
+            if report:  # a sweep whose cleanup ended, stopped before its process did
+                report(f"{output} is already complete: it holds every row of this sweep, and nothing of it is left "
+                       f"to continue")
+            yield plan.num_rows
+            return
         done = 0
         parts: Parts | None = None
         if resume and partial.exists():
@@ -650,6 +698,11 @@ def run_sweep(plan: SweepPlan, output: str | os.PathLike, *, workers: int = 1, r
                 done = parts.rows
             else:
                 done = _complete_lines(partial, plan.header)
+                if (bad := _first_malformed(partial, plan.header)) is not None:
+                    done = _complete_lines(partial, plan.header, bad)
+                    if report:
+                        report(f"{partial}: row {bad + 1:,} is not a row of this sweep; computing the rows from "
+                               f"{done:,} on again")
             if done > plan.num_rows:
                 raise ResumeError(f"{partial} has {done} rows, more than the {plan.num_rows} this sweep writes")
             if parts is not None and parts.problem:
@@ -750,7 +803,7 @@ def _start(plan: SweepPlan, output: Path, samples_output: Path | None, overwrite
         if plan.with_samples:
             samples_path(output).write_text(plan.sample_header, encoding="utf-8")
     except OSError as error:
-        raise OSError(error.errno, f"cannot write {output}: {error.strerror or error}") from None
+        raise OSError(error.errno, f"cannot write {error.filename or output}: {error.strerror or error}") from None
 
 
 def _finish(plan: SweepPlan, output: Path, samples_output: Path | None, types: pa.Schema | None) -> None:

@@ -936,8 +936,11 @@ def test_a_full_disk_says_what_to_do(capsys):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     assert run_command("x.py", body) == 2
+    assert capsys.readouterr().err == \
+        "x.py: error: No space left on device; free some space and run the command again\n"
+    assert run_command("x.py", body, resumes=True) == 2  # a command that resumes says how
     assert capsys.readouterr().err == ("x.py: error: No space left on device; free some space and run the command "
-                                       "again (a sweep continues where it stopped with --resume)\n")
+                                       "again with --resume, to continue where it stopped\n")
 
 
 def test_a_chart_of_a_look_ahead_run_shows_its_progress_on_a_terminal(tmp_path):
@@ -986,3 +989,19 @@ def test_a_chart_of_a_long_run_stops_at_once(tmp_path, sent):
     assert not (tmp_path / "chart.png").exists()
     ps = subprocess.run(["ps", "-eo", "ppid"], capture_output=True, text=True).stdout.split()
     assert str(process.pid) not in ps  # no worker left behind
+
+
+def test_a_full_disk_while_the_sweeps_record_is_written_leaves_nothing_and_names_the_record(tmp_path, monkeypatch):
+    import errno
+
+    from pipeline_sim import sweep as sweeping
+    from pipeline_sim.config import EnvironmentGrid
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(sweeping.json, "dump", full)
+    plan = sweeping.SweepPlan(EnvironmentGrid.from_mapping({"n": 4}), step=0.5)
+    with pytest.raises(OSError, match=r"cannot write .*out\.csv\.partial\.json: No space left on device"):
+        next(sweeping.run_sweep(plan, tmp_path / "out.csv"))
+    assert sorted(path.name for path in tmp_path.iterdir()) == []

@@ -476,3 +476,17 @@ def test_gradients_in_fp32_cost_memory_and_sync_time(tmp_path):
         assert float(wide["memory_gb"]) > float(row["memory_gb"])
         if row["simulated"] == wide["simulated"] == "full" and int(row["data_parallel"]) > 1:
             assert float(wide["iteration_seconds"]) >= float(row["iteration_seconds"])
+
+
+def test_the_csv_and_its_figure_are_written_together_and_checked_first(tmp_path):
+    (tmp_path / "e.png").mkdir()
+    for extra in ((), ("--overwrite",)):  # refused before the search, with --overwrite too
+        assert_one_line_error(run_script("plan.py", *SMALL, "-o", "e.csv", *extra, cwd=tmp_path), "e.png")
+    assert not (tmp_path / "e.csv").exists()
+    # a figure without its CSV is what a stopped run left: the run replaces it
+    (tmp_path / "p.png").write_bytes(b"left behind")
+    result = run_script("plan.py", *SMALL, "--tensor-parallel", "1", "--pipeline-parallel", "2", "--zero", "1",
+                        "--schedule", "1f1b", "-o", "p.csv", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert_png_drawn(tmp_path / "p.png")
+    assert sorted(path.name for path in tmp_path.iterdir() if path.name.startswith("p.")) == ["p.csv", "p.png"]

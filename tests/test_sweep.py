@@ -95,6 +95,40 @@ def test_a_torn_last_line_is_cut_and_redone(plan, tmp_path):
     assert sweep(plan, output, resume=True) == reference
 
 
+@pytest.mark.parametrize("line", [b"xx,yy\n", b"\n"])
+def test_a_line_that_is_no_row_is_computed_again_with_the_rows_after_it(plan, tmp_path, line):
+    reference = sweep(plan, tmp_path / "reference.csv")
+    output = tmp_path / "out.csv"
+    partial, _ = partial_paths(output)
+    progress = run_sweep(plan, output)
+    next(progress), next(progress)
+    progress.close()
+    rows = partial.read_bytes().count(b"\n") - 1
+    with open(partial, "ab") as handle:
+        handle.write(line + reference.splitlines(keepends=True)[rows + 1])  # a real row after it
+    told = []
+    progress = run_sweep(plan, output, resume=True, report=told.append)
+    assert next(progress) == rows
+    for _ in progress:
+        pass
+    assert output.read_bytes() == reference
+    assert told == [f"{partial}: row {rows + 1:,} is not a row of this sweep; computing the rows from {rows:,} on "
+                    f"again"]
+
+
+def test_a_resume_of_a_sweep_that_finished_says_so_and_leaves_it(plan, tmp_path):
+    """Killed after its cleanup, before its process ended: the output holds every row and no record is left."""
+    output = tmp_path / "out.csv"
+    reference = sweep(plan, output)
+    told = []
+    assert list(run_sweep(plan, output, resume=True, report=told.append)) == [plan.num_rows]
+    assert output.read_bytes() == reference and told == [f"{output} is already complete: it holds every row of "
+                                                         "this sweep, and nothing of it is left to continue"]
+    other = SweepPlan(EnvironmentGrid.from_mapping(SMALL), step=0.5)  # another sweep's rows: refused, not taken
+    with pytest.raises(ResumeError, match="exists; pass --overwrite"):
+        next(run_sweep(other, output, resume=True))
+
+
 def test_resume_refuses_a_different_plan(plan, tmp_path):
     output = tmp_path / "out.csv"
     progress = run_sweep(plan, output)

@@ -254,7 +254,10 @@ def test_full_pipeline_resume_names_the_settings_of_an_unfinished_sweep_it_canno
     progress.close()
     config.write_text(json.dumps({"n": [8, 10]}))  # another grid of that name: its sweep is not this one's
     fresh = run_here("run_full_pipeline.py", "-c", str(config), "--priority_step", "0.5", "--resume", cwd=tmp_path)
-    assert fresh.returncode == 0 and "nothing to resume for this config" in fresh.stdout, fresh.stderr
+    assert fresh.returncode == 0, fresh.stderr
+    assert "nothing to resume for this config; starting a new sweep beside outputs/data/q_20260101-000001.csv.partial" \
+           ", an unfinished sweep of another grid named q.json (edited since, or another file: put it back to resume " \
+           "that one, or remove it)" in fresh.stdout
 
 
 @pytest.mark.parametrize("content, fragments", [

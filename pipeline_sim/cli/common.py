@@ -242,10 +242,11 @@ class _QuietWhenClosed:
         return getattr(self._stream, name)
 
 
-def run_command(prog: str, body: Callable[[], int]) -> int:
+def run_command(prog: str, body: Callable[[], int], resumes: bool = False) -> int:
     """Run a command's body, turning user mistakes and interrupts into one line and an exit status.
 
-    SIGTERM is handled as Ctrl-C is: the run stops cleanly and says how to resume (exit status 143 against 130).
+    SIGTERM is handled as Ctrl-C is: the run stops cleanly and says how to resume (exit status 143 against 130). A
+    full disk is said with what to do: free space and run again, with ``--resume`` for a command that ``resumes``.
     """
     _INTERRUPTS.clear()
     previous = signal.signal(signal.SIGTERM, _terminated)
@@ -264,8 +265,8 @@ def run_command(prog: str, body: Callable[[], int]) -> int:
         return 2
     except OSError as error:
         where = f"{error.filename}: " if error.filename else ""
-        advice = ("; free some space and run the command again (a sweep continues where it stopped "
-                  "with --resume)" if error.errno == errno.ENOSPC else "")
+        again = " with --resume, to continue where it stopped" if resumes else ""
+        advice = f"; free some space and run the command again{again}" if error.errno == errno.ENOSPC else ""
         print(f"{prog}: error: {where}{error.strerror or error}{advice}", file=sys.stderr)
         return 2
     except (KeyboardInterrupt, SystemError) as error:

@@ -72,7 +72,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
               f"({describe(drawn)})")
         return 0
 
-    return run_command(prog, body)
+    return run_command(prog, body, resumes=True)
 
 
 def heatmap_folder(csv: Path) -> Path:

@@ -92,19 +92,24 @@ def default_output(config: Path, plan: SweepPlan, resume: bool) -> Path:
     raise UserError(f"{DATA_DIR}: a thousand sweeps of {config.stem} started this second; give --output")
 
 
-def unfinished_elsewhere(config: Path, plan: SweepPlan) -> str:
+def unfinished_elsewhere(config: Path, plan: SweepPlan) -> tuple[str, str]:
     """Why ``--resume`` finds nothing of ``plan`` to continue when the newest unfinished sweep of ``config`` in
     ``DATA_DIR`` (of any format) was written under other settings: said with them, so that the user continues it or
-    starts another knowingly; empty when there is none."""
+    starts another knowingly (empty when there is none); and, when the newest was written from another grid (the
+    config edited since, or another file of that name), what a new sweep leaves beside it."""
     from ..sweep import ANOTHER_GRID, settings_changed, sweep_record
 
+    beside = ""
     for meta in sorted(DATA_DIR.glob(f"{glob.escape(config.stem)}_*.partial.json"), reverse=True):
         partial = meta.with_name(meta.name.removesuffix(".json"))
         differences = settings_changed(sweep_record(meta).get("settings"), plan)
         if partial.exists() and differences and differences != [ANOTHER_GRID]:
             return (f"{partial} is an unfinished sweep of {config.name} written {', '.join(differences)}; rerun with "
-                    f"its settings and --resume to continue it, or without --resume to start another")
-    return ""
+                    f"its settings and --resume to continue it, or without --resume to start another"), ""
+        if partial.exists() and not beside:
+            beside = (f" beside {partial}, an unfinished sweep of another grid named {config.name} (edited since, or "
+                      f"another file: put it back to resume that one, or remove it)")
+    return "", beside
 
 
 def _where(workers: int, cluster: str | None) -> str:
@@ -138,14 +143,16 @@ def generate(config: Path, *, step: float, simulator: str, output: Path | None, 
                      allow_large=allow_large, format=format, workers=workers, remote=cluster not in (None, "local"))
     asked = workers
     workers = useful_workers(plan, workers)
-    complete = None
+    complete, beside = None, ""
     if output is None:
         output = default_output(config, plan, resume)
         if resume and not any(path.exists() for path in partial_paths(output)):
             complete = unfinished(plan) if unfinished is not None else None
             output = complete or output
-            if complete is None and (elsewhere := unfinished_elsewhere(config, plan)):
-                raise UserError(elsewhere)
+            if complete is None:
+                elsewhere, beside = unfinished_elsewhere(config, plan)
+                if elsewhere:
+                    raise UserError(elsewhere)
     for written in filter(None, (output, samples_output)):
         if written.resolve() == config.resolve():
             raise UserError(f"{written} is the config itself; choose another output")
@@ -159,12 +166,12 @@ def generate(config: Path, *, step: float, simulator: str, output: Path | None, 
         if complete is not None:
             print(f"resuming: the sweep of {complete} is complete; drawing what was not drawn", flush=True)
         else:
-            _run(plan, output, partial, workers, asked, resume, samples_output, overwrite, cluster)
+            _run(plan, output, partial, workers, asked, resume, samples_output, overwrite, cluster, beside)
     return plan, output
 
 
 def _run(plan: SweepPlan, output: Path, partial: Path, workers: int, asked: int, resume: bool,
-         samples_output: Path | None, overwrite: bool, cluster: str | None) -> None:
+         samples_output: Path | None, overwrite: bool, cluster: str | None, beside: str = "") -> None:
     from ..sweep import run_sweep
 
     continuing = resume and partial.exists()  # a partial of no rows yet is continued all the same
@@ -180,13 +187,13 @@ def _run(plan: SweepPlan, output: Path, partial: Path, workers: int, asked: int,
                              overwrite=overwrite, cluster=dask, report=lambda line: print(line, flush=True),
                              running=running)
         try:
-            _announce(plan, progress, output, partial, workers, asked, resume and not continuing, cluster, bar)
+            _announce(plan, progress, output, partial, workers, asked, resume and not continuing, cluster, bar, beside)
         finally:
             progress.close()  # a sweep that stopped early keeps its rows and releases its lock
 
 
 def _announce(plan: SweepPlan, progress: Generator[int, None, None], output: Path, partial: Path, workers: int,
-              asked: int, nothing_to_resume: bool, cluster: str | None, bar: list[_Bar]) -> None:
+              asked: int, nothing_to_resume: bool, cluster: str | None, bar: list[_Bar], beside: str = "") -> None:
     """Say what the sweep runs and where, then follow it to the end (its progress bar put in ``bar``)."""
     done = next(progress) * plan.samples  # checks that the output can be written before announcing the work
     draws = f" x {plan.samples} samples" if plan.samples > 1 else ""
@@ -203,7 +210,7 @@ def _announce(plan: SweepPlan, progress: Generator[int, None, None], output: Pat
     elif done:
         print(f"resuming: {done // plan.samples:,} rows already in {partial}", flush=True)
     elif nothing_to_resume:
-        print("nothing to resume for this config; starting a new sweep", flush=True)
+        print(f"nothing to resume for this config; starting a new sweep{beside}", flush=True)
     if done < plan.num_simulations:
         try:
             ready_kernel(episodes=bool(plan.grid.networks()) or any(
@@ -327,4 +334,4 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
             print(f"wrote {plan.num_simulations:,} samples to {args.samples_output}")
         return 0
 
-    return run_command(prog, body)
+    return run_command(prog, body, resumes=True)

@@ -217,7 +217,7 @@ def _marks(texts: list[str]) -> list[dict[str, str]]:
 
 
 def write_csv(result: PlanResult, path: Path) -> None:
-    with atomic_output(path) as temporary, open(temporary, "w", newline="") as handle:
+    with open(path, "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(COLUMNS)
         writer.writerows(result.rows())
@@ -295,8 +295,7 @@ def draw(result: PlanResult, path: Path, title: str, named: list[tuple[Outcome, 
               best.layout.workload.device.memory_gb, best.budget_gb,
               [(tried.index(outcome), _label(outcome, what)) for outcome, what in named], title,
               f"{time_label} time")
-    with atomic_output(path) as temporary:
-        fig.savefig(temporary, dpi=130, format="png")
+    fig.savefig(path, dpi=130, format="png")
     plt.close(fig)
 
 
@@ -393,14 +392,15 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                   *(["all-to-all with the syncs"] if args.a2a_class != "pipeline" else []),
                   *([f"tensor degree 1 only ({NO_TENSOR_PARALLEL})"] if base.tp_bandwidth is None else [])]
         output = args.output or Path("outputs/plan") / f"{plan_name(base, args, switches, pinned)}.csv"
-        output_target(output)
         if output.suffix.lower() != ".csv":
             raise UserError(f"--output {output}: the planner writes CSV; give a path ending in .csv")
         figure = output.with_suffix(".png")
+        for path in (output, figure):  # a folder or a device in either's place: refused before the search
+            output_target(path)
         with exclusive_writer(output):  # a second planner on the same output is refused, naming this one
-            for path in (output, figure):
-                if path.exists() and not args.overwrite:
-                    raise UserError(f"{path} exists; pass --overwrite to replace it or choose another --output")
+            # the figure is written with its CSV, and moved into place first: alone, it is what a stopped run left
+            if output.exists() and not args.overwrite:
+                raise UserError(f"{output} exists; pass --overwrite to replace it or choose another --output")
             with connected(args.cluster, args.workers) as cluster:  # an unreachable one: one line, nothing written
                 result, elapsed = _search(base, args, env, cluster)
             rank_by = "p95 iteration" if args.jitter else "iteration"
@@ -438,8 +438,9 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                       f"--mark {text}: {where}: {chosen.layout.describe()}, {seconds_text(chosen.seconds)}, "
                       f"{chosen.mfu * base.device.tflops:.0f} TFLOP/s, {chosen.memory_gb:.1f} GB/GPU{_over(chosen)}"
                       + ("" if id(chosen) in drawn else f" (not on the figure, which names {MAX_NAMED} runs at most)"))
-            write_csv(result, output)
-            draw(result, figure, f"{heading}\n{counts}", named, rank_by)
+            with atomic_output(output) as table, atomic_output(figure) as chart:  # both, or neither
+                write_csv(result, table)
+                draw(result, chart, f"{heading}\n{counts}", named, rank_by)
         print(f"csv: {output}\nfigure: {figure}")
         return 0
 

@@ -340,4 +340,4 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
     prog = prog or script_name(sys.argv[0])
     args = build_parser(prog).parse_args(argv)
     commands = {"record": _record, "replay": _replay, "predict": _predict, "study": _study}
-    return run_command(prog, lambda: commands[args.command](args))
+    return run_command(prog, lambda: commands[args.command](args), resumes=args.command == "record")

@@ -218,7 +218,8 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
     out.add_argument("--allow-large", action="store_true",
                      help="run beyond the size limits: a million tasks, a day's estimated simulation")
     out.add_argument("--trace", type=Path, default=None, metavar="FILE.json",
-                     help="also write a Chrome/Perfetto trace (one process per GPU, one thread per channel)")
+                     help="also write a Chrome/Perfetto trace (one process per GPU, one thread per channel), "
+                          "with the chart: both or neither")
     out.add_argument("--no-show", action="store_true", help="save only, never open a window")
     out.add_argument("--show-throttling", action="store_true",
                      help="outline in red the transfers that a receiver's ingress limit held back")
@@ -419,7 +420,7 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
             if args.trace.suffix.lower() != ".json":
                 raise UserError(f"--trace {args.trace}: a trace is JSON; give a path ending in .json")
         with exclusive_writer(output), exclusive_writer(args.trace):
-            for path in (output, args.trace):
+            for path in (output, args.trace):  # both are written whole, then moved into place one after the other
                 if path is not None and path.exists() and not args.overwrite:
                     raise UserError(f"{path} exists; pass --overwrite to replace it or choose another "
                                     f"{'--output' if path == output else '--trace'}")
@@ -577,8 +578,11 @@ def draw(args: argparse.Namespace, params: EnvParams, workload: Workload | None,
     title = gantt_title(schedule, schedule_name=name, ideal_time=ideal,
                         workload=workload_title(params, workload) if workload else None)
     ax.set_title(fitted(title, fig, 9, share=0.88), fontsize=9, loc="left")
-    with atomic_output(output) as temporary:
+    with atomic_output(output) as temporary, \
+            (atomic_output(args.trace) if args.trace else contextlib.nullcontext()) as trace:  # both, or neither
         save_figure(fig, temporary, 130, image_format)  # a 64-GPU chart's 46 million pixels: the fast PNG writer
+        if trace is not None:
+            trace.write_text(json.dumps(chrome_trace(schedule)))
     peak = metrics.peak_activations
     unit = " s" if workload is not None else ""
     if workload is None and params.lengths and (named := read_table(params.lengths).unit):
@@ -608,8 +612,6 @@ def draw(args: argparse.Namespace, params: EnvParams, workload: Workload | None,
             "".join(f", {word}" for word in layout_words(workload, short=False))
         print("\n".join(f"  {line}" for line in [label] + report.lines() + ([auto] if auto else [])))
     if args.trace:
-        with atomic_output(args.trace) as temporary:
-            temporary.write_text(json.dumps(chrome_trace(schedule)))
         print(f"trace: {args.trace}")
     if show:
         plt.show()
