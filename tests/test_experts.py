@@ -14,7 +14,7 @@ from pipeline_sim.model import DEFAULT_POLICY, EnvParams, ParameterError, Policy
 from pipeline_sim.schedules import SCHEDULES
 from pipeline_sim.validate import validate_schedule
 from pipeline_sim.workload import MODEL_PRESETS, Workload, gpu_memory_gb, iteration_flops, workload_environment
-from pipeline_sim.workload.flops import held_params, layer_flops
+from pipeline_sim.workload.flops import active_ffn, elementwise_forward, held_params, layer_flops
 from pipeline_sim.workload.memory import static_memory
 
 FREE = dict(fwd_impact=0, bwd_impact=0, sync_base_len=0)
@@ -102,6 +102,23 @@ def test_one_moe_layer_by_hand():
     assert one_node.a2a_len == pytest.approx(8 * 117_440_512 / 450e9, rel=1e-12)
     # no expert parallelism: no all-to-all
     assert workload_environment(replace(w, expert_parallel=1), num_gpus=4, n=8).a2a_len == 0.0
+
+
+def test_a_moe_layers_activation_runs_on_its_active_experts():
+    """Element-wise work (section 16): Mixtral's two routed experts of 14,336 move twice what a dense layer of its
+    ffn_hidden would, stretched by the imbalance as their FLOPs are; DeepSeek-V3's and Qwen3's active experts equal
+    their ffn_hidden; a dense model's is its ffn_hidden."""
+    mixtral = MODEL_PRESETS["mixtral-8x7b"]
+    assert (active_ffn(mixtral), active_ffn(mixtral, 1.25)) == (2 * 14336, 2.5 * 14336)
+    deepseek, qwen = MODEL_PRESETS["deepseek-v3"], MODEL_PRESETS["qwen3-235b-a22b"]
+    assert (active_ffn(deepseek), active_ffn(qwen)) == (18432, 12288)
+    assert active_ffn(deepseek, 1.25) == pytest.approx((3 * 18432 + 58 * (8 * 1.25 + 1) * 2048) / 61)
+    assert active_ffn(MODEL_PRESETS["llama3-8b"], 1.25) == 14336
+    w = Workload(model=mixtral, gpu="h100-80gb", seq_len=4096, elementwise=True, dropout=False)
+    gated = 3 * 4096 * 2 * 14336 * 2  # gate, up and their product: 3 values of s x f a routed expert, 2 experts
+    dense = Workload(model=replace(mixtral, experts=0, expert_ffn_hidden=0, top_k=0), gpu="h100-80gb", seq_len=4096,
+                     elementwise=True, dropout=False)
+    assert (elementwise_forward(w).layer - elementwise_forward(dense).layer) * 3.35e12 == pytest.approx(gated / 2)
 
 
 @pytest.mark.parametrize("name, total, active", [("mixtral-8x7b", 46.7, 12.9), ("deepseek-v3", 671.0, 37.6),

@@ -125,7 +125,7 @@ def elementwise_forward(workload: Workload) -> Elementwise:
     assert s is not None and workload.device.memory_bandwidth is not None
     hidden = s * b * shape.hidden / (t if workload.sequence_parallel else 1)
     scores = 0.0 if workload.flash_attention else shape.heads * s * s * b / t
-    ffn = s * b * shape.ffn_hidden / t
+    ffn = s * b * active_ffn(shape, workload.imbalance) / t
     dtype, bandwidth = workload.dtype_bytes, workload.device.memory_bandwidth * 1e9
     if workload.dropout:
         score_bytes, masks = 4.0 * scores * dtype + scores, 2.0 * hidden
@@ -134,6 +134,17 @@ def elementwise_forward(workload: Workload) -> Elementwise:
     layer = (10.0 * hidden + (3.0 if shape.gated_mlp else 2.0) * ffn) * dtype + masks + score_bytes
     loss = (dtype + 16.0) * s * b * shape.vocab / t
     return Elementwise(layer / bandwidth, score_bytes / bandwidth, loss / bandwidth)
+
+
+def active_ffn(shape: ModelShape, imbalance: float = 1.0) -> float:
+    """The MLP values a token's activation runs on in a layer, the layers' mean: ``ffn_hidden`` in a dense layer, in
+    a MoE layer its ``top_k`` routed experts (times ``imbalance``) and shared ones, ``expert_ffn_hidden`` each
+    (docs/model.md section 16)."""
+    if not shape.experts:
+        return shape.ffn_hidden
+    experts = shape.top_k * imbalance + shape.shared_experts
+    return sum(experts * shape.expert_ffn_hidden if shape.is_moe(layer) else shape.ffn_hidden
+               for layer in range(shape.layers)) / shape.layers
 
 
 def stage_costs(workload: Workload) -> tuple[float, float, float]:
