@@ -61,6 +61,7 @@ from .workload import (
     GpuSpec,
     ModelShape,
     Workload,
+    default_bytes_per_param,
     workload_environment,
 )
 
@@ -580,7 +581,9 @@ class EnvironmentGrid:
         before tables existed, and its sweep's record is the same)."""
         tied = dict(self.ties)
         return {name: {"same_as": tied[name]} if name in tied else [_plain(value) for value in values]
-                for name, values in self.values if name != "lengths" or values != ("",)} | {"samples": self.samples}
+                for name, values in self.values
+                if (name != "lengths" or values != ("",)) and (name != "grad_bytes" or values != (None,))} | \
+            {"samples": self.samples}
 
     def given_dict(self) -> dict[str, Any]:
         """The keys the config gave, as a config writes them: one that reads as this grid (a table's or a workload's
@@ -709,6 +712,8 @@ def _workload_grid(raw: Mapping[str, object]) -> list[tuple[str, tuple[object, .
                           "data_parallel); give n or global_batch_size, not both")
     models = _workload_values("model", raw["model"], {})
     defaults = {f.name: f.default for f in fields(Workload)}  # None where the default follows another key
+    if "grad_bytes" not in raw:  # the bytes a parameter as they always were: a grid's record the same
+        defaults["bytes_per_param"] = default_bytes_per_param(2, None)
     suspect: set[tuple[str, int]] = set()
     grid = [("model", tuple(models))] + [
         (key, tuple(_workload_values(key, raw[key], {"model": models[0]}, suspect)) if key in raw

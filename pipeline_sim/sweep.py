@@ -233,6 +233,8 @@ class SweepPlan:
             record["tables"] = self.grid.tables()
         if self.grid.collapses_anew:  # its environments are not those a partial file of before was written from
             record["collapse"] = 2
+        if self.grid.has_workload:  # a workload's rows are those of the model's revision (WORKLOAD_REVISION)
+            record["workload_model"] = WORKLOAD_REVISION
         if self.format != "csv":  # a CSV's record is as it always was, so that older partial files resume
             record["format"] = self.format
         text = json.dumps(record, sort_keys=True)
@@ -484,39 +486,25 @@ def _complete_lines(path: Path, header: str, keep: int | None = None) -> int:
 
 def _first_malformed(path: Path, header: str) -> int | None:
     """The place (0 for the first row) of the first row of ``path`` that is not a CSV row of ``header``'s columns:
-    a line written by anything but this sweep, which a resume computes again with every row after it."""
+    a line written by anything but this sweep, which a resume computes again with every row after it. Lines are
+    split at line feeds alone, as the sweep writes them; a row without quotes is judged by its commas."""
     width = len(next(csv.reader([header])))
-    with open(path, encoding="utf-8", errors="replace", newline="") as handle:
+    with open(path, "rb") as handle:
         handle.readline()
         for place, line in enumerate(handle):
-            try:
-                fields = next(csv.reader([line]))
-            except (csv.Error, StopIteration):
+            if b"\x00" in line:
                 return place
-            if len(fields) != width or "\x00" in line:
+            if b'"' not in line:
+                if line.count(b",") + 1 != width:
+                    return place
+                continue
+            try:
+                fields = next(csv.reader([line.decode("utf-8").rstrip("\n")]))
+            except (csv.Error, UnicodeDecodeError, StopIteration):
+                return place
+            if len(fields) != width:
                 return place
     return None
-
-
-def _whole(output: Path, plan: SweepPlan) -> bool:
-    """Whether ``output`` is a file of ``plan``'s header and as many rows as it writes (its record gone: the sweep
-    that wrote it finished)."""
-    if not output.is_file():
-        return False
-    if plan.format == "parquet":
-        import pyarrow.parquet as pq
-
-        try:
-            metadata = pq.ParquetFile(output).metadata
-        except (OSError, ValueError):
-            return False
-        return metadata.num_rows == plan.num_rows and \
-            metadata.schema.names == plan.header.rstrip("\n").split(",")
-    with open(output, "rb") as handle:
-        if handle.read(len(plan.header)) != plan.header.encode():
-            return False
-        lines = sum(block.count(b"\n") for block in iter(lambda: handle.read(1 << 20), b""))
-    return lines == plan.num_rows
 
 
 def samples_path(output: Path) -> Path:
@@ -554,7 +542,7 @@ def resumable(output: Path, plan: SweepPlan) -> bool:
     return partial.exists() and sweep_record(meta).get("fingerprint") == plan.fingerprint()
 
 
-def _not_resumable(partial: Path, meta: Path, plan: SweepPlan) -> str:
+def not_resumable(partial: Path, meta: Path, plan: SweepPlan) -> str:
     """Why a partial file cannot be continued by this sweep, said precisely."""
     if not meta.exists():
         return (f"{partial} has lost its record {meta.name}, so which sweep wrote it is unknown; remove it or "
@@ -578,12 +566,21 @@ def _not_resumable(partial: Path, meta: Path, plan: SweepPlan) -> str:
     if differences:
         return (f"{partial} was written {', '.join(differences)}; rerun with its settings and --resume to continue "
                 f"it, or pass --overwrite to discard it and start over")
+    if plan.grid.has_workload and sweep_record(meta).get("workload_model") != WORKLOAD_REVISION:
+        return (f"{partial} was written by an earlier revision of the workload model (docs/model.md: full "
+                f"recomputation's memory, a MoE layer's element-wise work), so its rows are not those of this "
+                f"sweep; pass --overwrite to start over")
     if plan.grid.collapses_anew:
         return (f"{partial} was written before a parameter an environment does not read stopped multiplying its "
                 f"grid, so its rows are not those of this sweep; pass --overwrite to start over")
     return (f"{partial} was written by a different config, step, simulator or samples setting; pass --overwrite "
             f"to discard it and start over, or choose another output")
 
+
+#: The workload model's revision: a partial of a workload sweep resumes only under the revision that wrote it (2:
+#: full recomputation keeps each layer's input split over the tensor ranks, a MoE layer's element-wise work runs on
+#: its active experts, context parallelism exchanges the model's own head widths).
+WORKLOAD_REVISION = 2
 
 #: What ``settings_changed`` says of a partial written from another grid than the plan's.
 ANOTHER_GRID = "from another grid (its config has changed since, or is another file of that name)"
@@ -681,18 +678,16 @@ def run_sweep(plan: SweepPlan, output: str | os.PathLike, *, workers: int = 1, r
                 report(f"{output} is already complete; removed what its sweep left behind ({partial.name})")
             yield plan.num_rows
             return
-        if resume and not partial.exists() and not meta.exists() and _whole(output, plan) and \
-                (samples_output is None or samples_output.is_file()):
-            if report:  # a sweep whose cleanup ended, stopped before its process did
-                report(f"{output} is already complete: it holds every row of this sweep, and nothing of it is left "
-                       f"to continue")
-            yield plan.num_rows
-            return
+        if resume and not partial.exists() and not meta.exists() and output.exists() and not overwrite:
+            # a sweep that finished removed its record last: nothing tells whose rows the file holds
+            raise ResumeError(f"{output} exists and nothing of a sweep of it is left to continue: if this command "
+                              f"wrote it, it is complete; pass --overwrite to compute it again, or choose another "
+                              f"output")
         done = 0
         parts: Parts | None = None
         if resume and partial.exists():
             if not resumable(output, plan):
-                raise ResumeError(_not_resumable(partial, meta, plan))
+                raise ResumeError(not_resumable(partial, meta, plan))
             if parquet:
                 parts = verified_parts(partial)
                 done = parts.rows
@@ -795,7 +790,8 @@ def _start(plan: SweepPlan, output: Path, samples_output: Path | None, overwrite
         # the record first: a kill before the partial exists leaves a record of nothing, which a resume replaces
         _write_record(meta, {"fingerprint": plan.fingerprint(), "output": str(output), "settings": plan.settings(),
                              **({"networks": plan.networks()} if plan.networks() else {}),
-                             **({"tables": plan.grid.tables()} if plan.grid.tables() else {})})
+                             **({"tables": plan.grid.tables()} if plan.grid.tables() else {}),
+                             **({"workload_model": WORKLOAD_REVISION} if plan.grid.has_workload else {})})
         if plan.format == "parquet":
             partial.mkdir()
         else:

@@ -2,6 +2,7 @@
 
 import csv
 import io
+import json
 import re
 
 import pytest
@@ -116,17 +117,14 @@ def test_a_line_that_is_no_row_is_computed_again_with_the_rows_after_it(plan, tm
                     f"again"]
 
 
-def test_a_resume_of_a_sweep_that_finished_says_so_and_leaves_it(plan, tmp_path):
-    """Killed after its cleanup, before its process ended: the output holds every row and no record is left."""
+def test_a_resume_of_a_sweep_that_finished_says_what_it_found_and_leaves_it(plan, tmp_path):
+    """Killed after its cleanup, before its process ended: no record is left to say whose rows the file holds."""
     output = tmp_path / "out.csv"
     reference = sweep(plan, output)
-    told = []
-    assert list(run_sweep(plan, output, resume=True, report=told.append)) == [plan.num_rows]
-    assert output.read_bytes() == reference and told == [f"{output} is already complete: it holds every row of "
-                                                         "this sweep, and nothing of it is left to continue"]
-    other = SweepPlan(EnvironmentGrid.from_mapping(SMALL), step=0.5)  # another sweep's rows: refused, not taken
-    with pytest.raises(ResumeError, match="exists; pass --overwrite"):
-        next(run_sweep(other, output, resume=True))
+    with pytest.raises(ResumeError, match=r"out\.csv exists and nothing of a sweep of it is left to continue: if this "
+                                          r"command wrote it, it is complete; pass --overwrite to compute it again"):
+        next(run_sweep(plan, output, resume=True))
+    assert output.read_bytes() == reference
 
 
 def test_resume_refuses_a_different_plan(plan, tmp_path):
@@ -416,3 +414,30 @@ def test_the_stops_are_held_only_where_the_system_has_signal_masks(monkeypatch):
     monkeypatch.delattr(signal, "pthread_sigmask")
     with stops_held():
         release_stops()
+
+
+def test_a_workload_grid_reads_as_before_and_a_partial_of_an_earlier_model_is_not_resumed(tmp_path):
+    """A grid that gives no grad_bytes records what it did before the key existed (bytes_per_param 16, no
+    grad_bytes), so that its settings still compare; a partial written by an earlier revision of the workload model
+    (its record without the revision) is refused, saying so, rather than continued with rows of another model."""
+    from pipeline_sim.sweep import WORKLOAD_REVISION, sweep_record
+
+    config = {"model": "llama3-8b", "gpu": "h100-80gb", "num_gpus": 2, "data_parallel": 2, "global_batch_size": 8,
+              "zero": [0, 1]}
+    grid = EnvironmentGrid.from_mapping(config)
+    assert "grad_bytes" not in grid.as_dict() and grid.as_dict()["bytes_per_param"] == [16.0]
+    given = EnvironmentGrid.from_mapping({**config, "grad_bytes": 4}).as_dict()
+    assert given["grad_bytes"] == [4] and given["bytes_per_param"] == [None]  # each workload follows its grad_bytes
+    plan = SweepPlan(grid, step=0.5)
+    output = tmp_path / "w.csv"
+    progress = run_sweep(plan, output)
+    next(progress), next(progress)
+    progress.close()
+    partial, meta = partial_paths(output)
+    record = sweep_record(meta)
+    assert record["workload_model"] == WORKLOAD_REVISION
+    del record["workload_model"]
+    record["fingerprint"] = "written before the revision"
+    meta.write_text(json.dumps(record))
+    with pytest.raises(ResumeError, match=r"w\.csv\.partial was written by an earlier revision of the workload model"):
+        next(run_sweep(plan, output, resume=True))

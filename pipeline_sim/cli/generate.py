@@ -97,7 +97,7 @@ def unfinished_elsewhere(config: Path, plan: SweepPlan) -> tuple[str, str]:
     ``DATA_DIR`` (of any format) was written under other settings: said with them, so that the user continues it or
     starts another knowingly (empty when there is none); and, when the newest was written from another grid (the
     config edited since, or another file of that name), what a new sweep leaves beside it."""
-    from ..sweep import ANOTHER_GRID, settings_changed, sweep_record
+    from ..sweep import ANOTHER_GRID, not_resumable, settings_changed, sweep_record
 
     beside = ""
     for meta in sorted(DATA_DIR.glob(f"{glob.escape(config.stem)}_*.partial.json"), reverse=True):
@@ -106,9 +106,12 @@ def unfinished_elsewhere(config: Path, plan: SweepPlan) -> tuple[str, str]:
         if partial.exists() and differences and differences != [ANOTHER_GRID]:
             return (f"{partial} is an unfinished sweep of {config.name} written {', '.join(differences)}; rerun with "
                     f"its settings and --resume to continue it, or without --resume to start another"), ""
-        if partial.exists() and not beside:
+        if partial.exists() and not beside and differences:
             beside = (f" beside {partial}, an unfinished sweep of another grid named {config.name} (edited since, or "
                       f"another file: put it back to resume that one, or remove it)")
+        elif partial.exists() and not beside:  # its own grid and settings: a table, a network or the model changed
+            reason = not_resumable(partial, meta, plan).split("; ")[0].removeprefix(f"{partial} ")
+            beside = f" beside {partial}, an unfinished sweep of {config.name} that cannot be continued: it {reason}"
     return "", beside
 
 

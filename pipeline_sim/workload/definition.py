@@ -247,7 +247,8 @@ class Workload:
 
 def default_bytes_per_param(dtype_bytes: int, grad_bytes: int | None) -> float:
     """Mixed-precision Adam's static bytes a parameter: 16 (docs/model.md section 11), or with ``grad_bytes`` given
-    a weight, a gradient and 12 bytes of fp32 state (section 15)."""
+    a weight, a gradient and 12 bytes of fp32 state (section 15). A workload resolves it when made: ``replace``
+    keeps the resolved value, so a copy with another ``grad_bytes`` gives ``bytes_per_param=None`` to follow it."""
     return 16.0 if grad_bytes is None else float(dtype_bytes + grad_bytes + 12)
 
 
