@@ -335,6 +335,19 @@ def _check_pins(base: Workload, gpus: int, filters: Filters) -> None:
     if experts and not base.shape.experts and 1 not in experts:
         raise PlanError(f"expert_parallel = {'/'.join(map(str, experts))}: {base.shape.name} has no experts to "
                         f"split; pin expert_parallel 1, or leave it out")
+    if base.shape.experts and (split := [e for e in experts if base.shape.experts % e]):
+        raise PlanError(f"expert_parallel = {'/'.join(map(str, split))}: must divide the {base.shape.experts} "
+                        f"experts of {base.shape.name}")
+    contexts = sorted(filters.get("context_parallel", ()))
+    assert base.seq_len is not None
+    if uncut := [c for c in contexts if base.seq_len % (2 * c)]:
+        raise PlanError(f"context_parallel = {'/'.join(map(str, uncut))}: must cut seq_len = {base.seq_len} into "
+                        f"2 x c equal chunks (each rank takes two, for causal balance)")
+    zeros = sorted(filters.get("zero", ()))
+    pair = base.dtype_bytes + base.gradient_bytes
+    if base.bytes_per_param < pair and any(zeros):
+        raise PlanError(f"bytes_per_param = {base.bytes_per_param:g}: must hold a weight and a gradient ({pair} "
+                        f"bytes) for zero {'/'.join(map(str, [z for z in zeros if z]))} to shard the rest")
     pinned = [(key, sorted(filters[key])) for key in _FACTORS if filters.get(key)]
     for key, values in pinned:
         if all(gpus % value for value in values):
@@ -387,8 +400,9 @@ def enumerate_layouts(base: Workload, gpus: int, env: dict[str, object] | None =
     tensors = [t for t in _divisors(gpus) if t <= GPUS_PER_NODE and not shape.heads % t and
                not (shape.kv_heads or shape.heads) % t and (t == 1 or base.tp_bandwidth is not None)]
     for t in _allowed(filters, "tensor_parallel", tensors):
-        contexts = [c for c in _divisors(gpus // t) if c == 1 or (not base.seq_len % (2 * c) and
-                                                                  base.seq_len // c >= MIN_CONTEXT_TOKENS)]
+        pinned_contexts = (filters or {}).get("context_parallel", ())  # pinned, below MIN_CONTEXT_TOKENS too
+        contexts = [c for c in _divisors(gpus // t) if c == 1 or (not base.seq_len % (2 * c) and (
+            base.seq_len // c >= MIN_CONTEXT_TOKENS or c in pinned_contexts))]
         for c in _allowed(filters, "context_parallel", contexts):
             for p in _allowed(filters, "pipeline_parallel", _divisors(gpus // (t * c))):
                 d = gpus // (t * c * p)
@@ -406,7 +420,8 @@ def enumerate_layouts(base: Workload, gpus: int, env: dict[str, object] | None =
                             if (p == 1 and v > 1) or p * v > shape.layers:
                                 continue  # chunks on one GPU only add transfers
                             for recompute in _allowed(filters, "recompute", RECOMPUTE_MODES):
-                                if recompute == "selective" and base.flash_attention:
+                                if recompute == "selective" and base.flash_attention and \
+                                        "recompute" not in (filters or {}):
                                     continue  # what selective recomputes, flash attention never keeps: none again
                                 choices.append((base, t, c, e, d, b, recompute, p, schedule, v, env, filters,
                                                 budget))

@@ -534,7 +534,8 @@ def layout_words(w: Workload, *, short: bool) -> list[str]:
     if w.imbalance != 1.0:
         words.append(f"imb{w.imbalance:g}" if short else f"expert imbalance {w.imbalance:g}")
     if w.route_nodes is not None and w.expert_parallel > 1:  # without expert parallelism no token is routed away
-        words.append(f"rn{w.route_nodes}" if short else f"routed to {w.route_nodes} nodes")
+        nodes = f"{w.route_nodes} node{'s' if w.route_nodes > 1 else ''}"
+        words.append(f"rn{w.route_nodes}" if short else f"routed to {nodes}")
     if w.ep_bandwidth != w.dp_bandwidth and w.expert_parallel > 1:
         words.append(f"ep{w.ep_bandwidth:g}" if short else f"ep {w.ep_bandwidth:g} GB/s")
     nvlink = w.device.nvlink_bandwidth

@@ -311,3 +311,14 @@ def test_the_planner_searches_expert_parallelism(tmp_path):
     # each expert degree is a layout of its own
     ranks = {(row["expert_parallel"], row["layout_rank"]) for row in rows if row["rank"]}
     assert len({rank for _, rank in ranks}) == len({e for e, _ in ranks})
+
+
+def test_an_imbalance_no_routing_can_give_is_refused():
+    """The busiest of e GPUs holds experts / e experts and takes at most min(top_k, experts / e) of a token's top_k
+    copies: Mixtral's eight experts on 8 GPUs, top-2, at most 4 times the mean; on 2 GPUs, 2."""
+    mixtral = MODEL_PRESETS["mixtral-8x7b"]
+    for e, most in ((8, 4.0), (2, 2.0)):
+        Workload(model=mixtral, data_parallel=8, expert_parallel=e, expert_imbalance=most)
+        with pytest.raises(ParameterError, match=rf"expert_imbalance = {most + 0.5}: must be at most {most:g} with "
+                                                 rf"expert_parallel = {e}"):
+            Workload(model=mixtral, data_parallel=8, expert_parallel=e, expert_imbalance=most + 0.5)

@@ -348,6 +348,14 @@ def test_a_plan_with_fewer_layouts_than_it_lists_says_how_many(tmp_path):
      ("model = llama3-405b: fits no layout on 8 x a100-40gb", "811.7 GB per GPU")),
     (["--model", "llama3-8b", "--gpus", "8", "--global-batch-size", "64", "--pipeline-parallel", "3"],
      ("pipeline_parallel = 3: does not divide gpus = 8",)),
+    (["--model", "mixtral-8x7b", "--gpus", "64", "--global-batch-size", "256", "--expert-parallel", "8,16"],
+     ("expert_parallel = 16: must divide the 8 experts of mixtral-8x7b",)),
+    (["--model", "mixtral-8x7b", "--gpus", "64", "--global-batch-size", "256", "--expert-parallel", "1",
+      "--route-nodes", "1"], ("--route-nodes 1: --expert-parallel 1 splits no experts over GPUs",)),
+    (["--model", "llama3-8b", "--gpus", "8", "--global-batch-size", "64", "--context-parallel", "3"],
+     ("context_parallel = 3: must cut seq_len = 8192 into 2 x c equal chunks",)),
+    (["--model", "llama3-8b", "--gpus", "8", "--global-batch-size", "64", "--bytes-per-param", "3", "--zero", "0,1"],
+     ("bytes_per_param = 3: must hold a weight and a gradient (4 bytes) for zero 1 to shard the rest",)),
     (["--model", "llama3-8b", "--gpus", "8", "--global-batch-size", "64", "--tensor-parallel", "3,5"],
      ("tensor_parallel = 3/5: none divides gpus = 8",)),
     # pinned degrees that divide the GPUs alone but not together, chunks no layout takes
@@ -490,3 +498,15 @@ def test_the_csv_and_its_figure_are_written_together_and_checked_first(tmp_path)
     assert result.returncode == 0, result.stderr
     assert_png_drawn(tmp_path / "p.png")
     assert sorted(path.name for path in tmp_path.iterdir() if path.name.startswith("p.")) == ["p.csv", "p.png"]
+
+
+def test_a_pinned_value_below_the_searchs_own_limits_is_searched():
+    """Context degrees leaving fewer than 8,192 tokens a rank, and selective recomputation beside flash attention,
+    are left out of a search only when nothing pins them."""
+    base = Workload(model="llama3-8b", gpu="h100-80gb", global_batch_size=32, flash_attention=True)
+    pinned = plan(base, 16, filters={"context_parallel": frozenset({2}), "tensor_parallel": frozenset({2}),
+                                     "pipeline_parallel": frozenset({2})})
+    assert {outcome.layout.workload.context_parallel for outcome in pinned.tried} == {2}
+    selective = plan(base, 16, filters={"recompute": frozenset({"selective"}), "tensor_parallel": frozenset({2}),
+                                        "pipeline_parallel": frozenset({2})})
+    assert {outcome.layout.workload.recompute for outcome in selective.tried} == {"selective"}

@@ -20,8 +20,10 @@ from pipeline_sim.workload import (
     Workload,
     derived_parameters,
     gpu_memory_gb,
+    seconds_text,
     sharded_collectives,
     workload_environment,
+    workload_report,
 )
 
 FREE = dict(fwd_impact=0, bwd_impact=0)
@@ -306,3 +308,14 @@ def test_a_workload_sweep_with_zero(tmp_path):
     by_zero = {row["zero"]: row for row in rows if row["policy"] == rows[0]["policy"]}
     assert float(by_zero["3"]["peak_memory_gb"]) < float(by_zero["0"]["peak_memory_gb"])
     assert float(by_zero["3"]["gather_len"]) > 0.0 and by_zero["0"]["gather_len"] == ""  # not read without zero
+
+
+def test_the_report_names_the_gathers_and_the_exchange():
+    workload = _tiny(context_parallel=2)
+    params = _env(workload, 3)
+    run = simulate(params, DEFAULT_POLICY)
+    line = workload_report(workload, params, run.completion_time, [0.0, 0.0]).lines()[0]
+    assert f", gather {seconds_text(params.gather_len)}" in line
+    assert f", key-value exchange {seconds_text(params.cp_len)} a forward" in line
+    plain = _env(_tiny(), 0)
+    assert "gather" not in workload_report(_tiny(), plain, 1.0, [0.0, 0.0]).lines()[0]

@@ -362,14 +362,15 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                 raise UserError(f"{option} {value}: draws are made only under --jitter above 0; give it, or leave "
                                 f"{option} out")
         args.samples, args.seed = args.samples or SAMPLES, args.seed or 0
-        if not base.shape.experts:
+        if not base.shape.experts or args.expert_parallel == {1}:
             expert_options: tuple[tuple[str, object, object], ...] = (
                 ("--expert-imbalance", args.expert_imbalance, 1.0), ("--route-nodes", args.route_nodes, None),
                 ("--node-gpus", args.node_gpus, 8), ("--a2a-class", args.a2a_class, "pipeline"))
+            why = f"{base.shape.name} has no experts" if not base.shape.experts else \
+                "--expert-parallel 1 splits no experts over GPUs"
             for option, setting, unset in expert_options:
                 if setting != unset:
-                    raise UserError(f"{option} {setting}: {base.shape.name} has no experts, so no all-to-all for it to "
-                                    f"change; leave it out")
+                    raise UserError(f"{option} {setting}: {why}, so no all-to-all for it to change; leave it out")
         if not 0 <= args.memory_headroom < base.device.memory_gb:
             raise UserError(f"--memory-headroom {args.memory_headroom:g}: must be from 0 to below the GPU's "
                             f"{base.device.memory_gb:g} GB")
@@ -387,7 +388,7 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                   *([f"gradients of {args.grad_bytes} bytes"] if args.grad_bytes is not None else []),
                   *([f"{args.bytes_per_param:g} bytes a parameter"] if args.bytes_per_param is not None else []),
                   *([f"expert imbalance {args.expert_imbalance:g}"] if args.expert_imbalance != 1.0 else []),
-                  *([f"routed to {args.route_nodes} nodes"] if args.route_nodes else []),
+                  *([f"routed to {counted(args.route_nodes, 'node')}"] if args.route_nodes else []),
                   *([f"{args.node_gpus} GPUs a node"] if args.node_gpus != 8 else []),
                   *(["all-to-all with the syncs"] if args.a2a_class != "pipeline" else []),
                   *([f"tensor degree 1 only ({NO_TENSOR_PARALLEL})"] if base.tp_bandwidth is None else [])]
@@ -423,6 +424,11 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                 print(f"{rank:>3} {outcome.layout.describe():<{width}} {seconds_text(outcome.seconds):>13} "
                       f"{outcome.tokens_per_second:>10,.0f} {outcome.mfu * base.device.tflops:>8.0f} "
                       f"{outcome.mfu:>6.1%} {outcome.memory_gb:>7.1f}  {outcome.policy}")
+            free = base.device.memory_gb - top[0].memory_gb
+            if not args.memory_headroom and 0 <= free < FEW_GB:  # what the CUDA context and NCCL's buffers take
+                print(f"note: the first leaves {free:.1f} GB of the GPU's {base.device.memory_gb:g} free, where a run "
+                      f"needs a few GB beyond its parameters and activations (the CUDA context, NCCL's buffers); "
+                      f"--memory-headroom {FEW_GB:g} ranks only runs that keep that much")
             estimated = sum(1 for outcome in top if not outcome.full)
             if estimated:
                 print(f"{counted(estimated, 'listed run')} of more than {MAX_TASKS:,} tasks "
@@ -445,6 +451,10 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
         return 0
 
     return run_command(prog, body)
+
+
+#: Free GB on the GPU below which the planner's first answer gets a note: a run's context and buffers need about that.
+FEW_GB = 3.0
 
 
 def plan_name(base: Workload, args: argparse.Namespace, switches: list[tuple[str, str]],

@@ -157,6 +157,13 @@ class Workload:
                                  f"{self.tensor_parallel} must be a multiple of expert_parallel = {e}: the experts are "
                                  f"split over GPUs of the data- and tensor-parallel groups")
         Interval(1.0, 1e3, high_closed=True).check("expert_imbalance", self.expert_imbalance)
+        if e > 1:  # the busiest GPU takes at most min(top_k, experts / e) copies of each token, against top_k / e
+            most = e * min(model.top_k, model.experts // e) / model.top_k
+            if self.expert_imbalance > most:
+                raise ParameterError("expert_imbalance", self.expert_imbalance,
+                                     f"must be at most {most:g} with expert_parallel = {e}: the busiest GPU holds "
+                                     f"{model.experts // e} of the {model.experts} experts, each token's {model.top_k} "
+                                     f"copies at most {min(model.top_k, model.experts // e)} of them")
         if self.ep_bandwidth is None:
             object.__setattr__(self, "ep_bandwidth", self.dp_bandwidth)
         Interval(0.0, low_open=True).check("ep_bandwidth", self.ep_bandwidth)
