@@ -38,6 +38,10 @@ _SEND_NAMED = "pipeline:send "
 _ITERATION = re.compile(r"^pipeline:iteration (\d+)$")
 
 
+#: The largest message a send may claim: a petabyte, far beyond any stage's activations.
+MAX_SEND_BYTES = 10 ** 15
+
+
 class TraceError(ValueError):
     """A trace that cannot be read as a pipeline run; the message, one line, names the file and what is missing."""
 
@@ -98,6 +102,7 @@ class MeasuredRun:
     iterations: tuple[Iteration, ...]
     source: str = ""  # the files or folder it was read from, for messages
     settings: tuple[tuple[str, object], ...] = ()  # its pipelineRun record but rank and schedule: the model it ran
+    named: bool = False  # whether the traces name the schedule (pipelineRun.schedule), or the caller did
 
     def differs(self, other: MeasuredRun) -> str:
         """How ``other`` ran another model than this run (its ``settings``, said as "width 64, not 512"; the
@@ -111,9 +116,18 @@ class MeasuredRun:
 _MODEL_SETTINGS = ("batch", "width", "layers", "backend")
 
 
+def _trace_files(folder: Path) -> list[Path]:
+    """A folder's traces: its ``.json`` and ``.json.gz`` files in any letter case, hidden ones (a copier's ``._``
+    companions) aside."""
+    return sorted(path for path in folder.iterdir() if path.is_file() and not path.name.startswith(".")
+                  and path.name.lower().endswith((".json", ".json.gz")))
+
+
 def _load(path: Path) -> dict:
     try:
-        opener = gzip.open if path.suffix == ".gz" else open
+        with open(path, "rb") as raw:
+            zipped = raw.read(2) == b"\x1f\x8b"  # gzip's magic number, whatever the file's name says
+        opener = gzip.open if zipped else open
         with opener(path, "rt") as handle:
             trace = json.load(handle)
     except FileNotFoundError:
@@ -182,9 +196,9 @@ def _events(trace: dict, rank: int, path: Path) -> tuple[dict[int, list[Span]], 
         elif match := _ACTION.match(name):
             actions.append(Span(rank, int(match[1]), match[2], int(match[3]), start, end))
         elif match := _SEND.match(name):
-            if int(match[4]) == 0:
-                raise TraceError(f"{path}: event {name!r} sends 0 bytes: a send's last field is its size in bytes, "
-                                 "an integer > 0")
+            if not 0 < int(match[4]) <= MAX_SEND_BYTES:
+                raise TraceError(f"{path}: event {name!r} sends {int(match[4]):,} bytes: a send's last field is its "
+                                 f"size in bytes, an integer from 1 to {MAX_SEND_BYTES:,}")
             sends.append(Send(rank, int(match[1]), match[2], int(match[3]), start, int(match[4])))
         elif name.startswith(_SEND_NAMED):
             raise TraceError(f"{path}: event {name!r} is not a send as the simulator reads one: it must read "
@@ -215,8 +229,7 @@ def read_run(paths: Sequence[Path], schedule: str | None = None) -> MeasuredRun:
     ``TraceError`` names the file and what is missing: a rank, an iteration on some rank, or a compute action
     that the other actions of the run imply (every stage runs F and B, or I and W, for every micro-batch).
     """
-    files = [file for path in map(Path, paths)
-             for file in (sorted([*path.glob("*.json"), *path.glob("*.json.gz")]) if path.is_dir() else [path])]
+    files = [file for path in map(Path, paths) for file in (_trace_files(path) if path.is_dir() else [path])]
     if not files:
         raise TraceError(f"{', '.join(map(str, paths))}: no trace files (*.json or *.json.gz)")
     ranks: dict[int, tuple[Path, dict[int, list[Span]], dict[int, list[Send]], dict[int, float],
@@ -249,13 +262,13 @@ def read_run(paths: Sequence[Path], schedule: str | None = None) -> MeasuredRun:
                          f"{', '.join(map(str, missing))} of {world}: pass one trace file per rank")
     named = next(iter(names)) if len(names) == 1 else None
     # a trace that names its schedule is replayed as that one
-    if schedule and named and schedule.lower() != str(named).lower():
+    if schedule and named and schedule.strip().lower() != str(named).strip().lower():
         raise TraceError(f"{files[0]}: the trace names its schedule, {named}, not {schedule}: leave the schedule out "
                          "(it is for traces that do not name one)")
     if not (schedule or named):
         raise TraceError(f"{files[0]}: no pipelineRun.schedule in the trace: name the schedule it ran")
     try:
-        schedule = get_schedule(str(schedule or named)).name
+        schedule = get_schedule(str(schedule or named).strip()).name
     except ParameterError:
         raise TraceError(f"{files[0]}: {'pipelineRun.' if not schedule else ''}schedule {schedule or named!r} is not "
                          f"a schedule the simulator has: one of {', '.join(SCHEDULES)}") from None
@@ -277,7 +290,8 @@ def read_run(paths: Sequence[Path], schedule: str | None = None) -> MeasuredRun:
     stages = 1 + max(task.stage for task in iterations[0].tasks)
     microbatches = 1 + max(task.mb for task in iterations[0].tasks)
     recorded = settings[1] if settings else {}
-    for key, traced in (("microbatches", microbatches), ("stages", stages), ("ranks", world)):
+    for key, traced in (("microbatches", microbatches), ("stages", stages), ("ranks", world),
+                        ("iterations", len(iterations))):
         if key in recorded and recorded[key] != traced:  # what the run says it was against what its actions are
             raise TraceError(f"{files[0]}: pipelineRun.{key} is {json.dumps(recorded[key])}, but its actions "
                              f"are of {traced} {key.replace('microbatches', 'micro-batches')}")
@@ -287,7 +301,7 @@ def read_run(paths: Sequence[Path], schedule: str | None = None) -> MeasuredRun:
             raise TraceError(f"{files[0]}: pipelineRun.{key} is {json.dumps(value)}: must be an integer >= 1")
     source = ", ".join(map(str, paths))
     kept = tuple(sorted((key, value) for key, value in recorded.items() if key != "schedule"))
-    return MeasuredRun(schedule, world, stages, microbatches, tuple(iterations), source, kept)
+    return MeasuredRun(schedule, world, stages, microbatches, tuple(iterations), source, kept, named is not None)
 
 
 def _iteration(tasks: list[Span], sends: list[Send], k: int, files: Sequence[Path], posting: float) -> Iteration:
@@ -351,6 +365,29 @@ def waited_transfers(iteration: Iteration) -> list[tuple[int, float]]:
     return result
 
 
+def input_lead(run: MeasuredRun) -> str:
+    """Where an action of ``run`` starts furthest before the send of its input from another rank was posted (beyond
+    a clock's rounding), said as a note: the ranks' clocks disagree by at least that much, or the action's range holds
+    its wait for the input; empty when none does."""
+    lead, said = LEAD_TOLERANCE, ""
+    for k, iteration in enumerate(run.iterations):
+        consumer = {(task.stage, task.kind, task.mb): task for task in iteration.tasks}
+        for send in iteration.sends:
+            stage = send.stage + 1 if send.kind == "F" else send.stage - 1
+            kinds = ("F",) if send.kind == "F" else ("B", "I")
+            task = next((consumer[stage, kind, send.mb] for kind in kinds if (stage, kind, send.mb) in consumer), None)
+            if task is not None and task.rank != send.rank and send.time - task.start > lead:
+                lead = send.time - task.start
+                said = (f"{run.source}: rank {task.rank}'s {task.text} starts {lead:.3f} ms before rank {send.rank} "
+                        f"posts its input (iteration {k}): the ranks' clocks disagree by at least that much, or the "
+                        f"action's range holds its wait for the input; a replay is off by as much")
+    return said
+
+
+#: A clock's rounding between ranks: an action may start this much before its input's send (ms).
+LEAD_TOLERANCE = 0.05
+
+
 def fit_comm(iterations: Iterable[Iteration]) -> CommFit:
     """``CommFit`` over every waited-for transfer of ``iterations``; ``TraceError`` when there is none."""
     iterations = list(iterations)
@@ -358,7 +395,8 @@ def fit_comm(iterations: Iterable[Iteration]) -> CommFit:
     if not samples and not any(iteration.sends for iteration in iterations):
         return CommFit(0.0, math.inf, 0)  # one rank: no transfer to time
     if not samples:
-        raise TraceError("no transfer was waited for: nothing to fit communication to (no pipeline:send ranges?)")
+        raise TraceError("no transfer was waited for: nothing to fit communication to (no receiver sat idle from a "
+                         "send's post to its action: the ranks' clocks disagree, or the sends are misnamed)")
     sizes = sorted({size for size, _ in samples})
     medians = [float(np.median([t for size, t in samples if size == s])) for s in sizes]
     if len(sizes) == 1:  # transfers that took no time: as fast as the clock can tell

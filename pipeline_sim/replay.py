@@ -115,15 +115,9 @@ def replay(run: MeasuredRun, k: int, comm: CommFit) -> Replay:
     """Iteration ``k`` of ``run`` simulated on its measured lengths in the order each rank ran its tasks."""
     iteration = run.iterations[k]
     params = run_environment(run, iteration, comm)
-    spans = {(t.stage, t.kind, t.mb): t for t in iteration.tasks}
-    graph = build_task_graph(params)
-    _check_actions(run, graph.tasks, spans)
+    graph, spans, ranked = _checked(run, k, params)
     size = median(send.size for send in iteration.sends) if iteration.sends else 0.0
     lengths = _lengths(params, effective_lengths(iteration, comm), comm, _sizes(iteration), size)
-    first = lambda task: spans[task.parts[0].stage, task.parts[0].kind.code, task.parts[0].mb]  # noqa: E731
-    _check_at_once(run, k, graph, spans)
-    ranked = [sorted(own, key=lambda i: first(graph.tasks[i]).start) for own in graph.orders]
-    _check_order(run, k, graph, ranked)
     try:
         simulated = simulate(params, Policy(), order=[texts_of(graph, own) for own in ranked], lengths=lengths)
     except SimulationStuckError as error:  # a wait across ranks that no run can have
@@ -147,16 +141,48 @@ def _departure(run: MeasuredRun, graph: TaskGraph, ranked: Sequence[Sequence[int
     return ""
 
 
-def _check_actions(run: MeasuredRun, tasks: Sequence[GraphTask], spans: Mapping[tuple[int, str, int], Span]) -> None:
-    """``TraceError`` unless the actions ``run``'s schedule has are exactly those traced."""
-    wanted = {(part.stage, part.kind.code, part.mb) for task in tasks for part in task.parts}
+def check_run(run: MeasuredRun) -> None:
+    """``TraceError`` for a run no real one can be, naming its files and what is wrong (``replay`` checks the same,
+    an iteration at a time): for a prediction from it, or a comparison with it, checked before any is made."""
+    try:
+        comm = fit_comm(run.iterations)
+    except TraceError as error:
+        raise TraceError(f"{run.source}: {error}") from None
+    for k in range(len(run.iterations)):  # its order run too: a wait across ranks no run can have ends it
+        replay(run, k, comm)
+
+
+def _checked(run: MeasuredRun, k: int, params: EnvParams) -> tuple[TaskGraph, dict[tuple[int, str, int], Span],
+                                                                    list[list[int]]]:
+    """Iteration ``k``'s graph under ``params``, its actions by (stage, kind, micro-batch) and each rank's tasks in
+    the order it ran them, once every check of a run that can be holds."""
+    spans = {(t.stage, t.kind, t.mb): t for t in run.iterations[k].tasks}
+    graph = build_task_graph(params)
+    _check_actions(run, graph, spans)
+    _check_at_once(run, k, graph, spans)
+    first = lambda task: spans[task.parts[0].stage, task.parts[0].kind.code, task.parts[0].mb]  # noqa: E731
+    ranked = [sorted(own, key=lambda i: first(graph.tasks[i]).start) for own in graph.orders]
+    _check_order(run, k, graph, ranked)
+    return graph, spans, ranked
+
+
+def _check_actions(run: MeasuredRun, graph: TaskGraph, spans: Mapping[tuple[int, str, int], Span]) -> None:
+    """``TraceError`` unless the actions ``run``'s schedule has are exactly those traced, each on the rank the
+    schedule places its stage on."""
+    wanted = {(part.stage, part.kind.code, part.mb) for task in graph.tasks for part in task.parts}
+    named = "its pipelineRun.schedule is not the schedule it ran" if run.named else "name the schedule it ran"
     for missing, verb in ((sorted(wanted - spans.keys()), "lacks"), (sorted(spans.keys() - wanted), "ran")):
         if missing:
             texts = ", ".join(f"{stage}{kind}{mb}" for stage, kind, mb in missing[:3])
             more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
             whose = f"actions that {run.schedule} has not" if verb == "ran" else f"{run.schedule}'s actions"
-            raise TraceError(f"the trace does not match schedule {run.schedule}: it {verb} {whose} {texts}{more} "
-                             "(name the schedule it ran)")
+            raise TraceError(f"{run.source}: the trace does not match schedule {run.schedule}: it {verb} {whose} "
+                             f"{texts}{more} ({named})")
+    for span in spans.values():
+        if graph.stage_gpu[span.stage] != span.rank:
+            raise TraceError(f"{run.source}: rank {span.rank} ran {span.text}, where {run.schedule} places stage "
+                             f"{span.stage} on rank {graph.stage_gpu[span.stage]}: its files' ranks are not the ranks "
+                             "that ran them")
 
 
 def _check_at_once(run: MeasuredRun, k: int, graph: TaskGraph, spans: Mapping[tuple[int, str, int], Span]) -> None:

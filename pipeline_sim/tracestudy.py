@@ -20,7 +20,7 @@ import numpy as np
 from .engine import simulate
 from .measured import MeasuredRun, TraceError, fit_comm, read_run
 from .model import Policy
-from .replay import predicted_time, replay, runtime_costs, task_spread, variation
+from .replay import check_run, predicted_time, replay, runtime_costs, task_spread, variation
 
 #: The schedule whose trace predicts the others.
 SOURCE = "1f1b"
@@ -68,6 +68,9 @@ def study_runs(folder: Path) -> dict[str, list[MeasuredRun]]:
             runs.setdefault(run.schedule, []).append(run)
     if not runs:
         raise TraceError(f"{folder}: no <schedule>/run<r>/ folders of traces")
+    for own in runs.values():  # every run before any figure: a study reports nothing of a folder it cannot read
+        for run in own:
+            check_run(run)
     return runs
 
 

@@ -890,3 +890,78 @@ def test_a_table_given_as_a_sweep_config_says_what_it_is(tmp_path):
     assert_one_line_error(run_here("data_generator.py", "-c", str(ROOT / "configs" / "tables" / "1f1b.json"),
                                    "-o", "out.csv", cwd=tmp_path),
                           "a table of lengths, not a sweep config: name it in a config under the key lengths")
+
+
+def test_a_skewed_clock_is_said_and_a_run_no_real_one_can_be_predicts_nothing(tmp_path):
+    folder = _copy(tmp_path / "skew")
+    _edit(folder / "rank1.json.gz", lambda trace: [event.update(ts=event["ts"] + 5000) for event in trace["traceEvents"]
+                                                   if "ts" in event])
+    result = run_here("pipeline_trace.py", "replay", str(folder), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"note: .*skew/1f1b: rank 0's 0B7 starts 4\.6\d\d ms before rank 1 posts its input \(iteration "
+                     r"0\): the ranks' clocks disagree by at least that much", result.stderr)
+    assert "note:" not in run_here("pipeline_trace.py", "replay", str(TRACES / "1f1b" / "run0"), cwd=tmp_path).stderr
+    # the checks a replay makes, made before a prediction from it or a comparison with it
+    inside = _copy(tmp_path / "inside")
+    _edit(inside / "rank1.json.gz", lambda trace: (_rename(trace, "pipeline:1F0", "x"),
+                                                   _rename(trace, "pipeline:1B0", "pipeline:1F0"),
+                                                   _rename(trace, "x", "pipeline:1B0")))
+    for args in ([str(inside)], [str(TRACES / "1f1b" / "run0"), "--measured", str(inside)],
+                 [str(TRACES / "1f1b" / "run0"), "--runtime-from", str(inside)]):
+        assert_one_line_error(run_here("pipeline_trace.py", "predict", *args, "--schedule", "gpipe", cwd=tmp_path),
+                              "rank 1 ran 1B0 before 1F0, which it depends on")
+
+
+def test_a_study_checks_every_run_before_its_first_row(tmp_path):
+    for schedule in ("1f1b", "gpipe"):
+        shutil.copytree(TRACES / schedule / "run0", tmp_path / "runs" / schedule / "run0")
+    _edit(tmp_path / "runs" / "gpipe" / "run0" / "rank1.json.gz",
+          lambda trace: (_rename(trace, "pipeline:1F0", "x"), _rename(trace, "pipeline:1B0", "pipeline:1F0"),
+                         _rename(trace, "x", "pipeline:1B0")))
+    result = run_here("pipeline_trace.py", "study", "runs", cwd=tmp_path)
+    assert result.returncode == 2 and result.stdout == "", result.stdout
+    assert "runs/gpipe/run0: iteration 0: rank 1 ran 1B0 before 1F0" in result.stderr
+
+
+def test_rank_files_swapped_or_misnamed_are_named(tmp_path):
+    folder = _copy(tmp_path)
+
+    def rank(number: int):
+        def change(trace: dict) -> None:
+            trace["distributedInfo"]["rank"] = number
+            trace["pipelineRun"]["rank"] = number
+        return change
+    _edit(folder / "rank0.json.gz", rank(1))
+    _edit(folder / "rank1.json.gz", rank(0))
+    run = read_run([folder])
+    with pytest.raises(TraceError, match="rank 1 ran 0F0, where 1f1b places stage 0 on rank 0: its files' ranks are "
+                                         "not the ranks that ran them"):
+        replay(run, 0, fit_comm(run.iterations))
+    # a schedule the trace names wrongly: the advice says so, not to name it
+    named = _copy(tmp_path / "named", "1f1b")
+    for number in (0, 1):
+        _edit(named / f"rank{number}.json.gz", lambda trace: trace["pipelineRun"].update(schedule="zb-h1"))
+    wrong = read_run([named])
+    with pytest.raises(TraceError, match=r"named/1f1b: the trace does not match schedule zb-h1: .*\(its "
+                                         r"pipelineRun\.schedule is not the schedule it ran\)"):
+        replay(wrong, 0, fit_comm(wrong.iterations))
+
+
+def test_file_names_and_formats_a_user_meets(tmp_path):
+    folder = _copy(tmp_path)
+    (folder / "rank0.json.gz").rename(folder / "rank0.JSON.GZ")
+    (folder / "rank1.json.gz").rename(folder / "rank1.json")  # gzip data under a plain name
+    (folder / "._rank0.json.gz").write_bytes(b"\x00\x05\x16\x07")  # a copier's companion file
+    assert read_run([folder]).iterations == read_run([TRACES / "1f1b" / "run0"]).iterations
+    _edit(folder / "rank1.json", lambda trace: trace["pipelineRun"].update(iterations=4))
+    _edit(folder / "rank0.JSON.GZ", lambda trace: trace["pipelineRun"].update(iterations=4))
+    with pytest.raises(TraceError, match="pipelineRun.iterations is 4, but its actions are of 3 iterations"):
+        read_run([folder])
+    huge = _copy(tmp_path / "huge")
+    _edit(huge / "rank0.json.gz", _sends(lambda words: f"{words[0]} {words[1]} {10 ** 30}"))
+    with pytest.raises(TraceError, match="sends 1,000,000,000,000,000,000,000,000,000,000 bytes: .* an integer from 1 "
+                                         "to 1,000,000,000,000,000"):
+        read_run([huge])
+    result = run_here("pipeline_trace.py", "replay", str(TRACES / "zb-v" / "run0"), "--schedule", "ZB-V",
+                      cwd=tmp_path)
+    assert result.returncode == 0 and result.stdout.startswith("zb-v: "), result.stderr

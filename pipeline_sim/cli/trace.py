@@ -14,7 +14,7 @@ from statistics import median
 from typing import Sequence
 
 from ..files import atomic_output, output_target
-from ..measured import fit_comm, read_run
+from ..measured import CommFit, MeasuredRun, TraceError, fit_comm, input_lead, read_run
 from ..model import EnvParams
 from ..parameters import ParameterError
 from ..schedules import SCHEDULES, get_schedule
@@ -37,7 +37,7 @@ def build_parser(prog: str) -> Parser:
     record = commands.add_parser("record", help="run schedules for real and trace them", description=(
         "Run each schedule --rounds times, in turn, writing OUT/<schedule>/run<r>/rank<k>.json.gz."))
     record.add_argument("--out", required=True, type=Path, help="folder to write the traces into")
-    record.add_argument("--schedule", nargs="+", default=list(RECORDABLE), choices=RECORDABLE,
+    record.add_argument("--schedule", nargs="+", default=list(RECORDABLE), choices=RECORDABLE, type=str.lower,
                         help="schedules to run (default: all)")
     record.add_argument("--rounds", type=positive_int, default=1, help="runs of each schedule (default 1)")
     record.add_argument("--iterations", type=positive_int, default=3, help="traced iterations per run (default 3)")
@@ -60,7 +60,8 @@ def build_parser(prog: str) -> Parser:
         "Replay every iteration of a traced run (a folder of one trace per rank) in the order each rank ran it, on "
         "its measured lengths; print the iteration error and the per-task start error."))
     replay.add_argument("run", type=Path, nargs="+", help="a run's folder or its rank files")
-    replay.add_argument("--schedule", choices=list(SCHEDULES), help="the schedule run (default: named in the trace)")
+    replay.add_argument("--schedule", choices=list(SCHEDULES), type=str.lower,
+                        help="the schedule run (default: named in the trace)")
     replay.add_argument("--plot", type=Path, help="draw measured and simulated Gantt charts of --iteration to this "
                                                   "image (.png, .svg or .pdf)")
     replay.add_argument("--iteration", type=int, default=0,
@@ -77,7 +78,7 @@ def build_parser(prog: str) -> Parser:
         "between actions, what a split backward costs) as measured on those runs; with --measured runs, compare "
         "with their measured iteration time."))
     predict.add_argument("source", type=Path, help="the folder of the traced run to predict from")
-    predict.add_argument("--schedule", nargs="+", default=list(RECORDABLE), choices=list(SCHEDULES),
+    predict.add_argument("--schedule", nargs="+", default=list(RECORDABLE), choices=list(SCHEDULES), type=str.lower,
                          help="schedules to predict (default: all that PyTorch runs)")
     predict.add_argument("--microbatches", type=positive_int, help="micro-batches (default: the source's)")
     predict.add_argument("--runtime-from", type=Path, nargs="+", metavar="RUN",
@@ -204,7 +205,7 @@ def _replay(args) -> int:
     run = read_run(args.run, args.schedule)
     if not 0 <= args.iteration < len(run.iterations):
         raise UserError(f"--iteration {args.iteration}: must be from 0 to {len(run.iterations) - 1}")
-    comm = fit_comm(run.iterations)
+    comm = fitted(run)
     iterations = counted(len(run.iterations), "iteration")
     rate = f"bytes / {comm.bandwidth / 1e3:.3g} MB/s" if math.isfinite(comm.bandwidth) else "no time to measure"
     transfers = (f"transfers: {comm.time(0) * 1e3:.0f} us + {rate}, from {comm.samples} waited-for transfers"
@@ -212,6 +213,7 @@ def _replay(args) -> int:
     print(f"{run.schedule}: {counted(run.ranks, 'rank')}, {counted(run.stages, 'stage')}, "
           f"{counted(run.microbatches, 'micro-batch', 'micro-batches')}, {iterations}; {transfers}")
     results = [replay(run, k, comm) for k in range(len(run.iterations))]
+    _note_lead(run)  # once the run is known to be one that can be
     departed = next((k for k, result in enumerate(results) if result.departure), None)
     if departed is not None:  # a runtime may order its own way; a trace of another schedule surely does
         print(f"note: iteration {departed} ran in another order than {run.schedule}'s own "
@@ -246,11 +248,26 @@ def _replay(args) -> int:
     return 0
 
 
+def fitted(run: MeasuredRun) -> CommFit:
+    """``fit_comm`` of ``run``'s iterations, a run that has nothing to fit named."""
+    try:
+        return fit_comm(run.iterations)
+    except TraceError as error:
+        raise TraceError(f"{run.source}: {error}") from None
+
+
+def _note_lead(run: MeasuredRun) -> None:
+    if said := input_lead(run):
+        print(f"note: {said}", file=sys.stderr)
+
+
 def _predict(args) -> int:
-    from ..replay import predicted_time, runtime_costs
+    from ..replay import check_run, predicted_time, runtime_costs
 
     source = read_run([args.source])
-    comm = fit_comm(source.iterations)
+    check_run(source)  # a run no real one can be predicts nothing
+    _note_lead(source)
+    comm = fitted(source)
     n = args.microbatches or source.microbatches
     said = f"--microbatches {n}" if args.microbatches else f"{args.source}: its {n} micro-batches"
     schedules, left_out = [], {}
@@ -272,6 +289,7 @@ def _predict(args) -> int:
     measured: dict[str, list[float]] = {}
     for folder in args.measured:
         run = read_run([folder])
+        check_run(run)
         if (run.microbatches, run.ranks) != (n, source.ranks):
             print(f"{folder}: {counted(run.microbatches, 'micro-batch', 'micro-batches')} on "
                   f"{counted(run.ranks, 'rank')}, not {n} on {source.ranks}: not compared", file=sys.stderr)
@@ -283,6 +301,7 @@ def _predict(args) -> int:
     if args.runtime_from:
         others = [read_run([folder]) for folder in args.runtime_from]
         for folder, run in zip(args.runtime_from, others):
+            check_run(run)
             if (run.ranks, run.microbatches) != (source.ranks, source.microbatches):
                 raise UserError(f"--runtime-from {folder}: {run.microbatches} micro-batches on "
                                 f"{counted(run.ranks, 'rank')}; the source ran {source.microbatches} on "
@@ -313,6 +332,9 @@ def _study(args) -> int:
     from ..tracestudy import SOURCE, study, study_runs
 
     runs = study_runs(args.folder)
+    for own in runs.values():
+        for run in own:
+            _note_lead(run)
     total = sum(len(own) for own in runs.values())
     print(f"studying {len(runs)} schedule(s), {total} run(s) in {args.folder}", file=sys.stderr)
     if SOURCE not in runs:
