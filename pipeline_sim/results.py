@@ -531,6 +531,8 @@ def layout_words(w: Workload, *, short: bool) -> list[str]:
     if short:  # a title's label names them
         words += [f"c{w.context_parallel}"] if w.context_parallel > 1 else []
         words += [f"e{w.expert_parallel}"] if w.expert_parallel > 1 else []
+    elif w.grad_bytes is not None:  # a file name has it beside the bytes a parameter
+        words.append(f"gradients of {w.grad_bytes} bytes, {w.bytes_per_param:g} a parameter")
     if w.imbalance != 1.0:
         words.append(f"imb{w.imbalance:g}" if short else f"expert imbalance {w.imbalance:g}")
     if w.route_nodes is not None and w.expert_parallel > 1:  # without expert parallelism no token is routed away

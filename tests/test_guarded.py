@@ -351,7 +351,7 @@ def test_a_chart_is_named_by_its_dispatcher_and_never_replaced_silently(tmp_path
     assert static.read_bytes() == before
     model = run_here(CHART, *SMALL, "--model", "llama3-8b", "--tensor-parallel", "8", cwd=tmp_path)
     assert model.returncode == 0, model.stderr  # a model's chart is its own
-    assert (gantt / "gantt_single_channel_llama3-8b_zb-h1_n4_gpus2.png").is_file() and static.read_bytes() == before
+    assert (gantt / "gantt_single_channel_llama3-8b_t8_zb-h1_n4_gpus2.png").is_file() and static.read_bytes() == before
     trace = run_here(CHART, *SMALL, "--output", "c.png", "--trace", str(tmp_path / "greedy.npz.json"), cwd=tmp_path)
     assert trace.returncode == 0, trace.stderr
     chart = (tmp_path / "c.png").read_bytes()

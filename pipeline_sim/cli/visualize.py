@@ -430,13 +430,18 @@ def main(argv: Sequence[str] | None = None, *, layout: str, prog: str,
 
 
 def default_chart_name(layout: str, params: EnvParams, workload: Workload | None = None) -> str:
-    """``gantt_<layout>[_<model>]_<schedule>[_<dispatch>]_n<N>_gpus<P>.png``: a model's chart says which, and a
-    dispatcher's chart, unless static, says which (a learned one by its file's stem), so that neither replaces
-    another's."""
+    """``gantt_<layout>[_<model>[_t<t>_c<c>_d<d>_e<e>_z<zero>]]_<schedule>[_<dispatch>]_n<N>_gpus<P>.png``: a model's
+    chart says which, with each degree and zero stage other than 1 and 0, and a dispatcher's chart, unless static,
+    says which (a learned one by its file's stem), so that neither replaces another's."""
     domain = PARAMETER["dispatch"].domain
     assert isinstance(domain, Dispatchers)
     way = "" if params.dispatch == "static" else "_" + domain.file_name(domain.shown(params.dispatch))
-    model = "" if workload is None else "_" + safe_name(workload.shape.name)
+    model = ""
+    if workload is not None:
+        degrees = (("t", workload.tensor_parallel, 1), ("c", workload.context_parallel, 1),
+                   ("d", workload.data_parallel, 1), ("e", workload.expert_parallel, 1), ("z", params.zero, 0))
+        model = "_" + safe_name(workload.shape.name) + "".join(f"_{letter}{value}" for letter, value, plain in degrees
+                                                               if value != plain)
     return f"gantt_{layout}{model}_{params.schedule}{way}_n{params.n}_gpus{params.num_gpus}.png"
 
 
