@@ -84,13 +84,19 @@ def test_interrupted_then_resumed_equals_uninterrupted(plan, tmp_path, workers, 
     assert not partial.exists() and not meta.exists()
 
 
-def test_a_torn_last_line_is_cut_and_redone(plan, tmp_path):
+def _stopped(plan, tmp_path):
+    """The reference bytes of ``plan``'s sweep, and a sweep of it stopped after its first rows: its output and
+    partial file."""
     reference = sweep(plan, tmp_path / "reference.csv")
     output = tmp_path / "out.csv"
-    partial, _ = partial_paths(output)
     progress = run_sweep(plan, output)
     next(progress), next(progress)
     progress.close()
+    return reference, output, partial_paths(output)[0]
+
+
+def test_a_torn_last_line_is_cut_and_redone(plan, tmp_path):
+    reference, output, partial = _stopped(plan, tmp_path)
     with open(partial, "ab") as handle:
         handle.write(b"8,4,1,1.0,2.0,1.0,2.0,0.2")  # killed in the middle of a write
     assert sweep(plan, output, resume=True) == reference
@@ -98,12 +104,7 @@ def test_a_torn_last_line_is_cut_and_redone(plan, tmp_path):
 
 @pytest.mark.parametrize("line", [b"xx,yy\n", b"\n"])
 def test_a_line_that_is_no_row_is_computed_again_with_the_rows_after_it(plan, tmp_path, line):
-    reference = sweep(plan, tmp_path / "reference.csv")
-    output = tmp_path / "out.csv"
-    partial, _ = partial_paths(output)
-    progress = run_sweep(plan, output)
-    next(progress), next(progress)
-    progress.close()
+    reference, output, partial = _stopped(plan, tmp_path)
     rows = partial.read_bytes().count(b"\n") - 1
     with open(partial, "ab") as handle:
         handle.write(line + reference.splitlines(keepends=True)[rows + 1])  # a real row after it
