@@ -30,6 +30,7 @@ from .workload import (
     RECOMPUTE_MODES,
     Workload,
     gpu_memory_gb,
+    imbalance_limit,
     iteration_flops,
     stage_layers,
     static_bytes,
@@ -338,9 +339,16 @@ def _check_pins(base: Workload, gpus: int, filters: Filters) -> None:
     if base.shape.experts and (split := [e for e in experts if base.shape.experts % e]):
         raise PlanError(f"expert_parallel = {'/'.join(map(str, split))}: must divide the {base.shape.experts} "
                         f"experts of {base.shape.name}")
+    degrees = [e for e in (experts or _divisors(base.shape.experts)) if e > 1] if base.shape.experts else []
+    if base.expert_imbalance > 1 and degrees and \
+            not any(base.expert_imbalance <= imbalance_limit(base.shape, e) for e in degrees):
+        limits = ", ".join(f"{imbalance_limit(base.shape, e):g} at {e}" for e in degrees)
+        raise PlanError(f"expert_imbalance = {base.expert_imbalance:g}: more than the busiest GPU can take at any "
+                        f"{'pinned ' if experts else ''}expert degree (at most {limits}), and without expert "
+                        f"parallelism it means nothing")
     contexts = sorted(filters.get("context_parallel", ()))
     assert base.seq_len is not None
-    if uncut := [c for c in contexts if base.seq_len % (2 * c)]:
+    if uncut := [c for c in contexts if c > 1 and base.seq_len % (2 * c)]:
         raise PlanError(f"context_parallel = {'/'.join(map(str, uncut))}: must cut seq_len = {base.seq_len} into "
                         f"2 x c equal chunks (each rank takes two, for causal balance)")
     zeros = sorted(filters.get("zero", ()))
@@ -408,7 +416,8 @@ def enumerate_layouts(base: Workload, gpus: int, env: dict[str, object] | None =
                 d = gpus // (t * c * p)
                 if not _allowed(filters, "data_parallel", [d]) or p > shape.layers:
                     continue
-                experts = [e for e in _divisors(shape.experts) if not (d * t) % e] if shape.experts else [1]
+                experts = [e for e in _divisors(shape.experts) if not (d * t) % e and (
+                    e == 1 or base.expert_imbalance <= imbalance_limit(shape, e))] if shape.experts else [1]
                 for e, b in product(_allowed(filters, "expert_parallel", experts),
                                     _allowed(filters, "micro_batch_size", MICRO_BATCH_SIZES)):
                     if base.global_batch_size % (b * d):
@@ -421,7 +430,7 @@ def enumerate_layouts(base: Workload, gpus: int, env: dict[str, object] | None =
                                 continue  # chunks on one GPU only add transfers
                             for recompute in _allowed(filters, "recompute", RECOMPUTE_MODES):
                                 if recompute == "selective" and base.flash_attention and \
-                                        "recompute" not in (filters or {}):
+                                        "none" in _allowed(filters, "recompute", RECOMPUTE_MODES):
                                     continue  # what selective recomputes, flash attention never keeps: none again
                                 choices.append((base, t, c, e, d, b, recompute, p, schedule, v, env, filters,
                                                 budget))

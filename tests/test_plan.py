@@ -5,6 +5,7 @@ import csv
 import re
 import subprocess
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -354,6 +355,9 @@ def test_a_plan_with_fewer_layouts_than_it_lists_says_how_many(tmp_path):
       "--route-nodes", "1"], ("--route-nodes 1: --expert-parallel 1 splits no experts over GPUs",)),
     (["--model", "llama3-8b", "--gpus", "8", "--global-batch-size", "64", "--context-parallel", "3"],
      ("context_parallel = 3: must cut seq_len = 8192 into 2 x c equal chunks",)),
+    (["--model", "mixtral-8x7b", "--gpus", "64", "--global-batch-size", "256", "--expert-imbalance", "5"],
+     ("expert_imbalance = 5: more than the busiest GPU can take at any expert degree (at most 2 at 2, 4 at 4, 4 at "
+      "8)",)),
     (["--model", "llama3-8b", "--gpus", "8", "--global-batch-size", "64", "--bytes-per-param", "3", "--zero", "0,1"],
      ("bytes_per_param = 3: must hold a weight and a gradient (4 bytes) for zero 1 to shard the rest",)),
     (["--model", "llama3-8b", "--gpus", "8", "--global-batch-size", "64", "--tensor-parallel", "3,5"],
@@ -510,3 +514,16 @@ def test_a_pinned_value_below_the_searchs_own_limits_is_searched():
     selective = plan(base, 16, filters={"recompute": frozenset({"selective"}), "tensor_parallel": frozenset({2}),
                                         "pipeline_parallel": frozenset({2})})
     assert {outcome.layout.workload.recompute for outcome in selective.tried} == {"selective"}
+    both = plan(base, 16, filters={"recompute": frozenset({"none", "selective"}), "tensor_parallel": frozenset({2}),
+                                   "pipeline_parallel": frozenset({2})})  # selective is none again: not twice
+    assert {outcome.layout.workload.recompute for outcome in both.tried} == {"none"}
+    odd = plan(replace(base, seq_len=4095), 8, filters={"context_parallel": frozenset({1}),
+                                                        "pipeline_parallel": frozenset({4})})
+    assert odd.ranked
+    # an imbalance some expert degrees cannot take leaves those out, not the search
+    mixtral = Workload(model="mixtral-8x7b", gpu="h100-80gb", global_batch_size=256, seq_len=4096,
+                       expert_imbalance=2.5)
+    experts = {outcome.layout.workload.expert_parallel
+               for outcome in plan(mixtral, 64, filters={"pipeline_parallel": frozenset({8}),
+                                                         "tensor_parallel": frozenset({1})}).tried}
+    assert 2 not in experts and experts & {4, 8}

@@ -315,7 +315,8 @@ def test_the_report_names_the_gathers_and_the_exchange():
     params = _env(workload, 3)
     run = simulate(params, DEFAULT_POLICY)
     line = workload_report(workload, params, run.completion_time, [0.0, 0.0]).lines()[0]
-    assert f", gather {seconds_text(params.gather_len)}" in line
+    assert f", gather {seconds_text(max(params.gather_lengths()))} (fullest GPU; before each forward and backward)" \
+        in line
     assert f", key-value exchange {seconds_text(params.cp_len)} a forward" in line
     plain = _env(_tiny(), 0)
     assert "gather" not in workload_report(_tiny(), plain, 1.0, [0.0, 0.0]).lines()[0]

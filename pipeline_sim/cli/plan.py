@@ -425,9 +425,9 @@ def main(argv: Sequence[str] | None = None, prog: str | None = None) -> int:
                       f"{outcome.tokens_per_second:>10,.0f} {outcome.mfu * base.device.tflops:>8.0f} "
                       f"{outcome.mfu:>6.1%} {outcome.memory_gb:>7.1f}  {outcome.policy}")
             free = base.device.memory_gb - top[0].memory_gb
-            if not args.memory_headroom and 0 <= free < FEW_GB:  # what the CUDA context and NCCL's buffers take
-                print(f"note: the first leaves {free:.1f} GB of the GPU's {base.device.memory_gb:g} free, where a run "
-                      f"needs a few GB beyond its parameters and activations (the CUDA context, NCCL's buffers); "
+            if args.memory_headroom < FEW_GB and 0 <= free < FEW_GB:  # what a CUDA context and NCCL's buffers take
+                print(f"note: the first leaves {free:.1f} GB of the GPU's {base.device.memory_gb:g} GB free, where a "
+                      f"run needs a few GB beyond its parameters and activations (the CUDA context, NCCL's buffers); "
                       f"--memory-headroom {FEW_GB:g} ranks only runs that keep that much")
             estimated = sum(1 for outcome in top if not outcome.full)
             if estimated:

@@ -289,19 +289,18 @@ def _predict(args) -> int:
     measured: dict[str, list[float]] = {}
     for folder in args.measured:
         run = read_run([folder])
-        check_run(run)
         if (run.microbatches, run.ranks) != (n, source.ranks):
             print(f"{folder}: {counted(run.microbatches, 'micro-batch', 'micro-batches')} on "
                   f"{counted(run.ranks, 'rank')}, not {n} on {source.ranks}: not compared", file=sys.stderr)
         elif differs := source.differs(run):
             print(f"{folder}: another model than the source's ({differs}): not compared", file=sys.stderr)
         else:
+            check_run(run)  # one compared is one a run can be
             measured.setdefault(run.schedule, []).extend(it.time for it in run.iterations)
     runtime = None
     if args.runtime_from:
         others = [read_run([folder]) for folder in args.runtime_from]
         for folder, run in zip(args.runtime_from, others):
-            check_run(run)
             if (run.ranks, run.microbatches) != (source.ranks, source.microbatches):
                 raise UserError(f"--runtime-from {folder}: {run.microbatches} micro-batches on "
                                 f"{counted(run.ranks, 'rank')}; the source ran {source.microbatches} on "
@@ -309,6 +308,7 @@ def _predict(args) -> int:
             if differs := source.differs(run):
                 raise UserError(f"--runtime-from {folder}: another model than the source's ({differs}): measure the "
                                 "runtime on runs of the source's model")
+            check_run(run)
         runtime = runtime_costs(others, source)
         split = (f"a split backward {runtime.split:.2f} times a whole one, {runtime.input_share:.0%} of it in I"
                  if runtime.split_measured else "no split backward to measure against a whole one: a split backward "

@@ -23,6 +23,7 @@ from .definition import (
     WORKLOAD_KEYS,
     Workload,
     default_bytes_per_param,
+    imbalance_limit,
     workload_columns,
 )
 from .environment import (
@@ -62,7 +63,7 @@ __all__ = [
     "AUTO_COLUMNS", "DERIVED_KEYS", "ELEMENTWISE_BACKWARD", "Elementwise", "GPU_PRESETS", "GpuSpec",
     "MODEL_PRESETS", "ModelShape", "OPTIONAL_WORKLOAD_KEYS", "RECOMPUTE_MODES", "REPORT_COLUMNS", "UNKNOWABLE_KEYS",
     "WORKLOAD_KEYS", "Workload", "WorkloadReport", "activation_bytes_per_layer", "activation_factors",
-    "default_bytes_per_param",
+    "default_bytes_per_param", "imbalance_limit",
     "auto_candidates", "auto_splits", "backward_weights", "bottleneck_split", "derived_parameters",
     "elementwise_forward", "embedding_forward_seconds", "faithful_defaults", "gpu_from_cell", "gpu_memory_gb",
     "gpu_params", "iteration_flops", "layer_forward_flops", "layer_params", "logits_forward_flops",

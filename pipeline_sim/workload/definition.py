@@ -157,8 +157,8 @@ class Workload:
                                  f"{self.tensor_parallel} must be a multiple of expert_parallel = {e}: the experts are "
                                  f"split over GPUs of the data- and tensor-parallel groups")
         Interval(1.0, 1e3, high_closed=True).check("expert_imbalance", self.expert_imbalance)
-        if e > 1:  # the busiest GPU takes at most min(top_k, experts / e) copies of each token, against top_k / e
-            most = e * min(model.top_k, model.experts // e) / model.top_k
+        if e > 1:
+            most = imbalance_limit(model, e)
             if self.expert_imbalance > most:
                 raise ParameterError("expert_imbalance", self.expert_imbalance,
                                      f"must be at most {most:g} with expert_parallel = {e}: the busiest GPU holds "
@@ -250,6 +250,13 @@ class Workload:
             (f" in groups of {self.sharding}" if self.sharding != self.data_parallel else "")
         return (f"{self.shape.name} on {total} x {self.device.name} (tensor {self.tensor_parallel}{context}, "
                 f"pipeline {num_gpus}, data {self.data_parallel}{sharding}), batch {batch} x {self.seq_len} tokens")
+
+
+def imbalance_limit(model: ModelShape, expert_parallel: int) -> float:
+    """The most ``expert_imbalance`` can be on ``expert_parallel`` GPUs: the busiest takes at most min(top_k, experts
+    / e) of each token's top_k copies, against top_k / e on the mean GPU (docs/model.md section 16)."""
+    e = expert_parallel
+    return e * min(model.top_k, model.experts // e) / model.top_k
 
 
 def default_bytes_per_param(dtype_bytes: int, grad_bytes: int | None) -> float:

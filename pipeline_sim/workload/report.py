@@ -39,7 +39,8 @@ class WorkloadReport:
     gpu_memory_gb: float
     optimizer_seconds: float = 0.0  # the fullest GPU's step
     a2a_seconds: float = 0.0  # a GPU's all-to-all in one forward (docs/model.md section 16)
-    gather_seconds: float = 0.0  # one all-gather of a GPU's parameters under zero (section 15)
+    gather_seconds: float = 0.0  # the fullest GPU's all-gather of its parameters under zero (section 15)
+    gathers: str = ""  # when it gathers: after the step (zero 1 and 2), or before each forward and backward (3)
     exchange_seconds: float = 0.0  # a forward's key and value exchange of context parallelism (section 15)
 
     @property
@@ -57,7 +58,8 @@ class WorkloadReport:
                 f"prop {seconds_text(self.prop_seconds)}, sync {seconds_text(self.sync_seconds)}"
                 + (f", optimizer step {seconds_text(self.optimizer_seconds)} (fullest GPU)" if self.optimizer_seconds
                    else "") + (f", all-to-all {seconds_text(self.a2a_seconds)} a forward" if self.a2a_seconds else "")
-                + (f", gather {seconds_text(self.gather_seconds)}" if self.gather_seconds else "")
+                + (f", gather {seconds_text(self.gather_seconds)} (fullest GPU; {self.gathers})"
+                   if self.gather_seconds else "")
                 + (f", key-value exchange {seconds_text(self.exchange_seconds)} a forward" if self.exchange_seconds
                    else ""),
                 f"iteration {seconds_text(self.iteration_seconds)}, {self.tokens_per_second:,.0f} tokens/s, "
@@ -107,6 +109,8 @@ def workload_report(workload: Workload, params: EnvParams, completion_time: floa
     return WorkloadReport(fwd_seconds=params.fwd_len, bwd_seconds=params.bwd_len, prop_seconds=params.prop_len,
                           sync_seconds=params.sync_base_len, iteration_seconds=completion_time,
                           optimizer_seconds=max(params.step_lengths()), a2a_seconds=params.a2a_len,
-                          gather_seconds=params.gather_len if params.zero else 0.0, exchange_seconds=params.cp_len,
+                          gather_seconds=max(params.gather_lengths()) if params.zero else 0.0,
+                          gathers="before each forward and backward" if params.zero == 3 else "after the step",
+                          exchange_seconds=params.cp_len,
                           tokens_per_second=batch * workload.seq_len / completion_time if completion_time else math.nan,
                           mfu=mfu, memory_gb=memory, gpu_memory_gb=workload.device.memory_gb)
