@@ -414,3 +414,14 @@ def test_a_memory_limit_between_two_steps_says_the_one_in_force(tmp_path):
                      "--memory-limit", "1", "--no-show", "-o", "exact.png", cwd=tmp_path)
     assert "in force" not in exact.stdout
     assert exact.stdout.split("completion time ")[1].split()[0] == result.stdout.split("completion time ")[1].split()[0]
+
+
+def test_a_recomputation_mode_in_capitals_is_the_mode(tmp_path):
+    """As the planner and a config take it: --recompute Full is full."""
+    flags = ("--model", "llama3-8b", "--gpu", "h100-80gb", "--num-gpus", "2", "-n", "4", "--no-show")
+    runs = [run_here("schedule_visualizer_single_channel.py", *flags, "--recompute", mode, "-o", f"{mode}.png",
+                     cwd=tmp_path) for mode in ("Full", "full", "none")]
+    assert all(run.returncode == 0 for run in runs), [run.stderr for run in runs]
+    texts = [run.stdout.replace(f"chart: {mode}.png", "") for run, mode in zip(runs, ("Full", "full", "none"))]
+    assert texts[0] == texts[1] != texts[2]
+    assert "batch 4 x 8192 tokens, full recomputation, optimizer step" in texts[0]

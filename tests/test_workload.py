@@ -270,7 +270,8 @@ def test_the_visualizer_reports_a_workload_in_seconds(tmp_path):
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert "completion time" in lines[0] and " s (ideal" in lines[0]
-    assert lines[1].strip() == "gpt3-175b on 64 x a100-80gb (tensor 8, pipeline 8, data 1), batch 16 x 2048 tokens"
+    assert lines[1].strip() == "gpt3-175b on 64 x a100-80gb (tensor 8, pipeline 8, data 1), batch 16 x 2048 tokens, " \
+                               "selective recomputation"
     # 73.6 ms of FLOPs per GPU's forward, and 12 layers x 2 all-reduces of s h = 2048 x 12288 values, 2 bytes,
     # 2 x 7/8 of them over 300 GB/s (one direction of the A100's 600 GB/s NVLink): 12 x 0.587 ms = 7.05 ms
     assert lines[2].strip().startswith("derived times: fwd 80.7 ms, bwd 154 ms, prop 126 us, sync 0 s")

@@ -198,7 +198,7 @@ def build_parser(prog: str, layout: str, priorities: Mapping[str, float], tiers:
     work.add_argument("--dropout", action=argparse.BooleanOptionalAction, default=None,
                       help="dropout on the attention probabilities and residual branches, its masks kept and written "
                            "(default: as the model was trained; the Llama presets without)")
-    work.add_argument("--recompute", default=None, choices=RECOMPUTE_MODES,
+    work.add_argument("--recompute", default=None, choices=RECOMPUTE_MODES, type=str.lower,
                       help="activation recomputation (default none)")
     work.add_argument("--recompute-per-stage", default=None, metavar="C,C,...",
                       help="share from 0 to 1 of each stage's layers fully recomputed, chunks included (default: "
@@ -613,8 +613,9 @@ def draw(args: argparse.Namespace, params: EnvParams, workload: Workload | None,
         }[found.status]
               + ("" if schedule.given_order else "; the schedule's static order, faster on this draw, was run"))
     if report is not None and workload is not None:
+        recompute = [] if workload.recompute == "none" else [f"{workload.recompute} recomputation"]
         label = workload.label(params.num_gpus, params.n, params.zero) + \
-            "".join(f", {word}" for word in layout_words(workload, short=False))
+            "".join(f", {word}" for word in [*recompute, *layout_words(workload, short=False)])
         print("\n".join(f"  {line}" for line in [label] + report.lines() + ([auto] if auto else [])))
     if args.trace:
         print(f"trace: {args.trace}")
