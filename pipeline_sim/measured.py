@@ -299,6 +299,13 @@ def read_run(paths: Sequence[Path], schedule: str | None = None) -> MeasuredRun:
         value = recorded.get(key, 1)
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise TraceError(f"{files[0]}: pipelineRun.{key} is {json.dumps(value)}: must be an integer >= 1")
+    spec, v = get_schedule(schedule), max(1, stages // world)
+    for rank, (path, actions, _, _, _) in sorted(ranks.items()):  # each rank runs the stages its schedule gives it
+        for task in actions[numbers[0]]:
+            if stages == world * spec.v(v) and spec.placement(task.stage, world, spec.v(v)) != rank:
+                raise TraceError(f"{path}: rank {rank} ran {task.text}, where {schedule} places stage {task.stage} "
+                                 f"on rank {spec.placement(task.stage, world, spec.v(v))}: its files' ranks are not "
+                                 "the ranks that ran them")
     source = ", ".join(map(str, paths))
     kept = tuple(sorted((key, value) for key, value in recorded.items() if key != "schedule"))
     return MeasuredRun(schedule, world, stages, microbatches, tuple(iterations), source, kept, named is not None)

@@ -933,10 +933,9 @@ def test_rank_files_swapped_or_misnamed_are_named(tmp_path):
         return change
     _edit(folder / "rank0.json.gz", rank(1))
     _edit(folder / "rank1.json.gz", rank(0))
-    run = read_run([folder])
-    with pytest.raises(TraceError, match="rank 1 ran 0F0, where 1f1b places stage 0 on rank 0: its files' ranks are "
-                                         "not the ranks that ran them"):
-        replay(run, 0, fit_comm(run.iterations))
+    with pytest.raises(TraceError, match=r"rank1\.json\.gz: rank 0 ran 1F0, where 1f1b places stage 1 on rank 1: its "
+                                         r"files' ranks are not the ranks that ran them"):
+        read_run([folder])
     # a schedule the trace names wrongly: the advice says so, not to name it
     named = _copy(tmp_path / "named", "1f1b")
     for number in (0, 1):
